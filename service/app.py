@@ -1,0 +1,146 @@
+"""The app factory: routes, dependencies, error handlers, middleware and the lifespan in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from litestar import Litestar, Request, Response
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service import __version__
+from service.auth import KeyCache
+from service.db import Database, create_pool
+from service.db.errors import translate
+from service.deps import provide_org_id, provide_services
+from service.directives import DirectiveController, DirectiveStore
+from service.embeddings import Embedder, build_embedder
+from service.errors import AppError, ServiceUnavailable
+from service.health import healthz, readyz
+from service.memories import MemoryController
+from service.runtime import Endpoints, Services
+from service.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+_STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                 405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
+                 415: "unsupported_media_type", 422: "unprocessable", 429: "too_many_requests",
+                 503: "service_unavailable", 504: "deadline_exceeded"}
+
+
+def error_body(status: int, code: str, message: str, details: Any, request_id: str | None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}, "request_id": request_id}}
+
+
+def _request_id(request: Request[Any, Any, Any]) -> str | None:
+    value = request.scope.get("state", {}).get("request_id")
+    return value if isinstance(value, str) else None
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Every error leaves the service in one shape: {"error": {code, message, details, request_id}}."""
+    rid = _request_id(request)
+    if isinstance(exc, ValidationException):
+        details: Any = {"errors": exc.extra} if exc.extra else {}
+        body = error_body(400, "validation_error", exc.detail or "invalid request", details, rid)
+        return Response(body, status_code=400)
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        code = _STATUS_CODES.get(status, "http_error")
+        return Response(error_body(status, code, exc.detail, None, rid), status_code=status,
+                        headers=exc.headers or None)
+    if isinstance(exc, RedisError):
+        exc = ServiceUnavailable("the cache is unavailable", code="redis_unavailable")
+    if not isinstance(exc, AppError):
+        mapped = translate(exc)
+        if mapped is None:
+            log.exception("unhandled_error", error_type=type(exc).__name__)
+            return Response(error_body(500, "internal_error", "internal server error", None, rid), status_code=500)
+        exc = mapped
+    if exc.status >= 500:
+        log.warning("request_failed", code=exc.code, message=exc.message)
+    return Response(error_body(exc.status, exc.code, exc.message, exc.details, rid), status_code=exc.status)
+
+
+def request_id_middleware(app: ASGIApp) -> ASGIApp:
+    """Tag every request with an id (the caller's X-Request-ID or a new one), in logs and the response."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # type: ignore[comparison-overlap]
+            await app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")[:64]
+        rid = incoming or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        with structlog.contextvars.bound_contextvars(request_id=rid):
+            await app(scope, receive, send_with_id)
+
+    return middleware
+
+
+async def build_services(settings: Settings, endpoints: Endpoints, embedder: Embedder | None) -> Services:
+    pool = await create_pool(endpoints.app_dsn, min_size=settings.database.pool_min,
+                             max_size=settings.database.pool_max)
+    redis = Redis.from_url(endpoints.redis_url, socket_timeout=settings.redis.socket_timeout_s,
+                           socket_connect_timeout=settings.redis.socket_timeout_s, health_check_interval=30)
+    if embedder is None:
+        embedder = await asyncio.to_thread(build_embedder, settings.embedding, settings.data_dir)
+    db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms)
+    services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
+    services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
+    services.extras["directives"] = DirectiveStore(db, redis)
+    return services
+
+
+async def close_services(services: Services, *, close_embedder: bool) -> None:
+    await services.db.close()
+    await services.redis.aclose()
+    if close_embedder:
+        await services.embedder.aclose()
+
+
+def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder | None = None) -> Litestar:
+    """Build the ASGI app. ``embedder`` lets tests inject a provider; by default it is built from settings."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        services = await build_services(settings, endpoints, embedder)
+        app.state.services = services
+        try:
+            yield
+        finally:
+            await close_services(services, close_embedder=embedder is None)
+
+    prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
+    return Litestar(
+        route_handlers=[healthz, readyz, MemoryController, DirectiveController, PrometheusController],
+        dependencies={
+            "services": Provide(provide_services, sync_to_thread=False),
+            "org_id": Provide(provide_org_id),
+        },
+        exception_handlers={Exception: handle_exception},
+        middleware=[request_id_middleware, prometheus.middleware],
+        lifespan=[lifespan],
+        openapi_config=OpenAPIConfig(title="pgcontext", version=__version__, path="/schema",
+                                     render_plugins=[SwaggerRenderPlugin()]),
+        request_max_body_size=settings.limits.max_request_bytes,
+        debug=False,
+    )

@@ -1,0 +1,170 @@
+"""The ``pgcontext`` command: serve, migrate, orgs, keys (and, later, import and bench)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import asyncpg
+
+from service.auth import admin
+from service.db import migrate as migrations
+from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.logs import configure as configure_logs
+from service.runtime import Endpoints
+from service.settings import Settings, load_settings
+
+
+@contextlib.contextmanager
+def _owner_dsn(settings: Settings) -> Iterator[str]:
+    """The configured owner DSN, or the embedded server's (started, or attached if already running)."""
+    if settings.database.url:
+        yield settings.database.url
+        return
+    pg = EmbeddedPostgres(settings.data_dir / "postgres").start()
+    try:
+        yield pg.dsn()
+    finally:
+        pg.stop()
+
+
+@contextlib.contextmanager
+def _redis_url(settings: Settings) -> Iterator[str]:
+    if settings.redis.url:
+        yield settings.redis.url
+        return
+    redis = EmbeddedRedis(settings.data_dir / "redis").start()
+    try:
+        yield redis.url()
+    finally:
+        redis.stop()
+
+
+def prepare_database(settings: Settings, owner_dsn: str) -> str:
+    """Migrate to head and return the service role's DSN (setting its password when derived)."""
+    migrations.upgrade(owner_dsn)
+    if settings.database.app_url:
+        return settings.database.app_url
+    password = settings.database.app_role_password or migrations.derived_app_password(owner_dsn)
+    asyncio.run(migrations.set_app_password(owner_dsn, password))
+    return migrations.app_dsn(owner_dsn, password)
+
+
+async def _with_owner(dsn: str, action: object) -> object:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await action(conn)  # type: ignore[operator]
+    finally:
+        await conn.close()
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.app import create_app
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with _owner_dsn(settings) as owner_dsn, _redis_url(settings) as redis_url:
+        app_dsn = prepare_database(settings, owner_dsn)
+        issued = asyncio.run(_with_owner(owner_dsn, admin.ensure_default_org))
+        if isinstance(issued, admin.IssuedKey):
+            print(f"Created org 'default' ({issued.org_id}). Its API key (shown once):", flush=True)
+            print(issued.key, flush=True)
+        app = create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url))
+        host = args.host or settings.server.host
+        port = args.port or settings.server.port
+        print(f"pgcontext serving on http://{host}:{port} (docs: /schema/swagger)", flush=True)
+        uvicorn.run(app, host=host, port=port, log_level=settings.server.log_level, access_log=False)
+    return 0
+
+
+def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    with _owner_dsn(settings) as dsn:
+        if args.downgrade:
+            migrations.downgrade(dsn, args.downgrade)
+        else:
+            migrations.upgrade(dsn, args.revision)
+    return 0
+
+
+def cmd_orgs_create(settings: Settings, args: argparse.Namespace) -> int:
+    with _owner_dsn(settings) as dsn:
+        migrations.upgrade(dsn)
+
+        async def run(conn: asyncpg.Connection) -> object:
+            return await admin.create_org(conn, args.name)
+
+        print(asyncio.run(_with_owner(dsn, run)))
+    return 0
+
+
+def cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
+    with _owner_dsn(settings) as dsn:
+        migrations.upgrade(dsn)
+
+        async def run(conn: asyncpg.Connection) -> object:
+            return await admin.create_key(conn, args.org, args.name)
+
+        issued = asyncio.run(_with_owner(dsn, run))
+        assert isinstance(issued, admin.IssuedKey)
+        print(f"key id {issued.key_id} for org {args.org} ({issued.org_id}); the key is shown once:")
+        print(issued.key)
+    return 0
+
+
+def cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    with _owner_dsn(settings) as dsn:
+
+        async def run(conn: asyncpg.Connection) -> object:
+            return await admin.revoke_key(conn, args.key)
+
+        print(f"revoked key {asyncio.run(_with_owner(dsn, run))}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pgcontext", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP service (embedded Postgres + Redis unless configured)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.set_defaults(func=cmd_serve)
+
+    mig = sub.add_parser("migrate", help="apply Alembic migrations (as the owner role)")
+    mig.add_argument("--revision", default="head")
+    mig.add_argument("--downgrade", metavar="REVISION", default=None, help="downgrade to REVISION (e.g. base)")
+    mig.set_defaults(func=cmd_migrate)
+
+    orgs = sub.add_parser("orgs", help="manage orgs").add_subparsers(dest="orgs_command", required=True)
+    create_org = orgs.add_parser("create", help="create an org and print its id")
+    create_org.add_argument("name")
+    create_org.set_defaults(func=cmd_orgs_create)
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
+    create_key = keys.add_parser("create", help="create a key; the key is the last line of stdout")
+    create_key.add_argument("--org", required=True, help="org name")
+    create_key.add_argument("--name", default=None, help="a label for the key")
+    create_key.set_defaults(func=cmd_keys_create)
+    revoke = keys.add_parser("revoke", help="revoke a key (by key id or by the key itself)")
+    revoke.add_argument("key")
+    revoke.set_defaults(func=cmd_keys_revoke)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = load_settings()
+    configure_logs(settings.server.log_level)
+    try:
+        return int(args.func(settings, args))
+    except admin.AdminError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

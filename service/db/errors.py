@@ -1,0 +1,47 @@
+"""Translate PostgreSQL errors to domain errors by SQLSTATE, never by message text."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from service.errors import AppError, BadRequest, Conflict, NotFound, ServiceUnavailable, Unprocessable
+
+_BY_SQLSTATE: dict[str, tuple[type[AppError], str, str]] = {
+    "23505": (Conflict, "conflict", "a row with the same unique key already exists"),
+    "23503": (NotFound, "not_found", "a referenced row does not exist"),
+    "23514": (Unprocessable, "constraint_violation", "a value is outside its allowed range"),
+    "23502": (Unprocessable, "constraint_violation", "a required value is missing"),
+    "22P02": (BadRequest, "bad_request", "a value has the wrong format"),
+    "22001": (Unprocessable, "value_too_long", "a value is too long"),
+    "22023": (BadRequest, "bad_request", "an invalid parameter value"),
+    "22000": (BadRequest, "bad_request", "invalid data"),
+    "22021": (BadRequest, "bad_request", "text contains a character the database cannot store"),
+    "22P05": (BadRequest, "bad_request", "text contains a character the database cannot store"),
+    "22007": (BadRequest, "bad_request", "an invalid date/time value"),
+    "22008": (BadRequest, "bad_request", "a date/time value is out of range"),
+    "22003": (BadRequest, "bad_request", "a number is out of range"),
+    "42501": (NotFound, "not_found", "not found"),  # RLS WITH CHECK failure: never reveal other orgs
+    "57014": (ServiceUnavailable, "query_timeout", "the database query took too long"),
+    "40001": (ServiceUnavailable, "serialization_failure", "a concurrent change conflicted; retry"),
+    "40P01": (ServiceUnavailable, "deadlock", "a concurrent change conflicted; retry"),
+}
+
+_UNAVAILABLE_CLASSES = ("08", "53", "57P")
+
+
+def translate(exc: BaseException) -> AppError | None:
+    """Map a database exception to an AppError, or None if it is not a database error we know."""
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        if state in _BY_SQLSTATE:
+            cls, code, message = _BY_SQLSTATE[state]
+            constraint = getattr(exc, "constraint_name", None)
+            details = {"sqlstate": state, **({"constraint": constraint} if constraint else {})}
+            return cls(message, code=code, details=details)
+        if state.startswith(_UNAVAILABLE_CLASSES):
+            return ServiceUnavailable("the database is unavailable", code="database_unavailable",
+                                      details={"sqlstate": state})
+        return None
+    if isinstance(exc, (asyncpg.InterfaceError, ConnectionError, OSError)):
+        return ServiceUnavailable("the database is unavailable", code="database_unavailable")
+    return None

@@ -1,0 +1,56 @@
+"""Schema migrations (Alembic, run as the owner) and the service role's connection string."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_ROLE = "pgcontext_app"
+
+
+def alembic_config(dsn: str) -> object:
+    from alembic.config import Config
+
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.attributes["dsn"] = dsn
+    return config
+
+
+def upgrade(dsn: str, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(dsn), revision)  # type: ignore[arg-type]
+
+
+def downgrade(dsn: str, revision: str = "base") -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(dsn), revision)  # type: ignore[arg-type]
+
+
+def derived_app_password(owner_dsn: str) -> str:
+    # Deterministic, so every stateless replica given the same owner DSN derives the same password.
+    return hashlib.sha256(f"pgcontext-app:{owner_dsn}".encode()).hexdigest()[:32]
+
+
+def app_dsn(owner_dsn: str, password: str | None) -> str:
+    """The owner DSN with the user swapped for the RLS-bound service role."""
+    parts = urlsplit(owner_dsn)
+    host = parts.netloc.rpartition("@")[2]
+    user = APP_ROLE if password is None else f"{APP_ROLE}:{quote(password, safe='')}"
+    return urlunsplit((parts.scheme, f"{user}@{host}", parts.path, parts.query, parts.fragment))
+
+
+async def set_app_password(owner_dsn: str, password: str) -> None:
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        # ALTER ROLE takes no bind parameters; quote_literal makes the value safe.
+        literal = await conn.fetchval("SELECT quote_literal($1::text)", password)
+        await conn.execute(f"ALTER ROLE {APP_ROLE} WITH LOGIN PASSWORD {literal}")
+    finally:
+        await conn.close()

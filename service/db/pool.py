@@ -1,0 +1,30 @@
+"""The asyncpg pool: created once in the app lifespan, codecs registered per pooled connection."""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await register_vector(conn)
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        # Set per connection too, in case the role-level defaults were not applied (e.g. an app DSN
+        # for a differently-named role): generic plans are what make org-filtered queries slow.
+        server_settings={"plan_cache_mode": "force_custom_plan", "jit": "off",
+                         "application_name": "pgcontext"},
+        max_inactive_connection_lifetime=300,
+    )
+    assert pool is not None
+    return pool

@@ -1,0 +1,60 @@
+"""HTTP handlers for /v1/agents/{agent_id}/directive."""
+
+from __future__ import annotations
+
+import re
+
+from litestar import Controller, delete, get, put
+from litestar.params import FromPath, JSONBody
+from litestar.status_codes import HTTP_204_NO_CONTENT
+
+from service.deps import OrgId, ServicesDep
+from service.directives.store import DirectiveStore
+from service.directives.types import DirectiveIn, DirectiveOut
+from service.errors import BadRequest, NotFound, PayloadTooLarge
+from service.runtime import Services
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+
+
+def _store(services: Services) -> DirectiveStore:
+    store = services.extras["directives"]
+    assert isinstance(store, DirectiveStore)
+    return store
+
+
+def check_agent_id(agent_id: str) -> str:
+    if not _AGENT_ID.match(agent_id):
+        raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="bad_id")
+    return agent_id
+
+
+class DirectiveController(Controller):
+    path = "/v1/agents/{agent_id:str}/directive"
+    tags = ["directives"]
+
+    @put("/", summary="Create or replace an agent's directive (version increments)")
+    async def put_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str],
+                            data: JSONBody[DirectiveIn]) -> DirectiveOut:
+        check_agent_id(agent_id)
+        limit = services.settings.limits.max_directive_chars
+        if not data.content.strip():
+            raise BadRequest("content must not be empty", code="validation_error")
+        if len(data.content) > limit:
+            raise PayloadTooLarge(f"content is {len(data.content)} characters; the limit is {limit}",
+                                  code="text_too_long")
+        if "\x00" in data.content:
+            raise BadRequest("content must not contain NUL characters", code="validation_error")
+        return await _store(services).put(org_id, agent_id, data.content)
+
+    @get("/", summary="Get an agent's directive (Redis envelope, Postgres on a miss)")
+    async def get_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str]) -> DirectiveOut:
+        directive = await _store(services).get(org_id, check_agent_id(agent_id))
+        if directive is None:
+            raise NotFound(f"agent {agent_id!r} has no directive")
+        return directive
+
+    @delete("/", status_code=HTTP_204_NO_CONTENT, summary="Delete an agent's directive")
+    async def delete_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str]) -> None:
+        if not await _store(services).delete(org_id, check_agent_id(agent_id)):
+            raise NotFound(f"agent {agent_id!r} has no directive")

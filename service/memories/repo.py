@@ -1,0 +1,102 @@
+"""Memory rows in Postgres: every function takes an org-scoped TenantTx."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import msgspec
+import numpy as np
+from pgvector import Vector
+
+from service.db import TenantTx
+from service.errors import BadRequest
+from service.memories.types import MemoryIn, MemoryOut, MemoryPatch
+
+
+def to_out(row: asyncpg.Record) -> MemoryOut:
+    return MemoryOut(
+        id=row["id"], agent_id=row["agent_id"], kind=row["kind"], text=row["text"], metadata=row["metadata"],
+        importance=row["importance"], usefulness=row["usefulness"], pinned=row["pinned"],
+        created_at=row["created_at"], updated_at=row["updated_at"], last_accessed_at=row["last_accessed_at"],
+        access_count=row["access_count"], expires_at=row["expires_at"], source_path=row["source_path"],
+        line_start=row["line_start"], line_end=row["line_end"], section_title=row["section_title"],
+        breadcrumb=row["breadcrumb"], level=row["level"],
+    )
+
+
+async def insert_batch(tx: TenantTx, items: Sequence[MemoryIn], embeddings: np.ndarray) -> list[UUID]:
+    rows = await tx.fetch(
+        "memories.insert_batch",
+        tx.org_id,
+        [m.agent_id for m in items],
+        [m.kind for m in items],
+        [m.text for m in items],
+        [Vector(v) for v in embeddings],
+        [m.metadata for m in items],
+        [m.importance for m in items],
+        [m.pinned for m in items],
+        [m.expires_at for m in items],
+    )
+    return [r["id"] for r in rows]
+
+
+async def get(tx: TenantTx, memory_id: UUID) -> asyncpg.Record | None:
+    return await tx.fetchrow("memories.get", tx.org_id, memory_id)
+
+
+def encode_cursor(created_at: datetime, memory_id: UUID) -> str:
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{memory_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, _, ident = raw.partition("|")
+        return datetime.fromisoformat(stamp), UUID(ident)
+    except ValueError as exc:
+        raise BadRequest("cursor is not one this service issued", code="bad_cursor") from exc
+
+
+async def list_page(
+    tx: TenantTx, *, agent_id: str | None, kind: str | None, metadata: dict[str, Any] | None,
+    created_after: datetime | None, created_before: datetime | None, cursor: str | None, limit: int,
+) -> tuple[list[MemoryOut], str | None]:
+    after_ts, after_id = decode_cursor(cursor) if cursor else (None, None)
+    rows = await tx.fetch("memories.list", tx.org_id, agent_id, kind, metadata, created_after, created_before,
+                          after_ts, after_id, limit + 1)
+    items = [to_out(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return items, (encode_cursor(items[-1].created_at, items[-1].id) if more and items else None)
+
+
+async def update(tx: TenantTx, memory_id: UUID, patch: MemoryPatch,
+                 embedding: np.ndarray | None) -> asyncpg.Record | None:
+    def flag(value: object) -> tuple[bool, Any]:
+        return (value is not msgspec.UNSET, None if value is msgspec.UNSET else value)
+
+    text_set, text = flag(patch.text)
+    agent_set, agent = flag(patch.agent_id)
+    kind_set, kind = flag(patch.kind)
+    meta_set, meta = flag(patch.metadata)
+    imp_set, imp = flag(patch.importance)
+    pin_set, pin = flag(patch.pinned)
+    exp_set, exp = flag(patch.expires_at)
+    return await tx.fetchrow(
+        "memories.update", tx.org_id, memory_id, text_set, text, embedding, agent_set, agent, kind_set, kind,
+        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp,
+    )
+
+
+async def agent_of(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:
+    row = await tx.fetchrow("memories.agent_of", tx.org_id, memory_id)
+    return (row is not None, None if row is None else row["agent_id"])
+
+
+async def delete(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:
+    row = await tx.fetchrow("memories.delete", tx.org_id, memory_id)
+    return (row is not None, None if row is None else row["agent_id"])

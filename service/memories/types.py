@@ -1,0 +1,70 @@
+"""Request and response types of the memory API (msgspec: validated at the edge, typed inside)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import msgspec
+
+AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+Kind = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
+Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+
+
+class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    text: str
+    agent_id: AgentId | None = None
+    kind: Kind = "fact"
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    importance: Unit = 0.5
+    pinned: bool = False
+    expires_at: datetime | None = None
+    embedding: list[float] | None = None
+    """Optional caller-computed vector (must match the service's dimension); embedded server-side if absent."""
+
+
+class MemoryBatchIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    memories: list[MemoryIn]
+
+
+class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    text: str | msgspec.UnsetType = msgspec.UNSET
+    agent_id: AgentId | msgspec.UnsetType | None = msgspec.UNSET
+    kind: Kind | msgspec.UnsetType = msgspec.UNSET
+    metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    importance: Unit | msgspec.UnsetType = msgspec.UNSET
+    pinned: bool | msgspec.UnsetType = msgspec.UNSET
+    expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class CreatedMemories(msgspec.Struct):
+    ids: list[UUID]
+
+
+class MemoryOut(msgspec.Struct):
+    id: UUID
+    agent_id: str | None
+    kind: str
+    text: str
+    metadata: dict[str, Any]
+    importance: float
+    usefulness: float
+    pinned: bool
+    created_at: datetime
+    updated_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+    expires_at: datetime | None
+    source_path: str | None
+    line_start: int | None
+    line_end: int | None
+    section_title: str | None
+    breadcrumb: str | None
+    level: int | None
+
+
+class MemoryPage(msgspec.Struct):
+    items: list[MemoryOut]
+    next_cursor: str | None

@@ -1,0 +1,41 @@
+"""Checks msgspec's schema cannot express: limits from settings, NULs, vector shape."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from service.errors import BadRequest, PayloadTooLarge
+from service.settings import LimitSettings
+
+
+def check_text(text: str, limits: LimitSettings, *, field: str = "text") -> None:
+    if not text.strip():
+        raise BadRequest(f"{field} must not be empty", code="validation_error", details={"field": field})
+    if len(text) > limits.max_text_chars:
+        raise PayloadTooLarge(
+            f"{field} is {len(text)} characters; the limit is {limits.max_text_chars}",
+            code="text_too_long", details={"field": field, "limit": limits.max_text_chars},
+        )
+    if "\x00" in text:
+        raise BadRequest(f"{field} must not contain NUL characters", code="validation_error",
+                         details={"field": field})
+
+
+def check_metadata(metadata: dict[str, Any], limits: LimitSettings) -> None:
+    encoded = msgspec.json.encode(metadata)
+    if len(encoded) > limits.max_metadata_bytes:
+        raise PayloadTooLarge(f"metadata is {len(encoded)} bytes; the limit is {limits.max_metadata_bytes}",
+                              code="metadata_too_large")
+    if b"\\u0000" in encoded:
+        raise BadRequest("metadata must not contain NUL characters", code="validation_error")
+
+
+def check_embedding(vector: list[float], dim: int) -> None:
+    if len(vector) != dim:
+        raise BadRequest(f"embedding has {len(vector)} dimensions; this service uses {dim}",
+                         code="validation_error", details={"field": "embedding"})
+    if not all(math.isfinite(x) for x in vector):
+        raise BadRequest("embedding values must be finite numbers", code="validation_error")

@@ -1,0 +1,139 @@
+"""The memory write path: validate, embed server-side (batched), insert, honour Idempotency-Key."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import numpy as np
+
+from service.embeddings import Embedder, EmbeddingError
+from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
+from service.memories import repo
+from service.memories.types import CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
+from service.memories.validation import check_embedding, check_metadata, check_text
+from service.runtime import Services
+from service.settings import LimitSettings
+
+IDEMPOTENCY_KEY_MAX = 200
+_PURGE_EVERY = 50  # on average one write in this many also removes a few expired rows of the org
+
+
+def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
+    """A body is one memory object or ``{"memories": [...]}``; both decode strictly."""
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from exc
+    if not isinstance(raw, dict):
+        raise BadRequest("the body must be a JSON object", code="validation_error")
+    try:
+        if "memories" in raw:
+            items = msgspec.convert(raw, MemoryBatchIn).memories
+        else:
+            items = [msgspec.convert(raw, MemoryIn)]
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"invalid memory: {exc}", code="validation_error") from exc
+    if not items:
+        raise BadRequest("memories must not be empty", code="validation_error")
+    if len(items) > limits.max_batch:
+        raise PayloadTooLarge(f"a batch holds at most {limits.max_batch} memories, got {len(items)}",
+                              code="batch_too_large", details={"limit": limits.max_batch})
+    for index, item in enumerate(items):
+        where = "text" if len(items) == 1 else f"memories[{index}].text"
+        check_text(item.text, limits, field=where)
+        check_metadata(item.metadata, limits)
+    return items
+
+
+async def embed_texts(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    try:
+        return await embedder.embed(texts)
+    except EmbeddingError as exc:
+        raise ServiceUnavailable(f"the embedding provider failed: {exc}", code="embedding_unavailable") from exc
+
+
+async def _embeddings_for(services: Services, items: list[MemoryIn]) -> np.ndarray:
+    dim = services.settings.embedding.dim
+    out = np.zeros((len(items), dim), dtype=np.float32)
+    missing = [i for i, m in enumerate(items) if m.embedding is None]
+    for i, m in enumerate(items):
+        if m.embedding is not None:
+            check_embedding(m.embedding, dim)
+            vec = np.asarray(m.embedding, dtype=np.float32)
+            norm = float(np.linalg.norm(vec))
+            out[i] = vec / norm if norm > 0 else vec
+    if missing:
+        out[missing] = await embed_texts(services.embedder, [items[i].text for i in missing])
+    return out
+
+
+async def create(services: Services, org_id: UUID, body: bytes, idempotency_key: str | None) -> tuple[
+        CreatedMemories, bool]:
+    """Create the memories in ``body``; returns (result, replayed)."""
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
+        raise BadRequest(f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters", code="validation_error")
+    items = parse_create_body(body, services.settings.limits)
+    request_hash = hashlib.sha256(body).digest()
+    if idempotency_key is not None:
+        async with services.db.tenant(org_id, readonly=True) as tx:
+            stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)
+        if stored is not None:  # cheap early answer for retries: no embedding work
+            return _replay(stored, request_hash), True
+    embeddings = await _embeddings_for(services, items)
+    async with services.db.tenant(org_id) as tx:
+        if idempotency_key is not None:
+            await tx.execute("idempotency.forget_stale", org_id, idempotency_key)
+            if await tx.fetchval("idempotency.claim", org_id, idempotency_key, request_hash) is None:
+                # A concurrent request with the same key committed first (the claim waited for it).
+                stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)
+                if stored is None:
+                    raise Conflict("a request with this Idempotency-Key is still in progress; retry",
+                                   code="idempotency_in_progress")
+                return _replay(stored, request_hash), True
+        ids = await repo.insert_batch(tx, items, embeddings)
+        result = CreatedMemories(ids=ids)
+        if idempotency_key is not None:
+            await tx.execute("idempotency.store", org_id, idempotency_key, msgspec.to_builtins(result))
+        if random.randrange(_PURGE_EVERY) == 0:
+            await tx.execute("memories.purge_expired", org_id, 100)
+    await services.memories_changed(org_id, {m.agent_id for m in items})
+    return result, False
+
+
+def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:
+    if bytes(stored["request_hash"]) != request_hash:
+        raise Conflict("this Idempotency-Key was used with a different request body",
+                       code="idempotency_key_reused")
+    if stored["response"] is None:
+        raise Conflict("a request with this Idempotency-Key is still in progress; retry",
+                       code="idempotency_in_progress")
+    return msgspec.convert(stored["response"], CreatedMemories)
+
+
+async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> MemoryOut:
+    limits = services.settings.limits
+    embedding = None
+    if change.text is not msgspec.UNSET:
+        check_text(change.text, limits)
+        embedding = (await embed_texts(services.embedder, [change.text]))[0]
+    if change.metadata is not msgspec.UNSET:
+        check_metadata(change.metadata, limits)
+    async with services.db.tenant(org_id) as tx:
+        found, old_agent = await repo.agent_of(tx, memory_id)
+        row = await repo.update(tx, memory_id, change, embedding) if found else None
+    if row is None:
+        raise NotFound(f"memory {memory_id} not found")
+    await services.memories_changed(org_id, {old_agent, row["agent_id"]})
+    return repo.to_out(row)
+
+
+async def delete(services: Services, org_id: UUID, memory_id: UUID) -> None:
+    async with services.db.tenant(org_id) as tx:
+        found, agent_id = await repo.delete(tx, memory_id)
+    if not found:
+        raise NotFound(f"memory {memory_id} not found")
+    await services.memories_changed(org_id, {agent_id})

@@ -1,0 +1,42 @@
+"""The long-lived services a running app holds, built in the lifespan and handed to handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from service.db import Database
+    from service.embeddings import Embedder
+    from service.settings import Settings
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the servers are: resolved once by the CLI (embedded or configured) or by tests."""
+
+    owner_dsn: str
+    app_dsn: str
+    redis_url: str
+
+
+MemoryChangeHook = Callable[[UUID, set[str | None]], Awaitable[None]]
+"""Called after a committed memory write with the org and the agent ids whose memories changed."""
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    redis: Redis
+    embedder: Embedder
+    extras: dict[str, object] = field(default_factory=dict)
+    memory_hooks: list[MemoryChangeHook] = field(default_factory=list)
+
+    async def memories_changed(self, org_id: UUID, agent_ids: set[str | None]) -> None:
+        for hook in self.memory_hooks:
+            await hook(org_id, agent_ids)
