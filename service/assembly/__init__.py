@@ -1,0 +1,1 @@
+"""Context assembly: budget, intent, scoring, packing and formatting of an agent's context."""

@@ -1,0 +1,361 @@
+"""Selective mode: how much memory a query deserves, decided from the query alone and explained.
+
+The decision has four steps, each recorded in :attr:`SelectiveBudget.reasons`:
+
+1. **Intent** from cue phrases (``what is`` -> factual, ``how does`` -> conceptual, ``compare``
+   -> detailed, ``design`` -> complex, ...). A cue weighs as many words as it has, the intent with
+   the most weight wins and ties go to the more demanding intent, so "what is the difference
+   between" is detailed while "what is the build command" stays factual. With no cue, the intent
+   follows the complexity level.
+2. **Complexity**, a score in [0, 1] from the number of words (dominant: 2 words ~ 0.11,
+   7 ~ 0.30, 15 ~ 0.53, 30+ = 0.75) plus structure (clauses, conjunctions, extra question words,
+   entity-like terms). Levels: simple < 0.25 <= moderate < 0.5 <= complex < 0.75 <= very_complex.
+3. **Tier** from the intent (factual -> minimal 50-100, conceptual -> standard 500-1000, detailed
+   -> large 2000-3000, complex -> comprehensive 5000-8000), moved one tier up when the query is
+   two or more levels more complex than its intent suggests and one tier down when it is two or
+   more levels simpler. The **base** budget sits inside the tier at the complexity score
+   (``min + score * (max - min)``).
+4. **Multiplier**: keyword rules scale the base; the highest matching multiplier wins (no
+   stacking), the result never exceeds the tier's ceiling, and reductions (``brief``, ``summary``)
+   never go below ``SelectiveRules.floor_tokens``.
+
+Everything is data in :class:`SelectiveRules`; pass a modified copy to change tiers, cues or
+multiplier rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+
+class Intent(enum.StrEnum):
+    FACTUAL = "factual"
+    CONCEPTUAL = "conceptual"
+    DETAILED = "detailed"
+    COMPLEX = "complex"
+
+
+class Complexity(enum.StrEnum):
+    SIMPLE = "simple"
+    MODERATE = "moderate"
+    COMPLEX = "complex"
+    VERY_COMPLEX = "very_complex"
+
+
+INTENT_ORDER: Final[tuple[Intent, ...]] = tuple(Intent)
+COMPLEXITY_ORDER: Final[tuple[Complexity, ...]] = tuple(Complexity)
+
+
+_PHRASE_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+_MAX_PHRASE_WORDS: Final = 4
+
+
+def _phrase_words(text: str) -> list[str]:
+    # "step-by-step", "Root_Cause" and "tl;dr" must meet "step by step", "root cause", "tl dr".
+    return _PHRASE_WORD.findall(text.lower().replace("’", "'"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalise(phrase: str) -> str:
+    return " ".join(_phrase_words(phrase))
+
+
+def _check_phrase(phrase: str) -> None:
+    if not 1 <= len(_normalise(phrase).split()) <= _MAX_PHRASE_WORDS:
+        raise ValueError(f"cue or keyword {phrase!r} must have 1 to {_MAX_PHRASE_WORDS} words")
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    name: str
+    min_tokens: int
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_tokens <= self.max_tokens:
+            raise ValueError(f"tier {self.name!r}: need 0 < min_tokens <= max_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class MultiplierRule:
+    """Scale the budget by ``multiplier`` when ``keyword`` (one to four words, matched as whole
+    words; case, ``-`` and ``_`` do not matter) occurs in the query."""
+
+    keyword: str
+    multiplier: float
+    category: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.multiplier <= 0:
+            raise ValueError(f"multiplier for {self.keyword!r} must be positive")
+        _check_phrase(self.keyword)
+
+
+DEFAULT_TIERS: Final[tuple[Tier, ...]] = (
+    Tier("minimal", 50, 100),
+    Tier("standard", 500, 1000),
+    Tier("large", 2000, 3000),
+    Tier("comprehensive", 5000, 8000),
+)
+
+
+def _phrases(listing: str) -> tuple[str, ...]:
+    """Comma-separated phrases; keeps the tables below one readable block each."""
+    return tuple(p.strip() for p in listing.split(",") if p.strip())
+
+
+DEFAULT_INTENT_CUES: Final[tuple[tuple[Intent, tuple[str, ...]], ...]] = (
+    (
+        Intent.FACTUAL,
+        _phrases(
+            "what is, what's, what are, who is, who, when, where, which, define, definition, meaning, "
+            "how many, how much, is there, list"
+        ),
+    ),
+    (
+        Intent.CONCEPTUAL,
+        _phrases(
+            "how does, how do, how is, how can, explain, why, understand, describe, what happens, "
+            "overview, purpose, concept, example"
+        ),
+    ),
+    (
+        Intent.DETAILED,
+        _phrases(
+            "compare, compared to, compared with, comparison, analyze, analyse, analysis, difference, "
+            "differences, difference between, differences between, differ, "
+            "versus, vs, trade off, trade offs, tradeoff, tradeoffs, pros and cons, contrast, "
+            "evaluate, assess, walk through"
+        ),
+    ),
+    (
+        Intent.COMPLEX,
+        _phrases(
+            "design, build, architecture, architect, implement, plan, strategy, migrate, migration, "
+            "refactor, end to end, roadmap, system"
+        ),
+    ),
+)
+
+
+def _rules(multiplier: float, category: str, listing: str) -> tuple[MultiplierRule, ...]:
+    return tuple(MultiplierRule(k, multiplier, category) for k in _phrases(listing))
+
+
+DEFAULT_MULTIPLIERS: Final[tuple[MultiplierRule, ...]] = (
+    *_rules(2.0, "critical", "critical, emergency, urgent, production incident, outage, data loss"),
+    *_rules(1.5, "domain", "financial, compliance, legal, security, medical, regulatory, audit"),
+    *_rules(1.5, "scope", "comprehensive, exhaustive, everything, in depth"),
+    *_rules(1.3, "scope", "detailed, all, step by step, thorough, full"),
+    *_rules(1.2, "analysis", "debug, troubleshoot, analyze, investigate, root cause, diagnose"),
+    *_rules(0.6, "brevity", "summary, summarize, summarise, overview"),
+    *_rules(0.5, "brevity", "brief, briefly, quick, short, tl dr, tldr"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectiveRules:
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    """Four tiers, least to most tokens, in the order of :class:`Intent`."""
+    intent_cues: tuple[tuple[Intent, tuple[str, ...]], ...] = DEFAULT_INTENT_CUES
+    multipliers: tuple[MultiplierRule, ...] = DEFAULT_MULTIPLIERS
+    floor_tokens: int = 50
+    """Lowest budget a reducing multiplier can reach."""
+
+    def __post_init__(self) -> None:
+        if len(self.tiers) != len(INTENT_ORDER):
+            raise ValueError(f"need exactly {len(INTENT_ORDER)} tiers, got {len(self.tiers)}")
+        if self.floor_tokens <= 0:
+            raise ValueError("floor_tokens must be positive")
+        for _, cues in self.intent_cues:
+            for cue in cues:
+                _check_phrase(cue)
+
+    def with_multipliers(self, *rules: MultiplierRule) -> SelectiveRules:
+        """A copy with extra rules; a rule for an existing keyword replaces it."""
+        keywords = {_normalise(r.keyword) for r in rules}
+        kept = tuple(r for r in self.multipliers if _normalise(r.keyword) not in keywords)
+        return SelectiveRules(self.tiers, self.intent_cues, kept + rules, self.floor_tokens)
+
+
+DEFAULT_SELECTIVE_RULES: Final = SelectiveRules()
+
+
+@dataclass(frozen=True, slots=True)
+class ComplexityAssessment:
+    level: Complexity
+    score: float
+    words: int
+    clauses: int
+    question_words: int
+    entities: int
+
+
+@dataclass(frozen=True, slots=True)
+class SelectiveBudget:
+    """The explained outcome of selective mode for one query."""
+
+    intent: Intent
+    intent_cues: tuple[str, ...]
+    complexity: Complexity
+    complexity_score: float
+    tier: Tier
+    base_tokens: int
+    multiplier: float
+    multiplier_keyword: str | None
+    final_tokens: int
+    reasons: tuple[str, ...] = field(default=())
+
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+_QUESTION_WORDS: Final = frozenset({"what", "how", "why", "when", "where", "which", "who", "whom", "whose"})
+_CONJUNCTIONS: Final = frozenset(
+    {
+        "and",
+        "or",
+        "but",
+        "while",
+        "whereas",
+        "because",
+        "although",
+        "though",
+        "if",
+        "unless",
+        "then",
+        "so",
+        "versus",
+        "vs",
+        "plus",
+        "also",
+    }
+)
+# Identifiers, paths, versions and quoted phrases are the "entities" a query asks about.
+_ENTITY = re.compile(r"""\w+[_./:]\w[\w./:]*|[a-z]+[A-Z]\w*|"[^"]+"|'[^']{2,}'|`[^`]+`""")
+_CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][\w-]+")
+
+
+def _phrases_in(query: str) -> frozenset[str]:
+    """Every run of one to four consecutive words: a cue matches by set lookup, as whole words."""
+    ws = _phrase_words(query)
+    return frozenset(" ".join(ws[i : i + n]) for n in range(1, _MAX_PHRASE_WORDS + 1) for i in range(len(ws) - n + 1))
+
+
+def _piecewise(x: float, points: tuple[tuple[float, float], ...]) -> float:
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+_LENGTH_CURVE: Final = ((0.0, 0.0), (2.0, 0.15), (7.0, 0.4), (15.0, 0.7), (30.0, 1.0))
+
+
+def assess_complexity(query: str) -> ComplexityAssessment:
+    """Complexity from length (75%) and structure (25%): clauses, extra question words, entities."""
+    words = _WORD.findall(query)
+    lowered = [w.lower() for w in words]
+    clause_marks = len(re.findall(r"[,;:]", query)) + sum(1 for w in lowered if w in _CONJUNCTIONS)
+    question_words = sum(1 for w in lowered if w in _QUESTION_WORDS) + max(0, query.count("?") - 1)
+    entities = len(_ENTITY.findall(query)) + len(_CAPITALISED.findall(query))
+    length_part = _piecewise(float(len(words)), _LENGTH_CURVE)
+    structure = min(1.0, 0.25 * clause_marks + 0.25 * max(0, question_words - 1) + 0.15 * entities)
+    score = round(min(1.0, 0.75 * length_part + 0.25 * structure), 3)
+    level = COMPLEXITY_ORDER[min(3, int(score / 0.25))]
+    return ComplexityAssessment(level, score, len(words), clause_marks, question_words, entities)
+
+
+def classify_intent(
+    query: str, rules: SelectiveRules = DEFAULT_SELECTIVE_RULES
+) -> tuple[Intent | None, tuple[str, ...]]:
+    """The intent whose cues carry the most weight (multi-word cues weigh more), and those cues.
+
+    ``None`` when no cue matches; the caller then derives the intent from complexity.
+    """
+    phrases = _phrases_in(query)
+    best: tuple[float, int, Intent | None, tuple[str, ...]] = (0.0, -1, None, ())
+    for intent, cues in rules.intent_cues:
+        matched = tuple(c for c in cues if _normalise(c) in phrases)
+        weight = sum(len(_normalise(c).split()) for c in matched)
+        # Ties go to the more demanding intent: under-serving a hard question costs more.
+        key = (float(weight), INTENT_ORDER.index(intent))
+        if weight > 0 and key > best[:2]:
+            best = (key[0], key[1], intent, matched)
+    return best[2], best[3]
+
+
+def pick_multiplier(query: str, rules: SelectiveRules = DEFAULT_SELECTIVE_RULES) -> tuple[float, str | None]:
+    """The highest multiplier among matching rules, with its keyword; ``(1.0, None)`` if none."""
+    phrases = _phrases_in(query)
+    matches = [r for r in rules.multipliers if _normalise(r.keyword) in phrases]
+    if not matches:
+        return 1.0, None
+    top = max(matches, key=lambda r: r.multiplier)
+    return top.multiplier, top.keyword
+
+
+def plan_selective_budget(query: str, rules: SelectiveRules = DEFAULT_SELECTIVE_RULES) -> SelectiveBudget:
+    """Intent, complexity, tier and multiplier for ``query``: the memory token budget, explained."""
+    reasons: list[str] = []
+    complexity = assess_complexity(query)
+    reasons.append(
+        f"complexity {complexity.level} ({complexity.score:.2f}): {complexity.words} words, "
+        f"{complexity.clauses} clause marks, {complexity.question_words} question words, "
+        f"{complexity.entities} entities"
+    )
+    level_index = COMPLEXITY_ORDER.index(complexity.level)
+    found, cues = classify_intent(query, rules)
+    if found is None:
+        intent = INTENT_ORDER[level_index]
+        reasons.append(f"intent {intent} (no intent cue; follows complexity)")
+    else:
+        intent = found
+        reasons.append(f"intent {intent} (cues: {', '.join(repr(c) for c in cues)})")
+
+    intent_index = INTENT_ORDER.index(intent)
+    tier_index = intent_index
+    if level_index - intent_index >= 2:
+        tier_index = min(len(rules.tiers) - 1, intent_index + 1)
+    elif intent_index - level_index >= 2:
+        tier_index = max(0, intent_index - 1)
+    tier = rules.tiers[tier_index]
+    if tier_index == intent_index:
+        reasons.append(f"tier {tier.name} ({tier.min_tokens}-{tier.max_tokens}) for {intent} intent")
+    else:
+        direction = "up" if tier_index > intent_index else "down"
+        reasons.append(
+            f"tier {tier.name} ({tier.min_tokens}-{tier.max_tokens}): one tier {direction} from "
+            f"{rules.tiers[intent_index].name} because the query is {complexity.level}"
+        )
+
+    base = round(tier.min_tokens + complexity.score * (tier.max_tokens - tier.min_tokens))
+    reasons.append(f"base {base} tokens ({complexity.score:.0%} into the tier)")
+
+    multiplier, keyword = pick_multiplier(query, rules)
+    final = base
+    if keyword is not None:
+        scaled = round(base * multiplier)
+        final = max(min(scaled, tier.max_tokens), min(rules.floor_tokens, base))
+        note = f"multiplier x{multiplier:g} from {keyword!r}: {base} -> {scaled}"
+        if final != scaled:
+            limit = "tier ceiling" if scaled > tier.max_tokens else "floor"
+            note += f", held at the {limit} {final}"
+        reasons.append(note)
+    return SelectiveBudget(
+        intent=intent,
+        intent_cues=cues,
+        complexity=complexity.level,
+        complexity_score=complexity.score,
+        tier=tier,
+        base_tokens=base,
+        multiplier=multiplier,
+        multiplier_keyword=keyword,
+        final_tokens=final,
+        reasons=tuple(reasons),
+    )

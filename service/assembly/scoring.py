@@ -1,0 +1,495 @@
+"""Scores for memory candidates: five components in [0, 1], weighted by the query's intent.
+
+Components:
+
+* **relevance** — from retrieval, normalised by the caller to [0, 1] (1 = best match).
+* **recency** — ``0.5 ** (age / half_life)`` on the creation time; a recent access counts at half
+  strength (``access_refresh``), so memories in use stay warm without access alone keeping them
+  young.
+* **usefulness** — ``0.5 * importance + 0.5 * (usefulness + 1) / 2``. ``usefulness`` is the
+  learned feedback signal in **[-1, 1]** (0 = no feedback, +1 always helpful, -1 never);
+  ``importance`` is the writer's own estimate in [0, 1]. Neutral memories score 0.5.
+* **informativeness** — value per token: distinct content terms per token relative to
+  ``density_target`` (capped at 1), times ``1 - exp(-terms / saturation_terms)`` so near-empty texts
+  score low, times ``sqrt(long_item_tokens / tokens)`` past ``long_item_tokens`` so very long
+  texts pay for the room they take.
+* **uniqueness** — ``1 - max similarity`` to the items already chosen (MMR), computed by the packer
+  at each step: cosine of embeddings when both items have one, else Jaccard over word unigrams and
+  bigrams (bigrams keep "A depends on B" apart from "B depends on A").
+
+``composite = sum(weight * component)``. Weights per intent follow the selective-retrieval design
+(factual favours relevance, complex favours diversity and recency), with 0.10 given to feedback:
+
+=========== ========= =============== ========== ======= ==========
+intent      relevance informativeness uniqueness recency usefulness
+=========== ========= =============== ========== ======= ==========
+factual     0.55      0.15            0.10       0.10    0.10
+conceptual  0.35      0.35            0.10       0.10    0.10
+detailed    0.30      0.30            0.20       0.10    0.10
+complex     0.25      0.25            0.25       0.15    0.10
+=========== ========= =============== ========== ======= ==========
+
+Candidates with the same id (a memory found both in the hot set and by cold search) are merged by
+:func:`merge_by_id` into one candidate with ``origin="hot"``, ``in_hot_and_cold=True``, the better
+relevance (and that side's rank), whichever embedding is present, pinned if either copy is, and
+every other field from the cold copy (fresh from Postgres, where the hot set is a cache).
+
+Inputs outside their documented ranges are clamped rather than rejected: one badly normalised
+score should cost ranking quality, not the whole request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Final, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.assembly.format import format_memory, memory_tags
+from service.assembly.intent import Intent
+from service.tokens import TokenCounter
+
+Origin = Literal["hot", "cold"]
+FloatVector = NDArray[np.floating]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Candidate:
+    """A memory offered to the packer. ``eq=False``: identity is ``id``, arrays do not compare."""
+
+    id: str
+    text: str
+    origin: Origin
+    relevance: float
+    """Retrieval relevance normalised to [0, 1] (see :func:`scale_to_unit`)."""
+    created_at: datetime
+    """Timezone-aware; naive values are taken as UTC."""
+    last_accessed_at: datetime | None = None
+    importance: float = 0.5
+    """Writer-assigned importance in [0, 1]."""
+    usefulness: float = 0.0
+    """Learned feedback in [-1, 1]; 0 means no signal yet."""
+    embedding: FloatVector | None = None
+    pinned: bool = False
+    """Considered before everything else and never dropped as ``below_threshold``."""
+    rank: int | None = None
+    """1-based rank within its origin's retrieval, shown in justifications."""
+    in_hot_and_cold: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    relevance: float
+    informativeness: float
+    uniqueness: float
+    recency: float
+    usefulness: float
+
+    def __post_init__(self) -> None:
+        values = dataclasses.astuple(self)
+        if any(v < 0 for v in values) or not math.isclose(sum(values), 1.0, abs_tol=1e-6):
+            raise ValueError(f"weights must be non-negative and sum to 1, got {values}")
+
+
+DEFAULT_WEIGHTS: Final[Mapping[Intent, Weights]] = MappingProxyType(
+    {
+        Intent.FACTUAL: Weights(0.55, 0.15, 0.10, 0.10, 0.10),
+        Intent.CONCEPTUAL: Weights(0.35, 0.35, 0.10, 0.10, 0.10),
+        Intent.DETAILED: Weights(0.30, 0.30, 0.20, 0.10, 0.10),
+        Intent.COMPLEX: Weights(0.25, 0.25, 0.25, 0.15, 0.10),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringRules:
+    weights: Mapping[Intent, Weights] = field(default_factory=lambda: DEFAULT_WEIGHTS)
+    recency_half_life_hours: float = 14 * 24.0
+    access_refresh: float = 0.5
+    """Strength of a recent access relative to a recent creation."""
+    density_target: float = 0.35
+    """Distinct content terms per token that counts as fully dense (typical for crisp prose)."""
+    saturation_terms: float = 4.0
+    long_item_tokens: int = 400
+
+    def __post_init__(self) -> None:
+        if self.recency_half_life_hours <= 0 or self.density_target <= 0 or self.saturation_terms <= 0:
+            raise ValueError("half-life, density target and saturation must be positive")
+        if self.long_item_tokens <= 0:
+            raise ValueError("long_item_tokens must be positive")
+
+
+DEFAULT_SCORING_RULES: Final = ScoringRules()
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    relevance: float
+    recency: float
+    usefulness: float
+    informativeness: float
+    uniqueness: float
+    composite: float
+
+    def with_uniqueness(self, uniqueness: float, weights: Weights) -> ScoreBreakdown:
+        delta = weights.uniqueness * (uniqueness - self.uniqueness)
+        return dataclasses.replace(self, uniqueness=uniqueness, composite=self.composite + delta)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScoredCandidate:
+    """A candidate written as its memory line, counted exactly, and scored before selection."""
+
+    candidate: Candidate
+    tag: str
+    formatted: str
+    tokens: int
+    """Exact tokens of ``formatted`` (what the packer charges)."""
+    text_tokens: int
+    """Tokens of the text without its tag (what informativeness is judged on)."""
+    content_terms: int
+    age_hours: float
+    access_age_hours: float | None
+    recency_from_access: bool
+    unit_embedding: FloatVector | None
+    scores: ScoreBreakdown
+    """Uniqueness is 1.0 here; the packer lowers it against what it has chosen."""
+
+    @property
+    def id(self) -> str:
+        return self.candidate.id
+
+
+_WORD = re.compile(r"\w+")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_CHAR = re.compile(f"[{_CJK}]")
+_CJK_PIECES = re.compile(f"[{_CJK}]|[^{_CJK}]+")
+
+
+def _word_list(listing: str) -> frozenset[str]:
+    return frozenset(listing.split())
+
+
+STOPWORDS: Final = _word_list(
+    "a about above after again against all am an and any are as at be because been before being below "
+    "between both but by can could did do does doing down during each few for from further had has "
+    "have having he her here hers herself him himself his how i if in into is it its itself just me "
+    "more most my myself no nor not now of off on once only or other our ours ourselves out over own "
+    "same she should so some such than that the their theirs them themselves then there these they "
+    "this those through to too under until up very was we were what when where which while who whom "
+    "why will with would you your yours yourself yourselves also may might must shall via per etc eg "
+    "ie"
+)
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    if math.isnan(value):
+        return low
+    return min(high, max(low, value))
+
+
+def words(text: str) -> list[str]:
+    """Lowercased words; CJK ideographs and kana count one per character (no spaces to split on)."""
+    found = _WORD.findall(text.lower())
+    if text.isascii() or _CJK_CHAR.search(text) is None:
+        return found
+    out: list[str] = []
+    for w in found:
+        if _CJK_CHAR.search(w) is None:
+            out.append(w)
+        else:
+            out.extend(_CJK_PIECES.findall(w))
+    return out
+
+
+def _content(distinct: set[str]) -> set[str]:
+    distinct -= STOPWORDS
+    return {w for w in distinct if len(w) > 1 or _CJK_CHAR.match(w) is not None}
+
+
+@functools.lru_cache(maxsize=8192)
+def content_term_count(text: str) -> int:
+    """Distinct content words (see :func:`content_terms`); cached, memory texts recur per request."""
+    return len(_content(set(words(text))))
+
+
+def content_terms(text: str) -> frozenset[str]:
+    """Distinct words that carry content: not stopwords, two characters or more (or one CJK char)."""
+    return frozenset(_content(set(words(text))))
+
+
+def similarity_features(text: str) -> frozenset[str]:
+    """Content words plus adjacent word pairs, for Jaccard similarity."""
+    ws = words(text)
+    features = _content(set(ws))
+    features.update(map(" ".join, itertools.pairwise(ws)))
+    return frozenset(features)
+
+
+FEATURE_CACHE_MAX_CHARS: Final = 4096
+
+
+@functools.lru_cache(maxsize=2048)
+def _cached_feature_hashes(text: str) -> NDArray[np.int64]:
+    hashes = np.fromiter(map(hash, similarity_features(text)), dtype=np.int64)
+    hashes.setflags(write=False)  # shared between calls through the cache
+    return hashes
+
+
+def feature_hashes(text: str) -> NDArray[np.int64]:
+    """:func:`similarity_features` as distinct integer hashes (valid within this process only).
+
+    Cached for texts up to :data:`FEATURE_CACHE_MAX_CHARS` characters, as memory texts recur.
+    """
+    if len(text) > FEATURE_CACHE_MAX_CHARS:
+        return np.fromiter(map(hash, similarity_features(text)), dtype=np.int64)
+    return _cached_feature_hashes(text)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """Reference definition (the packer computes the same thing vectorised); empty sets match
+    nothing, the packer compares such texts for equality instead."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _hours_between(earlier: datetime, later: datetime) -> float:
+    return max(0.0, (_utc(later) - _utc(earlier)).total_seconds() / 3600.0)
+
+
+def recency_score(age_hours: float, access_age_hours: float | None, rules: ScoringRules) -> float:
+    created: float = 0.5 ** (age_hours / rules.recency_half_life_hours)
+    if access_age_hours is None:
+        return created
+    accessed: float = rules.access_refresh * 0.5 ** (access_age_hours / rules.recency_half_life_hours)
+    return max(created, accessed)
+
+
+def usefulness_score(usefulness: float, importance: float) -> float:
+    return 0.5 * _clamp(importance, 0.0, 1.0) + 0.25 * (_clamp(usefulness, -1.0, 1.0) + 1.0)
+
+
+def informativeness_score(terms: int, text_tokens: int, rules: ScoringRules) -> float:
+    if terms == 0 or text_tokens <= 0:
+        return 0.0
+    density = min(1.0, terms / text_tokens / rules.density_target)
+    amount = 1.0 - math.exp(-terms / rules.saturation_terms)
+    length = min(1.0, math.sqrt(rules.long_item_tokens / text_tokens))
+    return density * amount * length
+
+
+def composite(
+    weights: Weights,
+    *,
+    relevance: float,
+    recency: float,
+    usefulness: float,
+    informativeness: float,
+    uniqueness: float,
+) -> float:
+    return (
+        weights.relevance * relevance
+        + weights.recency * recency
+        + weights.usefulness * usefulness
+        + weights.informativeness * informativeness
+        + weights.uniqueness * uniqueness
+    )
+
+
+def scale_to_unit(scores: Sequence[float]) -> list[float]:
+    """Divide retrieval scores by the best one so the top is 1.0 and ratios are kept (RRF scores
+    such as 1/61 become usable relevances). Non-positive inputs map to 0."""
+    top = max((s for s in scores if s > 0 and not math.isnan(s)), default=0.0)
+    if top <= 0:
+        return [0.0 for _ in scores]
+    return [_clamp(s / top, 0.0, 1.0) for s in scores]
+
+
+def merge_by_id(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """One candidate per id, first-seen order (see module docstring for how duplicates merge)."""
+    merged: dict[str, Candidate] = {}
+    for cand in candidates:
+        seen = merged.get(cand.id)
+        if seen is None:
+            merged[cand.id] = cand
+            continue
+        # Text, timestamps and feedback come from the cold copy: it was just read from Postgres,
+        # while the hot set is a cache that may lag behind recent feedback.
+        if cand.origin == "cold" and seen.origin != "cold":
+            primary, secondary = cand, seen
+        else:
+            primary, secondary = seen, cand
+        better = seen if seen.relevance >= cand.relevance else cand
+        hot = "hot" in (seen.origin, cand.origin)
+        both = seen.origin != cand.origin or seen.in_hot_and_cold or cand.in_hot_and_cold
+        merged[cand.id] = dataclasses.replace(
+            primary,
+            origin="hot" if hot else primary.origin,
+            relevance=better.relevance,
+            rank=better.rank if better.rank is not None else (seen.rank or cand.rank),
+            embedding=primary.embedding if primary.embedding is not None else secondary.embedding,
+            pinned=seen.pinned or cand.pinned,
+            in_hot_and_cold=both,
+        )
+    return list(merged.values())
+
+
+def unit_embeddings(vectors: Sequence[FloatVector | None]) -> list[FloatVector | None]:
+    """L2-normalised float32 copies, in one batch per dimension; zero or non-finite vectors -> None."""
+    out: list[FloatVector | None] = [None] * len(vectors)
+    by_dim: dict[int, list[int]] = {}
+    flat: dict[int, FloatVector] = {}
+    for i, vector in enumerate(vectors):
+        if vector is not None:
+            flat[i] = np.asarray(vector, dtype=np.float32).ravel()
+            by_dim.setdefault(flat[i].shape[0], []).append(i)
+    for rows in by_dim.values():
+        matrix = np.stack([flat[i] for i in rows])
+        norms = np.linalg.norm(matrix, axis=1)
+        usable = np.isfinite(norms) & (norms > 0)
+        matrix[usable] /= norms[usable, None]
+        for pos, i in enumerate(rows):
+            if usable[pos]:
+                out[i] = matrix[pos]
+    return out
+
+
+def score_candidates(
+    candidates: Iterable[Candidate],
+    *,
+    intent: Intent,
+    counter: TokenCounter,
+    now: datetime | None = None,
+    rules: ScoringRules = DEFAULT_SCORING_RULES,
+) -> list[ScoredCandidate]:
+    """Merge by id, write each memory line, count it exactly and score it (uniqueness 1.0).
+
+    Returned best composite first (ties: higher relevance, then id) — the packer's starting order.
+    """
+    now = now or datetime.now(UTC)
+    weights = rules.weights[intent]
+    merged = merge_by_id(candidates)
+    tags = memory_tags(c.id for c in merged)
+    units = unit_embeddings([c.embedding for c in merged])
+    scored: list[ScoredCandidate] = []
+    for cand, unit in zip(merged, units, strict=True):
+        tag = tags[cand.id]
+        formatted = format_memory(tag, cand.text)
+        tokens = counter.count(formatted)
+        # The tag line's own cost is not content; informativeness judges the text alone.
+        text_tokens = max(1, tokens - counter.count(format_memory(tag, "")))
+        terms = content_term_count(cand.text)
+        age = _hours_between(cand.created_at, now)
+        access_age = None if cand.last_accessed_at is None else _hours_between(cand.last_accessed_at, now)
+        relevance = _clamp(cand.relevance, 0.0, 1.0)
+        recency = recency_score(age, access_age, rules)
+        usefulness = usefulness_score(cand.usefulness, cand.importance)
+        info = informativeness_score(terms, text_tokens, rules)
+        breakdown = ScoreBreakdown(
+            relevance=relevance,
+            recency=recency,
+            usefulness=usefulness,
+            informativeness=info,
+            uniqueness=1.0,
+            composite=composite(
+                weights,
+                relevance=relevance,
+                recency=recency,
+                usefulness=usefulness,
+                informativeness=info,
+                uniqueness=1.0,
+            ),
+        )
+        scored.append(
+            ScoredCandidate(
+                candidate=cand,
+                tag=tag,
+                formatted=formatted,
+                tokens=tokens,
+                text_tokens=text_tokens,
+                content_terms=terms,
+                age_hours=age,
+                access_age_hours=access_age,
+                recency_from_access=recency > recency_score(age, None, rules),
+                unit_embedding=unit,
+                scores=breakdown,
+            )
+        )
+    scored.sort(key=lambda s: (-s.scores.composite, -s.scores.relevance, s.id))
+    return scored
+
+
+def humanize_hours(hours: float) -> str:
+    if hours < 1:
+        return f"{max(1, round(hours * 60))}m"
+    if hours < 48:
+        return f"{round(hours)}h"
+    if hours < 24 * 60:
+        return f"{round(hours / 24)}d"
+    return f"{round(hours / (24 * 30))}mo"
+
+
+def justify(
+    item: ScoredCandidate,
+    scores: ScoreBreakdown,
+    weights: Weights,
+    *,
+    similar_to: str | None = None,
+    top: int = 3,
+) -> str:
+    """One line: the ``top`` factors that contributed most to the composite, with numbers, plus
+    whatever is notable regardless of size (pinned, clear feedback, overlap with a chosen item).
+
+    Full uniqueness is the default state, not a reason, so it is named only when it was lowered.
+    """
+    cand = item.candidate
+    where = cand.origin if not cand.in_hot_and_cold else "hot+cold"
+    rel_note = f"rank {cand.rank} {where}" if cand.rank is not None else where
+    if item.recency_from_access and item.access_age_hours is not None:
+        recency_note = f"accessed {humanize_hours(item.access_age_hours)} ago"
+    else:
+        recency_note = f"{humanize_hours(item.age_hours)} old"
+    if cand.usefulness > 0.05:
+        useful_note = f"helpful feedback {cand.usefulness:+.1f}"
+    elif cand.usefulness < -0.05:
+        useful_note = f"unhelpful feedback {cand.usefulness:+.1f}"
+    else:
+        useful_note = f"importance {_clamp(cand.importance, 0.0, 1.0):.2f}"
+    recent = "recent" if scores.recency >= 0.5 else "recency"
+    factors = [
+        (weights.relevance * scores.relevance, f"relevance {scores.relevance:.2f} ({rel_note})"),
+        (weights.recency * scores.recency, f"{recent} {scores.recency:.2f} ({recency_note})"),
+        (weights.usefulness * scores.usefulness, f"usefulness {scores.usefulness:.2f} ({useful_note})"),
+        (
+            weights.informativeness * scores.informativeness,
+            f"informative {scores.informativeness:.2f} ({item.content_terms} terms/{item.text_tokens} tokens)",
+        ),
+    ]
+    overlap = None
+    if similar_to is not None and scores.uniqueness < 0.999:
+        overlap = f"overlaps {1 - scores.uniqueness:.2f} with [{similar_to}]"
+        factors.append((weights.uniqueness * scores.uniqueness, overlap))
+    factors.sort(key=lambda f: -f[0])
+    parts = [text for _, text in factors[:top]]
+    notable = [factors_text for _, factors_text in factors[top:] if factors_text.startswith("usefulness")]
+    if notable and abs(cand.usefulness) >= 0.3:
+        parts.extend(notable)
+    if overlap is not None and scores.uniqueness < 0.7 and overlap not in parts:
+        parts.append(overlap)
+    if cand.pinned:
+        parts.insert(0, "pinned")
+    return f"score {scores.composite:.2f}: " + ", ".join(parts)

@@ -1,0 +1,216 @@
+"""Greedy MMR packing: budget, duplicates, thresholds, pinning, and the accounting it reports."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from service.assembly.format import format_memories
+from service.assembly.intent import Intent
+from service.assembly.packing import PackingRules, pack, select_memories
+from service.assembly.scoring import Candidate, score_candidates
+from service.tokens import TokenCounter, Tokenizers
+
+NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def counter(tmp_path_factory: pytest.TempPathFactory) -> TokenCounter:
+    return Tokenizers(tmp_path_factory.mktemp("tiktoken")).get("cl100k_base")
+
+
+def cand(id: str, text: str, **kw: object) -> Candidate:
+    fields: dict[str, object] = {"origin": "cold", "relevance": 0.8, "created_at": NOW - timedelta(hours=2)}
+    fields.update(kw)
+    return Candidate(id=id, text=text, **fields)  # type: ignore[arg-type]
+
+
+def vec(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+FACTS = [
+    "Invoices are issued on the first business day of each month by the billing service.",
+    "The EU region keeps nightly Postgres backups for thirty-five days before deletion.",
+    "API keys are stored hashed with a per-key salt and map a caller to exactly one org.",
+    "Redis keys are namespaced by org with braces so a cluster keeps each tenant on one slot.",
+    "The assemble endpoint has a forty millisecond deadline and degrades rather than waiting.",
+    "HNSW indexes are built after bulk loads because building them first is much slower.",
+]
+
+
+def accounted(counter: TokenCounter, result_chosen: tuple[object, ...]) -> int:
+    return counter.count(format_memories(result_chosen))  # type: ignore[arg-type]
+
+
+def test_packs_everything_that_fits_and_accounts_exactly(counter: TokenCounter) -> None:
+    cands = [cand(f"id{i:02d}", text, relevance=1.0 - i / 10) for i, text in enumerate(FACTS)]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert len(result.chosen) == len(FACTS) and not result.dropped
+    assert result.tokens_used == accounted(counter, result.chosen)
+    assert result.tokens_used == result.section_overhead + sum(p.tokens for p in result.chosen)
+    assert result.chosen[0].id == "id00"
+    assert result.candidates_evaluated == len(FACTS)
+
+
+def test_never_over_budget_and_keeps_trying_smaller_items(counter: TokenCounter) -> None:
+    big = cand("big", " ".join(FACTS * 3), relevance=1.0)
+    small = cand("small", "Backups are kept thirty-five days.", relevance=0.6)
+    scored = score_candidates([big, small], intent=Intent.FACTUAL, counter=counter, now=NOW)
+    small_cost = next(s.tokens for s in scored if s.id == "small")
+    budget = small_cost + 5 + 10
+    result = pack(scored, budget_tokens=budget, intent=Intent.FACTUAL, counter=counter)
+    assert [p.id for p in result.chosen] == ["small"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("big", "over_budget")]
+    assert result.tokens_used <= budget
+    assert "left" in result.dropped[0].detail
+
+
+def test_zero_or_negative_budget_packs_nothing(counter: TokenCounter) -> None:
+    for budget in (0, -50):
+        result = select_memories(
+            [cand("a", FACTS[0])], budget_tokens=budget, intent=Intent.FACTUAL, counter=counter, now=NOW
+        )
+        assert result.chosen == () and result.tokens_used == 0
+        assert [d.reason for d in result.dropped] == ["over_budget"]
+
+
+def test_section_tags_are_charged_once(counter: TokenCounter) -> None:
+    scored = score_candidates([cand("a", FACTS[0])], intent=Intent.FACTUAL, counter=counter, now=NOW)
+    exact = scored[0].tokens + pack(scored, budget_tokens=0, intent=Intent.FACTUAL, counter=counter).section_overhead
+    assert pack(scored, budget_tokens=exact, intent=Intent.FACTUAL, counter=counter).chosen
+    assert not pack(scored, budget_tokens=exact - 1, intent=Intent.FACTUAL, counter=counter).chosen
+
+
+def test_near_duplicates_by_embedding_are_dropped(counter: TokenCounter) -> None:
+    cands = [
+        cand("a", FACTS[0], relevance=0.9, embedding=vec(1, 0, 0)),
+        cand("b", FACTS[0] + " Really.", relevance=0.8, embedding=vec(0.99, 0.05, 0)),
+        cand("c", FACTS[1], relevance=0.5, embedding=vec(0, 1, 0)),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["a", "c"]
+    (dup,) = result.dropped
+    assert dup.id == "b" and dup.reason == "duplicate" and "[a]" in dup.detail
+
+
+def test_near_duplicates_by_words_are_dropped(counter: TokenCounter) -> None:
+    cands = [
+        cand("a", FACTS[1], relevance=0.9),
+        cand("b", FACTS[1].upper(), relevance=0.8),
+        cand("c", FACTS[2], relevance=0.5),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["a", "c"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("b", "duplicate")]
+
+
+def test_mmr_prefers_a_different_item_over_a_similar_one(counter: TokenCounter) -> None:
+    cands = [
+        cand("a", FACTS[3], relevance=1.0, embedding=vec(1, 0)),
+        cand("a2", FACTS[4], relevance=0.95, embedding=vec(0.85, 0.5268)),  # cosine 0.85: similar, no dup
+        cand("b", FACTS[5], relevance=0.85, embedding=vec(0, 1)),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.COMPLEX, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["a", "b", "a2"]
+    a2 = result.chosen[2]
+    assert a2.scores.uniqueness == pytest.approx(1 - 0.85, abs=1e-3)
+    assert "overlaps 0.85 with [a]" in a2.justification
+
+
+def test_low_scores_are_dropped_below_threshold(counter: TokenCounter) -> None:
+    old = NOW - timedelta(days=3650)
+    cands = [
+        cand("good", FACTS[0], relevance=0.9),
+        cand("bad", FACTS[1], relevance=0.0, created_at=old, usefulness=-1.0, importance=0.0),
+    ]
+    result = select_memories(
+        cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW, rules=PackingRules(0.3)
+    )
+    assert [p.id for p in result.chosen] == ["good"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("bad", "below_threshold")]
+
+
+def test_pinned_items_go_first_and_skip_the_threshold(counter: TokenCounter) -> None:
+    old = NOW - timedelta(days=3650)
+    cands = [
+        cand("top", FACTS[0], relevance=1.0),
+        cand("pin", FACTS[1], relevance=0.0, created_at=old, pinned=True, origin="hot"),
+    ]
+    result = select_memories(
+        cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW, rules=PackingRules(0.5)
+    )
+    assert [p.id for p in result.chosen] == ["pin", "top"]
+    assert result.chosen[0].justification.split(": ", 1)[1].startswith("pinned")
+
+
+def test_empty_texts_are_dropped(counter: TokenCounter) -> None:
+    result = select_memories(
+        [cand("blank", "  \n "), cand("ok", FACTS[0])],
+        budget_tokens=10_000,
+        intent=Intent.FACTUAL,
+        counter=counter,
+        now=NOW,
+    )
+    assert [p.id for p in result.chosen] == ["ok"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("blank", "empty")]
+
+
+def test_hot_and_cold_copies_become_one_item(counter: TokenCounter) -> None:
+    cands = [
+        cand("same", FACTS[0], origin="hot", relevance=0.4),
+        cand("same", FACTS[0], origin="cold", relevance=0.9, rank=1),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert len(result.chosen) == 1 and not result.dropped
+    item = result.chosen[0]
+    assert item.candidate.origin == "hot" and item.candidate.in_hot_and_cold
+    assert "relevance 0.90 (rank 1 hot+cold)" in item.justification
+
+
+def test_justification_names_the_top_factors_with_numbers(counter: TokenCounter) -> None:
+    item = cand("m", FACTS[0], relevance=0.92, rank=1, usefulness=0.4, importance=0.9)
+    (packed,) = select_memories([item], budget_tokens=1000, intent=Intent.FACTUAL, counter=counter, now=NOW).chosen
+    why = packed.justification
+    assert why.startswith(f"score {packed.scores.composite:.2f}: relevance 0.92 (rank 1 cold)")
+    assert "recent 1.00 (2h old)" in why
+    assert "usefulness 0.80 (helpful feedback +0.4)" in why  # clear feedback is always named
+    assert "unique" not in why  # nothing overlapped, so uniqueness is no reason
+
+
+def test_every_candidate_is_chosen_or_dropped_once(counter: TokenCounter) -> None:
+    rng = np.random.default_rng(7)
+    cands = [
+        cand(
+            f"m{i}",
+            " ".join(rng.choice(FACTS[i % len(FACTS)].split(), size=int(rng.integers(1, 12)))),
+            relevance=float(rng.random()),
+            embedding=rng.normal(size=8).astype(np.float32) if i % 3 else None,
+            pinned=bool(i % 11 == 0),
+        )
+        for i in range(60)
+    ]
+    result = select_memories(cands, budget_tokens=300, intent=Intent.DETAILED, counter=counter, now=NOW)
+    chosen = [p.id for p in result.chosen]
+    dropped = [d.id for d in result.dropped]
+    assert len(set(chosen)) == len(chosen)
+    assert sorted(chosen + dropped) == sorted(c.id for c in cands)
+    assert result.tokens_used <= 300
+    assert result.tokens_used == accounted(counter, result.chosen)
+
+
+def test_no_candidates(counter: TokenCounter) -> None:
+    result = select_memories([], budget_tokens=100, intent=Intent.FACTUAL, counter=counter)
+    assert result.chosen == () and result.dropped == () and result.tokens_used == 0
+
+
+def test_mixed_embedding_dimensions_fall_back_to_words(counter: TokenCounter) -> None:
+    cands = [
+        cand("a", FACTS[0], relevance=0.9, embedding=vec(1, 0)),
+        cand("b", FACTS[0], relevance=0.8, embedding=vec(0, 1, 0)),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["a"]
+    assert result.dropped[0].reason == "duplicate"

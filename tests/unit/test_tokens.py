@@ -1,0 +1,165 @@
+"""Offline tiktoken: seeding the cache, model mapping, counting and chat accounting."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from service.tokens import (
+    ENCODINGS,
+    MESSAGE_OVERHEAD,
+    REPLY_PRIMING,
+    TokenCounter,
+    Tokenizers,
+    UnknownModelError,
+    encoding_for_model,
+    seed_bpe_file,
+)
+
+CL100K_FILE = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+O200K_FILE = "fb374d419588a4632f3f557e76b4b70aebbca790"
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> Tokenizers:
+    return Tokenizers(tmp_path_factory.mktemp("tiktoken"))
+
+
+@pytest.fixture(scope="module")
+def cl100k(tokenizers: Tokenizers) -> TokenCounter:
+    return tokenizers.get("cl100k_base")
+
+
+@pytest.fixture(scope="module")
+def o200k(tokenizers: Tokenizers) -> TokenCounter:
+    return tokenizers.get("o200k_base")
+
+
+def test_hello_world_has_the_reference_ids(cl100k: TokenCounter, o200k: TokenCounter) -> None:
+    assert cl100k.encode("hello world") == [15339, 1917]
+    assert o200k.encode("hello world") == [24912, 2375]
+    assert cl100k.count("hello world") == 2
+
+
+def test_cache_holds_the_files_tiktoken_looks_for(tokenizers: Tokenizers) -> None:
+    tokenizers.preload()
+    names = {p.name for p in tokenizers.cache_dir.iterdir()}
+    assert {CL100K_FILE, O200K_FILE} <= names
+    # The names are the sha1 of tiktoken's download URLs, so tiktoken finds them offline.
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    assert hashlib.sha1(url.encode()).hexdigest() == CL100K_FILE
+
+
+def test_loading_does_not_leak_the_cache_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "/somewhere/else")
+    Tokenizers(tmp_path).get("cl100k_base")
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == "/somewhere/else"
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    Tokenizers(tmp_path).get("o200k_base")
+    assert "TIKTOKEN_CACHE_DIR" not in os.environ
+
+
+def test_a_corrupted_cache_file_is_replaced(tmp_path: Path) -> None:
+    target = tmp_path / CL100K_FILE
+    target.write_bytes(b"garbage")
+    seed_bpe_file(tmp_path, "cl100k_base")
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    assert digest == "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_encode_decode_round_trip(o200k: TokenCounter) -> None:
+    text = "Row-level security: FORCE it. 日本語も大丈夫 🚀\n\tend"
+    assert o200k.decode(o200k.encode(text)) == text
+
+
+def test_special_token_text_is_counted_as_plain_text(cl100k: TokenCounter) -> None:
+    # The model API treats these as ordinary text too; tiktoken's encode() would raise.
+    assert cl100k.count("<|endoftext|>") > 1
+    assert 100257 not in cl100k.encode("<|endoftext|>")
+
+
+def test_count_messages_uses_the_chat_format_overheads(cl100k: TokenCounter) -> None:
+    messages = [("system", "Be brief."), ("user", "hello world")]
+    expected = sum(MESSAGE_OVERHEAD + cl100k.count(r) + cl100k.count(c) for r, c in messages) + REPLY_PRIMING
+    assert cl100k.count_messages(messages) == expected
+    assert cl100k.count_messages([("user", "hello world")]) == 3 + 1 + 2 + 3
+    assert cl100k.count_messages([]) == REPLY_PRIMING
+    assert cl100k.count_messages(messages, prime_reply=False) == expected - REPLY_PRIMING
+
+
+def test_counts_are_cached_but_identical(cl100k: TokenCounter) -> None:
+    text = "the same memory text, counted on every request " * 3
+    assert cl100k.count(text) == cl100k.count(text) == len(cl100k.encode(text))
+    long_text = "x " * 5000  # past the cache's size limit: still exact
+    assert cl100k.count(long_text) == len(cl100k.encode(long_text))
+    assert cl100k.count_many(["a", "hello world"]) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini", "o200k_base"),
+        ("GPT-4o-2024-08-06", "o200k_base"),
+        ("gpt-4.1-nano", "o200k_base"),
+        ("o1", "o200k_base"),
+        ("o1-mini", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("o4-mini", "o200k_base"),
+        ("gpt-5", "o200k_base"),
+        ("gpt-5-mini", "o200k_base"),
+        ("openai/gpt-4o", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-4-0613", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("text-embedding-3-small", "cl100k_base"),
+        ("ft:gpt-3.5-turbo:acme::abc123", "cl100k_base"),
+        ("cl100k_base", "cl100k_base"),
+        ("o200k_base", "o200k_base"),
+    ],
+)
+def test_encoding_for_model(model: str, encoding: str) -> None:
+    assert encoding_for_model(model) == encoding
+
+
+@pytest.mark.parametrize("model", ["claude-3-opus", "llama-3", "o10", "gpt-2", "", "p50k_base"])
+def test_unknown_models_are_refused_with_the_accepted_list(model: str) -> None:
+    with pytest.raises(UnknownModelError) as info:
+        encoding_for_model(model)
+    assert isinstance(info.value, ValueError)
+    assert "gpt-4o*" in str(info.value) and "cl100k_base" in str(info.value)
+
+
+def test_tokenizers_share_one_counter_per_encoding(tokenizers: Tokenizers) -> None:
+    assert tokenizers.for_model("gpt-4o") is tokenizers.for_model("gpt-4.1")
+    assert tokenizers.for_model("gpt-4o") is tokenizers.get("o200k_base")
+    assert tokenizers.for_model("gpt-4").encoding_name == "cl100k_base"
+    with pytest.raises(UnknownModelError):
+        tokenizers.get("r50k_base")
+    assert set(ENCODINGS) == {"cl100k_base", "o200k_base"}
+
+
+def test_concurrent_first_use_loads_once(tmp_path: Path) -> None:
+    shared = Tokenizers(tmp_path)
+    seen: list[TokenCounter] = []
+    lock = threading.Lock()
+
+    def use() -> None:
+        counter = shared.for_model("gpt-4o-mini")
+        assert counter.count("hello world") == 2
+        with lock:
+            seen.append(counter)
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and all(c is seen[0] for c in seen)
+    assert [p.name for p in tmp_path.iterdir()] == [O200K_FILE]
