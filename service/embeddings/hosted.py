@@ -30,6 +30,9 @@ class OpenAIEmbedder:
         self._model = model
         self._batch_size = batch_size
         self._url = f"{api_base.rstrip('/')}/embeddings"
+        # text-embedding-3-* models are natively wider and shorten on request; other
+        # OpenAI-compatible servers may reject the field, so only those models get it.
+        self._extra: dict[str, Any] = {"dimensions": dim} if model.startswith("text-embedding-3") else {}
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
         self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s))
@@ -47,7 +50,7 @@ class OpenAIEmbedder:
 
     async def _embed_batch(self, texts: list[str]) -> npt.NDArray[np.float32]:
         try:
-            response = await self._client.post(self._url, json={"model": self._model, "input": texts})
+            response = await self._client.post(self._url, json={"model": self._model, "input": texts, **self._extra})
         except httpx.TimeoutException as exc:
             raise EmbeddingError(f"{self._url} timed out after {self._timeout_s:g}s") from exc
         except httpx.HTTPError as exc:
