@@ -24,7 +24,7 @@ def _store(services: Services) -> DirectiveStore:
 
 
 def check_agent_id(agent_id: str) -> str:
-    if not _AGENT_ID.match(agent_id):
+    if not _AGENT_ID.fullmatch(agent_id):  # not match(): '$' also matches before a final newline
         raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="bad_id")
     return agent_id
 

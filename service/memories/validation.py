@@ -24,6 +24,13 @@ def check_text(text: str, limits: LimitSettings, *, field: str = "text") -> None
                          details={"field": field})
 
 
+def check_agent_id(agent_id: str | None) -> None:
+    """The schema pattern ends in ``$``, which (Python ``re.search``) also accepts one trailing newline."""
+    if agent_id is not None and "\n" in agent_id:
+        raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="validation_error",
+                         details={"field": "agent_id"})
+
+
 def check_metadata(metadata: dict[str, Any], limits: LimitSettings) -> None:
     encoded = msgspec.json.encode(metadata)
     if len(encoded) > limits.max_metadata_bytes:

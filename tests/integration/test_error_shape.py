@@ -1,0 +1,78 @@
+"""Every error the API returns has one shape, whatever produced it (handler, validation, router, DB)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from service.settings import Settings
+from tests.conftest import Tenant
+
+Case = tuple[str, str, str, dict[str, Any], int]
+"""(name, method, path, request kwargs, expected status); 'KEY' in headers becomes the tenant's key."""
+
+CASES: list[Case] = [
+    ("malformed json", "POST", "/v1/memories", {"content": b"{nope"}, 400),
+    ("validation error", "POST", "/v1/memories", {"json": {"text": 12}}, 400),
+    ("bad id", "GET", "/v1/memories/not-a-uuid", {}, 400),
+    ("bad query parameter", "GET", "/v1/memories", {"params": {"limit": "many"}}, 400),
+    ("bad directive body", "PUT", "/v1/agents/a1/directive", {"json": {"text": "wrong field"}}, 400),
+    ("no key", "GET", "/v1/memories", {"headers": {"Authorization": ""}}, 401),
+    ("bad key", "GET", "/v1/memories", {"headers": {"Authorization": "Bearer pgc_nope"}}, 401),
+    ("unknown memory", "GET", "/v1/memories/00000000-0000-7000-8000-000000000000", {}, 404),
+    ("no directive", "GET", "/v1/agents/nobody/directive", {}, 404),
+    ("no such route", "GET", "/v1/nothing-here", {}, 404),
+    ("method not allowed", "PUT", "/v1/memories", {}, 405),
+    ("method not allowed on item", "POST", "/v1/memories/00000000-0000-7000-8000-000000000000", {}, 405),
+    ("idempotency key reused", "POST", "/v1/memories", {"json": {"text": "second body"}, "idem": "shape-1"}, 409),
+    ("batch over the limit", "POST", "/v1/memories", {"batch_over": True}, 413),
+    ("text over the limit", "POST", "/v1/memories", {"text_over": True}, 413),
+    ("body over the limit", "POST", "/v1/memories", {"body_over": True}, 413),
+    ("database check constraint", "POST", "/v1/memories", {"json": {"text": "ok", "kind": "fact\n"}}, 422),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs", "status"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+async def test_error_shape(client: AsyncTestClient[Any], tenant: Tenant, settings: Settings, method: str, path: str,
+                           kwargs: dict[str, Any], status: int) -> None:
+    kwargs = dict(kwargs)
+    headers = {**tenant.headers, **kwargs.pop("headers", {})}
+    if "idem" in kwargs:  # first use the key with one body, then (below) with another
+        headers["Idempotency-Key"] = kwargs.pop("idem")
+        first = await client.post("/v1/memories", json={"text": "first body"}, headers=headers)
+        assert first.status_code == 201
+    if kwargs.pop("batch_over", False):
+        kwargs["json"] = {"memories": [{"text": "t"}] * (settings.limits.max_batch + 1)}
+    if kwargs.pop("text_over", False):
+        kwargs["json"] = {"text": "t" * (settings.limits.max_text_chars + 1)}
+    if kwargs.pop("body_over", False):
+        kwargs["content"] = b" " * (settings.limits.max_request_bytes + 1)
+    if "content" in kwargs:
+        headers["Content-Type"] = "application/json"
+    r = await client.request(method, path, headers=headers, **kwargs)
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"code", "message", "details", "request_id"}
+    assert isinstance(error["code"], str) and error["code"]
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["details"], dict)
+    assert isinstance(error["request_id"], str) and error["request_id"]
+    assert r.headers["x-request-id"] == error["request_id"]
+    assert r.headers["content-type"].startswith("application/json")
+
+
+@pytest.mark.parametrize("path", ["/v1/memories/not-a-uuid", "/v1/no-route"])
+async def test_caller_request_id_is_echoed(client: AsyncTestClient[Any], tenant: Tenant, path: str) -> None:
+    r = await client.get(path, headers={**tenant.headers, "X-Request-ID": "trace-abc-123"})
+    assert r.status_code in (400, 404)
+    assert r.json()["error"]["request_id"] == "trace-abc-123"
+    assert r.headers["x-request-id"] == "trace-abc-123"
+
+
+async def test_success_responses_carry_a_request_id(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.get("/v1/memories", headers=tenant.headers)
+    assert r.status_code == 200 and len(r.headers["x-request-id"]) >= 16

@@ -1,0 +1,90 @@
+"""Settings: parsed from an environment mapping, typed, and bad values rejected with a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.settings import Settings, SettingsError, load_settings
+
+
+def test_defaults_from_an_empty_environment() -> None:
+    s = load_settings({})
+    assert isinstance(s, Settings)
+    assert s.database.url is None and s.redis.url is None  # embedded servers
+    assert s.data_dir == Path(".pgcontext").resolve()
+    assert s.embedding.provider == "local" and s.embedding.quantize is True and s.embedding.dim == 384
+    assert s.limits.max_batch == 256 and s.limits.max_text_chars == 32_000
+    assert s.server.host == "127.0.0.1" and s.server.port == 8080
+
+
+def test_values_are_parsed_to_their_types(tmp_path: Path) -> None:
+    s = load_settings({
+        "PGCONTEXT_DATABASE_URL": "postgresql://u@db/x",
+        "PGCONTEXT_APP_DATABASE_URL": "postgresql://app@db/x",
+        "PGCONTEXT_REDIS_URL": "redis://cache:6379/0",
+        "PGCONTEXT_DATA_DIR": str(tmp_path / "d"),
+        "PGCONTEXT_DB_POOL_MIN": "1",
+        "PGCONTEXT_DB_POOL_MAX": "7",
+        "PGCONTEXT_STATEMENT_TIMEOUT_MS": "250",
+        "PGCONTEXT_REDIS_TIMEOUT_S": "0.5",
+        "PGCONTEXT_EMBEDDING_PROVIDER": "openai",
+        "PGCONTEXT_EMBEDDING_QUANTIZE": "off",
+        "PGCONTEXT_EMBEDDING_BATCH_SIZE": "32",
+        "PGCONTEXT_EMBEDDING_API_BASE": "http://127.0.0.1:9/v1",
+        "PGCONTEXT_MAX_TEXT_CHARS": "100",
+        "PGCONTEXT_MAX_BATCH": "10",
+        "PGCONTEXT_MAX_PAGE_SIZE": "20",
+        "PGCONTEXT_PORT": "9999",
+        "PGCONTEXT_AUTH_CACHE_TTL_S": "0",
+    })
+    assert s.database.url == "postgresql://u@db/x" and s.database.app_url == "postgresql://app@db/x"
+    assert s.redis.url == "redis://cache:6379/0" and s.redis.socket_timeout_s == 0.5
+    assert s.data_dir == (tmp_path / "d").resolve()
+    assert (s.database.pool_min, s.database.pool_max, s.database.statement_timeout_ms) == (1, 7, 250)
+    assert s.embedding.provider == "openai" and s.embedding.quantize is False and s.embedding.batch_size == 32
+    assert s.embedding.api_base == "http://127.0.0.1:9/v1"
+    assert (s.limits.max_text_chars, s.limits.max_batch, s.limits.max_page_size) == (100, 10, 20)
+    assert s.server.port == 9999 and s.server.auth_cache_ttl_s == 0.0
+
+
+def test_empty_values_mean_unset() -> None:
+    s = load_settings({"PGCONTEXT_DATABASE_URL": "", "PGCONTEXT_PORT": "", "PGCONTEXT_EMBEDDING_QUANTIZE": ""})
+    assert s.database.url is None and s.server.port == 8080 and s.embedding.quantize is True
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+def test_true_booleans(value: str) -> None:
+    assert load_settings({"PGCONTEXT_EMBEDDING_QUANTIZE": value}).embedding.quantize is True
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", "OFF"])
+def test_false_booleans(value: str) -> None:
+    assert load_settings({"PGCONTEXT_EMBEDDING_QUANTIZE": value}).embedding.quantize is False
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("PGCONTEXT_PORT", "eighty"),
+    ("PGCONTEXT_PORT", "80.5"),
+    ("PGCONTEXT_DB_POOL_MAX", "many"),
+    ("PGCONTEXT_MAX_BATCH", "1e3"),
+    ("PGCONTEXT_REDIS_TIMEOUT_S", "fast"),
+    ("PGCONTEXT_AUTH_CACHE_TTL_S", "5s"),
+    ("PGCONTEXT_EMBEDDING_QUANTIZE", "maybe"),
+    ("PGCONTEXT_EMBEDDING_PROVIDER", "torch"),
+])
+def test_bad_values_raise_settings_error(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        load_settings({name: value})
+
+
+def test_settings_error_is_a_value_error() -> None:
+    assert issubclass(SettingsError, ValueError)
+
+
+def test_reading_is_explicit_not_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGCONTEXT_PORT", "8123")
+    assert load_settings().server.port == 8123
+    monkeypatch.setenv("PGCONTEXT_PORT", "8124")
+    assert load_settings().server.port == 8124
