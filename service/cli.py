@@ -1,4 +1,4 @@
-"""The ``pgcontext`` command: serve, migrate, orgs, keys (and, later, import and bench)."""
+"""The ``pgcontext`` command: serve, migrate, orgs, keys, import (and, later, bench)."""
 
 from __future__ import annotations
 
@@ -125,6 +125,36 @@ def cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from service.documents.importer import ImportFailed, ImportOptions, print_summary, run_import
+
+    console = Console(stderr=True)
+    url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
+    key = args.key or os.environ.get("PGCONTEXT_API_KEY")
+    if not key:
+        print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
+        return 2
+    root = Path(args.path)
+    if not root.is_dir():
+        print(f"error: {root} is not a directory", file=sys.stderr)
+        return 2
+    options = ImportOptions(root=root, url=url, key=key, collection=args.collection, agent_id=args.agent_id,
+                            batch_files=args.batch_files, batch_bytes=args.batch_bytes,
+                            max_file_bytes=settings.documents.max_file_bytes, delete=not args.no_delete)
+    try:
+        summary = asyncio.run(run_import(options, console=console, show_progress=not args.quiet))
+    except ImportFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print_summary(summary, Console())
+    return 0 if summary.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgcontext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +182,19 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys.add_parser("revoke", help="revoke a key (by key id or by the key itself)")
     revoke.add_argument("key")
     revoke.set_defaults(func=cmd_keys_revoke)
+
+    imp = sub.add_parser("import", help="mirror a directory into a document collection (only changed files are sent)")
+    imp.add_argument("path", help="directory to import (.gitignore honoured; binary and huge files skipped)")
+    imp.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
+    imp.add_argument("--key", default=None, help="API key (default: $PGCONTEXT_API_KEY)")
+    imp.add_argument("--collection", default="default",
+                     help="collection to mirror PATH into; its files missing from PATH are deleted")
+    imp.add_argument("--agent-id", default=None, help="owner agent of the chunks (default: org-wide)")
+    imp.add_argument("--batch-files", type=int, default=64, help="files per request")
+    imp.add_argument("--batch-bytes", type=int, default=2_000_000, help="content bytes per request")
+    imp.add_argument("--no-delete", action="store_true", help="keep server files that are missing locally")
+    imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    imp.set_defaults(func=cmd_import)
     return parser
 
 
