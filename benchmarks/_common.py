@@ -1,0 +1,78 @@
+"""Shared benchmark helpers: servers (configured or embedded), an in-process app client, IR metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.auth import admin
+from service.cli import prepare_database
+from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.runtime import Endpoints
+from service.settings import Settings
+
+
+@contextlib.contextmanager
+def servers(settings: Settings) -> Iterator[tuple[str, str]]:
+    """(owner DSN, Redis URL): the configured ones, else fresh embedded servers in a temp dir."""
+    owner = settings.database.url or os.environ.get("DATABASE_URL")
+    redis_url = settings.redis.url or os.environ.get("REDIS_URL")
+    with contextlib.ExitStack() as stack:
+        # Outside private folders: the embedded server runs as its own system user when we are root.
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgcontext-bench-", dir="/tmp")))
+        if owner is None:
+            pg = EmbeddedPostgres(root / "postgres").start()
+            stack.callback(pg.stop)
+            owner = pg.dsn()
+        if redis_url is None:
+            redis = EmbeddedRedis(root / "redis").start()
+            stack.callback(redis.stop)
+            redis_url = redis.url()
+        yield owner, redis_url
+
+
+async def new_tenant(owner_dsn: str, name: str) -> tuple[str, dict[str, str]]:
+    """Create an org and a key; returns (org id, auth headers)."""
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await admin.create_org(conn, name)
+        issued = await admin.create_key(conn, name)
+    finally:
+        await conn.close()
+    return str(issued.org_id), {"Authorization": f"Bearer {issued.key}"}
+
+
+@contextlib.asynccontextmanager
+async def app_client(settings: Settings, owner_dsn: str, redis_url: str) -> AsyncIterator[AsyncTestClient[Any]]:
+    """The real app (migrated database, configured embedder) behind an in-process ASGI client."""
+    app_dsn = await asyncio.to_thread(prepare_database, settings, owner_dsn)  # it runs its own event loop
+    app = create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url))
+    async with AsyncTestClient(app=app, timeout=120) as client:
+        yield client
+
+
+def ndcg_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    dcg = sum(relevant.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    wanted = {doc for doc, g in relevant.items() if g > 0}
+    return len(wanted & set(ranked[:k])) / len(wanted) if wanted else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")

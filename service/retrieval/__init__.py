@@ -1,0 +1,29 @@
+"""Hybrid retrieval: BM25-in-SQL lexical, HNSW semantic, RRF/convex fusion, the lexical-first cascade,
+the ``auto`` optimizer and fallbacks, behind one request and one result shape.
+
+Other features call :meth:`RetrievalEngine.search` on ``services.extras["retrieval"]``
+(see :func:`engine_of`).
+"""
+
+from service.retrieval.engine import RetrievalEngine
+from service.retrieval.handlers import SearchController, engine_of
+from service.retrieval.types import (
+    SearchFilters,
+    SearchMetrics,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+    SearchTuning,
+)
+
+__all__ = [
+    "RetrievalEngine",
+    "SearchController",
+    "SearchFilters",
+    "SearchMetrics",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "SearchTuning",
+    "engine_of",
+]

@@ -1,0 +1,54 @@
+"""The branch queries, each on an org-scoped TenantTx: BM25 lexical, HNSW semantic, exact by ids.
+
+Callers open one transaction per branch (so hybrid branches run on separate pooled connections);
+the transaction's ``statement_timeout`` is the branch deadline, so Postgres stops too.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import numpy as np
+import numpy.typing as npt
+from pgvector import Vector
+
+from service.db import TenantTx
+from service.retrieval.filters import filter_args
+from service.retrieval.hits import Hit, hits_from_rows
+from service.retrieval.types import SearchFilters
+
+UNBOUNDED_PREFETCH = 1_000_000
+PREFETCH_MARGIN = 32
+"""Extra scored ids fetched beyond ``limit`` when unfiltered, for rows that turn out to be expired."""
+
+
+async def branch_delay(tx: TenantTx, delay_ms: int) -> None:
+    if delay_ms > 0:
+        await tx.fetchval("retrieval.branch_delay", delay_ms)
+
+
+async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limit: int, postings_per_term: int,
+                       k1: float, b: float) -> list[Hit]:
+    # Unfiltered, the best limit+margin scores are enough; with filters we cannot know how many
+    # scored ids will pass, so every read posting is joined.
+    prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
+    rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
+                          *filter_args(filters))
+    return hits_from_rows(rows)
+
+
+async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filters: SearchFilters, *, limit: int,
+                        ef_search: int) -> list[Hit]:
+    # relaxed_order lets pgvector keep walking the graph until `limit` rows pass the org/filters
+    # (without it a filtered query returned a median 4 of 50 rows); results are re-sorted below.
+    await tx.set_local("hnsw.iterative_scan", "relaxed_order")
+    await tx.set_local("hnsw.ef_search", str(max(ef_search, limit)))
+    rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters))
+    return sorted(hits_from_rows(rows), key=lambda h: -h.score)
+
+
+async def search_l1_by_ids(tx: TenantTx, embedding: npt.NDArray[np.float32], ids: list[UUID], *,
+                           limit: int) -> list[Hit]:
+    """Exact vector ranking of exactly ``ids`` (the cascade's second step)."""
+    rows = await tx.fetch("retrieval.search_l1_by_ids", tx.org_id, Vector(embedding), ids, limit)
+    return hits_from_rows(rows)

@@ -1,0 +1,308 @@
+"""The retrieval engine: validates a search, plans it, runs the branches with deadlines, fuses, reports.
+
+Everything that searches memories (the HTTP endpoint, context assembly) goes through
+:meth:`RetrievalEngine.search`. Each branch runs in its own org-scoped transaction on its own pooled
+connection with ``statement_timeout`` set to the branch deadline, inside an asyncio timeout with the
+same deadline, so a slow branch is abandoned by both the client and Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+from uuid import UUID
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from service.db import Database
+from service.embeddings import Embedder
+from service.errors import BadRequest, ServiceUnavailable
+from service.retrieval import branches, fusion
+from service.retrieval.hits import Hit
+from service.retrieval.planner import Plan, choose
+from service.retrieval.query_cache import QueryEmbeddingCache
+from service.retrieval.types import SearchMetrics, SearchRequest, SearchResponse, SearchResult, UsedStrategy
+from service.settings import RetrievalSettings
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+
+class BranchFailed(Exception):
+    """A branch (embedding, lexical, semantic) failed or missed its deadline; the message says which."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """Timings and counts collected while one search runs."""
+
+    started: float = field(default_factory=time.perf_counter)
+    embedding_ms: float | None = None
+    lexical_ms: float | None = None
+    semantic_ms: float | None = None
+    lexical_candidates: int | None = None
+    semantic_candidates: int | None = None
+    fallbacks: list[str] = field(default_factory=list)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)
+
+
+class RetrievalEngine:
+    """Hybrid retrieval over an org's memories. One instance per app (``services.extras["retrieval"]``)."""
+
+    def __init__(self, db: Database, embedder: Embedder, settings: RetrievalSettings, *, max_limit: int) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.settings = settings
+        self.max_limit = max_limit
+        self.cache = QueryEmbeddingCache(settings.query_cache_size)
+        self._embedder_failed_at: float | None = None
+
+    # -- public API --------------------------------------------------------------------------------
+
+    async def search(self, org_id: UUID, request: SearchRequest) -> SearchResponse:
+        """Run ``request`` for ``org_id``. Raises BadRequest on invalid input, ServiceUnavailable (503)
+        when no branch could answer."""
+        self.validate(request)
+        run = _Run()
+        if request.strategy == "auto":
+            plan = choose(request.query, request.filters, embedder_available=self.embedder_available())
+        else:
+            plan = Plan(request.strategy, "requested")
+        runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
+                  "semantic": self._semantic_only, "lexical": self._lexical_only}[plan.strategy]
+        used, results, fusion_ms = await runner(org_id, request, run)
+        metrics = SearchMetrics(
+            total_ms=_ms(run.started), embedding_ms=run.embedding_ms, lexical_ms=run.lexical_ms,
+            semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
+            semantic_candidates=run.semantic_candidates, final_count=len(results),
+        )
+        return SearchResponse(
+            query=request.query, requested_strategy=request.strategy, strategy=used, reason=plan.reason,
+            fallback_reason="; ".join(run.fallbacks) or None, results=results, metrics=metrics,
+        )
+
+    def validate(self, request: SearchRequest) -> None:
+        query = request.query
+        if not query.strip():
+            raise BadRequest("query must not be empty", code="validation_error", details={"field": "query"})
+        if len(query) > self.settings.max_query_chars:
+            raise BadRequest(f"query is {len(query)} characters; the limit is {self.settings.max_query_chars}",
+                             code="validation_error", details={"field": "query"})
+        if "\x00" in query:
+            raise BadRequest("query must not contain NUL characters", code="validation_error",
+                             details={"field": "query"})
+        if request.limit > self.max_limit:
+            raise BadRequest(f"limit must be at most {self.max_limit}", code="validation_error",
+                             details={"field": "limit"})
+        f = request.filters
+        if f.created_after and f.created_before and f.created_after >= f.created_before:
+            raise BadRequest("filters.created_after must be before filters.created_before",
+                             code="validation_error", details={"field": "filters"})
+        if f.metadata is not None and b"\\u0000" in msgspec.json.encode(f.metadata):
+            raise BadRequest("filters.metadata must not contain NUL characters", code="validation_error")
+        if f.kinds == [] or f.levels == []:
+            raise BadRequest("filters.kinds and filters.levels must not be empty lists (omit them instead)",
+                             code="validation_error", details={"field": "filters"})
+
+    def embedder_available(self) -> bool:
+        failed = self._embedder_failed_at
+        return failed is None or time.monotonic() - failed > self.settings.embedder_cooldown_s
+
+    # -- steps -------------------------------------------------------------------------------------
+
+    async def _guard(self, what: str, timeout_ms: int, work: Callable[[], Awaitable[T]]) -> T:
+        """Run one step under its deadline; any failure becomes BranchFailed (a fallback decision)."""
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await work()
+        except TimeoutError as exc:
+            raise BranchFailed(f"{what} timed out after {timeout_ms} ms") from exc
+        except Exception as exc:  # every failure of a branch is a reason to fall back, not to fail
+            log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
+            raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
+
+    async def embed_query(self, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
+        """The query's embedding, from the LRU or the embedder (under the embedding deadline)."""
+        started = time.perf_counter()
+        cached = self.cache.get(query)
+        if cached is not None:
+            if run is not None:
+                run.embedding_ms = _ms(started)
+            return cached
+
+        async def work() -> npt.NDArray[np.float32]:
+            rows = await self.embedder.embed([query])
+            return np.ascontiguousarray(rows[0], dtype=np.float32)
+
+        try:
+            vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
+        except BranchFailed:
+            self._embedder_failed_at = time.monotonic()
+            raise
+        finally:
+            if run is not None:
+                run.embedding_ms = _ms(started)
+        self._embedder_failed_at = None
+        self.cache.put(query, vector)
+        return vector
+
+    async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
+        s = self.settings
+        started = time.perf_counter()
+
+        async def work() -> list[Hit]:
+            async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
+                await branches.branch_delay(tx, s.branch_delay_ms)
+                return await branches.lexical_bm25(tx, request.query, request.filters, limit=limit,
+                                                   postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b)
+
+        try:
+            hits = await self._guard("lexical", s.lexical_timeout_ms, work)
+        finally:
+            run.lexical_ms = _ms(started)
+        run.lexical_candidates = len(hits)
+        return hits
+
+    async def _vector(self, org_id: UUID, request: SearchRequest, embedding: npt.NDArray[np.float32], limit: int,
+                      run: _Run, ids: list[UUID] | None = None) -> list[Hit]:
+        """HNSW search, or with ``ids`` the cascade's exact ranking of exactly those ids."""
+        s = self.settings
+        ef_search = request.tuning.ef_search or s.ef_search
+        started = time.perf_counter()
+
+        async def work() -> list[Hit]:
+            async with self.db.tenant(org_id, timeout_ms=s.semantic_timeout_ms, readonly=True) as tx:
+                await branches.branch_delay(tx, s.branch_delay_ms)
+                if ids is not None:
+                    return await branches.search_l1_by_ids(tx, embedding, ids, limit=limit)
+                return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search)
+
+        try:
+            hits = await self._guard("semantic", s.semantic_timeout_ms, work)
+        finally:
+            run.semantic_ms = _ms(started)
+        run.semantic_candidates = len(hits)
+        return hits
+
+    async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
+                        embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:
+        vector = await (embedding if embedding is not None else self.embed_query(request.query, run))
+        return await self._vector(org_id, request, vector, limit, run)
+
+    # -- strategies: each returns (strategy used, results, fusion_ms) -------------------------------
+
+    async def _lexical_only(self, org_id: UUID, request: SearchRequest,
+                            run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+        try:
+            hits = await self._lexical(org_id, request, request.limit, run)
+        except BranchFailed as lexical_error:
+            run.fallbacks.append(f"{lexical_error}; fell back to semantic")
+            try:
+                hits = await self._semantic(org_id, request, request.limit, run)
+            except BranchFailed as semantic_error:
+                raise _unavailable(lexical_error, semantic_error) from semantic_error
+            return self._single(hits, "semantic", request.limit)
+        return self._single(hits, "lexical", request.limit)
+
+    async def _semantic_only(self, org_id: UUID, request: SearchRequest,
+                             run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+        try:
+            hits = await self._semantic(org_id, request, request.limit, run)
+        except BranchFailed as semantic_error:
+            run.fallbacks.append(f"{semantic_error}; fell back to lexical")
+            try:
+                hits = await self._lexical(org_id, request, request.limit, run)
+            except BranchFailed as lexical_error:
+                raise _unavailable(lexical_error, semantic_error) from lexical_error
+            return self._single(hits, "lexical", request.limit)
+        return self._single(hits, "semantic", request.limit)
+
+    async def _hybrid(self, org_id: UUID, request: SearchRequest,
+                      run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+        tuning = request.tuning
+        # Both branches start now: the embedding overlaps the lexical query, and the vector query
+        # starts the moment the embedding is ready, on a second connection.
+        lexical, semantic = await asyncio.gather(
+            self._lexical(org_id, request, max(tuning.lexical_candidates, request.limit), run),
+            self._semantic(org_id, request, max(tuning.semantic_candidates, request.limit), run),
+            return_exceptions=True,
+        )
+        for outcome in (lexical, semantic):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, BranchFailed):
+                raise outcome
+        if isinstance(lexical, BranchFailed) and isinstance(semantic, BranchFailed):
+            raise _unavailable(lexical, semantic)
+        if isinstance(semantic, BranchFailed):
+            run.fallbacks.append(f"{semantic}; lexical only")
+            assert isinstance(lexical, list)
+            return self._single(lexical, "lexical", request.limit)
+        if isinstance(lexical, BranchFailed):
+            run.fallbacks.append(f"{lexical}; semantic only")
+            assert isinstance(semantic, list)
+            return self._single(semantic, "semantic", request.limit)
+        assert isinstance(lexical, list) and isinstance(semantic, list)
+        started = time.perf_counter()
+        if tuning.fusion == "convex":
+            results = fusion.convex(lexical, semantic, alpha=tuning.convex_alpha, limit=request.limit)
+        else:
+            results = fusion.rrf(lexical, semantic, k=tuning.rrf_k, limit=request.limit)
+        return "hybrid", results, _ms(started)
+
+    async def _cascade(self, org_id: UUID, request: SearchRequest,
+                       run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+        width = max(request.tuning.cascade_width, request.limit)
+        embedding = asyncio.ensure_future(self.embed_query(request.query, run))  # overlaps the lexical step
+        try:
+            try:
+                lexical = await self._lexical(org_id, request, width, run)
+            except BranchFailed as lexical_error:
+                run.fallbacks.append(f"{lexical_error}; fell back to semantic")
+                try:
+                    hits = await self._semantic(org_id, request, request.limit, run, embedding)
+                except BranchFailed as semantic_error:
+                    raise _unavailable(lexical_error, semantic_error) from semantic_error
+                return self._single(hits, "semantic", request.limit)
+            if not lexical:
+                run.fallbacks.append("lexical found no candidates; fell back to semantic")
+                try:
+                    hits = await self._semantic(org_id, request, request.limit, run, embedding)
+                except BranchFailed as semantic_error:
+                    run.fallbacks.append(str(semantic_error))
+                    hits = []
+                return self._single(hits, "semantic", request.limit)
+            try:
+                vector = await embedding
+                ranked = await self._vector(org_id, request, vector, request.limit, run,
+                                            ids=[h.id for h in lexical])
+            except BranchFailed as semantic_error:
+                run.fallbacks.append(f"{semantic_error}; lexical only")
+                return self._single(lexical, "lexical", request.limit)
+            started = time.perf_counter()
+            results = fusion.cascade(lexical, ranked, limit=request.limit)
+            return "lexical_first", results, _ms(started)
+        finally:
+            if not embedding.done():
+                embedding.cancel()
+            elif not embedding.cancelled():
+                embedding.exception()  # mark a failure we already reported as retrieved
+
+    @staticmethod
+    def _single(hits: list[Hit], branch: UsedStrategy, limit: int) -> tuple[UsedStrategy, list[SearchResult], float]:
+        started = time.perf_counter()
+        results = fusion.single(hits, branch=branch, method="none", limit=limit)
+        return branch, results, _ms(started)
+
+
+def _unavailable(lexical: BranchFailed, semantic: BranchFailed) -> ServiceUnavailable:
+    return ServiceUnavailable("search is unavailable: both the lexical and the semantic branch failed",
+                              code="search_unavailable",
+                              details={"lexical": str(lexical), "semantic": str(semantic)})

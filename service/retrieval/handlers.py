@@ -1,0 +1,32 @@
+"""HTTP handler for POST /v1/memories/search: thin — decode, call the engine, return its response."""
+
+from __future__ import annotations
+
+from litestar import Controller, post
+from litestar.params import JSONBody
+from litestar.status_codes import HTTP_200_OK
+
+from service.deps import OrgId, ServicesDep
+from service.retrieval.engine import RetrievalEngine
+from service.retrieval.types import SearchRequest, SearchResponse
+from service.runtime import Services
+
+
+def engine_of(services: Services) -> RetrievalEngine:
+    engine = services.extras["retrieval"]
+    assert isinstance(engine, RetrievalEngine)
+    return engine
+
+
+class SearchController(Controller):
+    path = "/v1/memories/search"
+    tags = ["search"]
+
+    @post("/", status_code=HTTP_200_OK, summary="Search memories (hybrid, lexical, semantic or cascade)")
+    async def search(self, services: ServicesDep, org_id: OrgId, data: JSONBody[SearchRequest]) -> SearchResponse:
+        """One request shape for every strategy; ``auto`` (default) picks one and says why.
+
+        Each result carries its lexical and semantic rank and score (null where a branch did not
+        return it) and how its final score was made; ``metrics`` has per-branch timings and counts.
+        """
+        return await engine_of(services).search(org_id, data)

@@ -1,0 +1,56 @@
+"""The ``auto`` optimizer: pick a strategy from the query, the filters and what is available.
+
+Rules, first match wins (each yields the reason reported in the response):
+
+1. the embedder failed moments ago -> ``lexical`` (do not make every request wait for it again);
+2. a quoted phrase, or a short query made of identifiers/paths -> ``lexical`` (exact tokens matter,
+   embeddings blur ``parse_config`` into "configuration parsing");
+3. a selective filter (path prefix, metadata, time range, level) -> ``lexical_first``: a filtered
+   HNSW walk loses recall when few rows pass, while the cascade ranks exactly the lexical matches;
+4. otherwise ``hybrid`` (best quality on natural-language queries, SciFact: see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from service.retrieval.types import SearchFilters, UsedStrategy
+
+_QUOTED = re.compile(r'"[^"]+"')
+_IDENTIFIER = re.compile(
+    r"""(?x)
+      \w+(?:/\w+)+            # a/b/c paths
+    | \w+\.[A-Za-z]{1,5}\b    # file.ext, module.attr
+    | \w+::\w+                # a::b
+    | \b[a-z]+_[a-z0-9_]+\b   # snake_case
+    | \b[a-z]+[A-Z]\w*        # camelCase
+    | \b[A-Z][a-z]+[A-Z]\w*   # PascalCase with an inner capital
+    """
+)
+SHORT_QUERY_WORDS = 4
+_SELECTIVE = ("source_prefix", "metadata", "created_after", "created_before", "levels")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    strategy: UsedStrategy
+    reason: str
+
+
+def looks_like_identifier_query(query: str) -> bool:
+    words = query.split()
+    return 0 < len(words) <= SHORT_QUERY_WORDS and any(_IDENTIFIER.search(w) for w in words)
+
+
+def choose(query: str, filters: SearchFilters, *, embedder_available: bool) -> Plan:
+    if not embedder_available:
+        return Plan("lexical", "auto: the embedder failed recently, lexical only")
+    if _QUOTED.search(query):
+        return Plan("lexical", "auto: quoted phrase, exact terms matter")
+    if looks_like_identifier_query(query):
+        return Plan("lexical", "auto: short identifier/path query, exact terms matter")
+    selective = [name for name in _SELECTIVE if getattr(filters, name) is not None]
+    if selective:
+        return Plan("lexical_first", f"auto: selective filters ({', '.join(selective)}) favour the cascade")
+    return Plan("hybrid", "auto: natural-language query, hybrid fusion")

@@ -1,0 +1,98 @@
+"""Request and response types of the search API: one query shape, one result shape, for every strategy."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from service.memories.types import AgentId, Kind
+
+Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
+UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical"]
+FusionMethod = Literal["rrf", "convex"]
+ResultFusion = Literal["rrf", "convex", "cascade", "none"]
+"""How a result's ``final_score`` was made: fused (rrf/convex), cascade (exact vector rank of lexical
+candidates) or none (a single branch's own score)."""
+
+Candidates = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+
+
+class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    agent_id: AgentId | None = None
+    kinds: list[Kind] | None = None
+    metadata: dict[str, Any] | None = None
+    """Rows whose metadata contains this object (jsonb ``@>``)."""
+    created_after: datetime | None = None
+    """Inclusive lower bound on ``created_at``."""
+    created_before: datetime | None = None
+    """Exclusive upper bound on ``created_at``."""
+    source_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)] | None = None
+    """Rows whose ``source_path`` starts with this (a literal prefix, no wildcards)."""
+    levels: list[Annotated[int, msgspec.Meta(ge=0, le=2)]] | None = None
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, name) is None for name in self.__struct_fields__)
+
+
+class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    rrf_k: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 60
+    lexical_candidates: Candidates = 50
+    """How many rows the lexical branch contributes to fusion."""
+    semantic_candidates: Candidates = 50
+    """How many rows the semantic branch contributes to fusion."""
+    cascade_width: Annotated[int, msgspec.Meta(ge=1, le=2000)] = 200
+    """lexical_first: how many lexical ids the exact vector step ranks."""
+    fusion: FusionMethod = "rrf"
+    convex_alpha: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    """convex fusion: weight of the semantic score (1 - alpha goes to lexical)."""
+    ef_search: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
+    """HNSW candidate list size; unset uses the service default."""
+
+
+class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    query: str
+    strategy: Strategy = "auto"
+    limit: Annotated[int, msgspec.Meta(ge=1)] = 10
+    filters: SearchFilters = msgspec.field(default_factory=SearchFilters)
+    tuning: SearchTuning = msgspec.field(default_factory=SearchTuning)
+
+
+class SearchResult(msgspec.Struct, kw_only=True):
+    id: UUID
+    text: str
+    kind: str
+    source: str | None
+    level: int | None
+    breadcrumb: str | None
+    final_score: float
+    lexical_rank: int | None
+    semantic_rank: int | None
+    lexical_score: float | None
+    semantic_score: float | None
+    fusion_method: ResultFusion
+
+
+class SearchMetrics(msgspec.Struct, kw_only=True):
+    total_ms: float
+    embedding_ms: float | None
+    lexical_ms: float | None
+    semantic_ms: float | None
+    fusion_ms: float
+    lexical_candidates: int | None
+    semantic_candidates: int | None
+    final_count: int
+
+
+class SearchResponse(msgspec.Struct, kw_only=True):
+    query: str
+    requested_strategy: Strategy
+    strategy: UsedStrategy
+    """The strategy that produced the results (after auto's choice and any fallback)."""
+    reason: str
+    """Why this strategy: the caller asked for it, auto's rule, or the fallback."""
+    fallback_reason: str | None
+    results: list[SearchResult]
+    metrics: SearchMetrics

@@ -1,0 +1,38 @@
+-- BM25 over impact-ordered postings (at most $3 per query term), best $4 ids, then live rows passing the filters.
+WITH q AS (
+    SELECT lexeme AS term FROM unnest(to_tsvector('english', $2::text))
+), stats AS (
+    SELECT greatest(sum(n_docs), 1)::float8 AS n,
+           greatest(sum(total_len), 1)::float8 / greatest(sum(n_docs), 1) AS avgdl
+      FROM memory_lex_stats WHERE org_id = $1
+), terms AS (
+    SELECT q.term, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf, s.avgdl
+      FROM q CROSS JOIN stats s
+     CROSS JOIN LATERAL (SELECT coalesce(sum(d.df), 0)::float8 AS df
+                           FROM memory_term_df d WHERE d.org_id = $1 AND d.term = q.term) AS f
+     WHERE f.df > 0
+), scored AS (
+    SELECT p.memory_id,
+           sum(t.idf * p.tf * ($6::float8 + 1)
+               / (p.tf + $6::float8 * (1 - $7::float8 + $7::float8 * p.doc_len / t.avgdl))) AS score
+      FROM terms t
+     CROSS JOIN LATERAL (SELECT memory_id, tf, doc_len FROM memory_postings p
+                          WHERE p.org_id = $1 AND p.term = t.term
+                          ORDER BY p.impact DESC LIMIT $3) AS p
+     GROUP BY p.memory_id
+     ORDER BY score DESC
+     LIMIT $4
+)
+SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, s.score
+  FROM scored s
+  JOIN memories m ON m.org_id = $1 AND m.id = s.memory_id
+ WHERE (m.expires_at IS NULL OR m.expires_at > now())
+   AND ($8::text IS NULL OR m.agent_id = $8)
+   AND ($9::text[] IS NULL OR m.kind = ANY($9))
+   AND ($10::jsonb IS NULL OR m.metadata @> $10)
+   AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+   AND ($12::timestamptz IS NULL OR m.created_at < $12)
+   AND ($13::text IS NULL OR m.source_path LIKE $13)
+   AND ($14::smallint[] IS NULL OR m.level = ANY($14))
+ ORDER BY s.score DESC, m.id
+ LIMIT $5

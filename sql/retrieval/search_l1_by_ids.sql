@@ -1,0 +1,9 @@
+-- Cascade step 2: exact cosine ranking of exactly the given ids (ordering by the score, not the <=> operator, keeps HNSW out).
+SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, 1 - (m.embedding <=> $2::vector) AS score
+  FROM memories m
+ WHERE m.org_id = $1
+   AND m.id = ANY($3::uuid[])
+   AND m.embedding IS NOT NULL
+   AND (m.expires_at IS NULL OR m.expires_at > now())
+ ORDER BY score DESC, m.id
+ LIMIT $4

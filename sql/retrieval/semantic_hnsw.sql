@@ -1,0 +1,15 @@
+-- Nearest live rows by cosine distance via HNSW (the caller sets iterative scan + ef_search), filters applied.
+SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, 1 - (m.embedding <=> $2::vector) AS score
+  FROM memories m
+ WHERE m.org_id = $1
+   AND m.embedding IS NOT NULL
+   AND (m.expires_at IS NULL OR m.expires_at > now())
+   AND ($4::text IS NULL OR m.agent_id = $4)
+   AND ($5::text[] IS NULL OR m.kind = ANY($5))
+   AND ($6::jsonb IS NULL OR m.metadata @> $6)
+   AND ($7::timestamptz IS NULL OR m.created_at >= $7)
+   AND ($8::timestamptz IS NULL OR m.created_at < $8)
+   AND ($9::text IS NULL OR m.source_path LIKE $9)
+   AND ($10::smallint[] IS NULL OR m.level = ANY($10))
+ ORDER BY m.embedding <=> $2::vector
+ LIMIT $3

@@ -1,0 +1,125 @@
+"""Search under failure and delay: embedder that raises or hangs, slow branches, parallelism proven.
+
+Each test builds its own app (own settings, own embedder wrapper); the fault knobs are settings only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.embeddings import Embedder, EmbeddingError
+from service.runtime import Endpoints
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.test_search import TEXTS, seed
+
+
+class RaisingEmbedder:
+    """Embeds memories normally, fails every query embedding once ``broken`` is set."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim, self.broken = inner, "raising", inner.dim, False
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self.broken:
+            raise EmbeddingError("provider exploded")
+        return await self.inner.embed(texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class HangingEmbedder(RaisingEmbedder):
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self.broken:
+            await asyncio.sleep(30)
+        return await self.inner.embed(texts)
+
+
+@contextlib.asynccontextmanager
+async def app_client(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                     **retrieval: Any) -> AsyncIterator[AsyncTestClient[Any]]:
+    custom = dataclasses.replace(settings, retrieval=dataclasses.replace(settings.retrieval, **retrieval))
+    async with AsyncTestClient(app=create_app(custom, endpoints, embedder=embedder)) as client:
+        yield client
+
+
+async def post(client: AsyncTestClient[Any], tenant: Tenant, **body: Any) -> Any:
+    return await client.post("/v1/memories/search", json=body, headers=tenant.headers)
+
+
+async def test_embedder_that_raises_falls_back_to_lexical(settings: Settings, endpoints: Endpoints,
+                                                          embedder: Embedder, tenant: Tenant) -> None:
+    wrapper = RaisingEmbedder(embedder)
+    async with app_client(settings, endpoints, wrapper) as client:
+        await seed(client, tenant)
+        wrapper.broken = True
+        for strategy in ("hybrid", "semantic", "lexical_first", "auto"):
+            r = await post(client, tenant, query="dark roast coffee", strategy=strategy, limit=3)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["strategy"] == "lexical", strategy
+            assert body["results"][0]["text"] == TEXTS[0]
+            if strategy != "auto":
+                assert "embedding failed" in body["fallback_reason"]
+        # Within the cooldown auto does not even try the embedder, and says so.
+        body = (await post(client, tenant, query="a new question about tea")).json()
+        assert body["strategy"] == "lexical" and "embedder failed recently" in body["reason"]
+
+
+async def test_embedder_that_hangs_times_out_and_falls_back(settings: Settings, endpoints: Endpoints,
+                                                            embedder: Embedder, tenant: Tenant) -> None:
+    wrapper = HangingEmbedder(embedder)
+    async with app_client(settings, endpoints, wrapper, embedding_timeout_ms=200) as client:
+        await seed(client, tenant)
+        wrapper.broken = True
+        r = await post(client, tenant, query="espresso descaling", strategy="hybrid", limit=3)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["strategy"] == "lexical" and "timed out after 200 ms" in body["fallback_reason"]
+        assert body["results"][0]["text"] == TEXTS[1]
+        assert body["metrics"]["total_ms"] < 1000
+
+
+async def test_slow_lexical_falls_back_to_semantic_and_both_failing_is_503(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    wrapper = RaisingEmbedder(embedder)
+    async with app_client(settings, endpoints, wrapper, branch_delay_ms=400, lexical_timeout_ms=100,
+                          semantic_timeout_ms=3000) as client:
+        await seed(client, tenant)
+        r = await post(client, tenant, query="dark roast coffee", strategy="hybrid", limit=3)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["strategy"] == "semantic" and "lexical timed out" in body["fallback_reason"]
+        assert body["results"] and all(x["lexical_rank"] is None for x in body["results"])
+        wrapper.broken = True  # a new query: a cached embedding would still serve the old one
+        r = await post(client, tenant, query="roasted coffee beans", strategy="hybrid", limit=3)
+        assert r.status_code == 503, r.text
+        error = r.json()["error"]
+        assert error["code"] == "search_unavailable"
+        assert set(error["details"]) == {"lexical", "semantic"}
+
+
+async def test_branches_run_in_parallel(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                        tenant: Tenant) -> None:
+    delay = 300
+    async with app_client(settings, endpoints, embedder, branch_delay_ms=delay) as client:
+        await seed(client, tenant)
+        for _ in range(2):  # the second run has the query embedding cached: only the branches remain
+            r = await post(client, tenant, query="coffee the user likes", strategy="hybrid", limit=5)
+            assert r.status_code == 200, r.text
+        m = r.json()["metrics"]
+        assert r.json()["strategy"] == "hybrid"
+        assert m["lexical_ms"] >= delay and m["semantic_ms"] >= delay
+        slowest = max(m["lexical_ms"], m["semantic_ms"])
+        assert m["total_ms"] < 1.5 * slowest, m
+        assert m["total_ms"] < m["lexical_ms"] + m["semantic_ms"], m

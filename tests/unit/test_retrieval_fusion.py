@@ -1,0 +1,117 @@
+"""Fusion, the auto planner, the query cache and filter arguments: pure logic, no database."""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+import numpy as np
+import pytest
+
+from service.retrieval import fusion
+from service.retrieval.filters import filter_args, like_prefix
+from service.retrieval.hits import Hit
+from service.retrieval.planner import choose, looks_like_identifier_query
+from service.retrieval.query_cache import QueryEmbeddingCache
+from service.retrieval.types import SearchFilters
+from service.settings import load_settings
+
+
+def hit(ident: UUID, score: float) -> Hit:
+    return Hit(id=ident, text=str(ident), kind="fact", source=None, level=None, breadcrumb=None, score=score)
+
+
+A, B, C, D = (uuid4() for _ in range(4))
+
+
+def test_rrf_sums_reciprocal_ranks_and_keeps_both_ranks() -> None:
+    lexical = [hit(A, 9.0), hit(B, 5.0), hit(C, 1.0)]
+    semantic = [hit(B, 0.9), hit(D, 0.8), hit(A, 0.1)]
+    out = fusion.rrf(lexical, semantic, k=60, limit=10)
+    by_id = {r.id: r for r in out}
+    assert by_id[B].final_score == pytest.approx(1 / 62 + 1 / 61)
+    assert by_id[A].final_score == pytest.approx(1 / 61 + 1 / 63)
+    assert out[0].id == B and out[1].id == A
+    assert (by_id[B].lexical_rank, by_id[B].semantic_rank) == (2, 1)
+    assert (by_id[B].lexical_score, by_id[B].semantic_score) == (5.0, 0.9)
+    assert by_id[C].semantic_rank is None and by_id[D].lexical_rank is None
+    assert all(r.fusion_method == "rrf" for r in out)
+    assert [r.final_score for r in out] == sorted((r.final_score for r in out), reverse=True)
+
+
+def test_rrf_limit_and_deterministic_ties() -> None:
+    out = fusion.rrf([hit(A, 1.0)], [hit(B, 1.0)], k=60, limit=1)
+    assert len(out) == 1
+    assert fusion.rrf([hit(A, 1.0)], [hit(B, 1.0)], k=60, limit=2) == fusion.rrf(
+        [hit(A, 1.0)], [hit(B, 1.0)], k=60, limit=2)
+
+
+def test_convex_normalises_each_branch() -> None:
+    lexical = [hit(A, 20.0), hit(B, 10.0)]
+    semantic = [hit(B, 0.9), hit(C, 0.5)]
+    out = fusion.convex(lexical, semantic, alpha=0.5, limit=10)
+    scores = {r.id: r.final_score for r in out}
+    assert scores[A] == pytest.approx(0.5)  # lexical max, absent from semantic
+    assert scores[B] == pytest.approx(0.5)  # lexical min, semantic max
+    assert scores[C] == pytest.approx(0.0)
+    assert fusion.convex(lexical, semantic, alpha=1.0, limit=1)[0].id == B
+    assert fusion.convex(lexical, [], alpha=0.5, limit=5)[0].id == A
+
+
+def test_cascade_orders_by_vector_and_keeps_lexical_rank() -> None:
+    lexical = [hit(A, 3.0), hit(B, 2.0), hit(C, 1.0)]
+    by_vector = [hit(C, 0.9), hit(A, 0.4)]
+    out = fusion.cascade(lexical, by_vector, limit=5)
+    assert [r.id for r in out] == [C, A]
+    assert out[0].lexical_rank == 3 and out[0].semantic_rank == 1 and out[0].fusion_method == "cascade"
+
+
+def test_single_branch_uses_its_own_score() -> None:
+    out = fusion.single([hit(A, 0.9), hit(B, 0.3)], branch="semantic", method="none", limit=1)
+    assert len(out) == 1 and out[0].semantic_rank == 1 and out[0].lexical_rank is None
+    assert out[0].final_score == 0.9 and out[0].fusion_method == "none"
+
+
+@pytest.mark.parametrize(("query", "filters", "embedder_ok", "expected"), [
+    ("how do I configure the database pool", SearchFilters(), True, "hybrid"),
+    ("how do I configure the database pool", SearchFilters(), False, "lexical"),
+    ('the "exact phrase" please', SearchFilters(), True, "lexical"),
+    ("service/settings.py", SearchFilters(), True, "lexical"),
+    ("parse_config", SearchFilters(), True, "lexical"),
+    ("getUserName usage", SearchFilters(), True, "lexical"),
+    ("what did we decide", SearchFilters(source_prefix="docs/"), True, "lexical_first"),
+    ("what did we decide", SearchFilters(agent_id="a1", kinds=["fact"]), True, "hybrid"),
+])
+def test_auto_planner(query: str, filters: SearchFilters, embedder_ok: bool, expected: str) -> None:
+    plan = choose(query, filters, embedder_available=embedder_ok)
+    assert plan.strategy == expected and plan.reason.startswith("auto:")
+
+
+def test_identifier_detection_ignores_long_prose() -> None:
+    assert not looks_like_identifier_query("the user mentioned parse_config while we were discussing lunch plans")
+    assert not looks_like_identifier_query("coffee preferences")
+
+
+def test_query_cache_is_a_bounded_lru() -> None:
+    cache = QueryEmbeddingCache(2)
+    a, b, c = (np.full(3, i, dtype=np.float32) for i in range(3))
+    cache.put("a", a)
+    cache.put("b", b)
+    assert cache.get("a") is a  # touch: "b" is now the oldest
+    cache.put("c", c)
+    assert cache.get("b") is None and cache.get("a") is a and cache.get("c") is c and len(cache) == 2
+    disabled = QueryEmbeddingCache(0)
+    disabled.put("a", a)
+    assert disabled.get("a") is None
+
+
+def test_source_prefix_is_literal() -> None:
+    assert like_prefix("docs/50%_off\\") == "docs/50\\%\\_off\\\\%"
+    args = filter_args(SearchFilters(agent_id="x", levels=[1], source_prefix="a_b"))
+    assert args == ("x", None, None, None, None, "a\\_b%", [1])
+
+
+def test_retrieval_settings_from_env() -> None:
+    s = load_settings({"PGCONTEXT_RETRIEVAL_BRANCH_DELAY_MS": "25", "PGCONTEXT_RETRIEVAL_EF_SEARCH": "64",
+                       "PGCONTEXT_RETRIEVAL_EMBEDDING_TIMEOUT_MS": "300"}).retrieval
+    assert (s.branch_delay_ms, s.ef_search, s.embedding_timeout_ms) == (25, 64, 300)
+    assert load_settings({}).retrieval.branch_delay_ms == 0
