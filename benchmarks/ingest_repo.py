@@ -11,9 +11,10 @@ without HTTP) so the time split is the server's own: chunking (tiktoken + outlin
 Scoring: each mode returns its top 5 for the query text as typed. A hit is a result whose path is an
 answer's path and whose line span overlaps the answer's range; ``strict`` does not count L0 (file
 summary) chunks, whose span is the whole file. Modes: exact, path, symbol (service.documents.lookup),
-lexical (the retrieval engine's BM25 branch, document chunks only), semantic (cosine nearest chunks),
-``fused`` = RRF (k=60) over the top 20 of all five, ``fused_auto`` = RRF over lexical, semantic and
-the lookup modes ``applicable_modes`` picks for the query.
+lexical (the retrieval engine's BM25 branch, document chunks only), semantic (cosine nearest chunks).
+``fused`` and ``fused_auto`` are the service's own search (``RetrievalEngine.search``, the code behind
+POST /v1/memories/search) with ``modes`` = all five, resp. ``"all"`` (lexical, semantic and the lookup
+modes that apply to the query), each mode contributing its top 20 to RRF (k=60), document chunks only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,17 +39,18 @@ from service.app import build_services, close_services  # noqa: E402
 from service.cli import prepare_database  # noqa: E402
 from service.documents import lookup  # noqa: E402
 from service.documents.ingest import ingest  # noqa: E402
-from service.documents.lookup import LookupHit, applicable_modes  # noqa: E402
+from service.documents.lookup import LookupHit  # noqa: E402
 from service.documents.types import FileIn, IngestRequest  # noqa: E402
 from service.documents.walk import SkippedFile, walk_tree  # noqa: E402
-from service.retrieval import SearchFilters, SearchRequest  # noqa: E402
+from service.retrieval import SearchFilters, SearchRequest, SearchTuning  # noqa: E402
+from service.retrieval.types import MODES as RETRIEVAL_MODES  # noqa: E402
+from service.retrieval.types import Mode  # noqa: E402
 from service.runtime import Endpoints, Services  # noqa: E402
 from service.settings import load_settings  # noqa: E402
 
 MODES = ("exact", "path", "symbol", "lexical", "semantic")
 K = 5
 FUSE_DEPTH = 20
-RRF_K = 60
 
 
 @dataclass(frozen=True)
@@ -110,16 +112,6 @@ async def ingest_tree(services: Services, org: UUID, root: Path, batch_files: in
     }
 
 
-def rrf(lists: Sequence[Sequence[Result]], k: int = RRF_K) -> list[Result]:
-    scores: dict[UUID, float] = {}
-    keep: dict[UUID, Result] = {}
-    for results in lists:
-        for rank, r in enumerate(results, start=1):
-            scores[r.id] = scores.get(r.id, 0.0) + 1.0 / (k + rank)
-            keep.setdefault(r.id, r)
-    return [keep[i] for i in sorted(scores, key=lambda i: -scores[i])]
-
-
 def hit(results: Sequence[Result], answers: Sequence[tuple[str, int, int]], *, strict: bool) -> bool:
     for r in results[:K]:
         if strict and r.level == 0:
@@ -163,6 +155,14 @@ async def run_modes(services: Services, org: UUID, query: str, spans: dict[UUID,
     except Exception as exc:  # the retrieval module is another engineer's work in progress
         print(f"lexical failed for {query!r}: {exc}", file=sys.stderr)
         out["lexical"] = []
+    depth_tuning = SearchTuning(lookup_candidates=depth, lexical_candidates=depth, semantic_candidates=depth)
+    fused: tuple[tuple[str, list[Mode] | Literal["all"]], ...] = (
+        ("fused", list(RETRIEVAL_MODES)), ("fused_auto", "all"))
+    for name, modes in fused:
+        response = await engine.search(org, SearchRequest(  # type: ignore[attr-defined]
+            query=query, modes=modes, limit=K, tuning=depth_tuning, filters=SearchFilters(kinds=["document_chunk"])))
+        out[name] = [Result(r.id, r.path or "", r.line_start or 0, r.line_end or 0, r.level or 0)
+                     for r in response.results]
     return out
 
 
@@ -183,9 +183,6 @@ async def evaluate(services: Services, org: UUID, queries: list[dict[str, Any]])
     for q in queries:
         answers = await resolve_answers(services, org, q)
         results = await run_modes(services, org, q["query"], spans, FUSE_DEPTH)
-        results["fused"] = rrf([results[m] for m in MODES])
-        auto = [m for m in applicable_modes(q["query"])]
-        results["fused_auto"] = rrf([results[m] for m in (*auto, "lexical", "semantic")])
         row: dict[str, Any] = {"query": q["query"], "style": q["style"]}
         for n in names:
             got = hit(results[n], answers, strict=False)

@@ -4,6 +4,11 @@ Everything that searches memories (the HTTP endpoint, context assembly) goes thr
 :meth:`RetrievalEngine.search`. Each branch runs in its own org-scoped transaction on its own pooled
 connection with ``statement_timeout`` set to the branch deadline, inside an asyncio timeout with the
 same deadline, so a slow branch is abandoned by both the client and Postgres.
+
+A request with ``modes`` takes a separate path (:meth:`RetrievalEngine._modes`): every named mode
+runs concurrently the same way (lookup modes under the lexical deadline), a failed mode is reported
+and the others are fused (RRF by memory id, :func:`service.retrieval.modes.fuse`); only when every
+mode fails is it a 503. Without ``modes`` nothing of that path runs.
 """
 
 from __future__ import annotations
@@ -21,13 +26,23 @@ import numpy.typing as npt
 import structlog
 
 from service.db import Database
+from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.errors import BadRequest, ServiceUnavailable
-from service.retrieval import branches, fusion
+from service.retrieval import branches, fusion, modes
 from service.retrieval.hits import Hit
+from service.retrieval.modes import ModeHit
 from service.retrieval.planner import Plan, choose
 from service.retrieval.query_cache import QueryEmbeddingCache
-from service.retrieval.types import SearchMetrics, SearchRequest, SearchResponse, SearchResult, UsedStrategy
+from service.retrieval.types import (
+    Mode,
+    ModeMetrics,
+    SearchMetrics,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+    UsedStrategy,
+)
 from service.settings import RetrievalSettings
 
 log = structlog.get_logger(__name__)
@@ -49,6 +64,7 @@ class _Run:
     lexical_candidates: int | None = None
     semantic_candidates: int | None = None
     fallbacks: list[str] = field(default_factory=list)
+    modes: dict[str, ModeMetrics] = field(default_factory=dict)
 
 
 def _ms(since: float) -> float:
@@ -73,21 +89,29 @@ class RetrievalEngine:
         when no branch could answer."""
         self.validate(request)
         run = _Run()
-        if request.strategy == "auto":
-            plan = choose(request.query, request.filters, embedder_available=self.embedder_available())
+        ran: list[Mode] | None = None
+        if request.modes is not None:
+            ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available())
+            used: UsedStrategy = "modes"
+            results, fusion_ms = await self._modes(org_id, request, ran, run)
         else:
-            plan = Plan(request.strategy, "requested")
-        runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
-                  "semantic": self._semantic_only, "lexical": self._lexical_only}[plan.strategy]
-        used, results, fusion_ms = await runner(org_id, request, run)
+            if request.strategy == "auto":
+                plan = choose(request.query, request.filters, embedder_available=self.embedder_available())
+            else:
+                plan = Plan(request.strategy, "requested")
+            runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
+                      "semantic": self._semantic_only, "lexical": self._lexical_only}[plan.strategy]
+            used, results, fusion_ms = await runner(org_id, request, run)
+            reason = plan.reason
         metrics = SearchMetrics(
             total_ms=_ms(run.started), embedding_ms=run.embedding_ms, lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
             semantic_candidates=run.semantic_candidates, final_count=len(results),
+            modes=run.modes if ran is not None else None,
         )
         return SearchResponse(
-            query=request.query, requested_strategy=request.strategy, strategy=used, reason=plan.reason,
-            fallback_reason="; ".join(run.fallbacks) or None, results=results, metrics=metrics,
+            query=request.query, requested_strategy=request.strategy, strategy=used, reason=reason,
+            fallback_reason="; ".join(run.fallbacks) or None, results=results, metrics=metrics, modes=ran,
         )
 
     def validate(self, request: SearchRequest) -> None:
@@ -109,6 +133,12 @@ class RetrievalEngine:
                              code="validation_error", details={"field": "filters"})
         if f.metadata is not None and b"\\u0000" in msgspec.json.encode(f.metadata):
             raise BadRequest("filters.metadata must not contain NUL characters", code="validation_error")
+        if request.modes == []:
+            raise BadRequest("modes must not be an empty list (omit it for the strategy search, or use \"all\")",
+                             code="validation_error", details={"field": "modes"})
+        if request.modes is not None and request.strategy != "auto":
+            raise BadRequest("modes and strategy are exclusive: a modes search fuses the named modes itself",
+                             code="validation_error", details={"field": "strategy"})
         if f.kinds == [] or f.levels == []:
             raise BadRequest("filters.kinds and filters.levels must not be empty lists (omit them instead)",
                              code="validation_error", details={"field": "filters"})
@@ -294,6 +324,92 @@ class RetrievalEngine:
                 embedding.cancel()
             elif not embedding.cancelled():
                 embedding.exception()  # mark a failure we already reported as retrieved
+
+    # -- modes search: each named mode concurrently on its own connection, RRF across modes ------------
+
+    async def _modes(self, org_id: UUID, request: SearchRequest, names: list[Mode],
+                     run: _Run) -> tuple[list[SearchResult], float]:
+        s, tuning = self.settings, request.tuning
+        pushed, _ = modes.lookup_filters(request.filters)
+
+        async def lookup_mode(mode: LookupMode) -> list[ModeHit]:
+            if pushed is None:
+                return []  # the kinds filter excludes document chunks: nothing to look up
+
+            async def work() -> list[ModeHit]:
+                async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
+                    await branches.branch_delay(tx, s.branch_delay_ms)
+                    return await modes.run_lookup(tx, mode, request,
+                                                  limit=max(tuning.lookup_candidates, request.limit))
+
+            return await self._guard(mode, s.lexical_timeout_ms, work)
+
+        async def lexical_mode() -> list[ModeHit]:
+            started = time.perf_counter()
+
+            async def work() -> list[ModeHit]:
+                async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
+                    await branches.branch_delay(tx, s.branch_delay_ms)
+                    return await modes.run_lexical(tx, request, limit=max(tuning.lexical_candidates, request.limit),
+                                                   postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b)
+
+            try:
+                hits = await self._guard("lexical", s.lexical_timeout_ms, work)
+            finally:
+                run.lexical_ms = _ms(started)
+            run.lexical_candidates = len(hits)
+            return hits
+
+        async def semantic_mode() -> list[ModeHit]:
+            vector = await self.embed_query(request.query, run)
+            started = time.perf_counter()
+
+            async def work() -> list[ModeHit]:
+                async with self.db.tenant(org_id, timeout_ms=s.semantic_timeout_ms, readonly=True) as tx:
+                    await branches.branch_delay(tx, s.branch_delay_ms)
+                    return await modes.run_semantic(tx, request, vector,
+                                                    limit=max(tuning.semantic_candidates, request.limit),
+                                                    ef_search=tuning.ef_search or s.ef_search)
+
+            try:
+                hits = await self._guard("semantic", s.semantic_timeout_ms, work)
+            finally:
+                run.semantic_ms = _ms(started)
+            run.semantic_candidates = len(hits)
+            return hits
+
+        async def timed(mode: Mode) -> list[ModeHit]:
+            started = time.perf_counter()
+            try:
+                if mode == "lexical":
+                    hits = await lexical_mode()
+                elif mode == "semantic":
+                    hits = await semantic_mode()
+                else:
+                    hits = await lookup_mode(mode)
+            except BranchFailed as exc:
+                run.modes[mode] = ModeMetrics(ms=_ms(started), candidates=None, error=str(exc))
+                raise
+            run.modes[mode] = ModeMetrics(ms=_ms(started), candidates=len(hits))
+            return hits
+
+        outcomes = await asyncio.gather(*(timed(m) for m in names), return_exceptions=True)
+        lists: dict[Mode, list[ModeHit]] = {}
+        failures: dict[str, str] = {}
+        for mode, outcome in zip(names, outcomes, strict=True):
+            if isinstance(outcome, BranchFailed):
+                failures[mode] = str(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                lists[mode] = outcome
+        if not lists:
+            raise ServiceUnavailable("search is unavailable: every requested mode failed",
+                                     code="search_unavailable", details=failures)
+        run.fallbacks.extend(f"{reason}; fused the other modes" for reason in failures.values())
+        started = time.perf_counter()
+        results = modes.fuse(lists, k=tuning.rrf_k, limit=request.limit)
+        return results, _ms(started)
 
     @staticmethod
     def _single(hits: list[Hit], branch: UsedStrategy, limit: int) -> tuple[UsedStrategy, list[SearchResult], float]:

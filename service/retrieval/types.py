@@ -11,7 +11,13 @@ import msgspec
 from service.memories.types import AgentId, Kind
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
-UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical"]
+UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical", "modes"]
+"""``modes``: the request named ``modes`` and the results are an RRF fusion over those modes."""
+Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
+"""A retrieval mode of ``modes`` search. ``exact`` (substring), ``path`` (glob/prefix) and ``symbol``
+(symbol names in breadcrumbs) only ever return document chunks; ``lexical`` (BM25) and ``semantic``
+(HNSW) search every kind the filters allow."""
+MODES: tuple[Mode, ...] = ("exact", "path", "symbol", "lexical", "semantic")
 FusionMethod = Literal["rrf", "convex"]
 ResultFusion = Literal["rrf", "convex", "cascade", "none"]
 """How a result's ``final_score`` was made: fused (rrf/convex), cascade (exact vector rank of lexical
@@ -50,6 +56,8 @@ class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """convex fusion: weight of the semantic score (1 - alpha goes to lexical)."""
     ef_search: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
     """HNSW candidate list size; unset uses the service default."""
+    lookup_candidates: Candidates = 50
+    """``modes`` search: how many rows each of ``exact``/``path``/``symbol`` contributes to fusion."""
 
 
 class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -58,6 +66,21 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limit: Annotated[int, msgspec.Meta(ge=1)] = 10
     filters: SearchFilters = msgspec.field(default_factory=SearchFilters)
     tuning: SearchTuning = msgspec.field(default_factory=SearchTuning)
+    modes: list[Mode] | Literal["all"] | None = None
+    """Run these retrieval modes concurrently and RRF-fuse them by memory id (``strategy`` must then be
+    ``auto``). ``"all"``: every mode that applies to the query (the lookup modes
+    :func:`~service.documents.lookup.applicable_modes` picks, plus lexical and semantic). Absent: the
+    ``strategy`` search, unchanged."""
+    case_sensitive: bool = False
+    """``exact`` mode: case-sensitive substring match (default: case-insensitive)."""
+
+
+class ModeRank(msgspec.Struct, kw_only=True):
+    """One mode's view of a result: its 1-based rank in that mode's list and the mode's own score."""
+
+    mode: Mode
+    rank: int
+    score: float
 
 
 class SearchResult(msgspec.Struct, kw_only=True):
@@ -73,6 +96,30 @@ class SearchResult(msgspec.Struct, kw_only=True):
     lexical_score: float | None
     semantic_score: float | None
     fusion_method: ResultFusion
+    # Filled by ``modes`` search (null from the strategy search; line fields null for non-document rows):
+    path: str | None = None
+    """The document path (``source``)."""
+    line_start: int | None = None
+    line_end: int | None = None
+    """The chunk's 1-based, inclusive line span in its file."""
+    excerpt: str | None = None
+    """``exact``/``symbol``: the matched lines with one line of context; otherwise the chunk's first lines."""
+    excerpt_line_start: int | None = None
+    excerpt_line_end: int | None = None
+    """The excerpt's line span in the file (L0 summaries: the file's span, their text being generated)."""
+    mode: Mode | None = None
+    """The mode that ranked this result best (ties: exact, symbol, path, lexical, semantic)."""
+    modes: list[ModeRank] | None = None
+    """Every mode that found this result, best rank first."""
+
+
+class ModeMetrics(msgspec.Struct, kw_only=True):
+    ms: float
+    """Wall time of the mode (semantic: embedding included), on its own pooled connection."""
+    candidates: int | None
+    """Rows the mode contributed to fusion; null when it failed."""
+    error: str | None = None
+    """Why the mode failed or timed out (the other modes' results are still returned)."""
 
 
 class SearchMetrics(msgspec.Struct, kw_only=True):
@@ -84,6 +131,9 @@ class SearchMetrics(msgspec.Struct, kw_only=True):
     lexical_candidates: int | None
     semantic_candidates: int | None
     final_count: int
+    modes: dict[str, ModeMetrics] | None = None
+    """``modes`` search: time and candidate count per mode (``lexical_*``/``semantic_*`` above mirror
+    those two modes)."""
 
 
 class SearchResponse(msgspec.Struct, kw_only=True):
@@ -96,3 +146,5 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     fallback_reason: str | None
     results: list[SearchResult]
     metrics: SearchMetrics
+    modes: list[Mode] | None = None
+    """``modes`` search: the modes that ran (``"all"`` resolved for the query)."""

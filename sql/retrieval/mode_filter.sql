@@ -1,0 +1,13 @@
+-- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics).
+SELECT m.id
+  FROM memories m
+ WHERE m.org_id = $1
+   AND m.id = ANY($2::uuid[])
+   AND (m.expires_at IS NULL OR m.expires_at > now())
+   AND ($3::text IS NULL OR m.agent_id = $3)
+   AND ($4::text[] IS NULL OR m.kind = ANY($4))
+   AND ($5::jsonb IS NULL OR m.metadata @> $5)
+   AND ($6::timestamptz IS NULL OR m.created_at >= $6)
+   AND ($7::timestamptz IS NULL OR m.created_at < $7)
+   AND ($8::text IS NULL OR m.source_path LIKE $8)
+   AND ($9::smallint[] IS NULL OR m.level = ANY($9))
