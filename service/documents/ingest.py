@@ -48,13 +48,14 @@ from service.documents.types import (
     IngestTimings,
 )
 from service.errors import BadRequest, PayloadTooLarge
+from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_agent_id, check_metadata
 from service.memories.write import embed_texts
 from service.runtime import Services
 from service.settings import DocumentSettings, LimitSettings
 from service.tokens import TokenCounter, Tokenizers
 
-KIND = "document_chunk"
+KIND = DOCUMENT_CHUNK_KIND
 RESERVED_METADATA = ("collection", "language", "content_hash", "symbol", "symbol_name", "truncated")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SYMBOL_SPLIT = re.compile(r"::|\.|#")

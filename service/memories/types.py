@@ -12,6 +12,9 @@ AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[
 Kind = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 
+DOCUMENT_CHUNK_KIND = "document_chunk"
+"""Written only by the documents API, which keeps path, line span and the documents table consistent."""
+
 
 class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     text: str

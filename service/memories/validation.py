@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from service.errors import BadRequest, PayloadTooLarge
+from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.settings import LimitSettings
 
 
@@ -29,6 +30,12 @@ def check_agent_id(agent_id: str | None) -> None:
     if agent_id is not None and "\n" in agent_id:
         raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="validation_error",
                          details={"field": "agent_id"})
+
+
+def check_kind(kind: str) -> None:
+    if kind == DOCUMENT_CHUNK_KIND:
+        raise BadRequest(f"kind {DOCUMENT_CHUNK_KIND!r} is reserved: ingest documents with POST /v1/documents",
+                         code="reserved_kind", details={"field": "kind"})
 
 
 def check_metadata(metadata: dict[str, Any], limits: LimitSettings) -> None:

@@ -14,7 +14,7 @@ from service.embeddings import Embedder, EmbeddingError
 from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
 from service.memories import repo
 from service.memories.types import CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
-from service.memories.validation import check_agent_id, check_embedding, check_metadata, check_text
+from service.memories.validation import check_agent_id, check_embedding, check_kind, check_metadata, check_text
 from service.runtime import Services
 from service.settings import LimitSettings
 
@@ -46,6 +46,7 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
         where = "text" if len(items) == 1 else f"memories[{index}].text"
         check_text(item.text, limits, field=where)
         check_agent_id(item.agent_id)
+        check_kind(item.kind)
         check_metadata(item.metadata, limits)
     return items
 
@@ -119,6 +120,8 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     limits = services.settings.limits
     if isinstance(change.agent_id, str):
         check_agent_id(change.agent_id)
+    if isinstance(change.kind, str):
+        check_kind(change.kind)
     embedding = None
     if change.text is not msgspec.UNSET:
         check_text(change.text, limits)

@@ -373,3 +373,17 @@ async def test_bad_patch_changes_nothing(client: AsyncTestClient[Any], tenant: T
         assert_error(r, status)
     got = (await client.get(f"/v1/memories/{mid}", headers=tenant.headers)).json()
     assert got["text"] == "Original text." and got["importance"] == pytest.approx(0.3) and got["agent_id"] == "keep"
+
+
+async def test_document_chunk_kind_is_reserved_for_the_documents_api(client: AsyncTestClient[Any],
+                                                                     tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", json={"text": "pretend chunk", "kind": "document_chunk"},
+                          headers=tenant.headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "reserved_kind"
+    listed = await client.get("/v1/memories", headers=tenant.headers)
+    assert listed.json()["items"] == []
+    created = await client.post("/v1/memories", json={"text": "a fact"}, headers=tenant.headers)
+    (mid,) = created.json()["ids"]
+    patched = await client.patch(f"/v1/memories/{mid}", json={"kind": "document_chunk"}, headers=tenant.headers)
+    assert patched.status_code == 400 and patched.json()["error"]["code"] == "reserved_kind"
+    assert (await client.get(f"/v1/memories/{mid}", headers=tenant.headers)).json()["kind"] == "fact"
