@@ -1,4 +1,4 @@
-"""The ``pgcontext`` command: serve, migrate, orgs, keys, import (and, later, bench)."""
+"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, maintain (and, later, bench)."""
 
 from __future__ import annotations
 
@@ -155,6 +155,25 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
+    from service.retrieval import maintenance
+
+    with _owner_dsn(settings) as dsn:
+        migrations.upgrade(dsn)
+
+        async def run(conn: asyncpg.Connection) -> object:
+            return await maintenance.maintain(conn, threshold=args.threshold, drop_ratio=args.drop_ratio,
+                                              dry_run=args.dry_run, maintenance_work_mem=args.maintenance_work_mem)
+
+        actions = asyncio.run(_with_owner(dsn, run))
+        assert isinstance(actions, list)
+        for action in actions:
+            print(f"{'would ' if args.dry_run else ''}{action}")
+        if not actions:
+            print("nothing to do")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgcontext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -195,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--no-delete", action="store_true", help="keep server files that are missing locally")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     imp.set_defaults(func=cmd_import)
+
+    from service.retrieval.maintenance import DEFAULT_DROP_RATIO, DEFAULT_THRESHOLD
+
+    maint = sub.add_parser("maintain", help="create/drop per-org partial HNSW indexes for big orgs (as the owner)")
+    maint.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD,
+                       help=f"memories at which an org gets its own HNSW index (default {DEFAULT_THRESHOLD})")
+    maint.add_argument("--drop-ratio", type=float, default=DEFAULT_DROP_RATIO,
+                       help="drop an org's index when it falls below threshold x this (default 0.5)")
+    maint.add_argument("--maintenance-work-mem", default="1GB", help="for the index builds (default 1GB)")
+    maint.add_argument("--dry-run", action="store_true", help="print the actions, change nothing")
+    maint.set_defaults(func=cmd_maintain)
     return parser
 
 

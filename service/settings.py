@@ -89,6 +89,113 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrievalSettings:
+    lexical_timeout_ms: int = 1000
+    """Deadline of the lexical branch (asyncio timeout and the transaction's statement_timeout)."""
+    semantic_timeout_ms: int = 1000
+    """Deadline of the vector query (asyncio timeout and the transaction's statement_timeout)."""
+    embedding_timeout_ms: int = 2000
+    """Deadline for embedding the query; past it the search falls back to lexical."""
+    query_cache_size: int = 1024
+    """Query embeddings kept in the in-process LRU (0 disables it)."""
+    postings_per_term: int = 500
+    """Most postings read per query term, best BM25 impact first: bounds the cost of common words.
+    500 keeps hybrid p95 under 15 ms on a 100K-row org at a SciFact lexical nDCG@10 cost of 0.006
+    versus 2,000 (docs/retrieval.md)."""
+    bm25_k1: float = 1.2
+    """BM25 term-frequency saturation."""
+    bm25_b: float = 0.75
+    """BM25 document-length normalisation."""
+    ef_search: int = 100
+    """Default ``hnsw.ef_search`` for the semantic branch (a request may override it)."""
+    max_query_chars: int = 4000
+    """Longest query accepted."""
+    embedder_cooldown_s: float = 5.0
+    """After an embedder failure, ``auto`` goes lexical-only for this long instead of waiting again."""
+    branch_delay_ms: int = 0
+    """Testing knob: ``pg_sleep`` this long inside each branch's transaction (never set in production)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentSettings:
+    max_files_per_request: int = 256
+    """Most files in one POST /v1/documents (413 above)."""
+    max_file_bytes: int = 1_000_000
+    """Largest file accepted, in UTF-8 bytes (413 above); the importer skips bigger files as ``too_large``."""
+    max_request_file_bytes: int = 6 * 1024 * 1024
+    """Most file content in one request, summed over its files (413 above). Keep it under
+    ``LimitSettings.max_request_bytes`` (8 MiB), which bounds the whole JSON body."""
+    max_path_chars: int = 1024
+    """Longest document path."""
+    max_chunk_tokens: int = 256
+    """L2 chunk size in cl100k_base tokens; the local embedding model reads at most 256 word pieces."""
+    max_section_tokens: int = 1024
+    """Bound on L0 summary and L1 section texts (a longer section's text is a prefix, flagged ``truncated``)."""
+    tokenizer: str = "cl100k_base"
+    """tiktoken encoding that measures chunk sizes."""
+    max_list_page: int = 1000
+    """Largest ``limit`` of GET /v1/documents (rows are small; the importer reads the whole list)."""
+    write_timeout_ms: int = 60_000
+    """statement_timeout of an ingestion's write transaction (thousands of chunks update HNSW, trigram
+    and BM25 postings; the default 5 s tenant timeout is too tight for a full batch on a small machine)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblySettings:
+    """Context assembly (POST /v1/context/assemble): deadlines, hot set, scoring and budget defaults."""
+
+    deadline_ms: int = 40
+    """Outer wall of one assembly (``PGCONTEXT_DEADLINE_MS``): every retrieval branch ends by
+    ``deadline_ms - processing_reserve_ms``; ranking, packing and formatting use the reserve."""
+    processing_reserve_ms: int = 6
+    """Part of the wall kept for scoring, packing and formatting after the branches stop."""
+    directive_timeout_ms: int = 5
+    """Directive branch (Redis envelope, Postgres on a miss)."""
+    hot_timeout_ms: int = 15
+    """Hot branch (the agent's hot set in Redis, filled from Postgres on a miss)."""
+    cold_timeout_ms: int = 0
+    """Cold branch (hybrid search); 0 = up to the retrieval wall. The search's own lexical, embedding
+    and vector deadlines are derived from it so its fallbacks happen inside it."""
+    cold_limit: int = 20
+    """Cold candidates handed to ranking (after scoping to the agent and org-wide memories)."""
+    cold_overfetch: int = 3
+    """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
+    agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
+    hot_set_size: int = 16
+    """Most memories in an agent's hot set (pinned first, then importance and recent use)."""
+    hot_ttl_s: int = 300
+    """Lifetime of a cached hot set; bounds how long "recently used" can lag, and staleness if an
+    invalidation was lost while Redis was down."""
+    hot_fill_timeout_ms: int = 2000
+    """statement_timeout of the Postgres query that fills a missed hot set; the fill finishes in
+    the background when the request stops waiting, so the next request hits."""
+    hot_access_half_life_hours: float = 24.0
+    """Half-life of "recently used" when ranking memories into the hot set."""
+    redis_retry_s: float = 2.0
+    """After a Redis failure the hot branch is skipped (and directives read from Postgres) this long."""
+    recency_half_life_hours: float = 14 * 24.0
+    """Half-life of the recency score (creation time; a recent access counts at half strength)."""
+    default_reserve_tokens: int = 512
+    """Tokens kept free for the model's answer when a request does not say."""
+    max_messages: int = 200
+    """Most recent_messages accepted."""
+    max_message_chars: int = 32_000
+    """Longest message content accepted."""
+    max_context_tokens: int = 1_000_000
+    """Largest max_context_tokens / reserve_tokens accepted."""
+    inline_cpu_candidates: int = 96
+    """Up to this many candidates scoring + packing run on the event loop (a few ms); above, in a
+    worker thread so one big request cannot stall every other request's I/O."""
+    access_flush_s: float = 2.0
+    """Access statistics (last_accessed_at, access_count) of packed memories are batched in-process
+    and written this often, off the request path."""
+    feedback_alpha: float = 0.3
+    """Weight of one feedback event in the usefulness moving average (usefulness stays in [-1, 1])."""
+    tiktoken_dir: Path | None = None
+    """Offline tiktoken BPE cache; None = ``<data_dir>/tiktoken``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     data_dir: Path = field(default_factory=lambda: Path(".pgcontext").resolve())
     """Where embedded servers, model caches and tokenizer files live."""
@@ -97,6 +204,9 @@ class Settings:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    documents: DocumentSettings = field(default_factory=DocumentSettings)
+    assembly: AssemblySettings = field(default_factory=AssemblySettings)
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -176,5 +286,51 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             port=_int(env, "PGCONTEXT_PORT", 8080),
             log_level=_get(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
+        ),
+        retrieval=RetrievalSettings(
+            lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),
+            semantic_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_SEMANTIC_TIMEOUT_MS", 1000),
+            embedding_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_EMBEDDING_TIMEOUT_MS", 2000),
+            query_cache_size=_int(env, "PGCONTEXT_RETRIEVAL_QUERY_CACHE_SIZE", 1024),
+            postings_per_term=_int(env, "PGCONTEXT_RETRIEVAL_POSTINGS_PER_TERM", 500),
+            bm25_k1=_float(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 1.2),
+            bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.75),
+            ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
+            max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
+            embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),
+            branch_delay_ms=_int(env, "PGCONTEXT_RETRIEVAL_BRANCH_DELAY_MS", 0),
+        ),
+        documents=DocumentSettings(
+            max_files_per_request=_int(env, "PGCONTEXT_DOCUMENTS_MAX_FILES", 256),
+            max_file_bytes=_int(env, "PGCONTEXT_DOCUMENTS_MAX_FILE_BYTES", 1_000_000),
+            max_request_file_bytes=_int(env, "PGCONTEXT_DOCUMENTS_MAX_REQUEST_BYTES", 6 * 1024 * 1024),
+            max_path_chars=_int(env, "PGCONTEXT_DOCUMENTS_MAX_PATH_CHARS", 1024),
+            max_chunk_tokens=_int(env, "PGCONTEXT_DOCUMENTS_CHUNK_TOKENS", 256),
+            max_section_tokens=_int(env, "PGCONTEXT_DOCUMENTS_SECTION_TOKENS", 1024),
+            tokenizer=_get(env, "PGCONTEXT_DOCUMENTS_TOKENIZER") or "cl100k_base",
+            max_list_page=_int(env, "PGCONTEXT_DOCUMENTS_MAX_LIST_PAGE", 1000),
+            write_timeout_ms=_int(env, "PGCONTEXT_DOCUMENTS_WRITE_TIMEOUT_MS", 60_000),
+        ),
+        assembly=AssemblySettings(
+            deadline_ms=_int(env, "PGCONTEXT_DEADLINE_MS", 40),
+            processing_reserve_ms=_int(env, "PGCONTEXT_ASSEMBLY_PROCESSING_RESERVE_MS", 6),
+            directive_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS", 5),
+            hot_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS", 15),
+            cold_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),
+            cold_limit=_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT", 20),
+            cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
+            hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),
+            hot_ttl_s=_int(env, "PGCONTEXT_ASSEMBLY_HOT_TTL_S", 300),
+            hot_fill_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_HOT_FILL_TIMEOUT_MS", 2000),
+            hot_access_half_life_hours=_float(env, "PGCONTEXT_ASSEMBLY_HOT_ACCESS_HALF_LIFE_HOURS", 24.0),
+            redis_retry_s=_float(env, "PGCONTEXT_ASSEMBLY_REDIS_RETRY_S", 2.0),
+            recency_half_life_hours=_float(env, "PGCONTEXT_ASSEMBLY_RECENCY_HALF_LIFE_HOURS", 14 * 24.0),
+            default_reserve_tokens=_int(env, "PGCONTEXT_ASSEMBLY_DEFAULT_RESERVE_TOKENS", 512),
+            max_messages=_int(env, "PGCONTEXT_ASSEMBLY_MAX_MESSAGES", 200),
+            max_message_chars=_int(env, "PGCONTEXT_ASSEMBLY_MAX_MESSAGE_CHARS", 32_000),
+            inline_cpu_candidates=_int(env, "PGCONTEXT_ASSEMBLY_INLINE_CPU_CANDIDATES", 96),
+            access_flush_s=_float(env, "PGCONTEXT_ASSEMBLY_ACCESS_FLUSH_S", 2.0),
+            feedback_alpha=_float(env, "PGCONTEXT_ASSEMBLY_FEEDBACK_ALPHA", 0.3),
+            tiktoken_dir=Path(raw).expanduser().resolve() if (raw := _get(env, "PGCONTEXT_TIKTOKEN_DIR")) else None,
         ),
     )
