@@ -20,15 +20,24 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service import __version__
+from service.assembly import (
+    AssemblyController,
+    FeedbackController,
+    HotMemoryController,
+    Orchestrator,
+    build_orchestrator,
+)
 from service.auth import KeyCache
 from service.db import Database, create_pool
 from service.db.errors import translate
 from service.deps import provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
+from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
 from service.errors import AppError, ServiceUnavailable
 from service.health import healthz, readyz
 from service.memories import MemoryController
+from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
 
@@ -51,7 +60,16 @@ def _request_id(request: Request[Any, Any, Any]) -> str | None:
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """Every error leaves the service in one shape: {"error": {code, message, details, request_id}}."""
-    rid = _request_id(request)
+    response = _error_response(request, exc)
+    if _request_id(request) is None:
+        # Routing errors (404 no route, 405) are raised before the per-route middleware runs: give
+        # them a request id here, in the body and the header, like every other response.
+        response.headers["X-Request-ID"] = response.content["error"]["request_id"]
+    return response
+
+
+def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    rid = _request_id(request) or request.headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
     if isinstance(exc, ValidationException):
         details: Any = {"errors": exc.extra} if exc.extra else {}
         body = error_body(400, "validation_error", exc.detail or "invalid request", details, rid)
@@ -107,10 +125,18 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
     services.extras["directives"] = DirectiveStore(db, redis)
+    services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,
+                                                   max_limit=settings.limits.max_page_size)
+    orchestrator = await build_orchestrator(services)
+    services.extras["assembly"] = orchestrator
+    services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
     return services
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
+    assembly = services.extras.get("assembly")
+    if isinstance(assembly, Orchestrator):
+        await assembly.aclose()  # flushes pending access statistics while the pool is still open
     await services.db.close()
     await services.redis.aclose()
     if close_embedder:
@@ -131,7 +157,9 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
 
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
     return Litestar(
-        route_handlers=[healthz, readyz, MemoryController, DirectiveController, PrometheusController],
+        route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
+                        DocumentController, AssemblyController, HotMemoryController, FeedbackController,
+                        PrometheusController],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),

@@ -1,1 +1,15 @@
-"""Context assembly: budget, intent, scoring, packing and formatting of an agent's context."""
+"""Context assembly: budget, intent, scoring, packing and formatting of an agent's context, the
+orchestrator that runs its branches under one deadline, the hot set, feedback and their HTTP API."""
+
+from service.assembly.handlers import AssemblyController, FeedbackController, HotMemoryController, orchestrator_of
+from service.assembly.orchestrator import CallerDeadline, Orchestrator, build_orchestrator
+
+__all__ = [
+    "AssemblyController",
+    "CallerDeadline",
+    "FeedbackController",
+    "HotMemoryController",
+    "Orchestrator",
+    "build_orchestrator",
+    "orchestrator_of",
+]

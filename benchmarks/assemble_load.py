@@ -1,0 +1,502 @@
+"""Context-assembly load test: p50/p95/p99, throughput, errors and degradation levels under concurrency.
+
+    python benchmarks/assemble_load.py                      # embedded servers, 100,000 memories
+    python benchmarks/assemble_load.py --url http://host:8080 --key pgc_...   # an already running service
+
+Without ``--url`` it starts ``pgcontext serve`` as a subprocess on the embedded default (its own
+Postgres + Redis under a temporary ``PGCONTEXT_DATA_DIR``, or ``--data-dir`` to keep and reuse the
+loaded org between runs), then loads the org with ``--memories`` memories (default 100,000) spread
+over ``--agents`` agents plus org-wide ones, one directive per agent. Texts are sentences (then
+titles, then runs of adjacent sentences) of the SciFact corpus; their embeddings are computed once
+with the service's own embedder, in batches, and cached as ``.npy`` under
+``.pgcontext/bench-cache`` so later runs and the load itself skip the model (the write API takes an
+``embedding`` per memory). Memories are POSTed in batches of 256.
+
+Each concurrency level (default 1, 4, 8, 16) runs a **baseline** first — ``GET /v1/directives/{agent}``
+(auth + one Redis read: the cheapest real request) — and then ``POST /v1/context/assemble`` with
+SciFact claims as queries, a short chat history, ``gpt-4o`` and a 4,000-token window. Both are
+bounded by ``--requests`` per level and ``--seconds`` per level. Reported per level: client-side
+p50/p95/p99 latency, throughput, error rate, the degradation-level distribution, the server's own
+``metrics.total_ms`` p50/p99, the cold strategies used and the assemble/baseline p50 ratio (which
+survives a noisy machine better than absolute numbers). The load generator runs on the same machine
+as the service, Postgres and Redis, and competes with them for CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import percentile  # noqa: E402
+from service.embedded import free_port  # noqa: E402
+
+SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+CACHE_DIR = ROOT / ".pgcontext" / "bench-cache"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+BATCH = 256
+MODEL = "gpt-4o"
+
+
+# -- corpus and embeddings -------------------------------------------------------------------------
+
+
+def build_texts(corpus: Path, n: int) -> list[str]:
+    """``n`` distinct memory-sized texts: sentences, then titles, then runs of 2, 3, ... sentences."""
+    docs: list[tuple[str, list[str]]] = []
+    with corpus.open() as f:
+        for line in f:
+            doc = json.loads(line)
+            sentences = [s.strip() for s in _SENTENCE_END.split(doc.get("text") or "") if len(s.strip()) >= 20]
+            docs.append(((doc.get("title") or "").strip(), sentences))
+    seen: set[str] = set()
+    out: list[str] = []
+
+    def add(text: str) -> bool:
+        text = text[:600]
+        if text and text not in seen:
+            seen.add(text)
+            out.append(text)
+        return len(out) >= n
+
+    for _, sentences in docs:
+        for s in sentences:
+            if add(s):
+                return out
+    for title, _ in docs:
+        if len(title) >= 20 and add(title):
+            return out
+    for run in range(2, 8):
+        for _, sentences in docs:
+            for i in range(len(sentences) - run + 1):
+                if add(" ".join(sentences[i : i + run])):
+                    return out
+    raise SystemExit(f"{corpus} yields only {len(out)} distinct texts, fewer than {n}")
+
+
+def embeddings_for(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    """The service embedder's vectors for ``texts``, cached on disk by content hash and model."""
+    from service.embeddings import build_embedder
+    from service.settings import load_settings
+
+    settings = load_settings()
+    embedder = build_embedder(settings.embedding, settings.data_dir)
+    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", embedder.name)
+    path = CACHE_DIR / f"assemble-{len(texts)}-{model}-{digest}.npy"
+    if path.exists():
+        return np.asarray(np.load(path), dtype=np.float32)
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> npt.NDArray[np.float32]:
+        parts: list[npt.NDArray[np.float32]] = []
+        started = time.perf_counter()
+        for start in range(0, len(texts), BATCH):
+            parts.append(await embedder.embed(list(texts[start : start + BATCH])))
+            done = start + BATCH
+            if done % (BATCH * 40) == 0:
+                rate = done / (time.perf_counter() - started)
+                print(f"  embedded {done}/{len(texts)} ({rate:.0f}/s)", file=sys.stderr, flush=True)
+        await embedder.aclose()
+        return np.concatenate(parts).astype(np.float32)
+
+    vectors = asyncio.run(run())
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(path)
+    return vectors
+
+
+def random_vectors(n: int, dim: int = 384) -> npt.NDArray[np.float32]:
+    """Dry runs only (``--random-vectors``): unit vectors without the model. Never for reported numbers."""
+    vectors = np.random.default_rng(7).normal(size=(n, dim)).astype(np.float32)
+    return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), dtype=np.float32)
+
+
+def load_queries(root: Path) -> list[str]:
+    with (root / "queries.jsonl").open() as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+# -- the service under test ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def service(data_dir: Path, port: int) -> Iterator[tuple[str, str | None]]:
+    """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None)."""
+    from service.settings import load_settings
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    shared = load_settings().data_dir
+    for cache in ("models", "tiktoken"):  # reuse the built model / BPE files instead of rebuilding them
+        target = data_dir / cache
+        if (shared / cache).is_dir() and not target.exists():
+            target.symlink_to((shared / cache).resolve(), target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
+    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port)})
+    log_path = data_dir / "service.log"
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=log_file, text=True)
+        try:
+            assert proc.stdout is not None
+            key: str | None = None
+            for line in proc.stdout:  # "Created org ...", the key, then "pgcontext serving on ..."
+                if line.startswith("pgc_"):
+                    key = line.strip()
+                if line.startswith("pgcontext serving on"):
+                    break
+            else:
+                raise SystemExit(f"the service exited early; see {log_path}")
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"the service did not become ready; see {log_path}")
+                time.sleep(0.2)
+            yield url, key
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def agent_of(i: int, agents: int, org_wide_every: int) -> str | None:
+    return None if i % org_wide_every == 0 else f"agent-{i % agents}"
+
+
+async def load_org(url: str, headers: dict[str, str], texts: Sequence[str], vectors: npt.NDArray[np.float32],
+                   agents: int, org_wide_every: int) -> float:
+    """POST every memory (vectors given, batches of 256, two requests in flight); returns seconds."""
+    started = time.perf_counter()
+    rng = random.Random(11)
+    batches = [range(s, min(s + BATCH, len(texts))) for s in range(0, len(texts), BATCH)]
+    queue: asyncio.Queue[range] = asyncio.Queue()
+    for batch in batches:
+        queue.put_nowait(batch)
+    done = 0
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        nonlocal done
+        while not queue.empty():
+            batch = queue.get_nowait()
+            body = {"memories": [
+                {"text": texts[i], "agent_id": agent_of(i, agents, org_wide_every), "embedding": vectors[i].tolist(),
+                 "importance": round(rng.random(), 2), "pinned": i % 997 == 0,
+                 "kind": "fact" if i % 3 else "episode"} for i in batch]}
+            r = await http.post("/v1/memories", json=body)
+            if r.status_code != 201:
+                raise SystemExit(f"load failed: {r.status_code} {r.text[:300]}")
+            done += len(batch)
+            if done % (BATCH * 40) < BATCH:
+                print(f"  loaded {done}/{len(texts)} ({done / (time.perf_counter() - started):.0f}/s)",
+                      file=sys.stderr, flush=True)
+
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as http:
+        await asyncio.gather(*(worker(http) for _ in range(2)))
+    return time.perf_counter() - started
+
+
+# -- the load --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Level:
+    name: str
+    concurrency: int
+    latencies_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    levels: Counter[str] = field(default_factory=Counter)
+    strategies: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies_ms) + sum(self.errors.values())
+
+    def row(self, baseline: Level | None) -> str:
+        lat = self.latencies_ms
+        ok = len(lat)
+        share = ", ".join(f"{k} {100 * v / max(ok, 1):.1f}%" for k, v in sorted(self.levels.items())) or "-"
+        ratio = (f"{percentile(lat, 50) / percentile(baseline.latencies_ms, 50):.1f}x"
+                 if baseline and baseline.latencies_ms and lat else "-")
+        server = (f"{percentile(self.server_ms, 50):.1f} / {percentile(self.server_ms, 99):.1f}"
+                  if self.server_ms else "-")
+        return (f"| {self.name} | {self.concurrency} | {self.requests} | {percentile(lat, 50):.1f} | "
+                f"{percentile(lat, 95):.1f} | {percentile(lat, 99):.1f} | {ok / self.seconds:.0f} | "
+                f"{100 * sum(self.errors.values()) / max(self.requests, 1):.1f}% | {share} | {server} | {ratio} |")
+
+
+HEADER = ("| request | conc. | requests | p50 ms | p95 ms | p99 ms | req/s | errors | levels | server p50 / p99 ms "
+          "| p50 vs baseline |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+async def drive(name: str, concurrency: int, requests: int, seconds: float,
+                call: Callable[[int], Awaitable[httpx.Response]], level: Level) -> None:
+    """``concurrency`` workers issue calls until ``requests`` were made or ``seconds`` passed."""
+    counter = iter(range(requests))
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        for i in counter:
+            if time.perf_counter() > stop_at:
+                return
+            started = time.perf_counter()
+            try:
+                r = await call(i)
+            except httpx.HTTPError as exc:
+                level.errors[type(exc).__name__] += 1
+                continue
+            elapsed = (time.perf_counter() - started) * 1000
+            if r.status_code != 200:
+                level.errors[str(r.status_code)] += 1
+                continue
+            level.latencies_ms.append(elapsed)
+            if name == "assemble":
+                body = r.json()
+                level.levels[body["degradation_level"]] += 1
+                level.server_ms.append(body["metrics"]["total_ms"])
+                level.strategies[body["branches"]["cold"]["source"] or body["branches"]["cold"]["outcome"]] += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    level.seconds = time.perf_counter() - started
+
+
+def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Random) -> dict[str, Any]:
+    query = queries[i % len(queries)]
+    return {
+        "agent_id": f"agent-{rng.randrange(1, agents)}", "query": query, "model": MODEL, "max_context_tokens": 4000,
+        "reserve_tokens": 500,
+        "recent_messages": [{"role": "user", "content": f"I am reading about this: {query}"},
+                            {"role": "assistant", "content": "Let me look at what we know about it."},
+                            {"role": "user", "content": "Is the claim supported?"}],
+    }
+
+
+async def run_levels(url: str, headers: dict[str, str], queries: list[str], agents: int,
+                     concurrencies: list[int], requests: int, seconds: float) -> list[tuple[Level, Level]]:
+    limits = httpx.Limits(max_connections=max(concurrencies) + 4, max_keepalive_connections=max(concurrencies) + 4)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10, limits=limits) as http:
+        rng = random.Random(3)
+
+        async def directive(i: int) -> httpx.Response:
+            return await http.get(f"/v1/agents/agent-{1 + i % (agents - 1)}/directive")
+
+        async def assemble(i: int) -> httpx.Response:
+            return await http.post("/v1/context/assemble", json=assemble_body(i, queries, agents, rng))
+
+        # Warm-up: pool connections, every agent's directive and hot set, the tokenizers.
+        warm = Level("warmup", 4)
+        await drive("assemble", 4, 2 * agents, 60, assemble, warm)
+        await drive("directive", 4, agents, 60, directive, Level("warmup", 4))
+        results = []
+        offset = 2 * agents
+        for c in concurrencies:
+            base = Level("baseline: GET directive", c)
+            await drive("directive", c, requests, seconds, directive, base)
+            asm = Level("assemble", c)
+
+            async def shifted(i: int, start: int = offset) -> httpx.Response:
+                return await assemble(i + start)  # every level asks new (query, agent) pairs first
+
+            await drive("assemble", c, requests, seconds, shifted, asm)
+            offset += requests
+            results.append((base, asm))
+            print(base.row(None), file=sys.stderr, flush=True)
+            print(asm.row(base), f"strategies {dict(asm.strategies)} errors {dict(asm.errors)}", file=sys.stderr,
+                  flush=True)
+    return results
+
+
+# -- selective mode on SciFact (quality, not latency) ------------------------------------------------
+
+
+def scifact_docs(root: Path) -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    with (root / "corpus.jsonl").open() as f:
+        for line in f:
+            doc = json.loads(line)
+            ids.append(str(doc["_id"]))
+            texts.append(f"{doc.get('title') or ''}. {doc.get('text') or ''}".strip())
+    return ids, texts
+
+
+def scifact_train(root: Path) -> dict[str, set[str]]:
+    relevant: dict[str, set[str]] = {}
+    with (root / "qrels" / "train.tsv").open() as f:
+        for line in f:
+            parts = line.strip().split("\t")
+            if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) > 0:
+                relevant.setdefault(parts[0], set()).add(parts[1])
+    return relevant
+
+
+async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts: list[str],
+                         vectors: npt.NDArray[np.float32]) -> str:
+    """Selective mode vs the naive top-10 on SciFact train: tokens packed and relevant documents kept."""
+    import dataclasses
+
+    from benchmarks._common import app_client, new_tenant, servers
+    from service.assembly.format import format_memories, format_memory, memory_tags
+    from service.settings import load_settings
+    from service.tokens import Tokenizers
+
+    base = load_settings()
+    # Quality, not latency: no branch may time out here.
+    settings = dataclasses.replace(base, assembly=dataclasses.replace(
+        base.assembly, deadline_ms=20_000, directive_timeout_ms=10_000, hot_timeout_ms=10_000, cold_timeout_ms=15_000))
+    queries = {str(json.loads(line)["_id"]): json.loads(line)["text"] for line in (root / "queries.jsonl").open()}
+    relevant = scifact_train(root)
+    wanted = [q for q in queries if q in relevant][:max_queries]
+    counter = Tokenizers(settings.data_dir / "tiktoken").for_model(MODEL)
+    with servers(settings) as (owner_dsn, redis_url):
+        async with app_client(settings, owner_dsn, redis_url) as client:
+            _, headers = await new_tenant(owner_dsn, "scifact-selective")
+            memory_doc: dict[str, str] = {}
+            for start in range(0, len(texts), 32):  # whole abstracts: small batches stay under statement_timeout
+                batch = range(start, min(start + 32, len(texts)))
+                r = await client.post("/v1/memories", headers=headers, json={"memories": [
+                    {"text": texts[i], "kind": "document", "embedding": vectors[i].tolist()} for i in batch]})
+                assert r.status_code == 201, r.text
+                memory_doc.update({str(m): doc_ids[i] for m, i in zip(r.json()["ids"], batch, strict=True)})
+            naive_tokens, naive_recall, sel_tokens, sel_recall, sel_docs = [], [], [], [], []
+            tiers: Counter[str] = Counter()
+            for qid in wanted:
+                rel = relevant[qid]
+                r = await client.post("/v1/memories/search", headers=headers,
+                                      json={"query": queries[qid], "strategy": "lexical", "limit": 10})
+                top = r.json()["results"]
+                tags = memory_tags(str(x["id"]) for x in top)  # written exactly as the assembly writes memories
+                block = format_memories([_Line(format_memory(tags[str(x["id"])], x["text"])) for x in top])
+                naive_tokens.append(counter.count(block))
+                naive_recall.append(len(rel & {memory_doc[str(x["id"])] for x in top}) / len(rel))
+                r = await client.post("/v1/context/assemble", headers=headers, json={
+                    "agent_id": "eval", "query": queries[qid], "model": MODEL, "selective": True,
+                    "retrieval": {"use_hot": False, "strategy": "lexical", "limit": 30}})
+                body = r.json()
+                assert body["degradation_level"] == "L1", body["branches"]  # hot is off on purpose
+                packed = {memory_doc[m["id"]] for m in body["memories_used"]}
+                sel_tokens.append(body["budget"]["memories_used"])
+                sel_recall.append(len(rel & packed) / len(rel))
+                sel_docs.append(len(packed))
+                tiers[body["budget"]["tier"]] += 1
+    n = len(wanted)
+    return (
+        f"SciFact train, {n} queries, {MODEL} tokens of the memories section "
+        "(BM25 retrieval for both, random document vectors: no model time):\n\n"
+        "| context | mean tokens | median tokens | mean docs | recall of relevant docs |\n|---|---|---|---|---|\n"
+        f"| naive top-10 | {np.mean(naive_tokens):.0f} | {np.median(naive_tokens):.0f} | 10 | "
+        f"{np.mean(naive_recall):.3f} |\n"
+        f"| selective mode (from 30 candidates) | {np.mean(sel_tokens):.0f} | {np.median(sel_tokens):.0f} | "
+        f"{np.mean(sel_docs):.1f} | {np.mean(sel_recall):.3f} |\n\n"
+        f"tiers chosen: {dict(tiers)}; selective uses {np.mean(sel_tokens) / np.mean(naive_tokens):.0%} of the "
+        "naive tokens"
+    )
+
+
+@dataclass(frozen=True)
+class _Line:
+    formatted: str
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="a running service (default: start one on the embedded default)")
+    parser.add_argument("--key", help="API key for --url (its org must already hold the memories)")
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--agents", type=int, default=20, help="agents (agent-0 ... agent-N-1)")
+    parser.add_argument("--org-wide-every", type=int, default=10, help="every Nth memory is org-wide")
+    parser.add_argument("--concurrency", default="1,4,8,16")
+    parser.add_argument("--requests", type=int, default=1000, help="per request kind and concurrency level")
+    parser.add_argument("--seconds", type=float, default=30.0, help="per request kind and concurrency level")
+    parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
+    parser.add_argument("--scifact", type=Path, default=SCIFACT)
+    parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
+    parser.add_argument("--selective-eval", type=int, metavar="QUERIES", default=0,
+                        help="instead of the load test: selective mode vs naive top-10 on SciFact train")
+    args = parser.parse_args()
+    if args.selective_eval:
+        doc_ids, texts = scifact_docs(args.scifact)
+        # Lexical retrieval for both sides (BM25 here is as good as hybrid on SciFact, see "Retrieval
+        # quality"), so the documents need no model time: their vectors only fill the column.
+        vectors = random_vectors(len(texts))
+        print(asyncio.run(selective_eval(args.scifact, args.selective_eval, doc_ids, texts, vectors)))
+        return
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    queries = load_queries(args.scifact)
+    print(f"# assemble load: {platform.platform()}, python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+
+    if args.url:
+        if not args.key:
+            raise SystemExit("--url needs --key")
+        results = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries, args.agents,
+                                         concurrencies, args.requests, args.seconds))
+    else:
+        with contextlib.ExitStack() as stack:
+            data_dir = args.data_dir or Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="pgcontext-assemble-", dir="/tmp")))
+            marker = data_dir / "bench-org.json"
+            loaded = json.loads(marker.read_text()) if marker.exists() else None
+            url, key = stack.enter_context(service(data_dir, free_port()))
+            if loaded is None or loaded["memories"] != args.memories:
+                if key is None:
+                    raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
+                texts = build_texts(args.scifact / "corpus.jsonl", args.memories)
+                vectors = random_vectors(len(texts)) if args.random_vectors else embeddings_for(texts)
+                headers = {"Authorization": f"Bearer {key}"}
+                seconds = asyncio.run(load_org(url, headers, texts, vectors, args.agents, args.org_wide_every))
+                print(f"# loaded {len(texts)} memories in {seconds:.0f} s ({len(texts) / seconds:.0f}/s)", flush=True)
+
+                async def directives() -> None:
+                    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+                        for a in range(args.agents):
+                            await http.put(f"/v1/agents/agent-{a}/directive", json={
+                                "content": f"You are research assistant {a}. Cite the memories you use by tag."})
+
+                asyncio.run(directives())
+                loaded = {"memories": args.memories, "key": key}
+                marker.write_text(json.dumps(loaded))
+            results = asyncio.run(run_levels(url, {"Authorization": f"Bearer {loaded['key']}"}, queries,
+                                             args.agents, concurrencies, args.requests, args.seconds))
+    print(HEADER)
+    for base, asm in results:
+        print(base.row(None))
+        print(asm.row(base))
+    print()
+    for _, asm in results:
+        print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""HTTP handlers: POST /v1/context/assemble, GET /v1/memories/hot, POST /v1/memories/feedback.
+
+``/v1/memories/hot`` and ``/v1/memories/feedback`` are static paths next to the memory controller's
+``/v1/memories/{memory_id}``; Litestar's router matches static segments before parameters, so
+they never reach the by-id handlers (tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import structlog
+from litestar import Controller, Request, get, post
+from litestar.params import HeaderParameter, JSONBody, QueryParameter
+from litestar.status_codes import HTTP_200_OK
+
+from service.assembly.feedback import apply_feedback
+from service.assembly.orchestrator import CallerDeadline, Orchestrator
+from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
+from service.deps import OrgId, ServicesDep
+from service.errors import DeadlineExceeded
+from service.memories.types import AgentId
+from service.runtime import Services
+
+log = structlog.get_logger(__name__)
+
+
+def orchestrator_of(services: Services) -> Orchestrator:
+    orchestrator = services.extras["assembly"]
+    assert isinstance(orchestrator, Orchestrator)
+    return orchestrator
+
+
+async def _client_gone(request: Request[Any, Any, Any]) -> None:
+    """Returns when the client disconnects (the body is already read, so only a disconnect arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request[Any, Any, Any], work: asyncio.Future[AssembleResponse]
+                               ) -> AssembleResponse:
+    watcher = asyncio.ensure_future(_client_gone(request))
+    both: list[asyncio.Future[Any]] = [work, watcher]
+    try:
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not work.done():
+        work.cancel()
+        log.warning("context_assembly_abandoned", level="L3", reason="client_disconnected")
+        raise DeadlineExceeded("the client went away before the context was ready", code="client_disconnected",
+                               details={"level": "L3"})
+    return work.result()
+
+
+class AssemblyController(Controller):
+    path = "/v1/context"
+    tags = ["context"]
+
+    @post("/assemble", status_code=HTTP_200_OK, summary="Assemble an agent's context for one model call")
+    async def assemble(
+        self, request: Request[Any, Any, Any], services: ServicesDep, org_id: OrgId, data: JSONBody[AssembleRequest],
+        x_deadline_ms: Annotated[str | None, HeaderParameter(name="X-Deadline-Ms")] = None,
+        x_timeout_ms: Annotated[str | None, HeaderParameter(name="X-Timeout-Ms")] = None,
+    ) -> AssembleResponse:
+        """Directive, hot memories and cold search run concurrently under ``PGCONTEXT_DEADLINE_MS``
+        (default 40 ms); the result is ranked, packed into the token budget and formatted.
+
+        ``context`` layout: ``<directive>…</directive>``, ``<memories>`` with one ``[tag] text`` line
+        per memory, ``<history>`` with one ``role: content`` line per message (empty sections are
+        left out; continuation lines are indented by two spaces). ``degradation_level``: L0 hot and
+        cold usable, L1 one of them, L2 neither (directive + history only). If the caller's
+        deadline (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now) passes or the
+        client disconnects, the answer is a 504 ``deadline_exceeded`` error, never partial context.
+        """
+        caller = CallerDeadline.from_headers(x_deadline_ms, x_timeout_ms)
+        work = asyncio.ensure_future(orchestrator_of(services).assemble(org_id, data, caller))
+        try:
+            return await _unless_disconnected(request, work)
+        except DeadlineExceeded as exc:
+            log.warning("context_assembly_failed", level="L3", code=exc.code, org_id=str(org_id),
+                        agent_id=data.agent_id)
+            raise
+
+
+class HotMemoryController(Controller):
+    path = "/v1/memories/hot"
+    tags = ["memories"]
+
+    @get("/", summary="An agent's hot set (pinned, most important, most recently used)")
+    async def hot_set(self, services: ServicesDep, org_id: OrgId,
+                      agent_id: Annotated[AgentId, QueryParameter(description="the agent")]) -> HotSetOut:
+        """Served from Redis (``source: cache``) or read from Postgres on a miss, then cached."""
+        return await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
+
+
+class FeedbackController(Controller):
+    path = "/v1/memories/feedback"
+    tags = ["memories"]
+
+    @post("/", status_code=HTTP_200_OK, summary="Report which memories helped")
+    async def feedback(self, services: ServicesDep, org_id: OrgId, data: JSONBody[FeedbackIn]) -> FeedbackOut:
+        """``{"items": [{"id", "helpful"}]}`` or ``{"memory_ids": [...], "helpful": true}``.
+
+        Each report moves ``usefulness`` (in [-1, 1]) toward +1 or -1 by a moving average, which
+        later assemblies score. Ids that are not memories of your org are listed in ``not_found``.
+        """
+        alpha = orchestrator_of(services).settings.feedback_alpha
+        return await apply_feedback(services, org_id, data, alpha)

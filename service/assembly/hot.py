@@ -1,0 +1,238 @@
+"""Per-agent hot sets in Redis: pinned, most important and most recently used memories, bounded in size.
+
+Keys (the braces are a Redis Cluster hash tag, so one org's keys share a slot and ``MGET`` works):
+
+* ``{org_id}:hot_memories:{agent_id}`` — the hot set: msgpack of the items (with their embeddings,
+  so ranking needs no further read) and the two version stamps it was built under;
+* ``{org_id}:hot_gen`` — the org's generation, bumped when an org-wide memory (``agent_id`` null)
+  changes: such a memory belongs to every agent's hot set, so all of them go stale at once;
+* ``{org_id}:hot_ver:{agent_id}`` — the agent's version, bumped when one of its memories changes.
+
+A read is one ``MGET`` of the three keys; the set is used only if its stamps equal the current
+generation and version. A miss reads Postgres and stores the set stamped with the counters read
+*before* the Postgres query, so a fill racing a write can at worst store a set that the next read
+already sees as stale: invalidation never depends on winning a race. Invalidation (the
+``memories_changed`` hook, run after every committed create/patch/delete and after feedback)
+bumps the counters and deletes the agent's key to free memory at once.
+
+Fills are single-flight per (org, agent, stamps) and shielded: when a request stops waiting at its
+hot-branch deadline, the fill still finishes and caches the set, so the next request hits. If
+Redis fails, :class:`RedisCircuit` opens for a short while: the hot branch is skipped instead of
+every request waiting on a dead server (Postgres is not asked instead: filling a hot set scans an
+agent's memories, too costly per request, and cold search already covers relevance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Generic, Literal, TypeVar
+from uuid import UUID
+
+import asyncpg
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service.assembly.types import HotMemoryOut, HotSetOut
+from service.db import Database
+from service.settings import AssemblySettings
+
+log = structlog.get_logger(__name__)
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def hot_key(org_id: UUID, agent_id: str) -> str:
+    return f"{{{org_id}}}:hot_memories:{agent_id}"
+
+
+def generation_key(org_id: UUID) -> str:
+    return f"{{{org_id}}}:hot_gen"
+
+
+def version_key(org_id: UUID, agent_id: str) -> str:
+    return f"{{{org_id}}}:hot_ver:{agent_id}"
+
+
+COUNTER_TTL_S = 7 * 24 * 3600
+"""Counters outlive any hot set (an expired counter reads 0, which no newer set carries: still a miss)."""
+
+
+class HotItem(msgspec.Struct, array_like=True):
+    id: str
+    agent_id: str | None
+    kind: str
+    text: str
+    embedding: bytes | None
+    """float32 little-endian, as stored; None for rows without a vector."""
+    importance: float
+    usefulness: float
+    pinned: bool
+    created_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+
+    def vector(self) -> npt.NDArray[np.float32] | None:
+        return None if self.embedding is None else np.frombuffer(self.embedding, dtype="<f4")
+
+    def out(self) -> HotMemoryOut:
+        return HotMemoryOut(id=UUID(self.id), agent_id=self.agent_id, kind=self.kind, text=self.text,
+                            importance=self.importance, usefulness=self.usefulness, pinned=self.pinned,
+                            created_at=self.created_at, last_accessed_at=self.last_accessed_at,
+                            access_count=self.access_count)
+
+
+class HotBlob(msgspec.Struct, array_like=True):
+    generation: int
+    version: int
+    built_at: datetime
+    items: list[HotItem]
+
+
+@dataclass(frozen=True, slots=True)
+class HotRead:
+    items: list[HotItem]
+    source: Literal["cache", "postgres"]
+    built_at: datetime
+
+
+def as_array(vector: object) -> npt.NDArray[np.float32] | None:
+    """A pgvector column value (``pgvector.Vector`` from the asyncpg codec) as a float32 array."""
+    if vector is None:
+        return None
+    to_numpy = getattr(vector, "to_numpy", None)
+    return np.asarray(to_numpy() if to_numpy is not None else vector, dtype=np.float32)
+
+
+def _item(row: asyncpg.Record) -> HotItem:
+    vector = as_array(row["embedding"])
+    return HotItem(
+        id=str(row["id"]), agent_id=row["agent_id"], kind=row["kind"], text=row["text"],
+        embedding=None if vector is None else vector.astype("<f4").tobytes(),
+        importance=float(row["importance"]), usefulness=float(row["usefulness"]), pinned=bool(row["pinned"]),
+        created_at=row["created_at"], last_accessed_at=row["last_accessed_at"], access_count=row["access_count"],
+    )
+
+
+class RedisCircuit:
+    """Remembers a recent Redis failure so the hot path skips Redis for ``retry_s`` seconds."""
+
+    def __init__(self, retry_s: float) -> None:
+        self.retry_s = retry_s
+        self._open_until = 0.0
+
+    def available(self) -> bool:
+        return time.monotonic() >= self._open_until
+
+    def failed(self) -> None:
+        self._open_until = time.monotonic() + self.retry_s
+
+    def succeeded(self) -> None:
+        self._open_until = 0.0
+
+
+class SingleFlight(Generic[K, V]):
+    """At most one running task per key; callers share it, and it survives their cancellation."""
+
+    def __init__(self) -> None:
+        self._running: dict[K, asyncio.Task[V]] = {}
+
+    def run(self, key: K, work: Callable[[], Awaitable[V]]) -> Awaitable[V]:
+        task = self._running.get(key)
+        if task is None:
+            task = asyncio.ensure_future(work())
+            self._running[key] = task
+            task.add_done_callback(lambda t: self._finished(key, t))
+        # shield: a caller's timeout cancels its wait, not the shared work.
+        return asyncio.shield(task)
+
+    def _finished(self, key: K, task: asyncio.Task[V]) -> None:
+        if self._running.get(key) is task:
+            del self._running[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: a fill nobody waits for any more must not warn at exit
+
+    async def drain(self) -> None:
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class HotSetStore:
+    def __init__(self, db: Database, redis: Redis, settings: AssemblySettings, circuit: RedisCircuit) -> None:
+        self.db = db
+        self.redis = redis
+        self.settings = settings
+        self.circuit = circuit
+        self._fills: SingleFlight[tuple[UUID, str, int, int], HotBlob] = SingleFlight()
+
+    async def get(self, org_id: UUID, agent_id: str) -> HotRead:
+        """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
+        raw, generation, version = await self.redis.mget(
+            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)])
+        gen, ver = int(generation or 0), int(version or 0)
+        if raw is not None:
+            try:
+                blob = msgspec.msgpack.decode(raw if isinstance(raw, bytes) else raw.encode(), type=HotBlob)
+            except msgspec.DecodeError:
+                blob = None  # written by another version of the service: rebuild it
+            if blob is not None and blob.generation == gen and blob.version == ver:
+                return HotRead(blob.items, "cache", blob.built_at)
+        blob = await self._fills.run((org_id, agent_id, gen, ver), lambda: self._fill(org_id, agent_id, gen, ver))
+        return HotRead(blob.items, "postgres", blob.built_at)
+
+    async def load(self, org_id: UUID, agent_id: str) -> list[HotItem]:
+        """The hot set straight from Postgres (no cache involved)."""
+        s = self.settings
+        async with self.db.tenant(org_id, timeout_ms=s.hot_fill_timeout_ms, readonly=True) as tx:
+            rows = await tx.fetch("hot.fill", org_id, agent_id, s.hot_set_size, s.hot_access_half_life_hours)
+        return [_item(r) for r in rows]
+
+    async def _fill(self, org_id: UUID, agent_id: str, gen: int, ver: int) -> HotBlob:
+        blob = HotBlob(gen, ver, datetime.now(UTC), await self.load(org_id, agent_id))
+        try:
+            await self.redis.set(hot_key(org_id, agent_id), msgspec.msgpack.encode(blob), ex=self.settings.hot_ttl_s)
+        except RedisError as exc:
+            self.circuit.failed()
+            log.warning("hot_set_cache_write_failed", error=str(exc))
+        return blob
+
+    async def read_for_api(self, org_id: UUID, agent_id: str) -> HotSetOut:
+        """GET /v1/memories/hot: the cached set, else Postgres (also when Redis is down: correctness first)."""
+        try:
+            read = await self.get(org_id, agent_id)
+        except RedisError as exc:
+            log.warning("hot_set_read_failed", error=str(exc))
+            read = HotRead(await self.load(org_id, agent_id), "postgres", datetime.now(UTC))
+        return HotSetOut(agent_id=agent_id, source=read.source, built_at=read.built_at,
+                         items=[item.out() for item in read.items])
+
+    async def invalidate(self, org_id: UUID, agent_ids: Iterable[str | None]) -> None:
+        """Memory hook: the hot sets holding memories of these agents (None: org-wide) are stale."""
+        agents = set(agent_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        if None in agents:
+            pipe.incr(generation_key(org_id))
+            pipe.expire(generation_key(org_id), COUNTER_TTL_S)
+        for agent in agents:
+            if agent is not None:
+                pipe.incr(version_key(org_id, agent))
+                pipe.expire(version_key(org_id, agent), COUNTER_TTL_S)
+                pipe.delete(hot_key(org_id, agent))
+        try:
+            await pipe.execute()
+        except RedisError as exc:
+            # The write is committed; a cached set may now lag it until its TTL (hot_ttl_s) ends.
+            self.circuit.failed()
+            log.warning("hot_set_invalidation_failed", org_id=str(org_id), error=str(exc))
+
+    async def aclose(self) -> None:
+        await self._fills.drain()

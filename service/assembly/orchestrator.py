@@ -1,0 +1,532 @@
+"""Context assembly: three concurrent branches under one deadline, then budget, rank, pack and format.
+
+Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40)::
+
+    t=0  directive ──(directive_timeout_ms, ~5)──┐
+         hot set   ──(hot_timeout_ms, ~15)───────┤   each branch: ok | timeout | error | skipped
+         cold      ──(cold_timeout_ms, ≤ wall)───┤   wall = deadline_ms - processing_reserve_ms
+         history counted, selective plan made ───┘   (CPU work overlaps the branches' I/O)
+    then budget -> score -> pack -> format in the reserve; total_ms ≈ wall + a few ms.
+
+* **Branches** run as tasks started together. Every branch has its own timeout, capped by the
+  wall (and by the caller's deadline, if sooner); a branch that fails or times out is recorded in
+  ``branches`` and the rest is used. Hot and cold candidates are merged by id.
+* **Cold** is the retrieval engine's search on an engine of its own whose lexical, embedding and
+  vector deadlines are derived from the cold budget (lexical ≈ the budget, embedding and vector
+  query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
+  inside the cold budget instead of the whole branch timing out. The search API filters one agent
+  exactly but cannot say "this agent or org-wide", so by default the search runs over the org with
+  ``cold_limit * cold_overfetch`` rows and :file:`sql/assembly/cold_rows.sql` keeps the agent's own
+  and org-wide rows (reading their scoring fields and embeddings at the same time).
+* **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
+  their embedding with the query's (taken from the engine's query-embedding cache, which the cold
+  branch just filled), or, without one, the share of the query's content words they contain.
+* **Ladder.** L0: hot and cold both usable (ok, even if empty); L1: exactly one; L2: none — the
+  block then holds the directive and history only. L3: the caller's deadline (``X-Deadline-Ms``,
+  absolute Unix ms, or ``X-Timeout-Ms``, relative) passed or the client went away: 504, no
+  context at all. A missing directive (timeout or error) does not change the level; it is visible
+  in ``branches.directive`` and ``directive`` is null.
+* **CPU work.** Scoring and packing take a few ms for typical candidate counts and run on the
+  event loop; above ``inline_cpu_candidates`` they move to a worker thread so one large request
+  cannot stall every other request's I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+import asyncpg
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import structlog
+from redis.exceptions import RedisError
+
+from service.assembly.budget import Budget, plan_budget
+from service.assembly.feedback import AccessRecorder
+from service.assembly.format import format_context, format_directive, format_history
+from service.assembly.hot import HotItem, HotRead, HotSetStore, RedisCircuit, SingleFlight, as_array
+from service.assembly.intent import SelectiveBudget, plan_selective_budget
+from service.assembly.packing import PackResult, pack
+from service.assembly.scoring import (
+    Candidate,
+    ScoreBreakdown,
+    ScoredCandidate,
+    ScoringRules,
+    content_terms,
+    scale_to_unit,
+    score_candidates,
+)
+from service.assembly.types import (
+    AssembleRequest,
+    AssembleResponse,
+    Branch,
+    Branches,
+    BudgetOut,
+    DirectiveUsed,
+    DroppedMemory,
+    Level,
+    MemoryUsed,
+    Metrics,
+    Outcome,
+    Scores,
+)
+from service.db import Database
+from service.directives.store import DirectiveStore
+from service.directives.types import DirectiveOut
+from service.errors import BadRequest, DeadlineExceeded, Unprocessable
+from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
+from service.runtime import Services
+from service.settings import AssemblySettings, RetrievalSettings
+from service.tokens import TokenCounter, Tokenizers, UnknownModelError
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+COLD_MARGIN_MS = 2
+"""The search's inner deadlines end this much before the cold branch's, leaving room to fuse and read rows."""
+
+
+def _ms(since: float, until: float | None = None) -> float:
+    return round(((until if until is not None else time.perf_counter()) - since) * 1000, 3)
+
+
+@dataclass(slots=True)
+class BranchRun(Generic[T]):
+    outcome: Outcome
+    value: T | None
+    ms: float
+    detail: str | None = None
+
+    def report(self, *, count: int | None = None, source: str | None = None) -> Branch:
+        return Branch(outcome=self.outcome, ms=self.ms, detail=self.detail, count=count, source=source)
+
+
+@dataclass(frozen=True, slots=True)
+class ColdResult:
+    candidates: list[Candidate]
+    search: SearchResponse
+
+
+@dataclass(frozen=True, slots=True)
+class CallerDeadline:
+    """The caller's own deadline as a ``time.monotonic()`` instant (None: only the server's wall)."""
+
+    at: float | None = None
+
+    def remaining_ms(self) -> float | None:
+        return None if self.at is None else (self.at - time.monotonic()) * 1000
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    @classmethod
+    def from_headers(cls, deadline_ms: str | None, timeout_ms: str | None) -> CallerDeadline:
+        """``X-Deadline-Ms``: absolute Unix time in ms; ``X-Timeout-Ms``: ms from now. Sooner wins."""
+        candidates: list[float] = []
+        now_mono, now_unix = time.monotonic(), time.time()
+        for name, raw, absolute in (("X-Deadline-Ms", deadline_ms, True), ("X-Timeout-Ms", timeout_ms, False)):
+            if raw is None:
+                continue
+            try:
+                value = float(raw)
+            except ValueError as exc:
+                raise BadRequest(f"{name} must be a number of milliseconds, got {raw[:40]!r}",
+                                 code="validation_error") from exc
+            if value != value or value in (float("inf"), float("-inf")):
+                raise BadRequest(f"{name} must be finite", code="validation_error")
+            seconds = (value / 1000 - now_unix) if absolute else value / 1000
+            candidates.append(now_mono + seconds)
+        return cls(min(candidates) if candidates else None)
+
+
+def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:
+    """The search's inner deadlines for a cold budget of ``cold_ms`` (see the module docstring)."""
+    inner = max(1, cold_ms - COLD_MARGIN_MS)
+    half = max(1, inner // 2)
+    return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # an abandoned branch's late failure is expected: do not warn about it
+
+
+async def _run_branch(name: str, timeout_ms: float, work: Callable[[], Awaitable[T]],
+                      circuit: RedisCircuit | None = None) -> BranchRun[T]:
+    """Run one branch; after ``timeout_ms`` stop waiting for it.
+
+    The branch runs as a task of its own and is cancelled *without being awaited* at its deadline:
+    unwinding a cancelled query (rollback, returning the connection) can take tens of ms, which
+    belongs to the background, not to this request's latency.
+    """
+    started = time.perf_counter()
+    if timeout_ms <= 0:
+        return BranchRun("skipped", None, 0.0, "no time left before the deadline")
+    task: asyncio.Future[T] = asyncio.ensure_future(work())
+    try:
+        await asyncio.wait((task,), timeout=timeout_ms / 1000)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_forget)
+        raise
+    if not task.done():
+        task.cancel()
+        task.add_done_callback(_forget)
+        return BranchRun("timeout", None, _ms(started), f"no answer within {timeout_ms:.0f} ms")
+    exc = task.exception()
+    if exc is not None:  # a failed branch is recorded and the others are used: never a 500
+        if circuit is not None and isinstance(exc, RedisError):
+            circuit.failed()
+        log.warning("assembly_branch_failed", branch=name, error=repr(exc)[:300])
+        return BranchRun("error", None, _ms(started), f"{type(exc).__name__}: {str(exc)[:200]}")
+    return BranchRun("ok", task.result(), _ms(started))
+
+
+def _hot_relevance(items: Sequence[HotItem], query: str, query_vector: npt.NDArray[np.float32] | None) -> list[float]:
+    vectors = [item.vector() for item in items]
+    if query_vector is not None and all(v is not None and v.shape == query_vector.shape for v in vectors):
+        if not items:
+            return []
+        matrix = np.stack(vectors)  # type: ignore[arg-type]
+        norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query_vector))
+        cosines = (matrix @ query_vector) / np.where(norms > 0, norms, 1.0)
+        return [max(0.0, min(1.0, float(c))) for c in cosines]
+    wanted = content_terms(query)
+    if not wanted:
+        return [0.0] * len(items)
+    return [len(wanted & content_terms(item.text)) / len(wanted) for item in items]
+
+
+def _hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.float32] | None) -> list[Candidate]:
+    relevance = _hot_relevance(read.items, query, query_vector)
+    order = sorted(range(len(read.items)), key=lambda i: -relevance[i])
+    ranks = {i: rank for rank, i in enumerate(order, start=1)}
+    return [
+        Candidate(id=item.id, text=item.text, origin="hot", relevance=relevance[i], created_at=item.created_at,
+                  last_accessed_at=item.last_accessed_at, importance=item.importance, usefulness=item.usefulness,
+                  embedding=item.vector(), pinned=item.pinned, rank=ranks[i])
+        for i, item in enumerate(read.items)
+    ]
+
+
+def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
+    relevance = scale_to_unit([scores[r["id"]] for r in rows])
+    return [
+        Candidate(id=str(r["id"]), text=r["text"], origin="cold", relevance=relevance[i], created_at=r["created_at"],
+                  last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
+                  usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),
+                  rank=i + 1)
+        for i, r in enumerate(rows)
+    ]
+
+
+@dataclass(slots=True)
+class _Ranked:
+    scored: list[ScoredCandidate]
+    result: PackResult
+    budget: Budget
+    context: str
+    context_tokens: int
+    budget_ms: float
+    ranking_ms: float
+    packing_ms: float
+    formatting_ms: float
+
+
+class Orchestrator:
+    """One per app (``services.extras["assembly"]``)."""
+
+    def __init__(self, *, db: Database, directives: DirectiveStore, hot: HotSetStore, engine: RetrievalEngine,
+                 tokenizers: Tokenizers, access: AccessRecorder, settings: AssemblySettings,
+                 circuit: RedisCircuit) -> None:
+        self.db = db
+        self.directives = directives
+        self.hot = hot
+        self.engine = engine
+        self.tokenizers = tokenizers
+        self.access = access
+        self.settings = settings
+        self.circuit = circuit
+        self.scoring = ScoringRules(recency_half_life_hours=settings.recency_half_life_hours)
+        self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
+        self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
+
+    # -- validation --------------------------------------------------------------------------------
+
+    def counter_for(self, model: str) -> TokenCounter:
+        try:
+            return self.tokenizers.for_model(model)
+        except UnknownModelError as exc:
+            raise BadRequest(str(exc), code="unknown_model", details={"field": "model"}) from exc
+
+    def _validate(self, req: AssembleRequest) -> None:
+        s = self.settings
+        if req.max_context_tokens is None and not req.selective:
+            raise BadRequest("give max_context_tokens, selective: true, or both", code="validation_error",
+                             details={"field": "max_context_tokens"})
+        if (req.max_context_tokens or 0) > s.max_context_tokens or (req.reserve_tokens or 0) > s.max_context_tokens:
+            raise BadRequest(f"token counts must be at most {s.max_context_tokens}", code="validation_error")
+        if len(req.recent_messages) > s.max_messages:
+            raise BadRequest(f"at most {s.max_messages} recent_messages", code="validation_error",
+                             details={"field": "recent_messages"})
+        for i, m in enumerate(req.recent_messages):
+            if len(m.content) > s.max_message_chars or "\x00" in m.content or "\x00" in m.role:
+                raise BadRequest(f"recent_messages[{i}] is longer than {s.max_message_chars} characters or holds NUL",
+                                 code="validation_error", details={"field": f"recent_messages[{i}]"})
+        if req.retrieval.filters.agent_id is not None:
+            raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
+                             code="validation_error", details={"field": "retrieval.filters.agent_id"})
+
+    def _search_request(self, req: AssembleRequest) -> tuple[SearchRequest, int]:
+        opts = req.retrieval
+        keep = opts.limit or self.settings.cold_limit
+        if opts.include_org_wide:
+            limit = min(self.engine.max_limit, keep * max(1, self.settings.cold_overfetch))
+            filters = opts.filters
+        else:
+            limit = keep
+            filters = msgspec.structs.replace(opts.filters, agent_id=req.agent_id)
+        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=limit, filters=filters,
+                               tuning=opts.tuning)
+        self.engine.validate(search)  # bad input is the caller's 400, not a failed branch
+        return search, keep
+
+    # -- branches ----------------------------------------------------------------------------------
+
+    async def _directive(self, org_id: UUID, agent_id: str) -> tuple[DirectiveOut | None, str]:
+        if self.circuit.available():
+            try:
+                cached = await self.directives.read_cached(org_id, agent_id)
+            except RedisError:
+                self.circuit.failed()
+            else:
+                self.circuit.succeeded()
+                if cached is not None:
+                    return cached, "cache"
+        # Shielded single flight: if this request stops waiting, the load still fills the cache.
+        loaded = await self._directive_loads.run((org_id, agent_id), lambda: self._load_directive(org_id, agent_id))
+        return loaded, "postgres"
+
+    async def _load_directive(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
+        if self.circuit.available():
+            return await self.directives.load(org_id, agent_id)  # also refreshes the cache envelope
+        async with self.db.tenant(org_id, readonly=True) as tx:
+            row = await tx.fetchrow("directives.get", org_id, agent_id)
+        if row is None:
+            return None
+        return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
+                            updated_at=row["updated_at"])
+
+    async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
+                    timeout_ms: float) -> ColdResult:
+        response = await self.engine.search(org_id, search)
+        if not response.results:
+            return ColdResult([], response)
+        scores = {r.id: r.final_score for r in response.results}
+        async with self.db.tenant(org_id, timeout_ms=max(1, int(timeout_ms)), readonly=True) as tx:
+            rows = await tx.fetch("assembly.cold_rows", org_id, list(scores), req.agent_id,
+                                  req.retrieval.include_org_wide, keep)
+        return ColdResult(_cold_candidates(rows, scores), response)
+
+    # -- the pipeline ------------------------------------------------------------------------------
+
+    def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
+                          directive: str | None, history: list[tuple[str, str]], req: AssembleRequest,
+                          reserve: int) -> _Ranked:
+        started = time.perf_counter()
+        budget, kept = plan_budget(counter, directive=directive, history=history, reserve_tokens=reserve,
+                                   max_context_tokens=req.max_context_tokens,
+                                   selective=sel if req.selective else None)
+        if budget.overflow > 0:
+            raise Unprocessable(
+                f"the directive, the reserve and the chat envelope alone need {budget.overflow} tokens more than "
+                f"max_context_tokens ({req.max_context_tokens}), even with every recent message left out",
+                code="context_budget_too_small",
+                details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
+                         "overhead_tokens": budget.overhead, "max_context_tokens": req.max_context_tokens})
+        budgeted = time.perf_counter()
+        scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring)
+        ranked = time.perf_counter()
+        result = pack(scored, budget_tokens=budget.memories_available, intent=sel.intent, counter=counter,
+                      scoring=self.scoring)
+        packed = time.perf_counter()
+        budget = budget.with_used(result.tokens_used)
+        context = format_context(directive, result.chosen, kept)
+        # Exact by construction (see service.assembly.format): the sections' counts add up.
+        context_tokens = (counter.count(format_directive(directive)) + result.tokens_used
+                          + counter.count(format_history(kept)))
+        done = time.perf_counter()
+        return _Ranked(scored, result, budget, context, context_tokens, _ms(started, budgeted), _ms(budgeted, ranked),
+                       _ms(ranked, packed), _ms(packed, done))
+
+    async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
+        started = time.perf_counter()
+        s = self.settings
+        self._validate(req)
+        counter = self.counter_for(req.model)
+        search, keep = self._search_request(req)
+        if caller.passed():
+            raise DeadlineExceeded("the caller's deadline passed before assembly started", code="deadline_exceeded",
+                                   details={"level": "L3"})
+        wall_ms = float(s.deadline_ms - s.processing_reserve_ms)
+        caller_left = caller.remaining_ms()
+        if caller_left is not None:
+            wall_ms = min(wall_ms, caller_left - s.processing_reserve_ms)
+        cold_ms = min(wall_ms, float(s.cold_timeout_ms or wall_ms))
+
+        directive_task = asyncio.ensure_future(_run_branch(
+            "directive", min(wall_ms, s.directive_timeout_ms), lambda: self._directive(org_id, req.agent_id)))
+        if req.retrieval.use_hot and self.circuit.available():
+            hot_task = asyncio.ensure_future(
+                _run_branch("hot", min(wall_ms, s.hot_timeout_ms), lambda: self.hot.get(org_id, req.agent_id),
+                            self.circuit))
+        else:
+            reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
+            hot_task = asyncio.ensure_future(_skipped(reason))
+        cold_task = asyncio.ensure_future(
+            _run_branch("cold", cold_ms, lambda: self._cold(org_id, req, search, keep, cold_ms)))
+        tasks = (directive_task, hot_task, cold_task)
+        try:
+            await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
+            budget_started = time.perf_counter()
+            sel = plan_selective_budget(req.query)
+            history = [(m.role, m.content) for m in req.recent_messages]
+            counter.count_messages(history, prime_reply=False)  # warms the count cache while I/O is in flight
+            budget_pre_ms = _ms(budget_started)
+            directive_run, hot_run, cold_run = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()  # only does something when we are being cancelled (client gone)
+
+        directive = directive_run.value[0] if directive_run.value is not None else None
+        query_vector = self.engine.cache.get(req.query)
+        candidates: list[Candidate] = []
+        if hot_run.value is not None:
+            candidates += _hot_candidates(hot_run.value, req.query, query_vector)
+        if cold_run.value is not None:
+            candidates += cold_run.value.candidates
+        reserve = req.reserve_tokens if req.reserve_tokens is not None else s.default_reserve_tokens
+        directive_text = directive.content if directive is not None else None
+        work = (candidates, sel, counter, directive_text, history, req, reserve)
+        if len(candidates) > s.inline_cpu_candidates:
+            ranked = await asyncio.get_running_loop().run_in_executor(self._cpu, self._rank_pack_format, *work)
+        else:
+            ranked = self._rank_pack_format(*work)
+
+        if caller.passed():
+            raise DeadlineExceeded("the caller's deadline passed during assembly", code="deadline_exceeded",
+                                   details={"level": "L3"})
+        usable = [name for name, run in (("hot", hot_run), ("cold", cold_run)) if run.outcome == "ok"]
+        level: Level = "L0" if len(usable) == 2 else "L1" if usable else "L2"
+        sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
+        response = self._response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
+                                  budget_pre_ms, started, counter, sel)
+        self.access.record(org_id, [m.id for m in response.memories_used])
+        self._log(org_id, req, response)
+        return response
+
+    def _response(self, req: AssembleRequest, ranked: _Ranked, directive: DirectiveOut | None, level: Level,
+                  sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
+                  cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float, counter: TokenCounter,
+                  sel: SelectiveBudget) -> AssembleResponse:
+        shaping = time.perf_counter()
+        b = ranked.budget
+        memories = [
+            MemoryUsed(id=UUID(p.id), tag=p.tag, text=p.candidate.text, tokens=p.tokens, origin=p.candidate.origin,
+                       in_hot_and_cold=p.candidate.in_hot_and_cold,
+                       scores=_scores(p.scores),
+                       justification=p.justification)
+            for p in ranked.result.chosen
+        ]
+        dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
+                                 composite=round(d.scores.composite, 4)) for d in ranked.result.dropped]
+        budget = BudgetOut(
+            mode=b.mode, total=b.total, directive=b.directive, history=b.history, reserve=b.reserve,
+            overhead=b.overhead, memories_available=b.memories_available, memories_used=b.memories_used,
+            context_tokens=ranked.context_tokens, history_messages=b.history_messages,
+            history_dropped=b.history_dropped, intent=str(sel.intent), complexity=str(sel.complexity),
+            tier=b.tier, multiplier=b.multiplier, encoding=counter.encoding_name,
+            reasons=list(sel.reasons) if req.selective else [],
+        )
+        hot_value, cold_value = hot_run.value, cold_run.value
+        branches = Branches(
+            directive=directive_run.report(count=None if directive_run.value is None else int(directive is not None),
+                                           source=None if directive_run.value is None else directive_run.value[1]),
+            hot=hot_run.report(count=None if hot_value is None else len(hot_value.items),
+                               source=None if hot_value is None else hot_value.source),
+            cold=cold_run.report(count=None if cold_value is None else len(cold_value.candidates),
+                                 source=None if cold_value is None else cold_value.search.strategy),
+        )
+        if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
+            branches.cold.detail = cold_value.search.fallback_reason or cold_value.search.reason
+        formatting_ms = ranked.formatting_ms + _ms(shaping)
+        metrics = Metrics(
+            budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),
+            directive_load_ms=directive_run.ms, hot_memory_retrieval_ms=hot_run.ms,
+            cold_memory_retrieval_ms=cold_run.ms, ranking_ms=ranked.ranking_ms, packing_ms=ranked.packing_ms,
+            formatting_ms=round(formatting_ms, 3), total_ms=_ms(started),
+            candidates_evaluated=ranked.result.candidates_evaluated,
+        )
+        return AssembleResponse(
+            context=ranked.context,
+            directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
+                                                                   directive.updated_at),
+            memories_used=memories, dropped=dropped, budget=budget, degradation_level=level,
+            sources_available=sources, branches=branches, metrics=metrics,
+        )
+
+    def _log(self, org_id: UUID, req: AssembleRequest, r: AssembleResponse) -> None:
+        # Ids, levels and timings only: memory text and queries never reach the logs.
+        log.info(
+            "context_assembled", org_id=str(org_id), agent_id=req.agent_id, level=r.degradation_level,
+            directive=r.branches.directive.outcome, hot=r.branches.hot.outcome, cold=r.branches.cold.outcome,
+            cold_strategy=r.branches.cold.source, total_ms=r.metrics.total_ms,
+            directive_ms=r.metrics.directive_load_ms, hot_ms=r.metrics.hot_memory_retrieval_ms,
+            cold_ms=r.metrics.cold_memory_retrieval_ms, ranking_ms=r.metrics.ranking_ms,
+            packing_ms=r.metrics.packing_ms, formatting_ms=r.metrics.formatting_ms,
+            candidates=r.metrics.candidates_evaluated, tokens=r.budget.context_tokens,
+            memory_ids=[str(m.id) for m in r.memories_used], dropped=len(r.dropped),
+        )
+
+    async def aclose(self) -> None:
+        await self._directive_loads.drain()
+        await self.hot.aclose()
+        await self.access.aclose()
+        self._cpu.shutdown(wait=False, cancel_futures=True)
+
+
+def _scores(s: ScoreBreakdown) -> Scores:
+    return Scores(relevance=round(s.relevance, 4), recency=round(s.recency, 4), usefulness=round(s.usefulness, 4),
+                  informativeness=round(s.informativeness, 4), uniqueness=round(s.uniqueness, 4),
+                  composite=round(s.composite, 4))
+
+
+async def _skipped(reason: str) -> BranchRun[Any]:
+    return BranchRun("skipped", None, 0.0, reason)
+
+
+async def build_orchestrator(services: Services) -> Orchestrator:
+    """Wire assembly into a running app's services (called from ``build_services``)."""
+    settings = services.settings
+    s = settings.assembly
+    directives = services.extras["directives"]
+    assert isinstance(directives, DirectiveStore)
+    circuit = RedisCircuit(s.redis_retry_s)
+    cold_ms = s.cold_timeout_ms or (s.deadline_ms - s.processing_reserve_ms)
+    # An engine of its own: the HTTP search keeps its generous deadlines, assembly gets ones that fit.
+    engine = RetrievalEngine(services.db, services.embedder, cold_retrieval_settings(settings.retrieval, cold_ms),
+                             max_limit=settings.limits.max_page_size)
+    tokenizers = Tokenizers(s.tiktoken_dir or settings.data_dir / "tiktoken")
+    await asyncio.to_thread(tokenizers.preload)  # ~1 s per encoding on first use: not on a request
+    return Orchestrator(db=services.db, directives=directives,
+                        hot=HotSetStore(services.db, services.redis, s, circuit), engine=engine,
+                        tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
+                        circuit=circuit)

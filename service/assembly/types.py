@@ -1,0 +1,196 @@
+"""Request and response types of context assembly, the hot set and feedback (msgspec, validated at the edge)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+from uuid import UUID
+
+import msgspec
+
+from service.memories.types import AgentId
+from service.retrieval.types import SearchFilters, SearchTuning, Strategy
+
+Outcome = Literal["ok", "timeout", "error", "skipped"]
+Level = Literal["L0", "L1", "L2"]
+Tokens = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Message(msgspec.Struct, forbid_unknown_fields=True):
+    role: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    content: str
+
+
+class RetrievalOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """How the cold branch searches. ``filters.agent_id`` is not accepted: the request's agent scopes it."""
+
+    strategy: Strategy = "auto"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100)] | None = None
+    """Cold candidates (default: the service's ``cold_limit``)."""
+    include_org_wide: bool = True
+    """Also consider org-wide memories (agent_id null); false searches the agent's own memories only."""
+    use_hot: bool = True
+    """Consider the agent's hot set (false: the hot branch is ``skipped``)."""
+    filters: SearchFilters = msgspec.field(default_factory=SearchFilters)
+    tuning: SearchTuning = msgspec.field(default_factory=SearchTuning)
+
+
+class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    agent_id: AgentId
+    query: str
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    """Selects the tiktoken encoding (gpt-4o*, gpt-4.1*, o1/o3/o4*, gpt-4*, gpt-3.5*, or an encoding name)."""
+    recent_messages: list[Message] = msgspec.field(default_factory=list)
+    max_context_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The whole window the block must fit (with ``reserve_tokens`` kept free). Omit for selective mode."""
+    selective: bool = False
+    """Size the memory budget from the query (intent, complexity, tier, multipliers); with
+    ``max_context_tokens`` too, the smaller of the two wins."""
+    reserve_tokens: Tokens | None = None
+    """Kept free for the answer (default: the service's ``default_reserve_tokens``)."""
+    retrieval: RetrievalOptions = msgspec.field(default_factory=RetrievalOptions)
+
+
+class DirectiveUsed(msgspec.Struct):
+    content: str
+    version: int
+    updated_at: datetime
+
+
+class Scores(msgspec.Struct):
+    relevance: float
+    recency: float
+    usefulness: float
+    informativeness: float
+    uniqueness: float
+    composite: float
+
+
+class MemoryUsed(msgspec.Struct):
+    id: UUID
+    tag: str
+    """The ``[tag]`` this memory carries in ``context``."""
+    text: str
+    tokens: int
+    """Exact tokens of its line in ``context``."""
+    origin: Literal["hot", "cold"]
+    in_hot_and_cold: bool
+    scores: Scores
+    justification: str
+
+
+class DroppedMemory(msgspec.Struct):
+    id: UUID
+    reason: Literal["empty", "duplicate", "below_threshold", "over_budget"]
+    detail: str
+    tokens: int
+    composite: float
+
+
+class BudgetOut(msgspec.Struct):
+    mode: Literal["fixed", "selective"]
+    total: int | None
+    directive: int
+    history: int
+    reserve: int
+    overhead: int
+    memories_available: int
+    memories_used: int
+    context_tokens: int
+    """Exact tokens of ``context`` as returned."""
+    history_messages: int
+    history_dropped: int
+    """Oldest recent_messages left out so the fixed parts fit."""
+    intent: str
+    """Intent used for the scoring weights (classified in both modes)."""
+    complexity: str
+    tier: str | None
+    multiplier: float
+    encoding: str
+    reasons: list[str]
+    """Selective mode's explanation (intent, complexity, tier, multiplier)."""
+
+
+class Branch(msgspec.Struct):
+    outcome: Outcome
+    ms: float
+    detail: str | None = None
+    count: int | None = None
+    """Directive: 1/0; hot and cold: candidates returned."""
+    source: str | None = None
+    """Directive and hot: ``cache`` or ``postgres``; cold: the search strategy used."""
+
+
+class Branches(msgspec.Struct):
+    directive: Branch
+    hot: Branch
+    cold: Branch
+
+
+class Metrics(msgspec.Struct):
+    budget_calculation_ms: float
+    directive_load_ms: float
+    hot_memory_retrieval_ms: float
+    cold_memory_retrieval_ms: float
+    ranking_ms: float
+    packing_ms: float
+    formatting_ms: float
+    total_ms: float
+    candidates_evaluated: int
+
+
+class AssembleResponse(msgspec.Struct):
+    context: str
+    directive: DirectiveUsed | None
+    memories_used: list[MemoryUsed]
+    dropped: list[DroppedMemory]
+    budget: BudgetOut
+    degradation_level: Level
+    sources_available: list[str]
+    branches: Branches
+    metrics: Metrics
+
+
+class HotMemoryOut(msgspec.Struct):
+    id: UUID
+    agent_id: str | None
+    kind: str
+    text: str
+    importance: float
+    usefulness: float
+    pinned: bool
+    created_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+
+
+class HotSetOut(msgspec.Struct):
+    agent_id: str
+    source: Literal["cache", "postgres"]
+    built_at: datetime
+    items: list[HotMemoryOut]
+
+
+class FeedbackItem(msgspec.Struct, forbid_unknown_fields=True):
+    id: UUID
+    helpful: bool
+
+
+class FeedbackIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Either ``items`` (each helpful or not) or ``memory_ids`` with one ``helpful`` for all."""
+
+    items: list[FeedbackItem] | None = None
+    memory_ids: list[UUID] | None = None
+    helpful: bool | None = None
+
+
+class FeedbackUpdated(msgspec.Struct):
+    id: UUID
+    usefulness: float
+    feedback_count: int
+
+
+class FeedbackOut(msgspec.Struct):
+    updated: list[FeedbackUpdated]
+    not_found: list[UUID]
+    """Ids that are not memories of the caller's org (another org's ids look exactly like these)."""

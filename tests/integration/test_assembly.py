@@ -1,0 +1,280 @@
+"""POST /v1/context/assemble end to end on real Postgres + Redis: response shape, budgets, modes,
+errors, deadlines, the log line, access statistics and tenant isolation.
+
+Functional tests run on an app with generous branch timeouts (``GENEROUS``) so their outcome does
+not depend on how loaded the machine is; the deadline behaviour itself is tested in
+``test_assembly_faults.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import structlog
+from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.assembly import Orchestrator
+from service.embeddings import Embedder
+from service.runtime import Endpoints, Services
+from service.settings import Settings
+from service.tokens import Tokenizers
+from tests.conftest import Tenant
+
+GENEROUS = {"deadline_ms": 5000, "directive_timeout_ms": 2000, "hot_timeout_ms": 2000, "cold_timeout_ms": 3000}
+SLACK_MS = 30
+"""Allowed overrun of total_ms past the deadline: cancellation and the ranking that follows the wall,
+on a shared, loaded 2-core machine (typically 3-8 ms)."""
+
+AGENT = "helper"
+MEMORIES = [
+    ("The office espresso machine is on the third floor next to the kitchen.", AGENT, True),
+    ("The team prefers dark roast coffee beans from Colombia.", AGENT, False),
+    ("Invoices are issued on the first business day of each month.", None, False),
+    ("Backups of the EU region are kept for thirty five days.", None, False),
+    ("The staging database is refreshed from production every Sunday night.", AGENT, False),
+    ("A private note of another agent about coffee machines and espresso.", "someone-else", False),
+]
+
+
+@contextlib.asynccontextmanager
+async def assembly_client(settings: Settings, endpoints: Endpoints, embedder: Embedder, *,
+                          retrieval: dict[str, Any] | None = None,
+                          **assembly: Any) -> AsyncIterator[AsyncTestClient[Any]]:
+    """An app of its own with assembly (and optionally retrieval) settings replaced."""
+    custom = dataclasses.replace(
+        settings,
+        assembly=dataclasses.replace(settings.assembly, **assembly),
+        retrieval=dataclasses.replace(settings.retrieval, **(retrieval or {})),
+    )
+    async with AsyncTestClient(app=create_app(custom, endpoints, embedder=embedder), timeout=30) as client:
+        yield client
+
+
+def orchestrator(client: AsyncTestClient[Any]) -> Orchestrator:
+    services = client.app.state.services
+    assert isinstance(services, Services)
+    found = services.extras["assembly"]
+    assert isinstance(found, Orchestrator)
+    return found
+
+
+async def seed(client: AsyncTestClient[Any], tenant: Tenant,
+               memories: Sequence[tuple[str, str | None, bool]] = MEMORIES,
+               directive: str = "You are the office helper. Answer briefly.") -> list[str]:
+    r = await client.put(f"/v1/agents/{AGENT}/directive", json={"content": directive}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    body = {"memories": [{"text": t, "agent_id": a, "pinned": p} for t, a, p in memories]}
+    r = await client.post("/v1/memories", json=body, headers=tenant.headers)
+    assert r.status_code == 201, r.text
+    return [str(i) for i in r.json()["ids"]]
+
+
+async def assemble(client: AsyncTestClient[Any], tenant: Tenant, headers: dict[str, str] | None = None,
+                   **body: Any) -> Any:
+    payload = {"agent_id": AGENT, "query": "where is the espresso machine?", "model": "gpt-4o",
+               "max_context_tokens": 2000, **body}
+    return await client.post("/v1/context/assemble", json=payload, headers={**tenant.headers, **(headers or {})})
+
+
+def recount(settings: Settings, encoding: str, text: str) -> int:
+    return Tokenizers(settings.data_dir / "tiktoken").get(encoding).count(text)
+
+
+METRICS = {"budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",
+           "ranking_ms", "packing_ms", "formatting_ms", "total_ms", "candidates_evaluated"}
+SCORES = {"relevance", "recency", "usefulness", "informativeness", "uniqueness", "composite"}
+
+
+async def test_full_response(settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        ids = await seed(client, tenant)
+        messages = [{"role": "user", "content": "I need a coffee."}, {"role": "assistant", "content": "Sure."}]
+        r = await assemble(client, tenant, recent_messages=messages)
+        assert r.status_code == 200, r.text
+        body = r.json()
+    assert body["degradation_level"] == "L0"
+    assert body["sources_available"] == ["directive", "hot", "cold"]
+    assert {k: v["outcome"] for k, v in body["branches"].items()} == {"directive": "ok", "hot": "ok", "cold": "ok"}
+    assert set(body["metrics"]) == METRICS and all(v >= 0 for v in body["metrics"].values())
+    assert body["metrics"]["candidates_evaluated"] >= len(body["memories_used"]) > 0
+    assert body["directive"]["content"] == "You are the office helper. Answer briefly."
+    assert body["directive"]["version"] >= 1
+    used = {m["id"]: m for m in body["memories_used"]}
+    assert ids[0] in used and ids[5] not in used  # the espresso memory; never another agent's
+    first = body["memories_used"][0]
+    assert first["id"] == ids[0] and first["origin"] == "hot"  # pinned: packed first
+    for m in body["memories_used"]:
+        assert set(m["scores"]) == SCORES and all(0 <= v <= 1.0001 for v in m["scores"].values())
+        assert m["justification"].startswith("score ") and "\n" not in m["justification"]
+        assert f"[{m['tag']}] {m['text']}" in body["context"]
+        assert m["origin"] in ("hot", "cold")
+    ctx = body["context"]
+    assert ctx.startswith("<directive>\nYou are the office helper.")
+    assert ctx.index("<directive>") < ctx.index("<memories>") < ctx.index("<history>")
+    assert "user: I need a coffee.\nassistant: Sure.\n" in ctx
+    assert "another agent" not in ctx
+    b = body["budget"]
+    assert b["mode"] == "fixed" and b["total"] == 2000 and b["reserve"] == 512 and b["encoding"] == "o200k_base"
+    assert b["memories_available"] == 2000 - b["directive"] - b["history"] - b["reserve"] - b["overhead"]
+    assert b["context_tokens"] == recount(settings, "o200k_base", ctx)
+    assert b["context_tokens"] <= 2000 - b["reserve"] - b["overhead"]
+    assert b["intent"] in ("factual", "conceptual", "detailed", "complex")
+
+
+async def test_org_wide_memories_count_and_agent_only_scope(settings: Settings, endpoints: Endpoints,
+                                                           embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        ids = await seed(client, tenant)
+        query = "how long are backups of the EU region kept?"
+        body = (await assemble(client, tenant, query=query, retrieval={"use_hot": False})).json()
+        assert ids[3] in {m["id"] for m in body["memories_used"]}
+        assert body["branches"]["hot"]["outcome"] == "skipped" and body["degradation_level"] == "L1"
+        scoped = (await assemble(client, tenant, query=query,
+                                 retrieval={"use_hot": False, "include_org_wide": False})).json()
+        assert ids[3] not in {m["id"] for m in scoped["memories_used"]}
+        assert all(m["id"] in (ids[0], ids[1], ids[4]) for m in scoped["memories_used"])
+
+
+async def test_selective_mode_is_explained_and_respected(settings: Settings, endpoints: Endpoints,
+                                                        embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        r = await assemble(client, tenant, query="what is the espresso machine location", selective=True,
+                           max_context_tokens=None)
+        assert r.status_code == 200, r.text
+        b = r.json()["budget"]
+        assert b["mode"] == "selective" and b["total"] is None
+        assert b["tier"] == "minimal" and b["intent"] == "factual"
+        assert 50 <= b["memories_available"] <= 100 and b["memories_used"] <= b["memories_available"]
+        assert any("intent factual" in reason for reason in b["reasons"])
+        r = await assemble(client, tenant, selective=True, max_context_tokens=None,
+                           query="urgent: design and build the whole backup architecture, migration plan and "
+                                 "roadmap for compliance across all regions")
+        b = r.json()["budget"]
+        assert b["tier"] == "comprehensive" and b["multiplier"] == 2.0
+        assert any("multiplier x2" in reason for reason in b["reasons"])
+
+
+async def test_tight_budget_drops_with_reasons(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                               tenant: Tenant) -> None:
+    twins = [("The espresso machine is on the third floor next to the kitchen.", AGENT, False),
+             ("The espresso machine is on the third floor, next to the kitchen.", AGENT, False)]
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant, [*MEMORIES, *twins])
+        body = (await assemble(client, tenant, max_context_tokens=600, reserve_tokens=500)).json()
+        reasons = {d["reason"] for d in body["dropped"]}
+        assert "duplicate" in reasons and "over_budget" in reasons
+        b = body["budget"]
+        assert b["memories_used"] <= b["memories_available"]
+        assert recount(settings, "o200k_base", body["context"]) <= 600 - 500 - b["overhead"]
+
+
+async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        r = await assemble(client, tenant, model="llama-3-70b")
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_model"
+        assert "gpt-4o" in r.json()["error"]["message"]
+        r = await assemble(client, tenant, max_context_tokens=None)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "validation_error"
+        r = await assemble(client, tenant, retrieval={"filters": {"agent_id": "someone-else"}})
+        assert r.status_code == 400
+        r = await assemble(client, tenant, query="  ")
+        assert r.status_code == 400
+        r = await assemble(client, tenant, max_context_tokens=20, reserve_tokens=15)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "context_budget_too_small"
+        r = await assemble(client, tenant, headers={"X-Timeout-Ms": "soon"})
+        assert r.status_code == 400
+
+
+async def test_caller_deadline_already_passed_is_504(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                                     tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        with structlog.testing.capture_logs() as logs:
+            for headers in ({"X-Deadline-Ms": str(int(time.time() * 1000) - 5)}, {"X-Timeout-Ms": "0"}):
+                r = await assemble(client, tenant, headers=headers)
+                assert r.status_code == 504, r.text
+                error = r.json()["error"]
+                assert error["code"] == "deadline_exceeded" and error["details"] == {"level": "L3"}
+                assert error["request_id"] and set(r.json()) == {"error"}  # the error shape, no context
+        assert [e["level"] for e in logs if e["event"] == "context_assembly_failed"] == ["L3", "L3"]
+        # A caller deadline shorter than the server's wall caps the branches, and is met.
+        r = await assemble(client, tenant, headers={"X-Timeout-Ms": "1500"})
+        assert r.status_code == 200 and r.json()["metrics"]["total_ms"] < 1500
+
+
+async def test_one_log_line_with_ids_and_no_text(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                                 tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        with structlog.testing.capture_logs() as logs:
+            body = (await assemble(client, tenant)).json()
+    lines = [e for e in logs if e["event"] == "context_assembled"]
+    assert len(lines) == 1
+    line = lines[0]
+    assert line["level"] == "L0" and (line["directive"], line["hot"], line["cold"]) == ("ok", "ok", "ok")
+    assert line["memory_ids"] == [m["id"] for m in body["memories_used"]]
+    assert {"total_ms", "hot_ms", "cold_ms", "directive_ms", "ranking_ms", "packing_ms"} <= set(line)
+    flat = repr(line)
+    assert "espresso" not in flat and "office helper" not in flat
+
+
+async def test_access_statistics_are_recorded_off_the_request(settings: Settings, endpoints: Endpoints,
+                                                              embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, access_flush_s=1.0, **GENEROUS) as client:
+        ids = await seed(client, tenant)
+        used = [m["id"] for m in (await assemble(client, tenant)).json()["memories_used"]]
+
+        async def row(ident: str) -> Any:
+            return (await client.get(f"/v1/memories/{ident}", headers=tenant.headers)).json()
+
+        before = await row(used[0])
+        assert before["access_count"] == 0  # not written on the request path, but batched
+        for _ in range(50):
+            after = await row(used[0])
+            if after["access_count"]:
+                break
+            await asyncio.sleep(0.1)
+        assert after["access_count"] == 1 and after["last_accessed_at"] is not None
+        assert after["updated_at"] == before["updated_at"]
+        for ident in set(ids) - set(used):
+            assert (await row(ident))["access_count"] == 0
+
+
+async def test_another_orgs_directive_hot_set_and_memories_never_appear(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:
+    theirs = [("SECRET-B espresso machine location is the basement vault.", AGENT, True),
+              ("SECRET-B org-wide espresso policy for every agent.", None, False)]
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        their_ids = await seed(client, other_tenant, theirs, directive="SECRET-B directive")
+        await assemble(client, other_tenant)  # their hot set and directive are now cached in Redis
+        mine = await seed(client, tenant)
+        for _ in range(2):  # cold caches, then warm ones
+            body = (await assemble(client, tenant)).json()
+            assert "SECRET-B" not in repr(body)
+            assert not set(their_ids) & {m["id"] for m in body["memories_used"]} | {d["id"] for d in body["dropped"]}
+            assert {m["id"] for m in body["memories_used"]} <= set(mine)
+        hot = (await client.get("/v1/memories/hot", params={"agent_id": AGENT}, headers=tenant.headers)).json()
+        assert {i["id"] for i in hot["items"]} <= set(mine)
+        # Feedback on their ids from my key changes nothing and says not_found.
+        r = await client.post("/v1/memories/feedback", json={"memory_ids": their_ids, "helpful": False},
+                              headers=tenant.headers)
+        assert r.status_code == 200 and set(r.json()["not_found"]) == set(their_ids)
+        row = (await client.get(f"/v1/memories/{their_ids[0]}", headers=other_tenant.headers)).json()
+        assert row["usefulness"] == 0.0
+
+
+async def test_openapi_documents_the_assembly_endpoints(client: AsyncTestClient[Any]) -> None:
+    r = await client.get("/schema/openapi.json")
+    assert r.status_code == 200
+    paths = r.json()["paths"]
+    assert {"/v1/context/assemble", "/v1/memories/hot", "/v1/memories/feedback"} <= set(paths)
+    headers = {p["name"] for p in paths["/v1/context/assemble"]["post"]["parameters"] if p["in"] == "header"}
+    assert {"X-Deadline-Ms", "X-Timeout-Ms"} <= headers

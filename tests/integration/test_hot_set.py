@@ -1,0 +1,128 @@
+"""The per-agent hot set: GET /v1/memories/hot, ordering and bound, correctness after writes (agent and
+org-wide), a racing fill never winning over an invalidation, key namespacing and tenant isolation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+from redis.asyncio import Redis
+
+from service.assembly.hot import HotSetStore, RedisCircuit, hot_key
+from service.db import Database, create_pool
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.test_assembly import GENEROUS, assembly_client
+
+
+async def hot(client: AsyncTestClient[Any], tenant: Tenant, agent: str) -> Any:
+    r = await client.get("/v1/memories/hot", params={"agent_id": agent}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def texts(body: Any) -> list[str]:
+    return [item["text"] for item in body["items"]]
+
+
+async def create(client: AsyncTestClient[Any], tenant: Tenant, *memories: dict[str, Any]) -> list[str]:
+    r = await client.post("/v1/memories", json={"memories": list(memories)}, headers=tenant.headers)
+    assert r.status_code == 201, r.text
+    return [str(i) for i in r.json()["ids"]]
+
+
+async def test_route_order_bound_and_cache(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                          tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, hot_set_size=4, **GENEROUS) as client:
+        ids = await create(
+            client, tenant,
+            *({"text": f"routine note number {i}", "agent_id": "a1", "importance": 0.1 * i} for i in range(6)),
+            {"text": "pinned but unimportant", "agent_id": "a1", "importance": 0.0, "pinned": True},
+            {"text": "most important note", "agent_id": "a1", "importance": 1.0},
+        )
+        first = await hot(client, tenant, "a1")
+        assert first["source"] == "postgres" and len(first["items"]) == 4
+        assert texts(first)[0] == "pinned but unimportant"  # pinned first, then by importance
+        assert texts(first)[1:] == ["most important note", "routine note number 5", "routine note number 4"]
+        again = await hot(client, tenant, "a1")
+        assert again["source"] == "cache" and texts(again) == texts(first)
+        # The static path does not shadow /v1/memories/{id}, and agent_id is required.
+        assert (await client.get(f"/v1/memories/{ids[0]}", headers=tenant.headers)).json()["id"] == ids[0]
+        r = await client.get("/v1/memories/hot", headers=tenant.headers)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "validation_error"
+        assert (await client.get("/v1/memories/hot", params={"agent_id": "nobody"},
+                                 headers=tenant.headers)).json()["items"] == []
+
+
+async def test_writes_keep_hot_sets_correct(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                           tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        [mine] = await create(client, tenant, {"text": "agent one fact", "agent_id": "a1"})
+        await create(client, tenant, {"text": "agent two fact", "agent_id": "a2"})
+        assert texts(await hot(client, tenant, "a1")) == ["agent one fact"]
+        assert texts(await hot(client, tenant, "a2")) == ["agent two fact"]
+        assert (await hot(client, tenant, "a1"))["source"] == "cache"
+
+        [shared] = await create(client, tenant, {"text": "org-wide fact", "agent_id": None, "importance": 0.9})
+        for agent in ("a1", "a2"):  # one org-wide write makes every agent's cached set stale
+            body = await hot(client, tenant, agent)
+            assert body["source"] == "postgres" and "org-wide fact" in texts(body)
+
+        r = await client.patch(f"/v1/memories/{mine}", json={"text": "agent one fact, revised"},
+                               headers=tenant.headers)
+        assert r.status_code == 200
+        assert "agent one fact, revised" in texts(await hot(client, tenant, "a1"))
+
+        await client.patch(f"/v1/memories/{mine}", json={"agent_id": "a2"}, headers=tenant.headers)
+        assert "agent one fact, revised" not in texts(await hot(client, tenant, "a1"))
+        assert "agent one fact, revised" in texts(await hot(client, tenant, "a2"))
+
+        assert (await client.delete(f"/v1/memories/{shared}", headers=tenant.headers)).status_code == 204
+        for agent in ("a1", "a2"):
+            assert "org-wide fact" not in texts(await hot(client, tenant, agent))
+
+
+async def test_a_fill_racing_a_write_cannot_leave_a_stale_set(
+        settings: Settings, endpoints: Endpoints, redis_url: str, tenant: Tenant, embedder: Embedder) -> None:
+    """Counters are read before Postgres; a set stored under old counters is a miss afterwards."""
+    pool = await create_pool(endpoints.app_dsn, min_size=1, max_size=2)
+    redis = Redis.from_url(redis_url)
+    try:
+        store = HotSetStore(Database(pool, statement_timeout_ms=5000), redis, settings.assembly, RedisCircuit(1.0))
+        async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+            await create(client, tenant, {"text": "before the write", "agent_id": "racer"})
+            assert texts(await hot(client, tenant, "racer")) == ["before the write"]
+            # A reader took the (current) counters and read Postgres before the write below ...
+            raw = await redis.mget([f"{{{tenant.org_id}}}:hot_gen", f"{{{tenant.org_id}}}:hot_ver:racer"])
+            gen, ver = int(raw[0] or 0), int(raw[1] or 0)
+            await create(client, tenant, {"text": "after the write", "agent_id": "racer"})
+            # ... and stores its now-stale result after the write's invalidation.
+            stale = await store._fill(tenant.org_id, "racer", gen, ver)
+            assert await redis.exists(hot_key(tenant.org_id, "racer"))
+            assert len(stale.items) == 2  # (it happens to see both here; the stamps are what matter)
+            body = await hot(client, tenant, "racer")
+            assert body["source"] == "postgres" and "after the write" in texts(body)
+    finally:
+        await redis.aclose()
+        await pool.close()
+
+
+async def test_keys_are_org_namespaced_and_sets_never_cross_orgs(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, redis_url: str, tenant: Tenant,
+        other_tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await create(client, tenant, {"text": "A's memory", "agent_id": "same-agent", "pinned": True})
+        await create(client, other_tenant, {"text": "B's memory", "agent_id": "same-agent", "pinned": True},
+                     {"text": "B's org-wide memory", "agent_id": None})
+        assert texts(await hot(client, tenant, "same-agent")) == ["A's memory"]
+        assert set(texts(await hot(client, other_tenant, "same-agent"))) == {"B's memory", "B's org-wide memory"}
+        assert texts(await hot(client, tenant, "same-agent")) == ["A's memory"]  # from the cache now
+    redis = Redis.from_url(redis_url)
+    try:
+        for t in (tenant, other_tenant):
+            assert await redis.exists(hot_key(t.org_id, "same-agent"))
+            assert hot_key(t.org_id, "same-agent").startswith(f"{{{t.org_id}}}:hot_memories:")
+    finally:
+        await redis.aclose()
