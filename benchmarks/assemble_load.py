@@ -145,7 +145,7 @@ def load_queries(root: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def service(data_dir: Path, port: int) -> Iterator[tuple[str, str | None]]:
+def service(data_dir: Path, port: int, workers: int = 1) -> Iterator[tuple[str, str | None]]:
     """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None)."""
     from service.settings import load_settings
 
@@ -156,7 +156,7 @@ def service(data_dir: Path, port: int) -> Iterator[tuple[str, str | None]]:
         if (shared / cache).is_dir() and not target.exists():
             target.symlink_to((shared / cache).resolve(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
-    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port)})
+    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers)})
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
@@ -439,6 +439,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,4,8,16")
     parser.add_argument("--requests", type=int, default=1000, help="per request kind and concurrency level")
     parser.add_argument("--seconds", type=float, default=30.0, help="per request kind and concurrency level")
+    parser.add_argument("--workers", type=int, default=1, help="service processes for the started service")
     parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
     parser.add_argument("--scifact", type=Path, default=SCIFACT)
     parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
@@ -468,7 +469,7 @@ def main() -> None:
                 tempfile.TemporaryDirectory(prefix="pgcontext-assemble-", dir="/tmp")))
             marker = data_dir / "bench-org.json"
             loaded = json.loads(marker.read_text()) if marker.exists() else None
-            url, key = stack.enter_context(service(data_dir, free_port()))
+            url, key = stack.enter_context(service(data_dir, free_port(), args.workers))
             if loaded is None or loaded["memories"] != args.memories:
                 if key is None:
                     raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")

@@ -172,3 +172,18 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         request_max_body_size=settings.limits.max_request_bytes,
         debug=False,
     )
+
+
+def app_from_env() -> Litestar:
+    """Factory for ``uvicorn --factory`` worker processes: every server is already configured in the
+    environment (``pgcontext serve --workers N`` exports the embedded servers' addresses first)."""
+    from service.logs import configure
+    from service.settings import load_settings
+
+    settings = load_settings()
+    configure(settings.server.log_level)
+    if not (settings.database.url and settings.database.app_url and settings.redis.url):
+        raise RuntimeError("app_from_env needs PGCONTEXT_DATABASE_URL, PGCONTEXT_APP_DATABASE_URL and "
+                           "PGCONTEXT_REDIS_URL")
+    return create_app(settings, Endpoints(owner_dsn=settings.database.url, app_dsn=settings.database.app_url,
+                                          redis_url=settings.redis.url))

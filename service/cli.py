@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 
@@ -73,11 +74,20 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         if isinstance(issued, admin.IssuedKey):
             print(f"Created org 'default' ({issued.org_id}). Its API key (shown once):", flush=True)
             print(issued.key, flush=True)
-        app = create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url))
         host = args.host or settings.server.host
         port = args.port or settings.server.port
-        print(f"pgcontext serving on http://{host}:{port} (docs: /schema/swagger)", flush=True)
-        uvicorn.run(app, host=host, port=port, log_level=settings.server.log_level, access_log=False)
+        workers = args.workers or settings.server.workers
+        print(f"pgcontext serving on http://{host}:{port} with {workers} worker(s) (docs: /schema/swagger)",
+              flush=True)
+        if workers > 1:
+            # Worker processes rebuild the app from the environment: hand them the servers resolved here.
+            os.environ.update({"PGCONTEXT_DATABASE_URL": owner_dsn, "PGCONTEXT_APP_DATABASE_URL": app_dsn,
+                               "PGCONTEXT_REDIS_URL": redis_url})
+            uvicorn.run("service.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                        log_level=settings.server.log_level, access_log=False)
+        else:
+            uvicorn.run(create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url)),
+                        host=host, port=port, log_level=settings.server.log_level, access_log=False)
     return 0
 
 
@@ -181,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP service (embedded Postgres + Redis unless configured)")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--workers", type=int, default=None, help="service processes (default: $PGCONTEXT_WORKERS or 1)")
     serve.set_defaults(func=cmd_serve)
 
     mig = sub.add_parser("migrate", help="apply Alembic migrations (as the owner role)")

@@ -84,6 +84,8 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8080
     log_level: str = "info"
+    workers: int = 1
+    """Service processes (uvicorn workers) sharing the port; each has its own pool and embedder."""
     auth_cache_ttl_s: float = 5.0
     """How long a resolved API key is cached in-process; a revoked key stops working within this."""
 
@@ -286,6 +288,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             port=_int(env, "PGCONTEXT_PORT", 8080),
             log_level=_get(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
+            workers=_int(env, "PGCONTEXT_WORKERS", 1),
         ),
         retrieval=RetrievalSettings(
             lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),

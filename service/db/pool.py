@@ -14,6 +14,12 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release-time reset. asyncpg's default (RESET ALL, UNLISTEN *, CLOSE ALL, advisory unlocks) is a
+    round trip per release, and there is nothing to undo: tenant work sets its org, timeouts and
+    planner options LOCAL to its transaction, and asyncpg still rolls back an unfinished one first."""
+
+
 async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         dsn,
@@ -25,6 +31,7 @@ async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool
         server_settings={"plan_cache_mode": "force_custom_plan", "jit": "off",
                          "application_name": "pgcontext"},
         max_inactive_connection_lifetime=300,
+        reset=_keep_session,
     )
     assert pool is not None
     return pool
