@@ -43,6 +43,8 @@ class LocalEmbedder:
         if threads > 0:
             options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Idle intra-op threads otherwise busy-wait between runs, burning the cores Postgres shares.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = onnxruntime.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
