@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -232,29 +232,27 @@ class RetrievalEngine:
 
     async def _lexical_only(self, org_id: UUID, request: SearchRequest,
                             run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
-        try:
-            hits = await self._lexical(org_id, request, request.limit, run)
-        except BranchFailed as lexical_error:
-            run.fallbacks.append(f"{lexical_error}; fell back to semantic")
-            try:
-                hits = await self._semantic(org_id, request, request.limit, run)
-            except BranchFailed as semantic_error:
-                raise _unavailable(lexical_error, semantic_error) from semantic_error
-            return self._single(hits, "semantic", request.limit)
-        return self._single(hits, "lexical", request.limit)
+        return await self._single_branch(org_id, request, run, first="lexical")
 
     async def _semantic_only(self, org_id: UUID, request: SearchRequest,
                              run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+        return await self._single_branch(org_id, request, run, first="semantic")
+
+    async def _single_branch(self, org_id: UUID, request: SearchRequest, run: _Run, *,
+                             first: Literal["lexical", "semantic"]) -> tuple[UsedStrategy, list[SearchResult], float]:
+        """One branch; if it fails, the other one; if both fail, 503."""
+        second: Literal["lexical", "semantic"] = "semantic" if first == "lexical" else "lexical"
+        branch = {"lexical": self._lexical, "semantic": self._semantic}
         try:
-            hits = await self._semantic(org_id, request, request.limit, run)
-        except BranchFailed as semantic_error:
-            run.fallbacks.append(f"{semantic_error}; fell back to lexical")
+            return self._single(await branch[first](org_id, request, request.limit, run), first, request.limit)
+        except BranchFailed as first_error:
+            run.fallbacks.append(f"{first_error}; fell back to {second}")
             try:
-                hits = await self._lexical(org_id, request, request.limit, run)
-            except BranchFailed as lexical_error:
-                raise _unavailable(lexical_error, semantic_error) from lexical_error
-            return self._single(hits, "lexical", request.limit)
-        return self._single(hits, "semantic", request.limit)
+                hits = await branch[second](org_id, request, request.limit, run)
+            except BranchFailed as second_error:
+                errors = {first: first_error, second: second_error}
+                raise _unavailable(errors["lexical"], errors["semantic"]) from second_error
+            return self._single(hits, second, request.limit)
 
     async def _hybrid(self, org_id: UUID, request: SearchRequest,
                       run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
