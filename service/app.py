@@ -121,6 +121,9 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
                            socket_connect_timeout=settings.redis.socket_timeout_s, health_check_interval=30)
     if embedder is None:
         embedder = await asyncio.to_thread(build_embedder, settings.embedding, settings.data_dir)
+    if embedder.name.startswith("local:"):
+        # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
+        await embedder.embed(["warm-up query"])
     db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms)
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
