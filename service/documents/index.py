@@ -8,8 +8,8 @@ that produced them — so it can only claim the freshness the database actually 
   comparable with today's query vectors).
 * a file is *dirty* when some of its chunks lack an embedding (``missing_embeddings``), its vectors
   came from another embedder (``other_embedder``; re-importing it re-embeds), or the number of stored
-  chunks differs from what its ingestion recorded (``chunk_count_mismatch``, e.g. a chunk deleted
-  through /v1/memories). ``status`` is ``degraded`` when anything is dirty or orphaned.
+  chunks differs from what its ingestion recorded (``chunk_count_mismatch``, e.g. a chunk removed
+  outside the documents API by direct SQL). ``status`` is ``degraded`` when anything is dirty or orphaned.
 """
 
 from __future__ import annotations

@@ -92,9 +92,9 @@ async def update(tx: TenantTx, memory_id: UUID, patch: MemoryPatch,
     )
 
 
-async def agent_of(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:
-    row = await tx.fetchrow("memories.agent_of", tx.org_id, memory_id)
-    return (row is not None, None if row is None else row["agent_id"])
+async def current(tx: TenantTx, memory_id: UUID) -> asyncpg.Record | None:
+    """The memory's agent and kind, row-locked until the transaction ends."""
+    return await tx.fetchrow("memories.current", tx.org_id, memory_id)
 
 
 async def delete(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:

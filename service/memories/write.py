@@ -13,7 +13,7 @@ import numpy as np
 from service.embeddings import Embedder, EmbeddingError
 from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
 from service.memories import repo
-from service.memories.types import CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
+from service.memories.types import DOCUMENT_CHUNK_KIND, CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
 from service.memories.validation import check_agent_id, check_embedding, check_kind, check_metadata, check_text
 from service.runtime import Services
 from service.settings import LimitSettings
@@ -129,17 +129,29 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     if change.metadata is not msgspec.UNSET:
         check_metadata(change.metadata, limits)
     async with services.db.tenant(org_id) as tx:
-        found, old_agent = await repo.agent_of(tx, memory_id)
-        row = await repo.update(tx, memory_id, change, embedding) if found else None
+        before = _changeable(await repo.current(tx, memory_id), memory_id)
+        row = await repo.update(tx, memory_id, change, embedding)
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
-    await services.memories_changed(org_id, {old_agent, row["agent_id"]})
+    await services.memories_changed(org_id, {before["agent_id"], row["agent_id"]})
     return repo.to_out(row)
 
 
 async def delete(services: Services, org_id: UUID, memory_id: UUID) -> None:
     async with services.db.tenant(org_id) as tx:
+        _changeable(await repo.current(tx, memory_id), memory_id)
         found, agent_id = await repo.delete(tx, memory_id)
     if not found:
         raise NotFound(f"memory {memory_id} not found")
     await services.memories_changed(org_id, {agent_id})
+
+
+def _changeable(row: Any, memory_id: UUID) -> Any:
+    """A memory the memories API may change: it exists here and is not a document chunk (those move
+    with their file through /v1/documents, which keeps line spans and the index summary exact)."""
+    if row is None:
+        raise NotFound(f"memory {memory_id} not found")
+    if row["kind"] == DOCUMENT_CHUNK_KIND:
+        raise Conflict("document chunks change only through /v1/documents (re-ingest or delete the file)",
+                       code="managed_by_documents")
+    return row

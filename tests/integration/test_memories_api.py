@@ -387,3 +387,19 @@ async def test_document_chunk_kind_is_reserved_for_the_documents_api(client: Asy
     patched = await client.patch(f"/v1/memories/{mid}", json={"kind": "document_chunk"}, headers=tenant.headers)
     assert patched.status_code == 400 and patched.json()["error"]["code"] == "reserved_kind"
     assert (await client.get(f"/v1/memories/{mid}", headers=tenant.headers)).json()["kind"] == "fact"
+
+
+async def test_document_chunks_change_only_through_the_documents_api(client: AsyncTestClient[Any],
+                                                                     tenant: Tenant) -> None:
+    ingested = await client.post("/v1/documents", json={"files": [{"path": "notes/a.md", "content": "# A\n\nalpha\n"}]},
+                                 headers=tenant.headers)
+    assert ingested.status_code == 200, ingested.text
+    search = await client.post("/v1/memories/search", json={"query": "alpha", "strategy": "lexical"},
+                               headers=tenant.headers)
+    chunk_id = search.json()["results"][0]["id"]
+    patched = await client.patch(f"/v1/memories/{chunk_id}", json={"text": "rewritten"}, headers=tenant.headers)
+    deleted = await client.delete(f"/v1/memories/{chunk_id}", headers=tenant.headers)
+    for response in (patched, deleted):
+        assert response.status_code == 409 and response.json()["error"]["code"] == "managed_by_documents"
+    still = await client.get(f"/v1/memories/{chunk_id}", headers=tenant.headers)
+    assert still.status_code == 200 and "alpha" in still.json()["text"]
