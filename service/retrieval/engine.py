@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from service.db import Database
+from service.db import Database, TenantTx
 from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.errors import BadRequest, ServiceUnavailable
@@ -187,13 +187,20 @@ class RetrievalEngine:
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
         s = self.settings
+        return await self._lexical_branch(org_id, run, lambda tx: branches.lexical_bm25(
+            tx, request.query, request.filters, limit=limit, postings_per_term=s.postings_per_term,
+            k1=s.bm25_k1, b=s.bm25_b))
+
+    async def _lexical_branch(self, org_id: UUID, run: _Run,
+                              query: Callable[[TenantTx], Awaitable[list[T]]]) -> list[T]:
+        """Run a BM25 query in its own org-scoped transaction under the lexical deadline, timed."""
+        s = self.settings
         started = time.perf_counter()
 
-        async def work() -> list[Hit]:
+        async def work() -> list[T]:
             async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
                 await branches.branch_delay(tx, s.branch_delay_ms)
-                return await branches.lexical_bm25(tx, request.query, request.filters, limit=limit,
-                                                   postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b)
+                return await query(tx)
 
         try:
             hits = await self._guard("lexical", s.lexical_timeout_ms, work)
@@ -343,20 +350,9 @@ class RetrievalEngine:
             return await self._guard(mode, s.lexical_timeout_ms, work)
 
         async def lexical_mode() -> list[ModeHit]:
-            started = time.perf_counter()
-
-            async def work() -> list[ModeHit]:
-                async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
-                    await branches.branch_delay(tx, s.branch_delay_ms)
-                    return await modes.run_lexical(tx, request, limit=max(tuning.lexical_candidates, request.limit),
-                                                   postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b)
-
-            try:
-                hits = await self._guard("lexical", s.lexical_timeout_ms, work)
-            finally:
-                run.lexical_ms = _ms(started)
-            run.lexical_candidates = len(hits)
-            return hits
+            return await self._lexical_branch(org_id, run, lambda tx: modes.run_lexical(
+                tx, request, limit=max(tuning.lexical_candidates, request.limit),
+                postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b))
 
         async def semantic_mode() -> list[ModeHit]:
             vector = await self.embed_query(request.query, run)
