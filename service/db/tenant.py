@@ -45,9 +45,13 @@ class TenantTx:
     async def executemany(self, name: str, args: Iterable[Sequence[Any]]) -> None:
         await self.conn.executemany(query(name), args)
 
-    async def set_local(self, setting: str, value: str) -> None:
-        """Set a planner/executor GUC for this transaction only (e.g. hnsw.ef_search)."""
-        await self.conn.execute("SELECT set_config($1, $2, true)", setting, value)
+    async def set_local(self, **settings: str) -> None:
+        """Set planner/executor GUCs for this transaction only, in one round trip.
+
+        Keyword names use ``__`` for the dot: ``set_local(hnsw__ef_search="100")``."""
+        calls = ", ".join(f"set_config(${2 * i + 1}, ${2 * i + 2}, true)" for i in range(len(settings)))
+        args = [part for name, value in settings.items() for part in (name.replace("__", "."), value)]
+        await self.conn.execute(f"SELECT {calls}", *args)
 
 
 class Database:

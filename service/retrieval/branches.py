@@ -41,8 +41,7 @@ async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filter
                         ef_search: int) -> list[Hit]:
     # relaxed_order lets pgvector keep walking the graph until `limit` rows pass the org/filters
     # (without it a filtered query returned a median 4 of 50 rows); results are re-sorted below.
-    await tx.set_local("hnsw.iterative_scan", "relaxed_order")
-    await tx.set_local("hnsw.ef_search", str(max(ef_search, limit)))
+    await tx.set_local(hnsw__iterative_scan="relaxed_order", hnsw__ef_search=str(max(ef_search, limit)))
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters))
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)
 

@@ -187,48 +187,38 @@ class RetrievalEngine:
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
         s = self.settings
-        return await self._lexical_branch(org_id, run, lambda tx: branches.lexical_bm25(
+        return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=s.postings_per_term,
             k1=s.bm25_k1, b=s.bm25_b))
 
-    async def _lexical_branch(self, org_id: UUID, run: _Run,
-                              query: Callable[[TenantTx], Awaitable[list[T]]]) -> list[T]:
-        """Run a BM25 query in its own org-scoped transaction under the lexical deadline, timed."""
-        s = self.settings
+    async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
+                      query: Callable[[TenantTx], Awaitable[list[T]]]) -> list[T]:
+        """Run one branch's query in its own org-scoped transaction under its deadline; record time and count."""
         started = time.perf_counter()
 
         async def work() -> list[T]:
-            async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
-                await branches.branch_delay(tx, s.branch_delay_ms)
+            async with self.db.tenant(org_id, timeout_ms=timeout_ms, readonly=True) as tx:
+                await branches.branch_delay(tx, self.settings.branch_delay_ms)
                 return await query(tx)
 
         try:
-            hits = await self._guard("lexical", s.lexical_timeout_ms, work)
+            hits = await self._guard(name, timeout_ms, work)
         finally:
-            run.lexical_ms = _ms(started)
-        run.lexical_candidates = len(hits)
+            setattr(run, f"{name}_ms", _ms(started))
+        setattr(run, f"{name}_candidates", len(hits))
         return hits
 
     async def _vector(self, org_id: UUID, request: SearchRequest, embedding: npt.NDArray[np.float32], limit: int,
                       run: _Run, ids: list[UUID] | None = None) -> list[Hit]:
         """HNSW search, or with ``ids`` the cascade's exact ranking of exactly those ids."""
-        s = self.settings
-        ef_search = request.tuning.ef_search or s.ef_search
-        started = time.perf_counter()
+        ef_search = request.tuning.ef_search or self.settings.ef_search
 
-        async def work() -> list[Hit]:
-            async with self.db.tenant(org_id, timeout_ms=s.semantic_timeout_ms, readonly=True) as tx:
-                await branches.branch_delay(tx, s.branch_delay_ms)
-                if ids is not None:
-                    return await branches.search_l1_by_ids(tx, embedding, ids, limit=limit)
-                return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search)
+        async def query(tx: TenantTx) -> list[Hit]:
+            if ids is not None:
+                return await branches.search_l1_by_ids(tx, embedding, ids, limit=limit)
+            return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search)
 
-        try:
-            hits = await self._guard("semantic", s.semantic_timeout_ms, work)
-        finally:
-            run.semantic_ms = _ms(started)
-        run.semantic_candidates = len(hits)
-        return hits
+        return await self._branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query)
 
     async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:
@@ -350,27 +340,15 @@ class RetrievalEngine:
             return await self._guard(mode, s.lexical_timeout_ms, work)
 
         async def lexical_mode() -> list[ModeHit]:
-            return await self._lexical_branch(org_id, run, lambda tx: modes.run_lexical(
+            return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: modes.run_lexical(
                 tx, request, limit=max(tuning.lexical_candidates, request.limit),
                 postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b))
 
         async def semantic_mode() -> list[ModeHit]:
             vector = await self.embed_query(request.query, run)
-            started = time.perf_counter()
-
-            async def work() -> list[ModeHit]:
-                async with self.db.tenant(org_id, timeout_ms=s.semantic_timeout_ms, readonly=True) as tx:
-                    await branches.branch_delay(tx, s.branch_delay_ms)
-                    return await modes.run_semantic(tx, request, vector,
-                                                    limit=max(tuning.semantic_candidates, request.limit),
-                                                    ef_search=tuning.ef_search or s.ef_search)
-
-            try:
-                hits = await self._guard("semantic", s.semantic_timeout_ms, work)
-            finally:
-                run.semantic_ms = _ms(started)
-            run.semantic_candidates = len(hits)
-            return hits
+            return await self._branch("semantic", s.semantic_timeout_ms, org_id, run, lambda tx: modes.run_semantic(
+                tx, request, vector, limit=max(tuning.semantic_candidates, request.limit),
+                ef_search=tuning.ef_search or s.ef_search))
 
         async def timed(mode: Mode) -> list[ModeHit]:
             started = time.perf_counter()
