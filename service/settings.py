@@ -113,7 +113,14 @@ class RetrievalSettings:
     max_query_chars: int = 4000
     """Longest query accepted."""
     embedder_cooldown_s: float = 5.0
-    """After an embedder failure, ``auto`` goes lexical-only for this long instead of waiting again."""
+    """After ``embedder_failures_to_open`` consecutive embedder failures, ``auto`` goes lexical-only
+    for this long instead of waiting again (then one request tries the embedder again)."""
+    embedder_max_in_flight: int = 2
+    """``auto`` goes lexical-only while this many query embeddings are already running or queued
+    (0 = never): under a burst the extra wait would only end in a timeout."""
+    embedder_failures_to_open: int = 3
+    """Consecutive embedder failures (errors or timeouts) that start the cooldown: one slow
+    embedding under a burst of load falls back for its own request only."""
     branch_delay_ms: int = 0
     """Testing knob: ``pg_sleep`` this long inside each branch's transaction (never set in production)."""
 
@@ -168,6 +175,9 @@ class AssemblySettings:
     hot_ttl_s: int = 300
     """Lifetime of a cached hot set; bounds how long "recently used" can lag, and staleness if an
     invalidation was lost while Redis was down."""
+    hot_refresh_s: int = 60
+    """A cached set older than this is still served, and rebuilt in the background (single flight):
+    an agent in use never waits for a fill because its set aged, only after a write changed it."""
     hot_fill_timeout_ms: int = 2000
     """statement_timeout of the Postgres query that fills a missed hot set; the fill finishes in
     the background when the request stops waiting, so the next request hits."""
@@ -301,6 +311,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
             max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
             embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),
+            embedder_failures_to_open=max(1, _int(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_FAILURES_TO_OPEN", 3)),
+            embedder_max_in_flight=max(0, _int(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_MAX_IN_FLIGHT", 2)),
             branch_delay_ms=_int(env, "PGCONTEXT_RETRIEVAL_BRANCH_DELAY_MS", 0),
         ),
         documents=DocumentSettings(
@@ -324,6 +336,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
             hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),
             hot_ttl_s=_int(env, "PGCONTEXT_ASSEMBLY_HOT_TTL_S", 300),
+            hot_refresh_s=_int(env, "PGCONTEXT_ASSEMBLY_HOT_REFRESH_S", 60),
             hot_fill_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_HOT_FILL_TIMEOUT_MS", 2000),
             hot_access_half_life_hours=_float(env, "PGCONTEXT_ASSEMBLY_HOT_ACCESS_HALF_LIFE_HOURS", 24.0),
             redis_retry_s=_float(env, "PGCONTEXT_ASSEMBLY_REDIS_RETRY_S", 2.0),

@@ -16,7 +16,9 @@ already sees as stale: invalidation never depends on winning a race. Invalidatio
 bumps the counters and deletes the agent's key to free memory at once.
 
 Fills are single-flight per (org, agent, stamps) and shielded: when a request stops waiting at its
-hot-branch deadline, the fill still finishes and caches the set, so the next request hits. If
+hot-branch deadline, the fill still finishes and caches the set, so the next request hits. A set
+older than ``hot_refresh_s`` (but with current stamps) is served while a background fill replaces
+it, so age alone never makes a request wait; the key expires after ``hot_ttl_s`` without use. If
 Redis fails, :class:`RedisCircuit` opens for a short while: the hot branch is skipped instead of
 every request waiting on a dead server (Postgres is not asked instead: filling a hot set scans an
 agent's memories, too costly per request, and cold search already covers relevance).
@@ -145,13 +147,17 @@ class SingleFlight(Generic[K, V]):
         self._running: dict[K, asyncio.Task[V]] = {}
 
     def run(self, key: K, work: Callable[[], Awaitable[V]]) -> Awaitable[V]:
+        # shield: a caller's timeout cancels its wait, not the shared work.
+        return asyncio.shield(self.start(key, work))
+
+    def start(self, key: K, work: Callable[[], Awaitable[V]]) -> asyncio.Task[V]:
+        """The running task for ``key``, started if there is none (nobody has to wait for it)."""
         task = self._running.get(key)
         if task is None:
             task = asyncio.ensure_future(work())
             self._running[key] = task
             task.add_done_callback(lambda t: self._finished(key, t))
-        # shield: a caller's timeout cancels its wait, not the shared work.
-        return asyncio.shield(task)
+        return task
 
     def _finished(self, key: K, task: asyncio.Task[V]) -> None:
         if self._running.get(key) is task:
@@ -185,6 +191,9 @@ class HotSetStore:
             except msgspec.DecodeError:
                 blob = None  # written by another version of the service: rebuild it
             if blob is not None and blob.generation == gen and blob.version == ver:
+                if (datetime.now(UTC) - blob.built_at).total_seconds() > self.settings.hot_refresh_s:
+                    # Aged, not changed: serve it and rebuild it behind this request (nobody waits).
+                    self._fills.start((org_id, agent_id, gen, ver), lambda: self._fill(org_id, agent_id, gen, ver))
                 return HotRead(blob.items, "cache", blob.built_at)
         blob = await self._fills.run((org_id, agent_id, gen, ver), lambda: self._fill(org_id, agent_id, gen, ver))
         return HotRead(blob.items, "postgres", blob.built_at)

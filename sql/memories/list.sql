@@ -1,12 +1,14 @@
 -- A page of live memories, newest first, keyset-paginated on (created_at, id); filters are optional.
-SELECT * FROM memories
- WHERE org_id = $1
-   AND (expires_at IS NULL OR expires_at > now())
-   AND ($2::text IS NULL OR agent_id = $2)
-   AND ($3::text IS NULL OR kind = $3)
-   AND ($4::jsonb IS NULL OR metadata @> $4)
-   AND ($5::timestamptz IS NULL OR created_at >= $5)
-   AND ($6::timestamptz IS NULL OR created_at < $6)
-   AND ($7::timestamptz IS NULL OR (created_at, id) < ($7, $8::uuid))
- ORDER BY created_at DESC, id DESC
+SELECT m.*, coalesce(a.access_count, 0) AS access_count, a.last_accessed_at
+  FROM memories m
+  LEFT JOIN memory_access a ON a.org_id = m.org_id AND a.memory_id = m.id
+ WHERE m.org_id = $1
+   AND (m.expires_at IS NULL OR m.expires_at > now())
+   AND ($2::text IS NULL OR m.agent_id = $2)
+   AND ($3::text IS NULL OR m.kind = $3)
+   AND ($4::jsonb IS NULL OR m.metadata @> $4)
+   AND ($5::timestamptz IS NULL OR m.created_at >= $5)
+   AND ($6::timestamptz IS NULL OR m.created_at < $6)
+   AND ($7::timestamptz IS NULL OR (m.created_at, m.id) < ($7, $8::uuid))
+ ORDER BY m.created_at DESC, m.id DESC
  LIMIT $9

@@ -247,6 +247,20 @@ async def test_access_statistics_are_recorded_off_the_request(settings: Settings
         for ident in set(ids) - set(used):
             assert (await row(ident))["access_count"] == 0
 
+        # A second use adds to the count; a memory deleted before the flush is skipped, not an error.
+        again = [m["id"] for m in (await assemble(client, tenant)).json()["memories_used"]]
+        gone = next(i for i in again if i != used[0])
+        assert (await client.delete(f"/v1/memories/{gone}", headers=tenant.headers)).status_code == 204
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(50):
+                later = await row(used[0])
+                if later["access_count"] == 1 + again.count(used[0]):
+                    break
+                await asyncio.sleep(0.1)
+        assert later["access_count"] == 1 + again.count(used[0])
+        assert later["last_accessed_at"] >= after["last_accessed_at"]
+        assert [e for e in logs if e["event"] == "access_stats_flush_failed"] == []
+
 
 async def test_another_orgs_directive_hot_set_and_memories_never_appear(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:

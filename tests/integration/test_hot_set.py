@@ -3,8 +3,11 @@ org-wide), a racing fill never winning over an invalidation, key namespacing and
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
@@ -82,6 +85,31 @@ async def test_writes_keep_hot_sets_correct(settings: Settings, endpoints: Endpo
         assert (await client.delete(f"/v1/memories/{shared}", headers=tenant.headers)).status_code == 204
         for agent in ("a1", "a2"):
             assert "org-wide fact" not in texts(await hot(client, tenant, agent))
+
+
+async def test_an_aged_set_is_served_and_rebuilt_behind_the_request(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, owner_dsn: str, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, hot_set_size=1, hot_refresh_s=0, **GENEROUS) as client:
+        first_id, _ = await create(client, tenant, {"text": "older note", "agent_id": "a1"},
+                                           {"text": "newer note", "agent_id": "a1"})
+        first = await hot(client, tenant, "a1")
+        assert first["source"] == "postgres" and texts(first) == ["newer note"]  # equal scores: newest first
+        # "older note" is used now (as the access flusher would record it): it ranks first from now on.
+        owner = await asyncpg.connect(owner_dsn)
+        try:
+            await owner.execute("INSERT INTO memory_access (org_id, memory_id, access_count, last_accessed_at) "
+                                "VALUES ($1, $2, 1, now())", tenant.org_id, UUID(first_id))
+        finally:
+            await owner.close()
+        aged = await hot(client, tenant, "a1")  # older than hot_refresh_s: still served, no wait ...
+        assert aged["source"] == "cache" and aged["built_at"] == first["built_at"] and texts(aged) == ["newer note"]
+        for _ in range(50):  # ... while a fill replaces it in the background
+            rebuilt = await hot(client, tenant, "a1")
+            if rebuilt["built_at"] != first["built_at"]:
+                break
+            await asyncio.sleep(0.05)
+        assert rebuilt["source"] == "cache" and texts(rebuilt) == ["older note"]
+        assert rebuilt["items"][0]["access_count"] == 1 and rebuilt["items"][0]["last_accessed_at"] is not None
 
 
 async def test_a_fill_racing_a_write_cannot_leave_a_stale_set(

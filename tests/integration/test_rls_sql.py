@@ -137,6 +137,37 @@ async def test_every_tenant_table_forces_rls(app_conn: asyncpg.Connection) -> No
     assert all(r["relrowsecurity"] and r["relforcerowsecurity"] for r in rows)
 
 
+async def test_every_table_with_an_org_id_forces_rls(app_conn: asyncpg.Connection) -> None:
+    rows = await app_conn.fetch(
+        "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public' "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'org_id' AND NOT a.attisdropped "
+        "WHERE c.relkind IN ('r', 'p')")
+    names = {r["relname"] for r in rows}
+    assert {*TENANT_TABLES, "memory_access", "memory_postings", "documents"} - {"orgs"} <= names
+    assert [r["relname"] for r in rows if not (r["relrowsecurity"] and r["relforcerowsecurity"])] == []
+
+
+async def test_access_statistics_rows_are_org_scoped(app_conn: asyncpg.Connection,
+                                                     populated: tuple[Tenant, Tenant]) -> None:
+    a, b = populated
+    async with app_conn.transaction():
+        await _scoped(app_conn, a.org_id)
+        mine = await app_conn.fetchval("SELECT id FROM memories LIMIT 1")
+        await app_conn.execute("INSERT INTO memory_access (org_id, memory_id, access_count, last_accessed_at) "
+                               "VALUES ($1, $2, 3, now())", a.org_id, mine)
+    async with app_conn.transaction():
+        await _scoped(app_conn, b.org_id)
+        assert await app_conn.fetchval("SELECT count(*) FROM memory_access") == 0
+        assert await app_conn.fetchval("UPDATE memory_access SET access_count = 0 RETURNING 1") is None
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):  # WITH CHECK: not in another org's name
+            await app_conn.execute("INSERT INTO memory_access (org_id, memory_id, access_count, last_accessed_at) "
+                                   "VALUES ($1, $2, 1, now())", a.org_id, mine)
+    async with app_conn.transaction():
+        await _scoped(app_conn, a.org_id)
+        assert await app_conn.fetchval("SELECT access_count FROM memory_access WHERE memory_id = $1", mine) == 3
+
+
 async def test_cannot_read_api_keys(app_conn: asyncpg.Connection, populated: tuple[Tenant, Tenant]) -> None:
     a, _ = populated
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
