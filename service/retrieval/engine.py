@@ -81,6 +81,8 @@ class RetrievalEngine:
         self.max_limit = max_limit
         self.cache = QueryEmbeddingCache(settings.query_cache_size)
         self._embedder_failed_at: float | None = None
+        self._embedder_failures = 0
+        self._embeds_in_flight = 0
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -96,7 +98,8 @@ class RetrievalEngine:
             results, fusion_ms = await self._modes(org_id, request, ran, run)
         else:
             if request.strategy == "auto":
-                plan = choose(request.query, request.filters, embedder_available=self.embedder_available())
+                plan = choose(request.query, request.filters, embedder_available=self.embedder_available(),
+                              embedder_busy=self.embedder_busy() and self.cache.get(request.query) is None)
             else:
                 plan = Plan(request.strategy, "requested")
             runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
@@ -144,8 +147,16 @@ class RetrievalEngine:
                              code="validation_error", details={"field": "filters"})
 
     def embedder_available(self) -> bool:
+        """False for ``embedder_cooldown_s`` after ``embedder_failures_to_open`` consecutive failures."""
         failed = self._embedder_failed_at
-        return failed is None or time.monotonic() - failed > self.settings.embedder_cooldown_s
+        if failed is None or self._embedder_failures < self.settings.embedder_failures_to_open:
+            return True
+        return time.monotonic() - failed > self.settings.embedder_cooldown_s
+
+    def embedder_busy(self) -> bool:
+        """``embedder_max_in_flight`` query embeddings are already running or queued."""
+        limit = self.settings.embedder_max_in_flight
+        return limit > 0 and self._embeds_in_flight >= limit
 
     # -- steps -------------------------------------------------------------------------------------
 
@@ -173,15 +184,19 @@ class RetrievalEngine:
             rows = await self.embedder.embed([query])
             return np.ascontiguousarray(rows[0], dtype=np.float32)
 
+        self._embeds_in_flight += 1
         try:
             vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed:
             self._embedder_failed_at = time.monotonic()
+            self._embedder_failures += 1
             raise
         finally:
+            self._embeds_in_flight -= 1
             if run is not None:
                 run.embedding_ms = _ms(started)
         self._embedder_failed_at = None
+        self._embedder_failures = 0
         self.cache.put(query, vector)
         return vector
 

@@ -2,7 +2,10 @@
 
 Rules, first match wins (each yields the reason reported in the response):
 
-1. the embedder failed moments ago -> ``lexical`` (do not make every request wait for it again);
+1. the embedder failed moments ago -> ``lexical`` (do not make every request wait for it again),
+   or it is busy (``embedder_max_in_flight`` query embeddings already running or queued) ->
+   ``lexical`` (under a burst, waiting in its queue would only time out; shedding it keeps the CPU
+   for the queries that can answer);
 2. a quoted phrase, or a short query made of identifiers/paths -> ``lexical`` (exact tokens matter,
    embeddings blur ``parse_config`` into "configuration parsing");
 3. a selective filter (path prefix, metadata, time range, level) -> ``lexical_first``: a filtered
@@ -43,9 +46,11 @@ def looks_like_identifier_query(query: str) -> bool:
     return 0 < len(words) <= SHORT_QUERY_WORDS and any(_IDENTIFIER.search(w) for w in words)
 
 
-def choose(query: str, filters: SearchFilters, *, embedder_available: bool) -> Plan:
+def choose(query: str, filters: SearchFilters, *, embedder_available: bool, embedder_busy: bool = False) -> Plan:
     if not embedder_available:
         return Plan("lexical", "auto: the embedder failed recently, lexical only")
+    if embedder_busy:
+        return Plan("lexical", "auto: the embedder is busy with other queries, lexical only")
     if _QUOTED.search(query):
         return Plan("lexical", "auto: quoted phrase, exact terms matter")
     if looks_like_identifier_query(query):

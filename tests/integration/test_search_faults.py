@@ -16,7 +16,9 @@ import numpy.typing as npt
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
+from service.db import Database, create_pool
 from service.embeddings import Embedder, EmbeddingError
+from service.retrieval import RetrievalEngine, SearchRequest
 from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
@@ -74,6 +76,52 @@ async def test_embedder_that_raises_falls_back_to_lexical(settings: Settings, en
         # Within the cooldown auto does not even try the embedder, and says so.
         body = (await post(client, tenant, query="a new question about tea")).json()
         assert body["strategy"] == "lexical" and "embedder failed recently" in body["reason"]
+
+
+async def test_auto_pauses_the_embedder_only_after_consecutive_failures(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    wrapper = RaisingEmbedder(embedder)
+    async with app_client(settings, endpoints, wrapper, embedder_failures_to_open=3) as client:
+        await seed(client, tenant)
+        wrapper.broken = True
+        for i in range(2):  # one or two failures: each request tries the embedder, then falls back alone
+            body = (await post(client, tenant, query=f"question number {i} about coffee")).json()
+            assert body["strategy"] == "lexical" and "embedding failed" in body["fallback_reason"]
+        wrapper.broken = False  # a success resets the count
+        assert (await post(client, tenant, query="a healthy question about tea")).json()["strategy"] == "hybrid"
+        wrapper.broken = True
+        for i in range(3):
+            body = (await post(client, tenant, query=f"another question {i} about espresso")).json()
+            assert "embedding failed" in body["fallback_reason"]
+        body = (await post(client, tenant, query="yet another question about milk")).json()
+        assert body["strategy"] == "lexical" and "embedder failed recently" in body["reason"]
+        assert body["fallback_reason"] is None  # it did not even try
+
+
+async def test_auto_sheds_the_embedder_while_it_is_busy(settings: Settings, endpoints: Endpoints,
+                                                         embedder: Embedder, tenant: Tenant) -> None:
+    # The engine itself, on this test's event loop: requests through the test client do not overlap.
+    wrapper = HangingEmbedder(embedder)
+    async with app_client(settings, endpoints, embedder) as client:
+        await seed(client, tenant)
+    pool = await create_pool(endpoints.app_dsn, min_size=1, max_size=4)
+    try:
+        engine = RetrievalEngine(Database(pool, statement_timeout_ms=5000), wrapper, dataclasses.replace(
+            settings.retrieval, embedder_max_in_flight=1, embedding_timeout_ms=1500, embedder_failures_to_open=5),
+            max_limit=100)
+        wrapper.broken = True
+        stuck = asyncio.ensure_future(engine.search(tenant.org_id, SearchRequest(query="a question it is stuck on")))
+        await asyncio.sleep(0.2)
+        assert not stuck.done()
+        shed = await engine.search(tenant.org_id, SearchRequest(query="dark roast coffee beans", limit=3))
+        assert shed.strategy == "lexical" and "embedder is busy" in shed.reason
+        assert shed.metrics.embedding_ms is None and shed.results[0].text == TEXTS[0]  # did not queue behind it
+        first = await stuck
+        assert first.strategy == "lexical" and first.fallback_reason and "timed out" in first.fallback_reason
+        wrapper.broken = False
+        assert (await engine.search(tenant.org_id, SearchRequest(query="a question about tea"))).strategy == "hybrid"
+    finally:
+        await pool.close()
 
 
 async def test_embedder_that_hangs_times_out_and_falls_back(settings: Settings, endpoints: Endpoints,

@@ -18,6 +18,7 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from service.embeddings import EmbeddingError, LocalEmbedder, build_embedder
+from service.embeddings.local import QUERY_BATCH
 from service.embeddings.onnx_model import ModelFiles, bundled_model_files, ensure_model
 from service.settings import EmbeddingSettings
 
@@ -178,6 +179,17 @@ async def test_order_and_padding_do_not_change_results(models: BuiltModels, fp32
 async def test_concurrent_calls_get_their_own_results(fp32: LocalEmbedder) -> None:
     singles = await asyncio.gather(*(fp32.embed([s]) for s in SENTENCES))
     np.testing.assert_allclose(np.concatenate(singles), await fp32.embed(SENTENCES), atol=1e-5)
+
+
+async def test_query_lane_matches_the_batch_lane_and_does_not_wait_behind_it(fp32: LocalEmbedder) -> None:
+    assert len(SENTENCES) > QUERY_BATCH  # the whole list takes the batch lane, a single text the query lane
+    one_by_one = np.concatenate([await fp32.embed([s]) for s in SENTENCES])
+    np.testing.assert_allclose(one_by_one, await fp32.embed(SENTENCES), atol=1e-5)
+    batch = asyncio.ensure_future(fp32.embed(SENTENCES * 150))  # seconds of work on the batch lane
+    await asyncio.sleep(0.05)
+    query = await fp32.embed(["a search query arriving during ingest"])
+    assert query.shape == (1, fp32.dim) and not batch.done()  # answered while the batch still runs
+    assert (await batch).shape == (len(SENTENCES) * 150, fp32.dim)
 
 
 async def test_int8_depends_slightly_on_batch_mates(int8: LocalEmbedder) -> None:

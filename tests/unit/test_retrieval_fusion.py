@@ -86,6 +86,13 @@ def test_auto_planner(query: str, filters: SearchFilters, embedder_ok: bool, exp
     assert plan.strategy == expected and plan.reason.startswith("auto:")
 
 
+def test_auto_planner_sheds_a_busy_embedder() -> None:
+    plan = choose("how do I configure the database pool", SearchFilters(), embedder_available=True,
+                  embedder_busy=True)
+    assert plan.strategy == "lexical" and "busy" in plan.reason
+    assert choose("parse_config", SearchFilters(), embedder_available=True, embedder_busy=False).strategy == "lexical"
+
+
 def test_identifier_detection_ignores_long_prose() -> None:
     assert not looks_like_identifier_query("the user mentioned parse_config while we were discussing lunch plans")
     assert not looks_like_identifier_query("coffee preferences")
