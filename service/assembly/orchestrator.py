@@ -163,9 +163,12 @@ async def _run_branch(name: str, timeout_ms: float, work: Callable[[], Awaitable
                       circuit: RedisCircuit | None = None) -> BranchRun[T]:
     """Run one branch; after ``timeout_ms`` stop waiting for it.
 
-    The branch runs as a task of its own and is cancelled *without being awaited* at its deadline:
-    unwinding a cancelled query (rollback, returning the connection) can take tens of ms, which
-    belongs to the background, not to this request's latency.
+    The branch runs as a task of its own and is *abandoned*, not cancelled, at its deadline: its own
+    inner deadlines (the Postgres ``statement_timeout`` of its queries, the search's step timeouts)
+    end it moments later, whereas cancelling would make asyncpg cancel a running query over a new
+    connection — a Postgres backend fork per timed-out branch, which under overload is most of
+    them. Either way the unwinding belongs to the background, not to this request's latency. Only
+    the request itself being cancelled (client gone) cancels its branches.
     """
     started = time.perf_counter()
     if timeout_ms <= 0:
@@ -178,7 +181,6 @@ async def _run_branch(name: str, timeout_ms: float, work: Callable[[], Awaitable
         task.add_done_callback(_forget)
         raise
     if not task.done():
-        task.cancel()
         task.add_done_callback(_forget)
         return BranchRun("timeout", None, _ms(started), f"no answer within {timeout_ms:.0f} ms")
     exc = task.exception()
@@ -327,7 +329,7 @@ class Orchestrator:
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
                     timeout_ms: float) -> ColdResult:
-        response = await self.engine.search(org_id, search)
+        response = await self.engine.search(org_id, search, budget_ms=timeout_ms - COLD_MARGIN_MS)
         if not response.results:
             return ColdResult([], response)
         scores = {r.id: r.final_score for r in response.results}

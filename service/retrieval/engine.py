@@ -65,6 +65,15 @@ class _Run:
     semantic_candidates: int | None = None
     fallbacks: list[str] = field(default_factory=list)
     modes: dict[str, ModeMetrics] = field(default_factory=dict)
+    deadline: float | None = None
+    """``time.perf_counter()`` after which no fallback work starts (the caller has stopped waiting)."""
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline
+
+
+DB_TIMEOUT_GRACE_MS = 3
+"""A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
 
 
 def _ms(since: float) -> float:
@@ -86,11 +95,13 @@ class RetrievalEngine:
 
     # -- public API --------------------------------------------------------------------------------
 
-    async def search(self, org_id: UUID, request: SearchRequest) -> SearchResponse:
+    async def search(self, org_id: UUID, request: SearchRequest, *, budget_ms: float | None = None) -> SearchResponse:
         """Run ``request`` for ``org_id``. Raises BadRequest on invalid input, ServiceUnavailable (503)
-        when no branch could answer."""
+        when no branch could answer. After ``budget_ms`` no fallback branch is started any more."""
         self.validate(request)
         run = _Run()
+        if budget_ms is not None:
+            run.deadline = run.started + budget_ms / 1000
         ran: list[Mode] | None = None
         if request.modes is not None:
             ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available())
@@ -160,13 +171,15 @@ class RetrievalEngine:
 
     # -- steps -------------------------------------------------------------------------------------
 
-    async def _guard(self, what: str, timeout_ms: int, work: Callable[[], Awaitable[T]]) -> T:
-        """Run one step under its deadline; any failure becomes BranchFailed (a fallback decision)."""
+    async def _guard(self, what: str, timeout_ms: int, work: Callable[[], Awaitable[T]], *, grace_ms: int = 0) -> T:
+        """Run one step under its deadline (+ ``grace_ms``); any failure becomes BranchFailed (a fallback decision)."""
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
+            async with asyncio.timeout((timeout_ms + grace_ms) / 1000):
                 return await work()
         except TimeoutError as exc:
             raise BranchFailed(f"{what} timed out after {timeout_ms} ms") from exc
+        except BranchFailed:
+            raise
         except Exception as exc:  # every failure of a branch is a reason to fall back, not to fail
             log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
             raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
@@ -212,12 +225,20 @@ class RetrievalEngine:
         started = time.perf_counter()
 
         async def work() -> list[T]:
-            async with self.db.tenant(org_id, timeout_ms=timeout_ms, readonly=True) as tx:
-                await branches.branch_delay(tx, self.settings.branch_delay_ms)
-                return await query(tx)
+            try:
+                async with self.db.tenant(org_id, timeout_ms=timeout_ms, readonly=True) as tx:
+                    await branches.branch_delay(tx, self.settings.branch_delay_ms)
+                    return await query(tx)
+            except ServiceUnavailable as exc:
+                if exc.code == "query_timeout":  # Postgres's statement_timeout: the branch's own deadline
+                    raise BranchFailed(f"{name} timed out after {timeout_ms} ms") from exc
+                raise
 
         try:
-            hits = await self._guard(name, timeout_ms, work)
+            # Postgres's statement_timeout (timeout_ms) ends a slow query by itself; the asyncio guard
+            # only backs it up a little later. Were the guard first, asyncpg would cancel the query
+            # over a new connection (a backend fork per cancel), which under overload is most of them.
+            hits = await self._guard(name, timeout_ms, work, grace_ms=DB_TIMEOUT_GRACE_MS)
         finally:
             setattr(run, f"{name}_ms", _ms(started))
         setattr(run, f"{name}_candidates", len(hits))
@@ -258,6 +279,9 @@ class RetrievalEngine:
         try:
             return self._single(await branch[first](org_id, request, request.limit, run), first, request.limit)
         except BranchFailed as first_error:
+            if run.out_of_time():
+                skipped = {first: first_error, second: BranchFailed(f"{second} not tried: the search is out of time")}
+                raise _unavailable(skipped["lexical"], skipped["semantic"]) from first_error
             run.fallbacks.append(f"{first_error}; fell back to {second}")
             try:
                 hits = await branch[second](org_id, request, request.limit, run)
@@ -305,6 +329,9 @@ class RetrievalEngine:
             try:
                 lexical = await self._lexical(org_id, request, width, run)
             except BranchFailed as lexical_error:
+                if run.out_of_time():
+                    raise _unavailable(lexical_error, BranchFailed("semantic not tried: the search is out of time")
+                                       ) from lexical_error
                 run.fallbacks.append(f"{lexical_error}; fell back to semantic")
                 try:
                     hits = await self._semantic(org_id, request, request.limit, run, embedding)

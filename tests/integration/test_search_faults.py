@@ -13,11 +13,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.db import Database, create_pool
 from service.embeddings import Embedder, EmbeddingError
+from service.errors import ServiceUnavailable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.runtime import Endpoints
 from service.settings import Settings
@@ -120,6 +122,28 @@ async def test_auto_sheds_the_embedder_while_it_is_busy(settings: Settings, endp
         assert first.strategy == "lexical" and first.fallback_reason and "timed out" in first.fallback_reason
         wrapper.broken = False
         assert (await engine.search(tenant.org_id, SearchRequest(query="a question about tea"))).strategy == "hybrid"
+    finally:
+        await pool.close()
+
+
+async def test_no_fallback_starts_once_the_callers_budget_is_spent(settings: Settings, endpoints: Endpoints,
+                                                                   embedder: Embedder, tenant: Tenant) -> None:
+    async with app_client(settings, endpoints, embedder) as client:
+        await seed(client, tenant)
+    pool = await create_pool(endpoints.app_dsn, min_size=1, max_size=4)
+    try:
+        engine = RetrievalEngine(Database(pool, statement_timeout_ms=5000), embedder, dataclasses.replace(
+            settings.retrieval, branch_delay_ms=400, lexical_timeout_ms=100), max_limit=100)
+        request = SearchRequest(query="dark roast coffee", strategy="lexical", limit=3)
+        # Without a budget the slow lexical branch (Postgres stops it at its statement_timeout) falls back ...
+        fell_back = await engine.search(tenant.org_id, request)
+        assert fell_back.strategy == "semantic"
+        assert "lexical timed out after 100 ms" in (fell_back.fallback_reason or "")
+        # ... with 50 ms to spend (an assembly's cold branch) nothing new starts after it.
+        with pytest.raises(ServiceUnavailable) as caught:
+            await engine.search(tenant.org_id, request, budget_ms=50)
+        assert "out of time" in caught.value.details["semantic"]
+        assert "lexical timed out" in caught.value.details["lexical"]
     finally:
         await pool.close()
 
