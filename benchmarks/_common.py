@@ -76,3 +76,31 @@ def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
 
 def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
+
+
+CPU_GROUPS = (("service", ("service.cli serve", "uvicorn", "multiprocessing")), ("postgres", ("postgres",)),
+              ("redis", ("redis-server",)))
+
+
+def cpu_seconds_by_group() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this machine's service, Postgres and Redis processes,
+    plus this process (``loadgen``), from ``/proc`` (Linux; elsewhere only ``loadgen``). Backends that
+    exited are not counted, so take the difference of two readings around a run on pooled connections."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        for group, needles in CPU_GROUPS:
+            if any(n in cmdline for n in needles):
+                out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+                break
+    times = os.times()
+    out["loadgen"] = times.user + times.system
+    return out

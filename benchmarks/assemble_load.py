@@ -19,7 +19,10 @@ bounded by ``--requests`` per level and ``--seconds`` per level. Reported per le
 p50/p95/p99 latency, throughput, error rate, the degradation-level distribution, the server's own
 ``metrics.total_ms`` p50/p99, the cold strategies used and the assemble/baseline p50 ratio (which
 survives a noisy machine better than absolute numbers). The load generator runs on the same machine
-as the service, Postgres and Redis, and competes with them for CPU.
+as the service, Postgres and Redis, and competes with them for CPU: it uses aiohttp and decodes
+only the response fields it needs with msgspec, and every level also reports the CPU ms per
+assembly of each process group (service, Postgres, Redis, the load generator itself; from
+``/proc``), which says where a saturated machine's cores went.
 """
 
 from __future__ import annotations
@@ -44,14 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import percentile  # noqa: E402
+from benchmarks._common import cpu_seconds_by_group, percentile  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -238,6 +243,14 @@ class Level:
     levels: Counter[str] = field(default_factory=Counter)
     strategies: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    cpu_ms: dict[str, float] = field(default_factory=dict)
+    """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
+
+    def cpu_line(self) -> str:
+        if not self.cpu_ms:
+            return "-"
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in self.cpu_ms.items())
+        return f"{parts} (total {sum(self.cpu_ms.values()):.1f})"
 
     @property
     def requests(self) -> int:
@@ -260,8 +273,32 @@ HEADER = ("| request | conc. | requests | p50 ms | p95 ms | p99 ms | req/s | err
           "| p50 vs baseline |\n|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-async def drive(name: str, concurrency: int, requests: int, seconds: float,
-                call: Callable[[int], Awaitable[httpx.Response]], level: Level) -> None:
+class _Branch(msgspec.Struct):
+    outcome: str
+    source: str | None = None
+
+
+class _Branches(msgspec.Struct):
+    cold: _Branch
+
+
+class _Metrics(msgspec.Struct):
+    total_ms: float
+
+
+class _Assembled(msgspec.Struct):
+    """The fields of an assembly response the load test reads (msgspec skips the rest unparsed)."""
+
+    degradation_level: str
+    metrics: _Metrics
+    branches: _Branches
+
+
+_decode_assembled = msgspec.json.Decoder(_Assembled).decode
+Call = Callable[[int], Awaitable[tuple[int, bytes]]]
+
+
+async def drive(name: str, concurrency: int, requests: int, seconds: float, call: Call, level: Level) -> None:
     """``concurrency`` workers issue calls until ``requests`` were made or ``seconds`` passed."""
     counter = iter(range(requests))
     stop_at = time.perf_counter() + seconds
@@ -272,24 +309,28 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float,
                 return
             started = time.perf_counter()
             try:
-                r = await call(i)
-            except httpx.HTTPError as exc:
+                status, body = await call(i)
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 level.errors[type(exc).__name__] += 1
                 continue
             elapsed = (time.perf_counter() - started) * 1000
-            if r.status_code != 200:
-                level.errors[str(r.status_code)] += 1
+            if status != 200:
+                level.errors[str(status)] += 1
                 continue
             level.latencies_ms.append(elapsed)
             if name == "assemble":
-                body = r.json()
-                level.levels[body["degradation_level"]] += 1
-                level.server_ms.append(body["metrics"]["total_ms"])
-                level.strategies[body["branches"]["cold"]["source"] or body["branches"]["cold"]["outcome"]] += 1
+                out = _decode_assembled(body)
+                level.levels[out.degradation_level] += 1
+                level.server_ms.append(out.metrics.total_ms)
+                level.strategies[out.branches.cold.source or out.branches.cold.outcome] += 1
 
+    cpu_before = cpu_seconds_by_group()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     level.seconds = time.perf_counter() - started
+    cpu_after = cpu_seconds_by_group()
+    done = max(len(level.latencies_ms), 1)
+    level.cpu_ms = {k: round(1000 * (v - cpu_before.get(k, 0.0)) / done, 2) for k, v in cpu_after.items()}
 
 
 def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Random) -> dict[str, Any]:
@@ -305,15 +346,22 @@ def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Rando
 
 async def run_levels(url: str, headers: dict[str, str], queries: list[str], agents: int,
                      concurrencies: list[int], requests: int, seconds: float) -> list[tuple[Level, Level]]:
-    limits = httpx.Limits(max_connections=max(concurrencies) + 4, max_keepalive_connections=max(concurrencies) + 4)
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=10, limits=limits) as http:
+    # aiohttp + msgspec: the client shares the machine's two cores with the service, so it should
+    # cost as little CPU per request as possible (httpx + json cost ~2.5 ms per assembly here).
+    connector = aiohttp.TCPConnector(limit=max(concurrencies) + 4)
+    timeout = aiohttp.ClientTimeout(total=10)
+    encode = msgspec.json.encode
+    async with aiohttp.ClientSession(url, headers=headers, connector=connector, timeout=timeout) as http:
         rng = random.Random(3)
 
-        async def directive(i: int) -> httpx.Response:
-            return await http.get(f"/v1/agents/agent-{1 + i % (agents - 1)}/directive")
+        async def directive(i: int) -> tuple[int, bytes]:
+            async with http.get(f"/v1/agents/agent-{1 + i % (agents - 1)}/directive") as r:
+                return r.status, await r.read()
 
-        async def assemble(i: int) -> httpx.Response:
-            return await http.post("/v1/context/assemble", json=assemble_body(i, queries, agents, rng))
+        async def assemble(i: int) -> tuple[int, bytes]:
+            async with http.post("/v1/context/assemble", data=encode(assemble_body(i, queries, agents, rng)),
+                                 headers={"Content-Type": "application/json"}) as r:
+                return r.status, await r.read()
 
         # Warm-up: pool connections, every agent's directive and hot set, the tokenizers.
         warm = Level("warmup", 4)
@@ -326,7 +374,7 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
             await drive("directive", c, requests, seconds, directive, base)
             asm = Level("assemble", c)
 
-            async def shifted(i: int, start: int = offset) -> httpx.Response:
+            async def shifted(i: int, start: int = offset) -> tuple[int, bytes]:
                 return await assemble(i + start)  # every level asks new (query, agent) pairs first
 
             await drive("assemble", c, requests, seconds, shifted, asm)
@@ -335,6 +383,7 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
             print(base.row(None), file=sys.stderr, flush=True)
             print(asm.row(base), f"strategies {dict(asm.strategies)} errors {dict(asm.errors)}", file=sys.stderr,
                   flush=True)
+            print(f"  CPU ms per assembly: {asm.cpu_line()}", file=sys.stderr, flush=True)
     return results
 
 
@@ -496,7 +545,8 @@ def main() -> None:
         print(asm.row(base))
     print()
     for _, asm in results:
-        print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}")
+        print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
+              f"CPU ms per assembly: {asm.cpu_line()}")
 
 
 if __name__ == "__main__":
