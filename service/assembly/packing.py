@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Literal
+from typing import ClassVar, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -101,119 +101,226 @@ class PackResult:
 
 
 class _WordIndex:
-    """Exact Jaccard similarity of one candidate against many, vectorised.
+    """Word features shared by one member with many others, vectorised.
 
-    Each candidate's word features (:func:`~service.assembly.scoring.feature_hashes`) are laid out
-    CSR-style, so one comparison is a mask lookup and a bincount instead of a set operation per
-    pair. Feature hashes only need to agree within this process; a 64-bit collision costs at
-    most one feature's worth of similarity.
+    The members' feature hashes are laid end to end. A table over the hashes' low bits marks the
+    chosen member's features; the few positions whose low bits are marked are then compared
+    exactly, and counted per member. No vocabulary (hence no sort of every feature) is needed.
     """
 
-    def __init__(self, scored: Sequence[ScoredCandidate]) -> None:
-        per_item = [feature_hashes(s.candidate.text) for s in scored]
-        self.n = len(scored)
-        self.sizes = np.array([h.size for h in per_item], dtype=np.int64)
-        flat = np.concatenate(per_item) if per_item else np.zeros(0, dtype=np.int64)
-        vocabulary, self.columns = np.unique(flat, return_inverse=True)
-        self.vocabulary_size = vocabulary.size
-        self.rows = np.repeat(np.arange(self.n), self.sizes)
-        self.starts = np.concatenate(([0], np.cumsum(self.sizes)))
-        # Texts without features (a lone stopword, only punctuation) match only their equals.
-        self.bare = {i: s.candidate.text.strip().casefold() for i, s in enumerate(scored) if self.sizes[i] == 0}
+    BUCKETS: ClassVar[int] = 1 << 14
 
-    def similarity(self, chosen: int, targets: NDArray[np.int64]) -> NDArray[np.float64]:
-        mark = np.zeros(self.vocabulary_size, dtype=bool)
-        mark[self.columns[self.starts[chosen] : self.starts[chosen + 1]]] = True
-        shared = np.bincount(self.rows[mark[self.columns]], minlength=self.n)[targets]
-        union = self.sizes[targets] + self.sizes[chosen] - shared
-        sims = np.zeros(targets.size, dtype=np.float64)
-        np.divide(shared, union, out=sims, where=union > 0)
-        if self.bare:
-            chosen_bare = self.bare.get(chosen)
-            for pos, k in enumerate(targets.tolist()):
-                if chosen_bare is not None or k in self.bare:
-                    sims[pos] = 1.0 if chosen_bare is not None and self.bare.get(k) == chosen_bare else 0.0
+    def __init__(self, per_member: Sequence[NDArray[np.int64]]) -> None:
+        self.per_member = per_member
+        self.n = len(per_member)
+        self.sizes = np.array([h.size for h in per_member], dtype=np.int64)
+        self.flat = np.concatenate(per_member) if per_member else np.zeros(0, dtype=np.int64)
+        self.rows = np.repeat(np.arange(self.n), self.sizes)
+        self.buckets = self.flat & (self.BUCKETS - 1)
+
+    def shared_and_union(self, chosen: int, targets: list[int]) -> tuple[list[int], list[int]]:
+        """Features ``chosen`` shares with each target and the size of their union (member rows)."""
+        mine = self.per_member[chosen]  # sorted (see feature_hashes)
+        rows = np.array(targets, dtype=np.intp)
+        if mine.size:
+            mark = np.zeros(self.BUCKETS, dtype=bool)
+            mark[mine & (self.BUCKETS - 1)] = True
+            maybe = np.flatnonzero(mark[self.buckets])
+            values = self.flat[maybe]
+            at = np.searchsorted(mine, values)
+            at[at == mine.size] = 0
+            exact = maybe[mine[at] == values]
+            shared = np.bincount(self.rows[exact], minlength=self.n)[rows]
+        else:
+            shared = np.zeros(rows.size, dtype=np.int64)
+        union = self.sizes[rows] + (mine.size - shared)
+        return shared.tolist(), union.tolist()
+
+
+class _WordSimilarity:
+    """Jaccard similarity over word features, for pairs where an embedding is missing.
+
+    Features (:func:`~service.assembly.scoring.feature_hashes`, cached across requests by text)
+    are gathered the first time an item is compared, so items only ever compared by cosine never
+    pay for them. A few targets are compared as Python sets; many at once (an item without an
+    embedding was chosen, or none has one) through a :class:`_WordIndex` of the items still in
+    play, built on first need. Feature hashes only need to agree within this process; a 64-bit
+    collision costs at most one feature's worth of similarity. Texts without features (a lone
+    stopword, only punctuation) match only their equals.
+    """
+
+    SET_MAX_TARGETS: ClassVar[int] = 16
+    """Above this many targets, one vectorised comparison beats a set intersection per target."""
+
+    def __init__(self, scored: Sequence[ScoredCandidate]) -> None:
+        self.texts = [s.candidate.text for s in scored]
+        self._hashes: list[NDArray[np.int64] | None] = [None] * len(scored)
+        self._sets: dict[int, frozenset[int]] = {}
+        self._index: _WordIndex | None = None
+        self._row: dict[int, int] = {}
+
+    def _features(self, i: int) -> NDArray[np.int64]:
+        hashes = self._hashes[i]
+        if hashes is None:
+            hashes = self._hashes[i] = feature_hashes(self.texts[i])
+        return hashes
+
+    def _set(self, i: int) -> frozenset[int]:
+        hashes = self._sets.get(i)
+        if hashes is None:
+            hashes = self._sets[i] = frozenset(self._features(i).tolist())
+        return hashes
+
+    def against(self, chosen: int, targets: list[int], in_play: list[int]) -> list[float]:
+        """Similarity of ``chosen`` to each of ``targets``; ``in_play``: every item that can still
+        be compared (chosen now or later, or a target now or later)."""
+        shared: list[int]
+        union: list[int]
+        if len(targets) > self.SET_MAX_TARGETS:
+            if self._index is None:
+                self._row = {k: row for row, k in enumerate(in_play)}
+                self._index = _WordIndex([self._features(k) for k in in_play])
+            row = self._row
+            shared, union = self._index.shared_and_union(row[chosen], [row[k] for k in targets])
+        else:
+            mine = self._set(chosen)
+            shared, union = [], []
+            for k in targets:
+                theirs = self._set(k)
+                common = len(mine & theirs)
+                shared.append(common)
+                union.append(len(mine) + len(theirs) - common)
+        sims = [s / u if u > 0 else 0.0 for s, u in zip(shared, union, strict=True)]
+        if self._features(chosen).size == 0:
+            bare = self.texts[chosen].strip().casefold()
+            for pos, k in enumerate(targets):
+                if self._features(k).size == 0 and self.texts[k].strip().casefold() == bare:
+                    sims[pos] = 1.0
         return sims
 
 
 class _Selection:
-    """Mutable state of one packing run: who is still in play and how similar to the chosen."""
+    """Mutable state of one packing run: who is still in play and how similar to the chosen.
+
+    Plain lists rather than arrays: with ~100 candidates, per-call numpy overhead costs more than
+    the arithmetic, and after each choice only the candidates it came close to need new scores.
+    """
 
     def __init__(self, scored: Sequence[ScoredCandidate], weights: Weights, rules: PackingRules) -> None:
         n = len(scored)
         self.scored = scored
         self.weights = weights
         self.rules = rules
-        self.static = np.array([s.scores.composite - weights.uniqueness for s in scored], dtype=np.float64)
-        self.tokens = np.array([s.tokens for s in scored], dtype=np.int64)
-        self.pinned = np.array([s.candidate.pinned for s in scored], dtype=bool)
-        self.alive = np.ones(n, dtype=bool)
-        self.max_sim = np.zeros(n, dtype=np.float64)
-        self.similar_to = np.full(n, -1, dtype=np.int64)
+        wu = weights.uniqueness
+        self.static = [s.scores.composite - wu for s in scored]
+        """Composite without its uniqueness term."""
+        self.max_sim = [0.0] * n
+        self.current = [c + wu * (1.0 - 0.0) for c in self.static]
+        """``static + wu * (1 - max_sim)``, always computed so: composites as they stand, which
+        only fall as items are chosen."""
+        self.bonus = [10.0 if s.candidate.pinned else 0.0 for s in scored]
+        self.priority = [c + b for c, b in zip(self.current, self.bonus, strict=True)]
+        """Pinned first, then by composite."""
+        self.tokens = [s.tokens for s in scored]
+        self.pinned = [s.candidate.pinned for s in scored]
+        self.similar_to = [-1] * n
+        self.alive = [True] * n
+        self.live = list(range(n))
+        """The alive indices, in order."""
+        self.fell = list(range(n))
+        """Items whose composite fell since the last :meth:`take_fallen` (in order; some may have
+        died since); at first, all of them."""
         self.dropped: list[Dropped] = []
-        self._words: _WordIndex | None = None
-        self.has_embedding = np.array([s.unit_embedding is not None for s in scored], dtype=bool)
+        self.words = _WordSimilarity(scored)
+        self.has_embedding = [s.unit_embedding is not None for s in scored]
         self.embeddings: NDArray[np.float32] | None = None
+        self.without_embedding = list(range(n))
         dims = {s.unit_embedding.shape[0] for s in scored if s.unit_embedding is not None}
         if len(dims) == 1:
-            self.embeddings = np.zeros((n, dims.pop()), dtype=np.float32)
-            for i, s in enumerate(scored):
-                if s.unit_embedding is not None:
-                    self.embeddings[i] = s.unit_embedding
+            # One row per candidate (zeros where there is none), each at its own index: cosines
+            # come from the same matrix-vector product whatever else is in the request.
+            dim = dims.pop()
+            rows = [i for i, has in enumerate(self.has_embedding) if has]
+            stacked = np.concatenate([scored[i].unit_embedding for i in rows]).reshape(len(rows), dim)
+            if len(rows) == n:
+                self.embeddings = stacked.astype(np.float32, copy=False)
+            else:
+                self.embeddings = np.zeros((n, dim), dtype=np.float32)
+                self.embeddings[rows] = stacked
+            self.without_embedding = [i for i, has in enumerate(self.has_embedding) if not has]
         else:
             # Mixed dimensions cannot be compared by cosine; words decide for all of them.
-            self.has_embedding[:] = False
+            self.has_embedding = [False] * n
 
-    def current(self) -> NDArray[np.float64]:
-        return self.static + self.weights.uniqueness * (1.0 - self.max_sim)
+    def take_fallen(self) -> list[int]:
+        fell, self.fell = self.fell, []
+        return fell
 
     def scores_of(self, i: int) -> ScoreBreakdown:
-        return self.scored[i].scores.with_uniqueness(1.0 - float(self.max_sim[i]), self.weights)
+        return self.scored[i].scores.with_uniqueness(1.0 - self.max_sim[i], self.weights)
 
     def nearest_tag(self, i: int) -> str | None:
-        j = int(self.similar_to[i])
+        j = self.similar_to[i]
         return self.scored[j].tag if j >= 0 else None
 
     def drop(self, i: int, reason: DropReason, detail: str) -> None:
         self.alive[i] = False
+        self.live.remove(i)
         item = self.scored[i]
         self.dropped.append(Dropped(item.id, reason, detail, item.tokens, self.scores_of(i)))
 
+    def best(self) -> int:
+        """The next to choose: pinned first, then by composite; the first of equals (score order)."""
+        return max(self.live, key=self.priority.__getitem__)
+
     def absorb(self, chosen: int) -> None:
-        """Raise every alive candidate's max similarity with the newly chosen one; drop duplicates."""
+        """Take ``chosen`` out of play, raise every alive candidate's max similarity with it, and
+        drop its duplicates."""
         self.alive[chosen] = False
-        targets = np.flatnonzero(self.alive)
-        if targets.size == 0:
+        self.live.remove(chosen)
+        targets = list(self.live)
+        if not targets:
             return
-        sims = np.zeros(targets.size, dtype=np.float64)
-        thresholds = np.full(targets.size, self.rules.duplicate_jaccard, dtype=np.float64)
-        by_words = np.ones(targets.size, dtype=bool)
-        if self.embeddings is not None and self.has_embedding[chosen]:
-            by_cosine = self.has_embedding[targets]
+        embeddings = self.embeddings
+        by_cosine = embeddings is not None and self.has_embedding[chosen]
+        if embeddings is not None and by_cosine:
             # Against all rows, then indexed: cheaper than gathering the target rows first.
-            sims[by_cosine] = (self.embeddings @ self.embeddings[chosen])[targets[by_cosine]]
-            thresholds[by_cosine] = self.rules.duplicate_cosine
-            by_words = ~by_cosine
-        if by_words.any():
-            if self._words is None:
-                # Word features cost more than the whole cosine path, so only built when needed.
-                self._words = _WordIndex(self.scored)
-            sims[by_words] = self._words.similarity(chosen, targets[by_words])
-        np.clip(sims, 0.0, 1.0, out=sims)
-        closer = sims > self.max_sim[targets]
-        self.max_sim[targets[closer]] = sims[closer]
-        self.similar_to[targets[closer]] = chosen
+            sims = (embeddings @ embeddings[chosen]).tolist()
+            has_embedding = self.has_embedding
+            by_words = [k for k in self.without_embedding if self.alive[k]]
+        else:
+            sims = [0.0] * len(self.scored)
+            has_embedding = [False] * len(self.scored)
+            by_words = targets
+        if by_words:
+            in_play = [chosen, *targets]
+            for k, sim in zip(by_words, self.words.against(chosen, by_words, in_play), strict=True):
+                sims[k] = sim
+        cosine_limit, words_limit = self.rules.duplicate_cosine, self.rules.duplicate_jaccard
+        max_sim, current, static, wu = self.max_sim, self.current, self.static, self.weights.uniqueness
+        duplicates: list[tuple[int, float]] = []
+        for k in targets:
+            sim = sims[k]
+            if sim < 0.0:  # np.clip(sim, 0.0, 1.0)
+                sim = 0.0
+            elif sim > 1.0:
+                sim = 1.0
+            if sim > max_sim[k]:
+                max_sim[k] = sim
+                self.similar_to[k] = chosen
+                current[k] = static[k] + wu * (1.0 - sim)
+                self.priority[k] = current[k] + self.bonus[k]
+                self.fell.append(k)
+            if sim > (cosine_limit if has_embedding[k] else words_limit):
+                duplicates.append((k, sim))
         base_item = self.scored[chosen]
-        for pos in np.flatnonzero(sims > thresholds).tolist():
-            self.drop(
-                int(targets[pos]),
-                "duplicate",
-                f"similarity {sims[pos]:.2f} to [{base_item.tag}] ({base_item.id})",
-            )
+        for k, sim in duplicates:
+            self.drop(k, "duplicate", f"similarity {sim:.2f} to [{base_item.tag}] ({base_item.id})")
 
 
-def _best_first(mask: NDArray[np.bool_], current: NDArray[np.float64]) -> list[int]:
-    return sorted(np.flatnonzero(mask).tolist(), key=lambda k: -current[k])
+def _best_first(indices: list[int], current: list[float]) -> list[int]:
+    """``indices`` (in index order) by falling composite; equal composites keep index order."""
+    return sorted(indices, key=lambda k: -current[k])
 
 
 def pack(
@@ -235,24 +342,32 @@ def pack(
         if not s.candidate.text.strip():
             state.drop(i, "empty", "no text")
 
+    alive, pinned, current, tokens = state.alive, state.pinned, state.current, state.tokens
+    # Largest first: what is over budget is always a prefix of this order (less what is already
+    # dropped), as the room left (less the section tags until something is chosen) only shrinks.
+    by_size = sorted(range(len(scored)), key=lambda k: -tokens[k])
+    next_size = 0
     left = budget_tokens
-    while state.alive.any():
-        current = state.current()
+    while state.live:
         # Composites only fall and the budget only shrinks, so whatever fails either test now
         # would fail it at every later step: drop it all at once, best first. The loop then runs
-        # once per chosen item rather than once per candidate.
-        low = state.alive & ~state.pinned & (current < rules.min_composite)
+        # once per chosen item rather than once per candidate, and only the candidates whose
+        # composite fell since the last step need the threshold test again.
+        low = [k for k in state.take_fallen() if alive[k] and not pinned[k] and current[k] < rules.min_composite]
         for k in _best_first(low, current):
             state.drop(k, "below_threshold", f"composite {current[k]:.2f} < {rules.min_composite:.2f}")
-        cost = state.tokens + (overhead if not chosen else 0)
-        for k in _best_first(state.alive & (cost > left), current):
-            state.drop(k, "over_budget", f"needs {int(cost[k])} tokens, {left} left")
-        if not state.alive.any():
+        extra = overhead if not chosen else 0
+        over: list[int] = []
+        while next_size < len(by_size) and tokens[by_size[next_size]] + extra > left:
+            if alive[by_size[next_size]]:
+                over.append(by_size[next_size])
+            next_size += 1
+        for k in _best_first(sorted(over), current):
+            state.drop(k, "over_budget", f"needs {tokens[k] + extra} tokens, {left} left")
+        if not state.live:
             break
-        # Pinned first, then by composite; argmax keeps the first of equals, i.e. score order.
-        priority = np.where(state.alive, current + np.where(state.pinned, 10.0, 0.0), -np.inf)
-        i = int(np.argmax(priority))
-        left -= int(cost[i])
+        i = state.best()
+        left -= tokens[i] + extra
         item = scored[i]
         scores = state.scores_of(i)
         why = justify(item, scores, weights, similar_to=state.nearest_tag(i))

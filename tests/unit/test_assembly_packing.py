@@ -6,11 +6,30 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from service.assembly.format import format_memories
+from service.assembly.format import format_memories, memories_section_overhead
 from service.assembly.intent import Intent
-from service.assembly.packing import PackingRules, pack, select_memories
-from service.assembly.scoring import Candidate, score_candidates
+from service.assembly.packing import (
+    Dropped,
+    DropReason,
+    PackedItem,
+    PackingRules,
+    PackResult,
+    pack,
+    select_memories,
+)
+from service.assembly.scoring import (
+    DEFAULT_SCORING_RULES,
+    Candidate,
+    ScoreBreakdown,
+    ScoredCandidate,
+    jaccard,
+    justify,
+    score_candidates,
+    similarity_features,
+)
 from service.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
@@ -214,3 +233,179 @@ def test_mixed_embedding_dimensions_fall_back_to_words(counter: TokenCounter) ->
     result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert [p.id for p in result.chosen] == ["a"]
     assert result.dropped[0].reason == "duplicate"
+
+
+# -- the packer against a plain restatement of its contract -------------------------------------------
+
+
+def reference_pack(
+    scored: list[ScoredCandidate], *, budget_tokens: int, intent: Intent, counter: TokenCounter, rules: PackingRules
+) -> PackResult:
+    """The packing contract restated plainly: every step recomputes every composite and compares the
+    newly chosen item with each candidate still in play, one pair at a time (cosines from the same
+    float32 matrix-vector product as the packer, Jaccard over :func:`similarity_features`)."""
+    weights = DEFAULT_SCORING_RULES.weights[intent]
+    wu = weights.uniqueness
+    overhead = memories_section_overhead(counter)
+    n = len(scored)
+    units = [s.unit_embedding for s in scored]
+    dims = {u.shape[0] for u in units if u is not None}
+    matrix = None
+    if len(dims) == 1:
+        matrix = np.zeros((n, dims.pop()), dtype=np.float32)
+        for i, u in enumerate(units):
+            if u is not None:
+                matrix[i] = u
+    features = [similarity_features(s.candidate.text) for s in scored]
+
+    def similarity(a: int, b: int) -> tuple[float, float]:
+        """(similarity clipped to [0, 1], duplicate threshold) of chosen ``a`` and candidate ``b``."""
+        if matrix is not None and units[a] is not None and units[b] is not None:
+            sim, limit = float((matrix @ matrix[a])[b]), rules.duplicate_cosine
+        elif features[a] and features[b]:
+            sim, limit = jaccard(features[a], features[b]), rules.duplicate_jaccard
+        else:
+            bare = [scored[k].candidate.text.strip().casefold() for k in (a, b)]
+            same = not features[a] and not features[b] and bare[0] == bare[1]
+            sim, limit = (1.0 if same else 0.0), rules.duplicate_jaccard
+        return min(1.0, max(0.0, sim)), limit
+
+    alive = list(range(n))
+    max_sim = [0.0] * n
+    nearest: list[str | None] = [None] * n
+    chosen: list[PackedItem] = []
+    dropped: list[Dropped] = []
+
+    def scores_of(i: int) -> ScoreBreakdown:
+        return scored[i].scores.with_uniqueness(1.0 - max_sim[i], weights)
+
+    def drop(i: int, reason: DropReason, detail: str) -> None:
+        alive.remove(i)
+        dropped.append(Dropped(scored[i].id, reason, detail, scored[i].tokens, scores_of(i)))
+
+    for i in range(n):
+        if not scored[i].candidate.text.strip():
+            drop(i, "empty", "no text")
+    budget_tokens = left = max(0, budget_tokens)
+    while alive:
+        current = {k: (scored[k].scores.composite - wu) + wu * (1.0 - max_sim[k]) for k in alive}
+        low = [k for k in alive if not scored[k].candidate.pinned and current[k] < rules.min_composite]
+        for k in sorted(low, key=lambda k: -current[k]):
+            drop(k, "below_threshold", f"composite {current[k]:.2f} < {rules.min_composite:.2f}")
+        extra = 0 if chosen else overhead
+        for k in sorted([k for k in alive if scored[k].tokens + extra > left], key=lambda k: -current[k]):
+            drop(k, "over_budget", f"needs {scored[k].tokens + extra} tokens, {left} left")
+        if not alive:
+            break
+        i = max(alive, key=lambda k: current[k] + (10.0 if scored[k].candidate.pinned else 0.0))
+        left -= scored[i].tokens + extra
+        item, scores = scored[i], scores_of(i)
+        why = justify(item, scores, weights, similar_to=nearest[i])
+        chosen.append(PackedItem(item.candidate, item.tag, item.formatted, item.tokens, scores, why))
+        alive.remove(i)
+        duplicates = []
+        for k in alive:
+            sim, limit = similarity(i, k)
+            if sim > max_sim[k]:
+                max_sim[k], nearest[k] = sim, item.tag
+            if sim > limit:
+                duplicates.append((k, sim))
+        for k, sim in duplicates:
+            drop(k, "duplicate", f"similarity {sim:.2f} to [{item.tag}] ({item.id})")
+    used = sum(p.tokens for p in chosen) + (overhead if chosen else 0)
+    return PackResult(tuple(chosen), tuple(dropped), used, budget_tokens, overhead, n)
+
+
+def assert_same_result(got: PackResult, want: PackResult) -> None:
+    def chosen(r: PackResult) -> list[tuple[object, ...]]:
+        return [(p.id, p.tag, p.formatted, p.tokens, p.scores, p.justification) for p in r.chosen]
+
+    assert chosen(got) == chosen(want)
+    assert got.dropped == want.dropped  # ids, reasons, details, tokens and scores, in order
+    assert (got.tokens_used, got.budget_tokens, got.section_overhead, got.candidates_evaluated) == (
+        want.tokens_used,
+        want.budget_tokens,
+        want.section_overhead,
+        want.candidates_evaluated,
+    )
+
+
+WORDS = ["backups", "invoices", "region", "nightly", "postgres", "keys", "hashed", "salt", "tenant", "deadline"]
+DIRECTIONS = np.eye(6, dtype=np.float32)[:4] + 0.3
+
+
+@st.composite
+def candidates(draw: st.DrawFn) -> list[Candidate]:
+    out = []
+    for i in range(draw(st.integers(0, 40))):
+        text = draw(
+            st.one_of(
+                st.lists(st.sampled_from([*WORDS, "the", "of", "a", "is"]), min_size=1, max_size=12).map(" ".join),
+                st.sampled_from([*FACTS[:3], FACTS[0].upper(), "the", "  The ", "...", "", "of"]),
+            )
+        )
+        shape = draw(st.sampled_from(["none", "near", "near", "near", "other-dim"]))
+        embedding = None
+        if shape == "near":
+            noise = draw(st.lists(st.floats(-1, 1), min_size=6, max_size=6))
+            scale = draw(st.sampled_from([0.0, 0.05, 0.3, 1.0]))
+            embedding = DIRECTIONS[draw(st.integers(0, 3))] + scale * np.array(noise, dtype=np.float32)
+        elif shape == "other-dim":
+            embedding = np.ones(draw(st.sampled_from([5, 6])), dtype=np.float32)
+        out.append(
+            cand(
+                f"m{i:02d}",
+                text,
+                origin=draw(st.sampled_from(["hot", "cold"])),
+                relevance=draw(st.floats(0, 1)),
+                created_at=NOW - timedelta(hours=draw(st.floats(0, 20_000))),
+                usefulness=draw(st.sampled_from([0.0, 0.0, 0.5, -0.7])),
+                importance=draw(st.floats(0, 1)),
+                embedding=embedding,
+                pinned=draw(st.booleans()) and draw(st.booleans()),
+                rank=i + 1,
+            )
+        )
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    cands=candidates(),
+    budget=st.integers(-10, 700),
+    intent=st.sampled_from(list(Intent)),
+    min_composite=st.sampled_from([0.0, 0.2, 0.35, 0.5]),
+)
+def test_pack_matches_the_plain_restatement_of_its_contract(
+    counter: TokenCounter, cands: list[Candidate], budget: int, intent: Intent, min_composite: float
+) -> None:
+    rules = PackingRules(min_composite)
+    scored = score_candidates(cands, intent=intent, counter=counter, now=NOW)
+    got = pack(scored, budget_tokens=budget, intent=intent, counter=counter, rules=rules)
+    want = reference_pack(scored, budget_tokens=budget, intent=intent, counter=counter, rules=rules)
+    assert_same_result(got, want)
+
+
+@pytest.mark.parametrize("with_embeddings", [False, True])
+def test_words_decide_exactly_with_many_and_few_candidates_left(counter: TokenCounter, with_embeddings: bool) -> None:
+    # 40 candidates: the first choices compare against many at once, the last ones against a few.
+    rng = np.random.default_rng(3)
+    cands = [
+        cand(
+            f"w{i:02d}",
+            " ".join(rng.choice([*WORDS, "the", "of"], size=int(rng.integers(2, 10)))),
+            relevance=float(rng.random()),
+            embedding=rng.normal(size=8).astype(np.float32) if with_embeddings and i % 4 else None,
+        )
+        for i in range(36)
+    ]
+    cands += [cand("bare1", "the"), cand("bare2", " The "), cand("bare3", "of"), cand("twin", cands[0].text.upper())]
+    scored = score_candidates(cands, intent=Intent.COMPLEX, counter=counter, now=NOW)
+    got = pack(scored, budget_tokens=10_000, intent=Intent.COMPLEX, counter=counter, rules=PackingRules(0.0))
+    want = reference_pack(scored, budget_tokens=10_000, intent=Intent.COMPLEX, counter=counter, rules=PackingRules(0.0))
+    assert_same_result(got, want)
+    reasons = {d.id: d.reason for d in got.dropped}
+    assert "duplicate" in (reasons.get("twin"), reasons.get("w00"))
+    assert "duplicate" in (reasons.get("bare1"), reasons.get("bare2"))  # equal once stripped and casefolded
+    assert "bare3" not in reasons  # a different bare text is no duplicate
+    assert any(p.scores.uniqueness < 1.0 for p in got.chosen)

@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from service.assembly.intent import Intent
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     DEFAULT_WEIGHTS,
     Candidate,
+    ScoreBreakdown,
+    ScoredCandidate,
     ScoringRules,
     Weights,
+    composite,
     content_terms,
+    feature_hashes,
+    humanize_hours,
     informativeness_score,
     jaccard,
+    justify,
     merge_by_id,
     recency_score,
     scale_to_unit,
@@ -74,6 +85,7 @@ def test_usefulness_mixes_feedback_and_importance() -> None:
     assert usefulness_score(-1.0, 0.0) == pytest.approx(0.0)
     assert usefulness_score(0.4, 0.5) > usefulness_score(0.0, 0.5) > usefulness_score(-0.4, 0.5)
     assert usefulness_score(5.0, -3.0) == usefulness_score(1.0, 0.0)  # clamped, not rejected
+    assert usefulness_score(math.nan, math.nan) == usefulness_score(-1.0, 0.0)  # NaN counts as the low end
 
 
 def test_informativeness_rewards_dense_text_and_penalises_bulk() -> None:
@@ -172,3 +184,199 @@ def test_rules_are_validated() -> None:
         ScoringRules(recency_half_life_hours=0)
     with pytest.raises(ValueError):
         ScoringRules(long_item_tokens=0)
+
+
+# -- fast paths against plain restatements ------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(alphabet=st.characters(max_codepoint=127)), st.text()))
+def test_words_match_the_regex_definition(text: str) -> None:
+    expected = re.findall(r"\w+", text.lower())
+    if text.isascii():  # the fast path; other texts also split CJK characters apart
+        assert words(text) == expected
+    else:
+        assert "".join(words(text)) == "".join(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "the", "of", "cat", "hat", "A", "日本", "x_1", " ", ", ", "\n"]), max_size=30),
+    st.lists(st.sampled_from(["a", "b", "the", "of", "cat", "hat", "A", "日本", "x_1", " ", ", ", "\n"]), max_size=30),
+)
+def test_feature_hashes_count_like_similarity_features(left: list[str], right: list[str]) -> None:
+    a, b = " ".join(left), " ".join(right)
+    ha, hb = feature_hashes(a), feature_hashes(b)
+    assert ha.tolist() == sorted(set(ha.tolist()))  # distinct and sorted
+    assert ha.size == len(similarity_features(a))
+    assert len(set(ha.tolist()) & set(hb.tolist())) == len(similarity_features(a) & similarity_features(b))
+
+
+def reference_unit_embeddings(vectors: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+    out: list[np.ndarray | None] = []
+    for vector in vectors:
+        if vector is None:
+            out.append(None)
+            continue
+        flat = np.asarray(vector, dtype=np.float32).ravel()
+        norm = np.linalg.norm(flat[None, :], axis=1)[0]
+        out.append(flat / norm if np.isfinite(norm) and norm > 0 else None)
+    return out
+
+
+def test_unit_embeddings_are_exactly_the_normalised_vectors() -> None:
+    rng = np.random.default_rng(11)
+    vectors: list[np.ndarray | None] = [rng.normal(size=384).astype(np.float32) for _ in range(40)]
+    vectors += [
+        None,
+        np.zeros(384, dtype=np.float32),
+        np.full(384, np.nan, dtype=np.float32),
+        np.full(384, np.inf, dtype=np.float32),
+        rng.normal(size=384),  # float64 in, float32 out
+        rng.normal(size=(1, 384)),
+        rng.normal(size=7).astype(np.float32),
+        np.full(384, 1e30, dtype=np.float32),  # squares overflow float32
+    ]
+    for order in (vectors, vectors[::-1], [v for v in vectors if v is not None and v.size == 384][:5]):
+        with np.errstate(over="ignore"):
+            got, want = unit_embeddings(order), reference_unit_embeddings(order)
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert (g is None) == (w is None)
+            if g is not None and w is not None:
+                assert g.dtype == np.float32 and np.array_equal(g, w)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    relevance=st.one_of(st.floats(-1, 2), st.just(math.nan)),
+    age=st.floats(0, 50_000),
+    accessed=st.one_of(st.none(), st.floats(0, 50_000)),
+    importance=st.floats(-1, 2),
+    usefulness=st.floats(-2, 2),
+    intent=st.sampled_from(list(Intent)),
+)
+def test_score_breakdown_is_the_documented_sum(
+    counter: TokenCounter,
+    relevance: float,
+    age: float,
+    accessed: float | None,
+    importance: float,
+    usefulness: float,
+    intent: Intent,
+) -> None:
+    last = None if accessed is None else NOW - timedelta(hours=accessed)
+    c = cand("x", relevance=relevance, created_at=NOW - timedelta(hours=age), last_accessed_at=last,
+             importance=importance, usefulness=usefulness)  # fmt: skip
+    (s,) = score_candidates([c], intent=intent, counter=counter, now=NOW)
+    rules = DEFAULT_SCORING_RULES
+    recency = recency_score(s.age_hours, s.access_age_hours, rules)
+    expected = ScoreBreakdown(
+        relevance=0.0 if math.isnan(relevance) else min(1.0, max(0.0, relevance)),
+        recency=recency,
+        usefulness=usefulness_score(usefulness, importance),
+        informativeness=informativeness_score(s.content_terms, s.text_tokens, rules),
+        uniqueness=1.0,
+        composite=0.0,
+    )
+    expected = dataclasses.replace(
+        expected,
+        composite=composite(
+            DEFAULT_WEIGHTS[intent],
+            relevance=expected.relevance,
+            recency=expected.recency,
+            usefulness=expected.usefulness,
+            informativeness=expected.informativeness,
+            uniqueness=1.0,
+        ),
+    )
+    assert s.scores == expected
+    assert s.recency_from_access == (recency > recency_score(s.age_hours, None, rules))
+    lowered = s.scores.with_uniqueness(0.25, DEFAULT_WEIGHTS[intent])
+    delta = DEFAULT_WEIGHTS[intent].uniqueness * (0.25 - 1.0)
+    assert lowered == dataclasses.replace(s.scores, uniqueness=0.25, composite=s.scores.composite + delta)
+
+
+def reference_justify(
+    item: ScoredCandidate, scores: ScoreBreakdown, weights: Weights, *, similar_to: str | None, top: int
+) -> str:
+    """:func:`justify` written plainly: every factor's text, sorted by contribution."""
+    cand = item.candidate
+    where = cand.origin if not cand.in_hot_and_cold else "hot+cold"
+    rel_note = f"rank {cand.rank} {where}" if cand.rank is not None else where
+    if item.recency_from_access and item.access_age_hours is not None:
+        recency_note = f"accessed {humanize_hours(item.access_age_hours)} ago"
+    else:
+        recency_note = f"{humanize_hours(item.age_hours)} old"
+    if cand.usefulness > 0.05:
+        useful_note = f"helpful feedback {cand.usefulness:+.1f}"
+    elif cand.usefulness < -0.05:
+        useful_note = f"unhelpful feedback {cand.usefulness:+.1f}"
+    else:
+        useful_note = f"importance {min(1.0, max(0.0, cand.importance)):.2f}"
+    recent = "recent" if scores.recency >= 0.5 else "recency"
+    factors = [
+        (weights.relevance * scores.relevance, f"relevance {scores.relevance:.2f} ({rel_note})"),
+        (weights.recency * scores.recency, f"{recent} {scores.recency:.2f} ({recency_note})"),
+        (weights.usefulness * scores.usefulness, f"usefulness {scores.usefulness:.2f} ({useful_note})"),
+        (
+            weights.informativeness * scores.informativeness,
+            f"informative {scores.informativeness:.2f} ({item.content_terms} terms/{item.text_tokens} tokens)",
+        ),
+    ]
+    overlap = None
+    if similar_to is not None and scores.uniqueness < 0.999:
+        overlap = f"overlaps {1 - scores.uniqueness:.2f} with [{similar_to}]"
+        factors.append((weights.uniqueness * scores.uniqueness, overlap))
+    factors.sort(key=lambda f: -f[0])
+    parts = [text for _, text in factors[:top]]
+    notable = [text for _, text in factors[top:] if text.startswith("usefulness")]
+    if notable and abs(cand.usefulness) >= 0.3:
+        parts.extend(notable)
+    if overlap is not None and scores.uniqueness < 0.7 and overlap not in parts:
+        parts.append(overlap)
+    if cand.pinned:
+        parts.insert(0, "pinned")
+    return f"score {scores.composite:.2f}: " + ", ".join(parts)
+
+
+unit = st.floats(0, 1)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    scores=st.builds(ScoreBreakdown, unit, unit, unit, unit, unit, unit),
+    shared=st.sampled_from([0.0, 0.25, 0.5]),
+    intent=st.sampled_from(list(Intent)),
+    similar_to=st.one_of(st.none(), st.just("ab12cd34")),
+    top=st.integers(-1, 6),
+    usefulness=st.sampled_from([0.0, 0.04, 0.2, 0.3, -0.3, -0.9]),
+    importance=st.floats(-0.5, 1.5),
+    pinned=st.booleans(),
+    rank=st.one_of(st.none(), st.integers(1, 60)),
+    both=st.booleans(),
+    accessed=st.one_of(st.none(), st.floats(0, 5000)),
+)
+def test_justify_matches_its_plain_restatement(
+    counter: TokenCounter,
+    scores: ScoreBreakdown,
+    shared: float,
+    intent: Intent,
+    similar_to: str | None,
+    top: int,
+    usefulness: float,
+    importance: float,
+    pinned: bool,
+    rank: int | None,
+    both: bool,
+    accessed: float | None,
+) -> None:
+    if shared:  # equal contributions: ties keep the listed order
+        scores = dataclasses.replace(scores, relevance=shared, recency=shared, usefulness=shared)
+    last = None if accessed is None else NOW - timedelta(hours=accessed)
+    c = cand("m", usefulness=usefulness, importance=importance, pinned=pinned, rank=rank,
+             in_hot_and_cold=both, last_accessed_at=last, created_at=NOW - timedelta(hours=900))  # fmt: skip
+    (item,) = score_candidates([c], intent=intent, counter=counter, now=NOW)
+    weights = DEFAULT_WEIGHTS[intent]
+    got = justify(item, scores, weights, similar_to=similar_to, top=top)
+    assert got == reference_justify(item, scores, weights, similar_to=similar_to, top=top)
