@@ -9,7 +9,8 @@ every statement. A query that forgets the org is not an isolation bug: it sees n
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -18,15 +19,26 @@ import asyncpg
 from service.db.errors import translate
 from service.db.queries import query
 
+_GUC_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
-def _begin(org_id: UUID, timeout_ms: int, readonly: bool) -> str:
-    """BEGIN and the transaction-local scope in one simple-query round trip (instead of two).
 
-    Only values we produce are inlined: a UUID re-rendered from its 128 bits (hex and dashes) and an int.
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _begin(org_id: UUID, timeout_ms: int, readonly: bool, settings: Mapping[str, str]) -> str:
+    """BEGIN and the transaction-local settings in one simple-query round trip (instead of two or three).
+
+    Inlined: a UUID re-rendered from its 128 bits (hex and dashes), an int, GUC names checked against
+    ``_GUC_NAME`` and values quoted as SQL literals.
     """
-    return (f"BEGIN{' READ ONLY' if readonly else ''}; "
-            f"SELECT set_config('pgcontext.org_id', '{UUID(int=org_id.int)}', true), "
-            f"set_config('statement_timeout', '{int(timeout_ms)}', true)")
+    pairs = [("pgcontext.org_id", str(UUID(int=org_id.int))), ("statement_timeout", str(int(timeout_ms))),
+             *settings.items()]
+    for name, _ in pairs:
+        if not _GUC_NAME.match(name):
+            raise ValueError(f"not a setting name: {name!r}")
+    calls = ", ".join(f"set_config({_literal(name)}, {_literal(value)}, true)" for name, value in pairs)
+    return f"BEGIN{' READ ONLY' if readonly else ''}; SELECT {calls}"
 
 
 async def _rollback(conn: asyncpg.Connection) -> None:
@@ -40,11 +52,13 @@ async def _rollback(conn: asyncpg.Connection) -> None:
 class TenantTx:
     """A connection inside an org-scoped transaction; runs named queries from ``sql/``."""
 
-    __slots__ = ("conn", "org_id")
+    __slots__ = ("conn", "org_id", "preset")
 
-    def __init__(self, conn: asyncpg.Connection, org_id: UUID) -> None:
+    def __init__(self, conn: asyncpg.Connection, org_id: UUID, preset: Mapping[str, str] | None = None) -> None:
         self.conn = conn
         self.org_id = org_id
+        self.preset = dict(preset or {})
+        """Settings already applied when the transaction began (``Database.tenant(settings=...)``)."""
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         return list(await self.conn.fetch(query(name), *args))
@@ -64,10 +78,16 @@ class TenantTx:
     async def set_local(self, **settings: str) -> None:
         """Set planner/executor GUCs for this transaction only, in one round trip.
 
-        Keyword names use ``__`` for the dot: ``set_local(hnsw__ef_search="100")``."""
-        calls = ", ".join(f"set_config(${2 * i + 1}, ${2 * i + 2}, true)" for i in range(len(settings)))
-        args = [part for name, value in settings.items() for part in (name.replace("__", "."), value)]
+        Keyword names use ``__`` for the dot: ``set_local(hnsw__ef_search="100")``. Settings the
+        transaction began with (same value) cost nothing; if all are, there is no round trip."""
+        wanted = {name.replace("__", "."): value for name, value in settings.items()}
+        wanted = {name: value for name, value in wanted.items() if self.preset.get(name) != value}
+        if not wanted:
+            return
+        calls = ", ".join(f"set_config(${2 * i + 1}, ${2 * i + 2}, true)" for i in range(len(wanted)))
+        args = [part for name, value in wanted.items() for part in (name, value)]
         await self.conn.execute(f"SELECT {calls}", *args)
+        self.preset.update(wanted)
 
 
 class Database:
@@ -76,19 +96,21 @@ class Database:
         self.statement_timeout_ms = statement_timeout_ms
 
     @contextlib.asynccontextmanager
-    async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None,
-                     readonly: bool = False) -> AsyncIterator[TenantTx]:
+    async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None, readonly: bool = False,
+                     settings: Mapping[str, str] | None = None) -> AsyncIterator[TenantTx]:
         """Yield a TenantTx for ``org_id``; commits on success, rolls back on error.
 
         ``timeout_ms`` becomes the transaction's ``statement_timeout`` so Postgres stops working
-        when a caller's branch deadline passes, not only the client.
+        when a caller's branch deadline passes, not only the client. ``settings``: more GUCs set
+        LOCAL in the same round trip as BEGIN (e.g. ``{"hnsw.ef_search": "100"}``).
         """
-        begin = _begin(org_id, timeout_ms if timeout_ms is not None else self.statement_timeout_ms, readonly)
+        begin = _begin(org_id, timeout_ms if timeout_ms is not None else self.statement_timeout_ms, readonly,
+                       settings or {})
         try:
             async with self._pool.acquire() as conn:
                 await conn.execute(begin)
                 try:
-                    yield TenantTx(conn, org_id)
+                    yield TenantTx(conn, org_id, settings)
                 except BaseException:
                     await _rollback(conn)
                     raise

@@ -217,16 +217,18 @@ class RetrievalEngine:
         s = self.settings
         return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=s.postings_per_term,
-            k1=s.bm25_k1, b=s.bm25_b))
+            k1=s.bm25_k1, b=s.bm25_b), settings=branches.lexical_settings(request.filters))
 
     async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
-                      query: Callable[[TenantTx], Awaitable[list[T]]]) -> list[T]:
-        """Run one branch's query in its own org-scoped transaction under its deadline; record time and count."""
+                      query: Callable[[TenantTx], Awaitable[list[T]]],
+                      settings: dict[str, str] | None = None) -> list[T]:
+        """Run one branch's query in its own org-scoped transaction (begun with ``settings``) under its
+        deadline; record time and count."""
         started = time.perf_counter()
 
         async def work() -> list[T]:
             try:
-                async with self.db.tenant(org_id, timeout_ms=timeout_ms, readonly=True) as tx:
+                async with self.db.tenant(org_id, timeout_ms=timeout_ms, readonly=True, settings=settings) as tx:
                     await branches.branch_delay(tx, self.settings.branch_delay_ms)
                     return await query(tx)
             except ServiceUnavailable as exc:
@@ -254,7 +256,8 @@ class RetrievalEngine:
                 return await branches.search_l1_by_ids(tx, embedding, ids, limit=limit)
             return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search)
 
-        return await self._branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query)
+        settings = None if ids is not None else branches.hnsw_settings(limit=limit, ef_search=ef_search)
+        return await self._branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query, settings)
 
     async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:
@@ -388,9 +391,10 @@ class RetrievalEngine:
 
         async def semantic_mode() -> list[ModeHit]:
             vector = await self.embed_query(request.query, run)
+            limit, ef_search = max(tuning.semantic_candidates, request.limit), tuning.ef_search or s.ef_search
             return await self._branch("semantic", s.semantic_timeout_ms, org_id, run, lambda tx: modes.run_semantic(
-                tx, request, vector, limit=max(tuning.semantic_candidates, request.limit),
-                ef_search=tuning.ef_search or s.ef_search))
+                tx, request, vector, limit=limit, ef_search=ef_search),
+                branches.hnsw_settings(limit=limit, ef_search=ef_search))
 
         async def timed(mode: Mode) -> list[ModeHit]:
             started = time.perf_counter()

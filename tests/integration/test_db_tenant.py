@@ -73,3 +73,22 @@ async def test_a_cancelled_query_leaves_nothing_behind(one_connection: tuple[Dat
     await _clean(pool)
     async with db.tenant(uuid4()) as tx:  # the next tenant on the same connection sees only itself
         assert await tx.conn.fetchval("SELECT count(*) FROM memories") == 0
+
+
+async def test_settings_begin_with_the_transaction_and_end_with_it(one_connection: tuple[Database, asyncpg.Pool],
+                                                                   tenant: Tenant) -> None:
+    db, pool = one_connection
+    settings = {"hnsw.ef_search": "77", "plan_cache_mode": "force_generic_plan", "application_name": "o'brien; x"}
+    async with db.tenant(tenant.org_id, settings=settings) as tx:
+        assert await tx.conn.fetchval("SHOW hnsw.ef_search") == "77"
+        assert await tx.conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+        assert await tx.conn.fetchval("SHOW application_name") == "o'brien; x"  # a value, quoted as a literal
+        await tx.set_local(hnsw__ef_search="77", hnsw__iterative_scan="strict_order")  # only the new one is sent
+        assert await tx.conn.fetchval("SHOW hnsw.iterative_scan") == "strict_order"
+    await _clean(pool)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"  # the pool's session default
+    with pytest.raises(ValueError, match="not a setting name"):
+        async with db.tenant(tenant.org_id, settings={"statement_timeout', '0', true); --": "1"}):
+            pass
+    await _clean(pool)
