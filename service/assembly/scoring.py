@@ -233,7 +233,17 @@ def content_term_count(text: str) -> int:
 
 
 def content_terms(text: str) -> frozenset[str]:
-    """Distinct words that carry content: not stopwords, two characters or more (or one CJK char)."""
+    """Distinct words that carry content: not stopwords, two characters or more (or one CJK char).
+
+    Cached for texts up to :data:`FEATURE_CACHE_MAX_CHARS` characters: hot-set texts are matched
+    against the query on every request that has no query embedding."""
+    if len(text) > FEATURE_CACHE_MAX_CHARS:
+        return frozenset(_content(set(words(text))))
+    return _cached_content_terms(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_content_terms(text: str) -> frozenset[str]:
     return frozenset(_content(set(words(text))))
 
 
