@@ -16,8 +16,9 @@ Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40
   query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
   inside the cold budget instead of the whole branch timing out. The search API filters one agent
   exactly but cannot say "this agent or org-wide", so by default the search runs over the org with
-  ``cold_limit * cold_overfetch`` rows and :file:`sql/assembly/cold_rows.sql` keeps the agent's own
-  and org-wide rows (reading their scoring fields and embeddings at the same time).
+  ``cold_limit * cold_overfetch`` rows and the agent's own and org-wide ones are kept. The branches
+  return the scoring fields (embedding, importance, last access, ...) with their hits
+  (``RetrievalEngine.search_rows``), so no second read is needed.
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.
@@ -329,14 +330,14 @@ class Orchestrator:
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
                     timeout_ms: float) -> ColdResult:
-        response = await self.engine.search(org_id, search, budget_ms=timeout_ms - COLD_MARGIN_MS)
-        if not response.results:
-            return ColdResult([], response)
+        response, found = await self.engine.search_rows(org_id, search, budget_ms=timeout_ms - COLD_MARGIN_MS)
         scores = {r.id: r.final_score for r in response.results}
-        async with self.db.tenant(org_id, timeout_ms=max(1, int(timeout_ms)), readonly=True) as tx:
-            rows = await tx.fetch("assembly.cold_rows", org_id, list(scores), req.agent_id,
-                                  req.retrieval.include_org_wide, keep)
-        return ColdResult(_cold_candidates(rows, scores), response)
+        wide = req.retrieval.include_org_wide
+        # Every strategy assembly can ask for returns its hits from branches that carry the scoring
+        # fields (the cascade's exact step ranks lexical hits, which do).
+        rows = [found[i] for i in scores
+                if i in found and (found[i]["agent_id"] == req.agent_id or (wide and found[i]["agent_id"] is None))]
+        return ColdResult(_cold_candidates(rows[:keep], scores), response)
 
     # -- the pipeline ------------------------------------------------------------------------------
 

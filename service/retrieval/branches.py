@@ -28,12 +28,13 @@ async def branch_delay(tx: TenantTx, delay_ms: int) -> None:
 
 
 async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limit: int, postings_per_term: int,
-                       k1: float, b: float) -> list[Hit]:
+                       k1: float, b: float, with_rows: bool = False) -> list[Hit]:
+    """BM25 hits; ``with_rows``: each hit's row also carries its embedding and last access."""
     # Unfiltered, the best limit+margin scores are enough; with filters we cannot know how many
     # scored ids will pass, so every read posting is joined.
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
-                          *filter_args(filters))
+                          *filter_args(filters), with_rows)
     return hits_from_rows(rows)
 
 
@@ -54,10 +55,12 @@ def hnsw_settings(*, limit: int, ef_search: int) -> dict[str, str]:
 
 
 async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filters: SearchFilters, *, limit: int,
-                        ef_search: int) -> list[Hit]:
-    """HNSW search; costs no extra round trip when the transaction began with :func:`hnsw_settings`."""
+                        ef_search: int, with_rows: bool = False) -> list[Hit]:
+    """HNSW search; costs no extra round trip when the transaction began with :func:`hnsw_settings`.
+    ``with_rows``: each hit's row also carries its embedding and last access."""
     await tx.set_local(**{k.replace(".", "__"): v for k, v in hnsw_settings(limit=limit, ef_search=ef_search).items()})
-    rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters))
+    rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
+                          with_rows)
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)
 
 

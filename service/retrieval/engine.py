@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 from uuid import UUID
 
+import asyncpg
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -67,6 +68,9 @@ class _Run:
     modes: dict[str, ModeMetrics] = field(default_factory=dict)
     deadline: float | None = None
     """``time.perf_counter()`` after which no fallback work starts (the caller has stopped waiting)."""
+    with_rows: bool = False
+    """Branches also return the scoring fields; their rows are collected in ``rows`` by id."""
+    rows: dict[UUID, asyncpg.Record] = field(default_factory=dict)
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
@@ -98,8 +102,20 @@ class RetrievalEngine:
     async def search(self, org_id: UUID, request: SearchRequest, *, budget_ms: float | None = None) -> SearchResponse:
         """Run ``request`` for ``org_id``. Raises BadRequest on invalid input, ServiceUnavailable (503)
         when no branch could answer. After ``budget_ms`` no fallback branch is started any more."""
+        return await self._search(org_id, request, _Run(), budget_ms)
+
+    async def search_rows(self, org_id: UUID, request: SearchRequest, *,
+                          budget_ms: float | None = None) -> tuple[SearchResponse, dict[UUID, asyncpg.Record]]:
+        """:meth:`search`, plus the branch rows of the hits with their scoring fields (agent_id, importance,
+        usefulness, pinned, created_at, embedding, last_accessed_at) by id: context assembly ranks the
+        results without reading them again. Rows the branches did not return (e.g. ``modes`` hits)
+        are simply absent."""
+        run = _Run(with_rows=True)
+        response = await self._search(org_id, request, run, budget_ms)
+        return response, run.rows
+
+    async def _search(self, org_id: UUID, request: SearchRequest, run: _Run, budget_ms: float | None) -> SearchResponse:
         self.validate(request)
-        run = _Run()
         if budget_ms is not None:
             run.deadline = run.started + budget_ms / 1000
         ran: list[Mode] | None = None
@@ -217,7 +233,7 @@ class RetrievalEngine:
         s = self.settings
         return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=s.postings_per_term,
-            k1=s.bm25_k1, b=s.bm25_b), settings=branches.lexical_settings(request.filters))
+            k1=s.bm25_k1, b=s.bm25_b, with_rows=run.with_rows), settings=branches.lexical_settings(request.filters))
 
     async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
                       query: Callable[[TenantTx], Awaitable[list[T]]],
@@ -244,6 +260,10 @@ class RetrievalEngine:
         finally:
             setattr(run, f"{name}_ms", _ms(started))
         setattr(run, f"{name}_candidates", len(hits))
+        if run.with_rows:
+            for hit in hits:
+                if isinstance(hit, Hit) and hit.row is not None and "embedding" in hit.row.keys():  # noqa: SIM118
+                    run.rows.setdefault(hit.id, hit.row)
         return hits
 
     async def _vector(self, org_id: UUID, request: SearchRequest, embedding: npt.NDArray[np.float32], limit: int,
@@ -254,7 +274,8 @@ class RetrievalEngine:
         async def query(tx: TenantTx) -> list[Hit]:
             if ids is not None:
                 return await branches.search_l1_by_ids(tx, embedding, ids, limit=limit)
-            return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search)
+            return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search,
+                                                with_rows=run.with_rows)
 
         settings = None if ids is not None else branches.hnsw_settings(limit=limit, ef_search=ef_search)
         return await self._branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query, settings)

@@ -141,6 +141,20 @@ async def test_org_wide_memories_count_and_agent_only_scope(settings: Settings, 
         assert all(m["id"] in (ids[0], ids[1], ids[4]) for m in scoped["memories_used"])
 
 
+async def test_every_strategy_feeds_ranking_from_the_search_rows(settings: Settings, endpoints: Endpoints,
+                                                                 embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        ids = await seed(client, tenant)
+        for strategy in ("lexical", "semantic", "hybrid", "lexical_first", "auto"):
+            body = (await assemble(client, tenant, query="where is the espresso machine?",
+                                   retrieval={"use_hot": False, "strategy": strategy})).json()
+            cold = body["branches"]["cold"]
+            assert cold["outcome"] == "ok" and cold["count"] >= 1, (strategy, cold)
+            used = {m["id"]: m for m in body["memories_used"]}
+            assert ids[0] in used and ids[5] not in used, strategy  # the agent's own; never another agent's
+            assert all(m["origin"] == "cold" and m["scores"]["relevance"] >= 0 for m in used.values())
+
+
 async def test_selective_mode_is_explained_and_respected(settings: Settings, endpoints: Endpoints,
                                                         embedder: Embedder, tenant: Tenant) -> None:
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
