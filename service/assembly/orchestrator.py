@@ -330,9 +330,10 @@ class Orchestrator:
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
                     timeout_ms: float) -> ColdResult:
-        response, found = await self.engine.search_rows(org_id, search, budget_ms=timeout_ms - COLD_MARGIN_MS)
-        scores = {r.id: r.final_score for r in response.results}
         wide = req.retrieval.include_org_wide
+        response, found = await self.engine.search_rows(org_id, search, (req.agent_id, wide),
+                                                        budget_ms=timeout_ms - COLD_MARGIN_MS)
+        scores = {r.id: r.final_score for r in response.results}
         # Every strategy assembly can ask for returns its hits from branches that carry the scoring
         # fields (the cascade's exact step ranks lexical hits, which do).
         rows = [found[i] for i in scores

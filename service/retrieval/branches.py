@@ -17,6 +17,14 @@ from service.retrieval.filters import filter_args
 from service.retrieval.hits import Hit, hits_from_rows
 from service.retrieval.types import SearchFilters
 
+RowsScope = tuple[str, bool]
+"""(agent_id, include org-wide rows): whose rows a branch returns with their scoring fields."""
+
+
+def scope_args(scope: RowsScope | None) -> tuple[bool, str | None, bool]:
+    return (False, None, False) if scope is None else (True, scope[0], scope[1])
+
+
 UNBOUNDED_PREFETCH = 1_000_000
 PREFETCH_MARGIN = 32
 """Extra scored ids fetched beyond ``limit`` when unfiltered, for rows that turn out to be expired."""
@@ -28,13 +36,14 @@ async def branch_delay(tx: TenantTx, delay_ms: int) -> None:
 
 
 async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limit: int, postings_per_term: int,
-                       k1: float, b: float, with_rows: bool = False) -> list[Hit]:
-    """BM25 hits; ``with_rows``: each hit's row also carries its embedding and last access."""
+                       k1: float, b: float, rows_scope: RowsScope | None = None) -> list[Hit]:
+    """BM25 hits; with ``rows_scope`` the rows of that agent (and org-wide ones) also carry their
+    embedding and last access."""
     # Unfiltered, the best limit+margin scores are enough; with filters we cannot know how many
     # scored ids will pass, so every read posting is joined.
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
-                          *filter_args(filters), with_rows)
+                          *filter_args(filters), *scope_args(rows_scope))
     return hits_from_rows(rows)
 
 
@@ -55,12 +64,12 @@ def hnsw_settings(*, limit: int, ef_search: int) -> dict[str, str]:
 
 
 async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filters: SearchFilters, *, limit: int,
-                        ef_search: int, with_rows: bool = False) -> list[Hit]:
+                        ef_search: int, rows_scope: RowsScope | None = None) -> list[Hit]:
     """HNSW search; costs no extra round trip when the transaction began with :func:`hnsw_settings`.
-    ``with_rows``: each hit's row also carries its embedding and last access."""
+    With ``rows_scope`` the rows of that agent (and org-wide ones) also carry embedding and last access."""
     await tx.set_local(**{k.replace(".", "__"): v for k, v in hnsw_settings(limit=limit, ef_search=ef_search).items()})
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
-                          with_rows)
+                          *scope_args(rows_scope))
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)
 
 

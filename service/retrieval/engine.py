@@ -68,8 +68,9 @@ class _Run:
     modes: dict[str, ModeMetrics] = field(default_factory=dict)
     deadline: float | None = None
     """``time.perf_counter()`` after which no fallback work starts (the caller has stopped waiting)."""
-    with_rows: bool = False
-    """Branches also return the scoring fields; their rows are collected in ``rows`` by id."""
+    rows_scope: branches.RowsScope | None = None
+    """Branches also return the scoring fields (see :meth:`RetrievalEngine.search_rows`); their rows
+    are collected in ``rows`` by id."""
     rows: dict[UUID, asyncpg.Record] = field(default_factory=dict)
 
     def out_of_time(self) -> bool:
@@ -104,13 +105,13 @@ class RetrievalEngine:
         when no branch could answer. After ``budget_ms`` no fallback branch is started any more."""
         return await self._search(org_id, request, _Run(), budget_ms)
 
-    async def search_rows(self, org_id: UUID, request: SearchRequest, *,
+    async def search_rows(self, org_id: UUID, request: SearchRequest, scope: branches.RowsScope, *,
                           budget_ms: float | None = None) -> tuple[SearchResponse, dict[UUID, asyncpg.Record]]:
-        """:meth:`search`, plus the branch rows of the hits with their scoring fields (agent_id, importance,
-        usefulness, pinned, created_at, embedding, last_accessed_at) by id: context assembly ranks the
-        results without reading them again. Rows the branches did not return (e.g. ``modes`` hits)
-        are simply absent."""
-        run = _Run(with_rows=True)
+        """:meth:`search`, plus the branch rows of the hits by id with their scoring fields (agent_id,
+        importance, usefulness, pinned, created_at; embedding and last_accessed_at for the rows in
+        ``scope``): context assembly ranks the results without reading them again. Rows the
+        branches did not return (e.g. ``modes`` hits) are simply absent."""
+        run = _Run(rows_scope=scope)
         response = await self._search(org_id, request, run, budget_ms)
         return response, run.rows
 
@@ -233,7 +234,7 @@ class RetrievalEngine:
         s = self.settings
         return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=s.postings_per_term,
-            k1=s.bm25_k1, b=s.bm25_b, with_rows=run.with_rows), settings=branches.lexical_settings(request.filters))
+            k1=s.bm25_k1, b=s.bm25_b, rows_scope=run.rows_scope), settings=branches.lexical_settings(request.filters))
 
     async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
                       query: Callable[[TenantTx], Awaitable[list[T]]],
@@ -260,7 +261,7 @@ class RetrievalEngine:
         finally:
             setattr(run, f"{name}_ms", _ms(started))
         setattr(run, f"{name}_candidates", len(hits))
-        if run.with_rows:
+        if run.rows_scope is not None:
             for hit in hits:
                 if isinstance(hit, Hit) and hit.row is not None and "embedding" in hit.row.keys():  # noqa: SIM118
                     run.rows.setdefault(hit.id, hit.row)
@@ -275,7 +276,7 @@ class RetrievalEngine:
             if ids is not None:
                 return await branches.search_l1_by_ids(tx, embedding, ids, limit=limit)
             return await branches.semantic_hnsw(tx, embedding, request.filters, limit=limit, ef_search=ef_search,
-                                                with_rows=run.with_rows)
+                                                rows_scope=run.rows_scope)
 
         settings = None if ids is not None else branches.hnsw_settings(limit=limit, ef_search=ef_search)
         return await self._branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query, settings)

@@ -1,5 +1,6 @@
 -- BM25 over impact-ordered postings (at most $3 per query term), best $4 ids, then live rows passing the filters.
--- $15: also return the scoring fields context assembly needs (embedding, last access), saving it a second read.
+-- $15: also return the scoring fields context assembly needs (embedding, last access) for the rows of agent $16
+-- (and org-wide ones when $17), the only ones it keeps: saves it a second read.
 WITH q AS (
     SELECT lexeme AS term FROM unnest(to_tsvector('english', $2::text))
 ), stats AS (
@@ -26,8 +27,10 @@ WITH q AS (
 )
 SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, s.score,
        m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at,
-       CASE WHEN $15::bool THEN m.embedding END AS embedding,
-       CASE WHEN $15::bool THEN (SELECT a.last_accessed_at FROM memory_access a
+       CASE WHEN $15::bool AND (m.agent_id = $16::text OR ($17::bool AND m.agent_id IS NULL))
+            THEN m.embedding END AS embedding,
+       CASE WHEN $15::bool AND (m.agent_id = $16::text OR ($17::bool AND m.agent_id IS NULL))
+            THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = m.org_id AND a.memory_id = m.id) END AS last_accessed_at
   FROM scored s
   JOIN memories m ON m.org_id = $1 AND m.id = s.memory_id

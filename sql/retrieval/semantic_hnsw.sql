@@ -1,9 +1,12 @@
 -- Nearest live rows by cosine distance via HNSW (the caller sets iterative scan + ef_search), filters applied.
--- $11: also return the scoring fields context assembly needs (embedding, last access), saving it a second read.
+-- $11: also return the scoring fields context assembly needs (embedding, last access) for the rows of agent $12
+-- (and org-wide ones when $13), the only ones it keeps: saves it a second read.
 SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, 1 - (m.embedding <=> $2::vector) AS score,
        m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at,
-       CASE WHEN $11::bool THEN m.embedding END AS embedding,
-       CASE WHEN $11::bool THEN (SELECT a.last_accessed_at FROM memory_access a
+       CASE WHEN $11::bool AND (m.agent_id = $12::text OR ($13::bool AND m.agent_id IS NULL))
+            THEN m.embedding END AS embedding,
+       CASE WHEN $11::bool AND (m.agent_id = $12::text OR ($13::bool AND m.agent_id IS NULL))
+            THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = m.org_id AND a.memory_id = m.id) END AS last_accessed_at
   FROM memories m
  WHERE m.org_id = $1
