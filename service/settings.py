@@ -170,6 +170,13 @@ class AssemblySettings:
     cold_overfetch: int = 3
     """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
     agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
+    light_cold_in_flight: int = 4
+    """From this many cold searches already running in the process (0 = never), a new one reads
+    ``light_cold_postings_per_term`` postings per query term instead of the retrieval default: under
+    load the BM25 query is most of Postgres's work per assembly, and a lighter one keeps the cold
+    branch inside its deadline (L0) more often than a full one that times out (L1)."""
+    light_cold_postings_per_term: int = 200
+    """Postings per query term of a light cold search (the retrieval default is 500)."""
     hot_set_size: int = 16
     """Most memories in an agent's hot set (pinned first, then importance and recent use)."""
     hot_ttl_s: int = 300
@@ -334,6 +341,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cold_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),
             cold_limit=_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT", 20),
             cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
+            light_cold_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_IN_FLIGHT", 4)),
+            light_cold_postings_per_term=max(1, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_POSTINGS_PER_TERM", 200)),
             hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),
             hot_ttl_s=_int(env, "PGCONTEXT_ASSEMBLY_HOT_TTL_S", 300),
             hot_refresh_s=_int(env, "PGCONTEXT_ASSEMBLY_HOT_REFRESH_S", 60),

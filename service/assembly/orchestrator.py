@@ -82,7 +82,7 @@ from service.assembly.types import (
 from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
-from service.errors import BadRequest, DeadlineExceeded, Unprocessable
+from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
@@ -155,6 +155,11 @@ def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalS
     return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
 
 
+class BranchTimedOut(Exception):
+    """A branch gave up on its own deadline (e.g. every search branch hit its statement_timeout):
+    reported as ``timeout``, like a branch the orchestrator stopped waiting for."""
+
+
 def _forget(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # an abandoned branch's late failure is expected: do not warn about it
@@ -185,6 +190,8 @@ async def _run_branch(name: str, timeout_ms: float, work: Callable[[], Awaitable
         task.add_done_callback(_forget)
         return BranchRun("timeout", None, _ms(started), f"no answer within {timeout_ms:.0f} ms")
     exc = task.exception()
+    if isinstance(exc, BranchTimedOut):
+        return BranchRun("timeout", None, _ms(started), str(exc))
     if exc is not None:  # a failed branch is recorded and the others are used: never a 500
         if circuit is not None and isinstance(exc, RedisError):
             circuit.failed()
@@ -261,6 +268,7 @@ class Orchestrator:
         self.scoring = ScoringRules(recency_half_life_hours=settings.recency_half_life_hours)
         self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
+        self._cold_in_flight = 0
 
     # -- validation --------------------------------------------------------------------------------
 
@@ -331,8 +339,23 @@ class Orchestrator:
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
                     timeout_ms: float) -> ColdResult:
         wide = req.retrieval.include_org_wide
-        response, found = await self.engine.search_rows(org_id, search, (req.agent_id, wide),
-                                                        budget_ms=timeout_ms - COLD_MARGIN_MS)
+        s = self.settings
+        light = 0 < s.light_cold_in_flight <= self._cold_in_flight
+        self._cold_in_flight += 1
+        try:
+            response, found = await self.engine.search_rows(
+                org_id, search, (req.agent_id, wide), budget_ms=timeout_ms - COLD_MARGIN_MS,
+                postings_per_term=s.light_cold_postings_per_term if light else None)
+        except ServiceUnavailable as exc:
+            reasons = [str(v) for v in exc.details.values()]
+            if reasons and all("timed out" in r or "out of time" in r for r in reasons):
+                raise BranchTimedOut("; ".join(reasons)[:300]) from exc
+            raise
+        finally:
+            self._cold_in_flight -= 1
+        if light:
+            response.reason = (f"{response.reason}; light lexical ({s.light_cold_postings_per_term} postings per "
+                               f"term: {s.light_cold_in_flight}+ cold searches in flight)")
         scores = {r.id: r.final_score for r in response.results}
         # Every strategy assembly can ask for returns its hits from branches that carry the scoring
         # fields (the cascade's exact step ranks lexical hits, which do).
@@ -470,7 +493,8 @@ class Orchestrator:
                                  source=None if cold_value is None else cold_value.search.strategy),
         )
         if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
-            branches.cold.detail = cold_value.search.fallback_reason or cold_value.search.reason
+            search = cold_value.search
+            branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason)))
         formatting_ms = ranked.formatting_ms + _ms(shaping)
         metrics = Metrics(
             budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),

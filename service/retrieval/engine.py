@@ -68,6 +68,8 @@ class _Run:
     modes: dict[str, ModeMetrics] = field(default_factory=dict)
     deadline: float | None = None
     """``time.perf_counter()`` after which no fallback work starts (the caller has stopped waiting)."""
+    postings_per_term: int | None = None
+    """Overrides the settings' BM25 postings per query term for this search (a lighter lexical query)."""
     rows_scope: branches.RowsScope | None = None
     """Branches also return the scoring fields (see :meth:`RetrievalEngine.search_rows`); their rows
     are collected in ``rows`` by id."""
@@ -106,12 +108,14 @@ class RetrievalEngine:
         return await self._search(org_id, request, _Run(), budget_ms)
 
     async def search_rows(self, org_id: UUID, request: SearchRequest, scope: branches.RowsScope, *,
-                          budget_ms: float | None = None) -> tuple[SearchResponse, dict[UUID, asyncpg.Record]]:
+                          budget_ms: float | None = None, postings_per_term: int | None = None,
+                          ) -> tuple[SearchResponse, dict[UUID, asyncpg.Record]]:
         """:meth:`search`, plus the branch rows of the hits by id with their scoring fields (agent_id,
         importance, usefulness, pinned, created_at; embedding and last_accessed_at for the rows in
         ``scope``): context assembly ranks the results without reading them again. Rows the
-        branches did not return (e.g. ``modes`` hits) are simply absent."""
-        run = _Run(rows_scope=scope)
+        branches did not return (e.g. ``modes`` hits) are simply absent. ``postings_per_term``
+        overrides the BM25 depth for this search."""
+        run = _Run(rows_scope=scope, postings_per_term=postings_per_term)
         response = await self._search(org_id, request, run, budget_ms)
         return response, run.rows
 
@@ -232,8 +236,9 @@ class RetrievalEngine:
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
         s = self.settings
+        postings = run.postings_per_term or s.postings_per_term
         return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
-            tx, request.query, request.filters, limit=limit, postings_per_term=s.postings_per_term,
+            tx, request.query, request.filters, limit=limit, postings_per_term=postings,
             k1=s.bm25_k1, b=s.bm25_b, rows_scope=run.rows_scope), settings=branches.lexical_settings(request.filters))
 
     async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
