@@ -341,6 +341,9 @@ class Orchestrator:
         wide = req.retrieval.include_org_wide
         s = self.settings
         light = 0 < s.light_cold_in_flight <= self._cold_in_flight
+        planned = light and search.strategy == "auto"
+        if planned:  # under load auto is lexical: no embedding, no HNSW walk
+            search = msgspec.structs.replace(search, strategy="lexical")
         self._cold_in_flight += 1
         try:
             response, found = await self.engine.search_rows(
@@ -354,8 +357,12 @@ class Orchestrator:
         finally:
             self._cold_in_flight -= 1
         if light:
-            response.reason = (f"{response.reason}; light lexical ({s.light_cold_postings_per_term} postings per "
-                               f"term: {s.light_cold_in_flight}+ cold searches in flight)")
+            note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: "
+                    f"{s.light_cold_in_flight}+ cold searches in flight)")
+            if planned:
+                response.requested_strategy, response.reason = "auto", f"auto: {note}"
+            else:
+                response.reason = f"{response.reason}; {note}"
         scores = {r.id: r.final_score for r in response.results}
         # Every strategy assembly can ask for returns its hits from branches that carry the scoring
         # fields (the cascade's exact step ranks lexical hits, which do).

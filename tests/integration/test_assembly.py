@@ -173,6 +173,15 @@ async def test_under_load_the_cold_search_reads_fewer_postings(settings: Setting
         assert cold["outcome"] == "ok" and "light lexical (1 postings per term" in cold["detail"]
         assert light["degradation_level"] == "L1" and ids[0] in {m["id"] for m in light["memories_used"]}
         assert 0 < cold["count"] <= full["branches"]["cold"]["count"]
+        # auto under load plans lexical (no embedding, no HNSW walk) and says why.
+        orch._cold_in_flight = 3
+        try:
+            auto = (await assemble(client, tenant, query="espresso machine location",
+                                   retrieval={"use_hot": False})).json()
+        finally:
+            orch._cold_in_flight = 0
+        assert auto["branches"]["cold"]["source"] == "lexical"
+        assert auto["branches"]["cold"]["detail"].startswith("auto: light lexical")
 
 
 async def test_selective_mode_is_explained_and_respected(settings: Settings, endpoints: Endpoints,
