@@ -171,10 +171,11 @@ class AssemblySettings:
     """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
     agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
     light_cold_in_flight: int = 4
-    """From this many cold searches already running in the process (0 = never), a new one reads
-    ``light_cold_postings_per_term`` postings per query term instead of the retrieval default: under
-    load the BM25 query is most of Postgres's work per assembly, and a lighter one keeps the cold
-    branch inside its deadline (L0) more often than a full one that times out (L1)."""
+    """From this many cold searches already running (0 = never), a new one is light: ``auto`` plans
+    lexical (no embedding, no HNSW walk) and BM25 reads ``light_cold_postings_per_term`` postings per
+    query term instead of the retrieval default. Under load the cold search is most of the work per
+    assembly, and a light one inside the deadline (L0) beats a full one that times out (L1). Counted
+    per process; with N workers each uses this / N."""
     light_cold_postings_per_term: int = 200
     """Postings per query term of a light cold search (the retrieval default is 500)."""
     hot_set_size: int = 16

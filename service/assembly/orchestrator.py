@@ -561,6 +561,9 @@ async def build_orchestrator(services: Services) -> Orchestrator:
                              max_limit=settings.limits.max_page_size)
     tokenizers = Tokenizers(s.tiktoken_dir or settings.data_dir / "tiktoken")
     await asyncio.to_thread(tokenizers.preload)  # ~1 s per encoding on first use: not on a request
+    if s.light_cold_in_flight > 0 and settings.server.workers > 1:
+        # The threshold is for the machine; each worker process sees only its share of the searches.
+        s = dataclasses.replace(s, light_cold_in_flight=max(1, round(s.light_cold_in_flight / settings.server.workers)))
     return Orchestrator(db=services.db, directives=directives,
                         hot=HotSetStore(services.db, services.redis, s, circuit), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
