@@ -350,9 +350,9 @@ class Orchestrator:
                 org_id, search, (req.agent_id, wide), budget_ms=timeout_ms - COLD_MARGIN_MS,
                 postings_per_term=s.light_cold_postings_per_term if light else None)
         except ServiceUnavailable as exc:
-            reasons = [str(v) for v in exc.details.values()]
-            if reasons and all("timed out" in r or "out of time" in r for r in reasons):
-                raise BranchTimedOut("; ".join(reasons)[:300]) from exc
+            if exc.details.get("timed_out") is True:
+                raise BranchTimedOut(f"lexical: {exc.details.get('lexical')}; "
+                                     f"semantic: {exc.details.get('semantic')}"[:300]) from exc
             raise
         finally:
             self._cold_in_flight -= 1

@@ -53,6 +53,11 @@ T = TypeVar("T")
 class BranchFailed(Exception):
     """A branch (embedding, lexical, semantic) failed or missed its deadline; the message says which."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+        """It ran out of time (its own deadline, or the search's budget), rather than failing."""
+
 
 @dataclass(slots=True)
 class _Run:
@@ -198,7 +203,7 @@ class RetrievalEngine:
             async with asyncio.timeout((timeout_ms + grace_ms) / 1000):
                 return await work()
         except TimeoutError as exc:
-            raise BranchFailed(f"{what} timed out after {timeout_ms} ms") from exc
+            raise BranchFailed(f"{what} timed out after {timeout_ms} ms", timed_out=True) from exc
         except BranchFailed:
             raise
         except Exception as exc:  # every failure of a branch is a reason to fall back, not to fail
@@ -255,7 +260,7 @@ class RetrievalEngine:
                     return await query(tx)
             except ServiceUnavailable as exc:
                 if exc.code == "query_timeout":  # Postgres's statement_timeout: the branch's own deadline
-                    raise BranchFailed(f"{name} timed out after {timeout_ms} ms") from exc
+                    raise BranchFailed(f"{name} timed out after {timeout_ms} ms", timed_out=True) from exc
                 raise
 
         try:
@@ -310,7 +315,8 @@ class RetrievalEngine:
             return self._single(await branch[first](org_id, request, request.limit, run), first, request.limit)
         except BranchFailed as first_error:
             if run.out_of_time():
-                skipped = {first: first_error, second: BranchFailed(f"{second} not tried: the search is out of time")}
+                skipped = {first: first_error, second: BranchFailed(f"{second} not tried: the search is out of time",
+                                                                    timed_out=True)}
                 raise _unavailable(skipped["lexical"], skipped["semantic"]) from first_error
             run.fallbacks.append(f"{first_error}; fell back to {second}")
             try:
@@ -360,7 +366,8 @@ class RetrievalEngine:
                 lexical = await self._lexical(org_id, request, width, run)
             except BranchFailed as lexical_error:
                 if run.out_of_time():
-                    raise _unavailable(lexical_error, BranchFailed("semantic not tried: the search is out of time")
+                    raise _unavailable(lexical_error, BranchFailed("semantic not tried: the search is out of time",
+                                                                             timed_out=True)
                                        ) from lexical_error
                 run.fallbacks.append(f"{lexical_error}; fell back to semantic")
                 try:
@@ -464,6 +471,8 @@ class RetrievalEngine:
 
 
 def _unavailable(lexical: BranchFailed, semantic: BranchFailed) -> ServiceUnavailable:
+    """503; ``details.timed_out`` is true when both branches ran out of time rather than failed."""
     return ServiceUnavailable("search is unavailable: both the lexical and the semantic branch failed",
                               code="search_unavailable",
-                              details={"lexical": str(lexical), "semantic": str(semantic)})
+                              details={"lexical": str(lexical), "semantic": str(semantic),
+                                       "timed_out": lexical.timed_out and semantic.timed_out})

@@ -144,6 +144,7 @@ async def test_no_fallback_starts_once_the_callers_budget_is_spent(settings: Set
             await engine.search(tenant.org_id, request, budget_ms=50)
         assert "out of time" in caught.value.details["semantic"]
         assert "lexical timed out" in caught.value.details["lexical"]
+        assert caught.value.details["timed_out"] is True
     finally:
         await pool.close()
 
@@ -178,7 +179,8 @@ async def test_slow_lexical_falls_back_to_semantic_and_both_failing_is_503(
         assert r.status_code == 503, r.text
         error = r.json()["error"]
         assert error["code"] == "search_unavailable"
-        assert set(error["details"]) == {"lexical", "semantic"}
+        assert set(error["details"]) == {"lexical", "semantic", "timed_out"}
+        assert error["details"]["timed_out"] is False  # the embedder failed: not a matter of time
 
 
 async def test_branches_run_in_parallel(settings: Settings, endpoints: Endpoints, embedder: Embedder,
