@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import os
+import re
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import numpy as np
+import numpy.typing as npt
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
@@ -60,6 +65,41 @@ async def app_client(settings: Settings, owner_dsn: str, redis_url: str) -> Asyn
     app = create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url))
     async with AsyncTestClient(app=app, timeout=120) as client:
         yield client
+
+
+EMBED_BATCH = 256
+
+
+def cached_embeddings(settings: Settings, texts: Sequence[str], cache_dir: Path, name: str) -> npt.NDArray[np.float32]:
+    """The service embedder's vectors for ``texts`` (batches of 256), cached as ``.npy`` in ``cache_dir``
+    under ``name``, the count, the model and a content hash, so later runs skip the model."""
+    from service.embeddings import build_embedder
+
+    embedder = build_embedder(settings.embedding, settings.data_dir)
+    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", embedder.name)
+    path = cache_dir / f"{name}-{len(texts)}-{model}-{digest}.npy"
+    if path.exists():
+        return np.asarray(np.load(path), dtype=np.float32)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> npt.NDArray[np.float32]:
+        parts: list[npt.NDArray[np.float32]] = []
+        started = time.perf_counter()
+        for start in range(0, len(texts), EMBED_BATCH):
+            parts.append(await embedder.embed(list(texts[start : start + EMBED_BATCH])))
+            done = start + EMBED_BATCH
+            if done % (EMBED_BATCH * 40) == 0:
+                print(f"  embedded {done}/{len(texts)} ({done / (time.perf_counter() - started):.0f}/s)",
+                      file=sys.stderr, flush=True)
+        await embedder.aclose()
+        return np.concatenate(parts).astype(np.float32)
+
+    vectors = asyncio.run(run())
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(path)
+    return vectors
 
 
 def ndcg_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:

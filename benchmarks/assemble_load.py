@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import platform
@@ -56,7 +55,7 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import cpu_seconds_by_group, percentile  # noqa: E402
+from benchmarks._common import cached_embeddings, cpu_seconds_by_group, percentile  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -104,35 +103,9 @@ def build_texts(corpus: Path, n: int) -> list[str]:
 
 def embeddings_for(texts: Sequence[str]) -> npt.NDArray[np.float32]:
     """The service embedder's vectors for ``texts``, cached on disk by content hash and model."""
-    from service.embeddings import build_embedder
     from service.settings import load_settings
 
-    settings = load_settings()
-    embedder = build_embedder(settings.embedding, settings.data_dir)
-    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", embedder.name)
-    path = CACHE_DIR / f"assemble-{len(texts)}-{model}-{digest}.npy"
-    if path.exists():
-        return np.asarray(np.load(path), dtype=np.float32)
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-
-    async def run() -> npt.NDArray[np.float32]:
-        parts: list[npt.NDArray[np.float32]] = []
-        started = time.perf_counter()
-        for start in range(0, len(texts), BATCH):
-            parts.append(await embedder.embed(list(texts[start : start + BATCH])))
-            done = start + BATCH
-            if done % (BATCH * 40) == 0:
-                rate = done / (time.perf_counter() - started)
-                print(f"  embedded {done}/{len(texts)} ({rate:.0f}/s)", file=sys.stderr, flush=True)
-        await embedder.aclose()
-        return np.concatenate(parts).astype(np.float32)
-
-    vectors = asyncio.run(run())
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-    np.save(tmp, vectors)
-    tmp.replace(path)
-    return vectors
+    return cached_embeddings(load_settings(), texts, CACHE_DIR, "assemble")
 
 
 def random_vectors(n: int, dim: int = 384) -> npt.NDArray[np.float32]:

@@ -52,7 +52,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import percentile
+from benchmarks._common import cached_embeddings, percentile
 from service.db import Database, create_pool
 from service.embedded import EmbeddedPostgres
 from service.logs import configure as configure_logs
@@ -89,39 +89,6 @@ def sentence_pool(n: int = POOL_SENTENCES) -> list[str]:
         raise SystemExit(f"only {len(out)} suitable sentences in {SCIFACT}")
     rng = np.random.default_rng(11)
     return [out[i] for i in sorted(rng.choice(len(out), n, replace=False))]
-
-
-def embed_all(settings: Settings, texts: list[str], name: str) -> npt.NDArray[np.float32]:
-    """The service embedder's vectors for ``texts``, cached as .npy under HOME."""
-    from service.embeddings import build_embedder
-
-    embedder = build_embedder(settings.embedding, settings.data_dir)
-    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", embedder.name)
-    import hashlib
-
-    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:12]
-    path = HOME / f"{name}-{len(texts)}-{model}-{digest}.npy"
-    if path.exists():
-        return np.asarray(np.load(path), dtype=np.float32)
-    HOME.mkdir(parents=True, exist_ok=True)
-
-    async def run() -> npt.NDArray[np.float32]:
-        parts = []
-        started = time.perf_counter()
-        for start in range(0, len(texts), 256):
-            parts.append(await embedder.embed(texts[start:start + 256]))
-            if (start // 256) % 10 == 9:
-                done = start + 256
-                print(f"  embedded {done}/{len(texts)} ({done / (time.perf_counter() - started):.0f}/s)",
-                      flush=True)
-        await embedder.aclose()
-        return np.concatenate(parts).astype(np.float32)
-
-    vectors = asyncio.run(run())
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-    np.save(tmp, vectors)
-    tmp.replace(path)
-    return vectors
 
 
 def org_sizes(rows: int, big: int) -> list[int]:
@@ -604,7 +571,7 @@ def main() -> None:
         print(f"# {time.strftime('%Y-%m-%d %H:%M')}  rows={args.rows} big={args.big_org_rows}  "
               f"load average {os.getloadavg()}", flush=True)
         sentences = sentence_pool()
-        vectors = embed_all(settings, sentences, "sentences")  # cached after the first run
+        vectors = cached_embeddings(settings, sentences, HOME, "sentences")  # cached after the first run
         asyncio.run(build(owner_dsn, args, sentences, vectors))
         if not args.build_only:
             asyncio.run(measure(owner_dsn, app_dsn, args, settings))
