@@ -75,13 +75,11 @@ class TenantTx:
     async def executemany(self, name: str, args: Iterable[Sequence[Any]]) -> None:
         await self.conn.executemany(query(name), args)
 
-    async def set_local(self, **settings: str) -> None:
-        """Set planner/executor GUCs for this transaction only, in one round trip.
-
-        Keyword names use ``__`` for the dot: ``set_local(hnsw__ef_search="100")``. Settings the
-        transaction began with (same value) cost nothing; if all are, there is no round trip."""
-        wanted = {name.replace("__", "."): value for name, value in settings.items()}
-        wanted = {name: value for name, value in wanted.items() if self.preset.get(name) != value}
+    async def set_local(self, settings: Mapping[str, str]) -> None:
+        """Set planner/executor GUCs for this transaction only (``{"hnsw.ef_search": "100"}``), in one
+        round trip. Settings the transaction began with (same value) cost nothing; if all are, there
+        is no round trip."""
+        wanted = {name: value for name, value in settings.items() if self.preset.get(name) != value}
         if not wanted:
             return
         calls = ", ".join(f"set_config(${2 * i + 1}, ${2 * i + 2}, true)" for i in range(len(wanted)))

@@ -386,7 +386,7 @@ async def nearest(tx: TenantTx, embedding: npt.NDArray[np.float32] | Sequence[fl
     filters = filters or NO_FILTERS
     if limit < 1:
         return []
-    await tx.set_local(hnsw__iterative_scan="strict_order", hnsw__ef_search=str(max(ef_search, limit)))
+    await tx.set_local({"hnsw.iterative_scan": "strict_order", "hnsw.ef_search": str(max(ef_search, limit))})
     rows = await tx.fetch("documents.nearest", tx.org_id, Vector(np.asarray(embedding, dtype=np.float32)), limit,
                           filters.collection, filters.agent_id, _prefix(filters), _levels(filters))
     return _ranked([_hit(r, "semantic", float(r["score"]), []) for r in rows], limit)

@@ -67,7 +67,7 @@ async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filter
                         ef_search: int, rows_scope: RowsScope | None = None) -> list[Hit]:
     """HNSW search; costs no extra round trip when the transaction began with :func:`hnsw_settings`.
     With ``rows_scope`` the rows of that agent (and org-wide ones) also carry embedding and last access."""
-    await tx.set_local(**{k.replace(".", "__"): v for k, v in hnsw_settings(limit=limit, ef_search=ef_search).items()})
+    await tx.set_local(hnsw_settings(limit=limit, ef_search=ef_search))
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
                           *scope_args(rows_scope))
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)

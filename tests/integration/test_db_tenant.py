@@ -83,7 +83,7 @@ async def test_settings_begin_with_the_transaction_and_end_with_it(one_connectio
         assert await tx.conn.fetchval("SHOW hnsw.ef_search") == "77"
         assert await tx.conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
         assert await tx.conn.fetchval("SHOW application_name") == "o'brien; x"  # a value, quoted as a literal
-        await tx.set_local(hnsw__ef_search="77", hnsw__iterative_scan="strict_order")  # only the new one is sent
+        await tx.set_local({"hnsw.ef_search": "77", "hnsw.iterative_scan": "strict_order"})  # only the new one is sent
         assert await tx.conn.fetchval("SHOW hnsw.iterative_scan") == "strict_order"
     await _clean(pool)
     async with pool.acquire() as conn:
