@@ -229,7 +229,14 @@ def _content(distinct: set[str]) -> set[str]:
 @functools.lru_cache(maxsize=8192)
 def content_term_count(text: str) -> int:
     """Distinct content words (see :func:`content_terms`); cached, memory texts recur per request."""
-    return len(_content(set(words(text))))
+    return len(content_terms(text))
+
+
+def _content_terms(text: str) -> frozenset[str]:
+    return frozenset(_content(set(words(text))))
+
+
+_cached_content_terms = functools.lru_cache(maxsize=4096)(_content_terms)
 
 
 def content_terms(text: str) -> frozenset[str]:
@@ -237,14 +244,7 @@ def content_terms(text: str) -> frozenset[str]:
 
     Cached for texts up to :data:`FEATURE_CACHE_MAX_CHARS` characters: hot-set texts are matched
     against the query on every request that has no query embedding."""
-    if len(text) > FEATURE_CACHE_MAX_CHARS:
-        return frozenset(_content(set(words(text))))
-    return _cached_content_terms(text)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_content_terms(text: str) -> frozenset[str]:
-    return frozenset(_content(set(words(text))))
+    return _content_terms(text) if len(text) > FEATURE_CACHE_MAX_CHARS else _cached_content_terms(text)
 
 
 def similarity_features(text: str) -> frozenset[str]:
