@@ -48,7 +48,7 @@ async def _unless_disconnected(request: Request[Any, Any, Any], work: asyncio.Fu
         watcher.cancel()
     if not work.done():
         work.cancel()
-        log.warning("context_assembly_abandoned", level="L3", reason="client_disconnected")
+        log.warning("context_assembly_abandoned", degradation_level="L3", reason="client_disconnected")
         raise DeadlineExceeded("the client went away before the context was ready", code="client_disconnected",
                                details={"level": "L3"})
     return work.result()
@@ -79,7 +79,7 @@ class AssemblyController(Controller):
         try:
             return await _unless_disconnected(request, work)
         except DeadlineExceeded as exc:
-            log.warning("context_assembly_failed", level="L3", code=exc.code, org_id=str(org_id),
+            log.warning("context_assembly_failed", degradation_level="L3", code=exc.code, org_id=str(org_id),
                         agent_id=data.agent_id)
             raise
 

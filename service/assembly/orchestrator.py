@@ -521,7 +521,7 @@ class Orchestrator:
     def _log(self, org_id: UUID, req: AssembleRequest, r: AssembleResponse) -> None:
         # Ids, levels and timings only: memory text and queries never reach the logs.
         log.info(
-            "context_assembled", org_id=str(org_id), agent_id=req.agent_id, level=r.degradation_level,
+            "context_assembled", org_id=str(org_id), agent_id=req.agent_id, degradation_level=r.degradation_level,
             directive=r.branches.directive.outcome, hot=r.branches.hot.outcome, cold=r.branches.cold.outcome,
             cold_strategy=r.branches.cold.source, total_ms=r.metrics.total_ms,
             directive_ms=r.metrics.directive_load_ms, hot_ms=r.metrics.hot_memory_retrieval_ms,

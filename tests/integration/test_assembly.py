@@ -247,7 +247,7 @@ async def test_caller_deadline_already_passed_is_504(settings: Settings, endpoin
                 error = r.json()["error"]
                 assert error["code"] == "deadline_exceeded" and error["details"] == {"level": "L3"}
                 assert error["request_id"] and set(r.json()) == {"error"}  # the error shape, no context
-        assert [e["level"] for e in logs if e["event"] == "context_assembly_failed"] == ["L3", "L3"]
+        assert [e["degradation_level"] for e in logs if e["event"] == "context_assembly_failed"] == ["L3", "L3"]
         # A caller deadline shorter than the server's wall caps the branches, and is met.
         r = await assemble(client, tenant, headers={"X-Timeout-Ms": "1500"})
         assert r.status_code == 200 and r.json()["metrics"]["total_ms"] < 1500
@@ -262,7 +262,7 @@ async def test_one_log_line_with_ids_and_no_text(settings: Settings, endpoints: 
     lines = [e for e in logs if e["event"] == "context_assembled"]
     assert len(lines) == 1
     line = lines[0]
-    assert line["level"] == "L0" and (line["directive"], line["hot"], line["cold"]) == ("ok", "ok", "ok")
+    assert line["degradation_level"] == "L0" and (line["directive"], line["hot"], line["cold"]) == ("ok", "ok", "ok")
     assert line["memory_ids"] == [m["id"] for m in body["memories_used"]]
     assert {"total_ms", "hot_ms", "cold_ms", "directive_ms", "ranking_ms", "packing_ms"} <= set(line)
     flat = repr(line)

@@ -189,5 +189,5 @@ async def test_client_disconnect_abandons_the_assembly_as_L3(settings: Settings,
                 break
             await asyncio.sleep(0.05)
     abandoned = [e for e in logs if e["event"] == "context_assembly_abandoned"]
-    assert abandoned and abandoned[0]["level"] == "L3"
+    assert abandoned and abandoned[0]["degradation_level"] == "L3"
     assert not [e for e in logs if e["event"] == "context_assembled"]  # nothing was assembled for nobody

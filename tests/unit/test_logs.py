@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 import structlog
 
+import service
 from service.logs import configure
 
 
@@ -26,3 +29,27 @@ def test_json_lines_encode_uuids_lists_and_unknown_objects(capsys: pytest.Captur
     assert line["event"] == "context_assembled" and line["level"] == "info" and line["total_ms"] == 1.5
     assert line["org_id"] == str(ident) and line["memory_ids"] == [str(ident)]
     assert line["error"] == "ValueError('x')" and line["timestamp"].endswith("Z")
+
+
+def test_the_level_key_belongs_to_the_log_level(capsys: pytest.CaptureFixture[str]) -> None:
+    """``add_log_level`` overwrites an event's ``level`` key, so a field logged as ``level=`` is lost
+    in production (``capture_logs`` in tests skips the processors and would not notice): the
+    assembly's ladder level is logged as ``degradation_level``, and no log call in the service
+    passes ``level=``."""
+    configure("info", json=True)
+    try:
+        structlog.get_logger("t").info("context_assembled", level="L0", degradation_level="L0")
+    finally:
+        structlog.reset_defaults()
+    line = json.loads(capsys.readouterr().err.strip())
+    assert line["level"] == "info" and line["degradation_level"] == "L0"
+    methods = {"debug", "info", "warning", "error", "exception", "critical"}
+    offenders = [
+        f"{path}:{node.lineno}"
+        for path in Path(service.__file__).parent.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods
+        and isinstance(node.func.value, ast.Name) and node.func.value.id in {"log", "logger"}
+        and any(k.arg == "level" for k in node.keywords)
+    ]
+    assert offenders == []
