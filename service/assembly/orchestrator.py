@@ -8,9 +8,11 @@ Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40
          history counted, selective plan made ───┘   (CPU work overlaps the branches' I/O)
     then budget -> score -> pack -> format in the reserve; total_ms ≈ wall + a few ms.
 
-* **Branches** run as tasks started together. Every branch has its own timeout, capped by the
-  wall (and by the caller's deadline, if sooner); a branch that fails or times out is recorded in
-  ``branches`` and the rest is used. Hot and cold candidates are merged by id.
+* **Branches** run as tasks started together (:mod:`service.assembly.branches`). Every branch has
+  its own timeout, capped by the wall (and by the caller's deadline, if sooner): how long the
+  assembly waits for that branch alone — an overdue branch that answers while another is still
+  within its timeout is used (``ok``, marked late in its ``detail``). A branch that fails or times
+  out is recorded in ``branches`` and the rest is used. Hot and cold candidates are merged by id.
 * **Cold** is the retrieval engine's search on an engine of its own whose lexical, embedding and
   vector deadlines are derived from the cold budget (lexical ≈ the budget, embedding and vector
   query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
@@ -37,10 +39,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -50,6 +52,7 @@ import numpy.typing as npt
 import structlog
 from redis.exceptions import RedisError
 
+from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, settle
 from service.assembly.budget import Budget, plan_budget
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive, format_history
@@ -68,7 +71,6 @@ from service.assembly.scoring import (
 from service.assembly.types import (
     AssembleRequest,
     AssembleResponse,
-    Branch,
     Branches,
     BudgetOut,
     DirectiveUsed,
@@ -76,7 +78,6 @@ from service.assembly.types import (
     Level,
     MemoryUsed,
     Metrics,
-    Outcome,
     Scores,
 )
 from service.db import Database
@@ -97,17 +98,6 @@ COLD_MARGIN_MS = 2
 
 def _ms(since: float, until: float | None = None) -> float:
     return round(((until if until is not None else time.perf_counter()) - since) * 1000, 3)
-
-
-@dataclass(slots=True)
-class BranchRun(Generic[T]):
-    outcome: Outcome
-    value: T | None
-    ms: float
-    detail: str | None = None
-
-    def report(self, *, count: int | None = None, source: str | None = None) -> Branch:
-        return Branch(outcome=self.outcome, ms=self.ms, detail=self.detail, count=count, source=source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,51 +143,6 @@ def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalS
     inner = max(1, cold_ms - COLD_MARGIN_MS)
     half = max(1, inner // 2)
     return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
-
-
-class BranchTimedOut(Exception):
-    """A branch gave up on its own deadline (e.g. every search branch hit its statement_timeout):
-    reported as ``timeout``, like a branch the orchestrator stopped waiting for."""
-
-
-def _forget(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # an abandoned branch's late failure is expected: do not warn about it
-
-
-async def _run_branch(name: str, timeout_ms: float, work: Callable[[], Awaitable[T]],
-                      circuit: RedisCircuit | None = None) -> BranchRun[T]:
-    """Run one branch; after ``timeout_ms`` stop waiting for it.
-
-    The branch runs as a task of its own and is *abandoned*, not cancelled, at its deadline: its own
-    inner deadlines (the Postgres ``statement_timeout`` of its queries, the search's step timeouts)
-    end it moments later, whereas cancelling would make asyncpg cancel a running query over a new
-    connection — a Postgres backend fork per timed-out branch, which under overload is most of
-    them. Either way the unwinding belongs to the background, not to this request's latency. Only
-    the request itself being cancelled (client gone) cancels its branches.
-    """
-    started = time.perf_counter()
-    if timeout_ms <= 0:
-        return BranchRun("skipped", None, 0.0, "no time left before the deadline")
-    task: asyncio.Future[T] = asyncio.ensure_future(work())
-    try:
-        await asyncio.wait((task,), timeout=timeout_ms / 1000)
-    except asyncio.CancelledError:
-        task.cancel()
-        task.add_done_callback(_forget)
-        raise
-    if not task.done():
-        task.add_done_callback(_forget)
-        return BranchRun("timeout", None, _ms(started), f"no answer within {timeout_ms:.0f} ms")
-    exc = task.exception()
-    if isinstance(exc, BranchTimedOut):
-        return BranchRun("timeout", None, _ms(started), str(exc))
-    if exc is not None:  # a failed branch is recorded and the others are used: never a 500
-        if circuit is not None and isinstance(exc, RedisError):
-            circuit.failed()
-        log.warning("assembly_branch_failed", branch=name, error=repr(exc)[:300])
-        return BranchRun("error", None, _ms(started), f"{type(exc).__name__}: {str(exc)[:200]}")
-    return BranchRun("ok", task.result(), _ms(started))
 
 
 def _hot_relevance(items: Sequence[HotItem], query: str, query_vector: npt.NDArray[np.float32] | None) -> list[float]:
@@ -416,18 +361,17 @@ class Orchestrator:
             wall_ms = min(wall_ms, caller_left - s.processing_reserve_ms)
         cold_ms = min(wall_ms, float(s.cold_timeout_ms or wall_ms))
 
-        directive_task = asyncio.ensure_future(_run_branch(
-            "directive", min(wall_ms, s.directive_timeout_ms), lambda: self._directive(org_id, req.agent_id)))
+        directive_branch = BranchTask.start("directive", min(wall_ms, s.directive_timeout_ms),
+                                            lambda: self._directive(org_id, req.agent_id))
+        hot_branch: BranchTask[HotRead]
         if req.retrieval.use_hot and self.circuit.available():
-            hot_task = asyncio.ensure_future(
-                _run_branch("hot", min(wall_ms, s.hot_timeout_ms), lambda: self.hot.get(org_id, req.agent_id),
-                            self.circuit))
+            hot_branch = BranchTask.start("hot", min(wall_ms, s.hot_timeout_ms),
+                                          lambda: self.hot.get(org_id, req.agent_id), self.circuit)
         else:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
-            hot_task = asyncio.ensure_future(_skipped(reason))
-        cold_task = asyncio.ensure_future(
-            _run_branch("cold", cold_ms, lambda: self._cold(org_id, req, search, keep, cold_ms)))
-        tasks = (directive_task, hot_task, cold_task)
+            hot_branch = BranchTask.skipped("hot", reason)
+        cold_branch = BranchTask.start("cold", cold_ms, lambda: self._cold(org_id, req, search, keep, cold_ms))
+        branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
             budget_started = time.perf_counter()
@@ -435,10 +379,11 @@ class Orchestrator:
             history = [(m.role, m.content) for m in req.recent_messages]
             counter.count_messages(history, prime_reply=False)  # warms the count cache while I/O is in flight
             budget_pre_ms = _ms(budget_started)
-            directive_run, hot_run, cold_run = await asyncio.gather(*tasks)
+            await settle(branches)
         finally:
-            for task in tasks:
-                task.cancel()  # only does something when we are being cancelled (client gone)
+            for branch in branches:
+                branch.cancel()  # only does something when we are being cancelled or failed before settling
+        directive_run, hot_run, cold_run = directive_branch.result(), hot_branch.result(), cold_branch.result()
 
         directive = directive_run.value[0] if directive_run.value is not None else None
         query_vector = self.engine.cache.get(req.query)
@@ -544,8 +489,6 @@ def _scores(s: ScoreBreakdown) -> Scores:
                   composite=round(s.composite, 4))
 
 
-async def _skipped(reason: str) -> BranchRun[Any]:
-    return BranchRun("skipped", None, 0.0, reason)
 
 
 async def build_orchestrator(services: Services) -> Orchestrator:

@@ -1,0 +1,149 @@
+"""The assembly's branches (directive, hot, cold): started together, each under its own timeout, settled together.
+
+* A branch runs as a task of its own from :meth:`BranchTask.start`.
+* :func:`settle` waits until every branch has answered or is *overdue* (past its own timeout). An
+  overdue branch is still waited for while another branch is within its own timeout: the assembly
+  waits for that one anyway, so a late answer costs no latency and is used (reported ``ok``, with
+  its time and a ``detail`` saying it was late). A branch's timeout therefore bounds how long the
+  assembly waits for that branch *alone*: a slow Redis still costs at most the hot timeout when
+  the cold search is quick, and never more than the cold branch when it is not. Without this,
+  under load (event-loop lag of a few ms) most directives missed their 5 ms and hot sets their
+  15 ms while the cold search was still running.
+* Overdue branches are then *abandoned*, not cancelled: their own inner deadlines (the Postgres
+  ``statement_timeout`` of their queries, the search's step timeouts) end them moments later,
+  whereas cancelling would make asyncpg cancel a running query over a new connection — a Postgres
+  backend fork per timed-out branch, which under overload is most of them. Only the request itself
+  being cancelled (client gone) cancels its branches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import structlog
+from redis.exceptions import RedisError
+
+from service.assembly.hot import RedisCircuit
+from service.assembly.types import Branch, Outcome
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+
+def _ms(since: float, until: float | None = None) -> float:
+    return round(((until if until is not None else time.perf_counter()) - since) * 1000, 3)
+
+
+@dataclass(slots=True)
+class BranchRun(Generic[T]):
+    outcome: Outcome
+    value: T | None
+    ms: float
+    detail: str | None = None
+
+    def report(self, *, count: int | None = None, source: str | None = None) -> Branch:
+        return Branch(outcome=self.outcome, ms=self.ms, detail=self.detail, count=count, source=source)
+
+
+class BranchTimedOut(Exception):
+    """A branch gave up on its own deadline (e.g. every search branch hit its statement_timeout):
+    reported as ``timeout``, like a branch the assembly stopped waiting for."""
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # an abandoned branch's late failure is expected: do not warn about it
+
+
+class BranchTask(Generic[T]):
+    """One branch; its :attr:`run` is set by :func:`settle`."""
+
+    __slots__ = ("circuit", "deadline", "finished", "name", "run", "started", "task", "timeout_ms")
+
+    def __init__(self, name: str, timeout_ms: float, task: asyncio.Future[T] | None,
+                 circuit: RedisCircuit | None = None, run: BranchRun[T] | None = None) -> None:
+        self.name = name
+        self.timeout_ms = timeout_ms
+        self.circuit = circuit
+        self.started = time.perf_counter()
+        self.deadline = self.started + timeout_ms / 1000
+        self.finished: float | None = None
+        self.task = task
+        self.run = run
+        if task is not None:
+            task.add_done_callback(self._done)
+
+    @classmethod
+    def start(cls, name: str, timeout_ms: float, work: Callable[[], Awaitable[T]],
+              circuit: RedisCircuit | None = None) -> BranchTask[T]:
+        if timeout_ms <= 0:
+            return cls.skipped(name, "no time left before the deadline")
+        return cls(name, timeout_ms, asyncio.ensure_future(work()), circuit)
+
+    @classmethod
+    def skipped(cls, name: str, reason: str) -> BranchTask[T]:
+        return cls(name, 0.0, None, run=BranchRun("skipped", None, 0.0, reason))
+
+    def result(self) -> BranchRun[T]:
+        """How the branch ended (after :func:`settle`)."""
+        assert self.run is not None, "settle() first"
+        return self.run
+
+    def _done(self, _: asyncio.Future[T]) -> None:
+        self.finished = time.perf_counter()
+
+    def pending(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def cancel(self) -> None:
+        """The request is going away: stop the branch (its late failure is not worth a warning)."""
+        if self.pending():
+            assert self.task is not None
+            self.task.cancel()
+            self.task.add_done_callback(_forget)
+
+    def _settle(self) -> BranchRun[T]:
+        if self.run is not None:
+            return self.run
+        task = self.task
+        assert task is not None
+        if not task.done():
+            task.add_done_callback(_forget)
+            return BranchRun("timeout", None, _ms(self.started), f"no answer within {self.timeout_ms:.0f} ms")
+        ms = _ms(self.started, self.finished)
+        exc = task.exception()
+        if isinstance(exc, BranchTimedOut):
+            return BranchRun("timeout", None, ms, str(exc))
+        if exc is not None:  # a failed branch is recorded and the others are used: never a 500
+            if self.circuit is not None and isinstance(exc, RedisError):
+                self.circuit.failed()
+            log.warning("assembly_branch_failed", branch=self.name, error=repr(exc)[:300])
+            return BranchRun("error", None, ms, f"{type(exc).__name__}: {str(exc)[:200]}")
+        late = None
+        if ms > self.timeout_ms:
+            late = f"answered after its {self.timeout_ms:.0f} ms timeout, while another branch was still running"
+        return BranchRun("ok", task.result(), ms, late)
+
+
+async def settle(branches: Sequence[BranchTask[Any]]) -> None:
+    """Wait for ``branches`` as described in the module docstring, then set each one's ``run``."""
+    try:
+        while True:
+            pending = [b for b in branches if b.pending()]
+            if not pending:
+                break
+            left = max(b.deadline for b in pending) - time.perf_counter()
+            if left <= 0:
+                break  # every branch still running is overdue
+            await asyncio.wait([b.task for b in pending if b.task is not None], timeout=left,
+                               return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        for b in branches:
+            b.cancel()
+        raise
+    for b in branches:
+        b.run = b._settle()

@@ -1,0 +1,91 @@
+"""How the assembly waits for its branches: own timeouts, late answers used for free, abandon vs cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from service.assembly.branches import BranchTask, BranchTimedOut, settle
+from service.assembly.hot import RedisCircuit
+
+
+async def sleeper(ms: float, value: str = "v") -> str:
+    await asyncio.sleep(ms / 1000)
+    return value
+
+
+async def test_an_overdue_branch_is_used_while_another_is_still_within_its_timeout() -> None:
+    hot = BranchTask.start("hot", 20, lambda: sleeper(60, "hot"))
+    cold = BranchTask.start("cold", 300, lambda: sleeper(120, "cold"))
+    started = time.perf_counter()
+    await settle((hot, cold))
+    waited = (time.perf_counter() - started) * 1000
+    assert hot.result().outcome == "ok" and hot.result().value == "hot"
+    assert 55 <= hot.result().ms < 120 and "after its 20 ms timeout" in (hot.result().detail or "")
+    assert cold.result().outcome == "ok" and cold.result().detail is None
+    assert waited < 250  # no longer than the slowest branch that answered in time
+
+
+async def test_a_branch_is_waited_for_alone_only_up_to_its_own_timeout() -> None:
+    hot = BranchTask.start("hot", 30, lambda: sleeper(2000, "hot"))
+    cold = BranchTask.start("cold", 300, lambda: sleeper(5, "cold"))
+    started = time.perf_counter()
+    await settle((hot, cold))
+    waited = (time.perf_counter() - started) * 1000
+    assert cold.result().outcome == "ok"
+    run = hot.result()
+    assert run.outcome == "timeout" and run.value is None and "within 30 ms" in (run.detail or "")
+    assert 25 <= waited < 300 and 25 <= run.ms < 300
+    # Abandoned, not cancelled: its own inner deadlines end it (see the module docstring).
+    assert hot.task is not None and not hot.task.cancelled() and not hot.task.done()
+    hot.task.cancel()
+
+
+async def test_every_branch_overdue_ends_the_wait_at_the_latest_timeout() -> None:
+    hot = BranchTask.start("hot", 20, lambda: sleeper(2000))
+    cold = BranchTask.start("cold", 80, lambda: sleeper(2000))
+    started = time.perf_counter()
+    await settle((hot, cold))
+    waited = (time.perf_counter() - started) * 1000
+    assert [b.result().outcome for b in (hot, cold)] == ["timeout", "timeout"]
+    assert 75 <= waited < 400
+    for b in (hot, cold):
+        assert b.task is not None and not b.task.done()
+        b.task.cancel()
+
+
+async def test_failures_and_inner_timeouts_are_recorded_and_redis_errors_open_the_circuit() -> None:
+    circuit = RedisCircuit(retry_s=30)
+
+    async def redis_down() -> str:
+        raise RedisConnectionError("refused")
+
+    async def gave_up() -> str:
+        raise BranchTimedOut("lexical: timed out; semantic: timed out")
+
+    hot = BranchTask.start("hot", 50, redis_down, circuit)
+    cold = BranchTask.start("cold", 50, gave_up)
+    skipped = BranchTask[str].skipped("directive", "disabled by the request")
+    none_left = BranchTask.start("directive", 0, lambda: sleeper(1))
+    await settle((hot, cold, skipped, none_left))
+    assert hot.result().outcome == "error" and "refused" in (hot.result().detail or "")
+    assert not circuit.available()
+    assert cold.result().outcome == "timeout" and "lexical: timed out" in (cold.result().detail or "")
+    assert skipped.result().outcome == "skipped" and skipped.result().detail == "disabled by the request"
+    assert none_left.result().outcome == "skipped" and none_left.result().ms == 0.0
+
+
+async def test_the_request_going_away_cancels_its_branches() -> None:
+    hot = BranchTask.start("hot", 1000, lambda: sleeper(2000))
+    cold = BranchTask.start("cold", 1000, lambda: sleeper(2000))
+    waiter = asyncio.ensure_future(settle((hot, cold)))
+    await asyncio.sleep(0.02)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await asyncio.sleep(0)
+    assert hot.task is not None and cold.task is not None
+    assert hot.task.cancelled() and cold.task.cancelled()
