@@ -17,10 +17,10 @@ Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40
   vector deadlines are derived from the cold budget (lexical ≈ the budget, embedding and vector
   query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
   inside the cold budget instead of the whole branch timing out. The search API filters one agent
-  exactly but cannot say "this agent or org-wide", so by default the search runs over the org with
-  ``cold_limit * cold_overfetch`` rows and the agent's own and org-wide ones are kept. The branches
-  return the scoring fields (embedding, importance, last access, ...) with their hits
-  (``RetrievalEngine.search_rows``), so no second read is needed.
+  exactly but cannot say "this agent or org-wide", so by default each branch ranks the org's best
+  ``cold_limit * cold_overfetch`` rows and returns only the agent's own and org-wide ones among
+  them, with the scoring fields (embedding, importance, last access, ...)
+  (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire.
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.

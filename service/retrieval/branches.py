@@ -18,7 +18,8 @@ from service.retrieval.hits import Hit, hits_from_rows
 from service.retrieval.types import SearchFilters
 
 RowsScope = tuple[str, bool]
-"""(agent_id, include org-wide rows): whose rows a branch returns with their scoring fields."""
+"""(agent_id, include org-wide rows): the only rows a branch returns (after ranking the whole org as
+usual), with their scoring fields (context assembly's cold search)."""
 
 
 def scope_args(scope: RowsScope | None) -> tuple[bool, str | None, bool]:
@@ -37,8 +38,8 @@ async def branch_delay(tx: TenantTx, delay_ms: int) -> None:
 
 async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limit: int, postings_per_term: int,
                        k1: float, b: float, rows_scope: RowsScope | None = None) -> list[Hit]:
-    """BM25 hits; with ``rows_scope`` the rows of that agent (and org-wide ones) also carry their
-    embedding and last access."""
+    """BM25 hits; with ``rows_scope`` only those of the best ``limit`` that are that agent's (or
+    org-wide), carrying their embedding and last access too."""
     # Unfiltered, the best limit+margin scores are enough; with filters we cannot know how many
     # scored ids will pass, so every read posting is joined.
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
@@ -66,7 +67,8 @@ def hnsw_settings(*, limit: int, ef_search: int) -> dict[str, str]:
 async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filters: SearchFilters, *, limit: int,
                         ef_search: int, rows_scope: RowsScope | None = None) -> list[Hit]:
     """HNSW search; costs no extra round trip when the transaction began with :func:`hnsw_settings`.
-    With ``rows_scope`` the rows of that agent (and org-wide ones) also carry embedding and last access."""
+    With ``rows_scope`` only those of the nearest ``limit`` that are that agent's (or org-wide),
+    carrying their embedding and last access too."""
     await tx.set_local(hnsw_settings(limit=limit, ef_search=ef_search))
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
                           *scope_args(rows_scope))

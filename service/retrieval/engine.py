@@ -115,9 +115,13 @@ class RetrievalEngine:
     async def search_rows(self, org_id: UUID, request: SearchRequest, scope: branches.RowsScope, *,
                           budget_ms: float | None = None, postings_per_term: int | None = None,
                           ) -> tuple[SearchResponse, dict[UUID, asyncpg.Record]]:
-        """:meth:`search`, plus the branch rows of the hits by id with their scoring fields (agent_id,
-        importance, usefulness, pinned, created_at; embedding and last_accessed_at for the rows in
-        ``scope``): context assembly ranks the results without reading them again. Rows the
+        """:meth:`search` narrowed to ``scope``, plus the branch rows of the hits by id with their
+        scoring fields (agent_id, importance, usefulness, pinned, created_at, embedding,
+        last_accessed_at): context assembly ranks the results without reading them again.
+
+        Each branch ranks the org as for :meth:`search` (its best ``limit`` rows) and returns only
+        those in ``scope`` — the agent's own and, if asked, org-wide ones — so out-of-scope rows
+        never cross the wire; fusion then ranks the in-scope hits among themselves. Rows the
         branches did not return (e.g. ``modes`` hits) are simply absent. ``postings_per_term``
         overrides the BM25 depth for this search."""
         run = _Run(rows_scope=scope, postings_per_term=postings_per_term)

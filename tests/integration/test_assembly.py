@@ -20,7 +20,9 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.assembly import Orchestrator
+from service.db import Database, create_pool
 from service.embeddings import Embedder
+from service.retrieval import RetrievalEngine, SearchRequest
 from service.runtime import Endpoints, Services
 from service.settings import Settings
 from service.tokens import Tokenizers
@@ -153,6 +155,24 @@ async def test_every_strategy_feeds_ranking_from_the_search_rows(settings: Setti
             used = {m["id"]: m for m in body["memories_used"]}
             assert ids[0] in used and ids[5] not in used, strategy  # the agent's own; never another agent's
             assert all(m["origin"] == "cold" and m["scores"]["relevance"] >= 0 for m in used.values())
+    # The branches drop out-of-scope rows themselves: another agent's espresso note matches the
+    # query in both branches but never comes back, and every returned row carries its scoring fields.
+    # The app's pool belongs to the test client's event loop: an engine on this loop's own pool.
+    db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
+    try:
+        engine = RetrievalEngine(db, embedder, settings.retrieval, max_limit=50)
+        for strategy in ("lexical", "semantic", "hybrid", "lexical_first"):
+            request = SearchRequest(query="espresso machine coffee", strategy=strategy, limit=10)
+            unscoped = await engine.search(tenant.org_id, request)
+            assert ids[5] in {str(r.id) for r in unscoped.results}, strategy  # it does match the query
+            for scope, owners in (((AGENT, True), {AGENT, None}), ((AGENT, False), {AGENT})):
+                response, rows = await engine.search_rows(tenant.org_id, request, scope)
+                assert response.results and {r.id for r in response.results} == set(rows), (strategy, scope)
+                assert {row["agent_id"] for row in rows.values()} <= owners, (strategy, scope)
+                assert all(row["embedding"] is not None for row in rows.values())
+                assert ids[0] in {str(i) for i in rows} and ids[5] not in {str(i) for i in rows}
+    finally:
+        await db.close()
 
 
 async def test_under_load_the_cold_search_reads_fewer_postings(settings: Settings, endpoints: Endpoints,
