@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import structlog
@@ -11,15 +13,23 @@ import structlog
 _encoder = msgspec.json.Encoder(enc_hook=repr)  # anything msgspec cannot encode is logged as its repr
 
 
-def _dumps(event: object, **_: object) -> str:
-    return _encoder.encode(event).decode()
+def _dumps(event: object, **_: object) -> bytes:
+    return _encoder.encode(event)
 
 
 def configure(level: str = "info", *, json: bool | None = None) -> None:
+    """JSON lines are written as bytes, each line (newline included) in one write: with several
+    worker processes sharing stderr, lines never interleave (structlog's PrintLogger writes the
+    newline separately)."""
     json = (not sys.stderr.isatty()) if json is None else json
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer(serializer=_dumps) if json else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    renderer: structlog.typing.Processor
+    factory: Callable[..., Any]
+    if json:
+        renderer = structlog.processors.JSONRenderer(serializer=_dumps)
+        factory = structlog.BytesLoggerFactory(sys.stderr.buffer)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+        factory = structlog.WriteLoggerFactory(sys.stderr)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -28,6 +38,6 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import json
+import sys
 import uuid
 from pathlib import Path
 
@@ -53,3 +55,32 @@ def test_the_level_key_belongs_to_the_log_level(capsys: pytest.CaptureFixture[st
         and any(k.arg == "level" for k in node.keywords)
     ]
     assert offenders == []
+
+
+class _Writes(io.RawIOBase):
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.calls.append(bytes(data))
+        return len(data)
+
+
+def test_each_json_line_reaches_the_file_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes share stderr, which Python leaves unbuffered when it is not a terminal (each
+    write is a syscall): a line written in two pieces (text, then newline, as ``print`` does) could
+    be split by another process's line."""
+    raw = _Writes()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, write_through=True))  # type: ignore[type-var]
+    configure("info", json=True)
+    try:
+        for i in range(3):
+            structlog.get_logger("t").info("context_assembled", memory_ids=[str(uuid.uuid4()) for _ in range(40)], n=i)
+    finally:
+        structlog.reset_defaults()
+    assert len(raw.calls) == 3
+    assert all(c.endswith(b"\n") and c.count(b"\n") == 1 for c in raw.calls)
+    assert [json.loads(c)["n"] for c in raw.calls] == [0, 1, 2]
