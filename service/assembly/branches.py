@@ -100,8 +100,9 @@ class BranchTask(Generic[T]):
         return self.task is not None and not self.task.done()
 
     def cancel(self) -> None:
-        """The request is going away: stop the branch (its late failure is not worth a warning)."""
-        if self.pending():
+        """The request is going away before :func:`settle` decided: stop the branch (its late failure
+        is not worth a warning). A settled branch is left alone: an overdue one was abandoned."""
+        if self.run is None and self.pending():
             assert self.task is not None
             self.task.cancel()
             self.task.add_done_callback(_forget)
