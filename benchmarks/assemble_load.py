@@ -17,7 +17,9 @@ Each concurrency level (default 1, 4, 8, 16) runs a **baseline** first — ``GET
 SciFact claims as queries, a short chat history, ``gpt-4o`` and a 4,000-token window. Both are
 bounded by ``--requests`` per level and ``--seconds`` per level. Reported per level: client-side
 p50/p95/p99 latency, throughput, error rate, the degradation-level distribution, the server's own
-``metrics.total_ms`` p50/p99, the cold strategies used and the assemble/baseline p50 ratio (which
+``metrics.total_ms`` p50/p99, the cold strategies used, how often the directive made it into the
+context (a directive branch that misses its timeout is left out without changing the level) and
+the assemble/baseline p50 ratio (which
 survives a noisy machine better than absolute numbers). The load generator runs on the same machine
 as the service, Postgres and Redis, and competes with them for CPU: it uses aiohttp and decodes
 only the response fields it needs with msgspec, and every level also reports the CPU ms per
@@ -215,6 +217,8 @@ class Level:
     errors: Counter[str] = field(default_factory=Counter)
     levels: Counter[str] = field(default_factory=Counter)
     strategies: Counter[str] = field(default_factory=Counter)
+    directives: Counter[str] = field(default_factory=Counter)
+    """Outcome of the directive branch (a directive that missed its branch is left out of the context)."""
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
@@ -252,6 +256,7 @@ class _Branch(msgspec.Struct):
 
 
 class _Branches(msgspec.Struct):
+    directive: _Branch
     cold: _Branch
 
 
@@ -296,6 +301,7 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
                 level.levels[out.degradation_level] += 1
                 level.server_ms.append(out.metrics.total_ms)
                 level.strategies[out.branches.cold.source or out.branches.cold.outcome] += 1
+                level.directives[out.branches.directive.outcome] += 1
 
     cpu_before = cpu_seconds_by_group()
     started = time.perf_counter()
@@ -518,8 +524,9 @@ def main() -> None:
         print(asm.row(base))
     print()
     for _, asm in results:
+        directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
         print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
-              f"CPU ms per assembly: {asm.cpu_line()}")
+              f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,26 @@ async def test_cold_slowed_past_its_timeout_is_L1_within_the_default_deadline(
         assert body["memories_used"] and all(m["origin"] == "hot" for m in body["memories_used"])
 
 
+async def test_directive_and_hot_past_their_timeouts_are_used_while_cold_still_runs(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    # Directive and hot get a 0.01 ms timeout (any Redis read is later), the cold search takes
+    # >= 150 ms: waiting for them costs nothing, so they are used, marked late, at L0.
+    timeouts = {**GENEROUS, "deadline_ms": 1500, "cold_timeout_ms": 1200, "directive_timeout_ms": 0.01,
+                "hot_timeout_ms": 0.01}
+    async with assembly_client(settings, endpoints, embedder, retrieval={"branch_delay_ms": 150},
+                               **timeouts) as client:
+        await seed(client, tenant)
+        r = await assemble(client, tenant)
+        assert r.status_code == 200, r.text
+        body = r.json()
+    assert outcomes(body) == {"directive": "ok", "hot": "ok", "cold": "ok"}, body["branches"]
+    assert body["degradation_level"] == "L0" and body["directive"] is not None
+    for name in ("directive", "hot"):
+        branch = body["branches"][name]
+        assert "after its 0 ms timeout" in branch["detail"] and branch["ms"] < body["branches"]["cold"]["ms"]
+    assert body["branches"]["cold"]["count"] >= 1 and body["memories_used"]
+
+
 async def test_redis_unreachable_is_L1_from_cold_with_the_directive_from_postgres(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
     async with assembly_client(settings, unreachable(endpoints), embedder, **GENEROUS) as client:
