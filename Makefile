@@ -28,7 +28,8 @@ test: $(STAMP) ## install, then run the whole test suite against real Postgres +
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check service tests benchmarks migrations
-	$(BIN)/mypy service
+	$(BIN)/mypy service tests
+	$(BIN)/mypy --explicit-package-bases benchmarks
 
 bench-ingest: $(STAMP) ## write-path throughput (memories/s, embed vs Postgres share)
 	$(BIN)/python benchmarks/ingest.py

@@ -26,7 +26,7 @@ import platform
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,11 +97,11 @@ class TimingDatabase(Database):
         self.seconds = 0.0
 
     @contextlib.asynccontextmanager
-    async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None,
-                     readonly: bool = False) -> AsyncIterator[TenantTx]:
+    async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None, readonly: bool = False,
+                     settings: Mapping[str, str] | None = None) -> AsyncIterator[TenantTx]:
         started = time.perf_counter()
         try:
-            async with super().tenant(org_id, timeout_ms=timeout_ms, readonly=readonly) as tx:
+            async with super().tenant(org_id, timeout_ms=timeout_ms, readonly=readonly, settings=settings) as tx:
                 yield tx
         finally:
             self.seconds += time.perf_counter() - started

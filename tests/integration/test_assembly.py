@@ -23,12 +23,14 @@ from service.assembly import Orchestrator
 from service.db import Database, create_pool
 from service.embeddings import Embedder
 from service.retrieval import RetrievalEngine, SearchRequest
+from service.retrieval.types import Strategy
 from service.runtime import Endpoints, Services
 from service.settings import Settings
 from service.tokens import Tokenizers
 from tests.conftest import Tenant
 
-GENEROUS = {"deadline_ms": 5000, "directive_timeout_ms": 2000, "hot_timeout_ms": 2000, "cold_timeout_ms": 3000}
+GENEROUS: dict[str, Any] = {"deadline_ms": 5000, "directive_timeout_ms": 2000, "hot_timeout_ms": 2000,
+                            "cold_timeout_ms": 3000}
 SLACK_MS = 30
 """Allowed overrun of total_ms past the deadline: cancellation and the ranking that follows the wall,
 on a shared, loaded 2-core machine (typically 3-8 ms)."""
@@ -161,7 +163,8 @@ async def test_every_strategy_feeds_ranking_from_the_search_rows(settings: Setti
     db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
     try:
         engine = RetrievalEngine(db, embedder, settings.retrieval, max_limit=50)
-        for strategy in ("lexical", "semantic", "hybrid", "lexical_first"):
+        strategies: tuple[Strategy, ...] = ("lexical", "semantic", "hybrid", "lexical_first")
+        for strategy in strategies:
             request = SearchRequest(query="espresso machine coffee", strategy=strategy, limit=10)
             unscoped = await engine.search(tenant.org_id, request)
             assert ids[5] in {str(r.id) for r in unscoped.results}, strategy  # it does match the query
@@ -180,7 +183,8 @@ async def test_under_load_the_cold_search_reads_fewer_postings(settings: Setting
     async with assembly_client(settings, endpoints, embedder, light_cold_in_flight=3,
                                light_cold_postings_per_term=1, **GENEROUS) as client:
         ids = await seed(client, tenant)
-        body = {"query": "espresso machine location", "retrieval": {"use_hot": False, "strategy": "lexical"}}
+        body: dict[str, Any] = {"query": "espresso machine location",
+                                "retrieval": {"use_hot": False, "strategy": "lexical"}}
         full = (await assemble(client, tenant, **body)).json()
         assert "light lexical" not in full["branches"]["cold"]["detail"]
         orch = orchestrator(client)
