@@ -12,10 +12,13 @@ class AppError(Exception):
     status: int = 500
     code: str = "internal_error"
 
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None, code: str | None = None) -> None:
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None, code: str | None = None,
+                 retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
+        self.retry_after_s = retry_after_s
+        """Sent as the ``Retry-After`` header (e.g. a 503 for an overloaded service)."""
         if code is not None:
             self.code = code
 

@@ -170,12 +170,24 @@ class AssemblySettings:
     cold_overfetch: int = 3
     """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
     agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
+    max_in_flight: int = field(default_factory=lambda: 2 * (os.cpu_count() or 1))
+    """Assemblies processed at once per machine (divided among the workers; 0 = no limit). Further
+    ones wait in line, first come first served, and their deadline starts when they are admitted
+    (the wait is reported as ``metrics.queued_ms`` and counts against the caller's own deadline).
+    When the cores are the limit, interleaving more requests only stretches every one of them past
+    its wall; waiting in line keeps each admitted one inside it. Default: 2 per CPU core (an
+    assembly costs ~5-10 ms of CPU across the service and a co-located Postgres); raise it when
+    Postgres runs elsewhere and requests mostly wait on the network."""
+    max_queued: int = 256
+    """Assemblies allowed to wait per worker; beyond that a request is refused at once with 503
+    ``overloaded`` and ``Retry-After``."""
     light_cold_in_flight: int = 4
-    """From this many cold searches already running (0 = never), a new one is light: ``auto`` plans
-    lexical (no embedding, no HNSW walk) and BM25 reads ``light_cold_postings_per_term`` postings per
-    query term instead of the retrieval default. Under load the cold search is most of the work per
-    assembly, and a light one inside the deadline (L0) beats a full one that times out (L1). Counted
-    per process; with N workers each uses this / N."""
+    """From this many cold searches already running, or assemblies waiting to be admitted (0 =
+    never), a new one is light: ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
+    ``light_cold_postings_per_term`` postings per query term instead of the retrieval default.
+    Under load the cold search is most of the work per assembly, and a light one inside the
+    deadline (L0) beats a full one that times out (L1). Counted per process; with N workers each
+    uses this / N."""
     light_cold_postings_per_term: int = 200
     """Postings per query term of a light cold search (the retrieval default is 500)."""
     hot_set_size: int = 16
@@ -342,6 +354,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cold_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),
             cold_limit=_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT", 20),
             cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
+            max_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT", 2 * (os.cpu_count() or 1))),
+            max_queued=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_QUEUED", 256)),
             light_cold_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_IN_FLIGHT", 4)),
             light_cold_postings_per_term=max(1, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_POSTINGS_PER_TERM", 200)),
             hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),

@@ -1,6 +1,8 @@
 """Context assembly: three concurrent branches under one deadline, then budget, rank, pack and format.
 
-Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40)::
+Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40), from when it is
+admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in line first — see
+:mod:`service.assembly.admission`; the wait is ``metrics.queued_ms``)::
 
     t=0  directive ──(directive_timeout_ms, ~5)──┐
          hot set   ──(hot_timeout_ms, ~15)───────┤   each branch: ok | timeout | error | skipped
@@ -52,6 +54,7 @@ import numpy.typing as npt
 import structlog
 from redis.exceptions import RedisError
 
+from service.assembly.admission import Admission
 from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, settle
 from service.assembly.budget import Budget, plan_budget
 from service.assembly.feedback import AccessRecorder
@@ -214,6 +217,7 @@ class Orchestrator:
         self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._cold_in_flight = 0
+        self.admission = Admission(settings.max_in_flight, settings.max_queued)
 
     # -- validation --------------------------------------------------------------------------------
 
@@ -285,7 +289,9 @@ class Orchestrator:
                     timeout_ms: float) -> ColdResult:
         wide = req.retrieval.include_org_wide
         s = self.settings
-        light = 0 < s.light_cold_in_flight <= self._cold_in_flight
+        # Assemblies waiting to be admitted are load too: with admission, in-flight searches alone
+        # never exceed the admission limit.
+        light = 0 < s.light_cold_in_flight <= self._cold_in_flight + self.admission.waiting
         planned = light and search.strategy == "auto"
         if planned:  # under load auto is lexical: no embedding, no HNSW walk
             search = msgspec.structs.replace(search, strategy="lexical")
@@ -347,11 +353,17 @@ class Orchestrator:
                        _ms(ranked, packed), _ms(packed, done))
 
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
-        started = time.perf_counter()
-        s = self.settings
+        """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble."""
         self._validate(req)
         counter = self.counter_for(req.model)
         search, keep = self._search_request(req)
+        async with self.admission.admit(caller.remaining_ms()) as queued_ms:
+            return await self._assemble(org_id, req, caller, counter, search, keep, queued_ms)
+
+    async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline, counter: TokenCounter,
+                        search: SearchRequest, keep: int, queued_ms: float) -> AssembleResponse:
+        started = time.perf_counter()
+        s = self.settings
         if caller.passed():
             raise DeadlineExceeded("the caller's deadline passed before assembly started", code="deadline_exceeded",
                                    details={"level": "L3"})
@@ -408,6 +420,7 @@ class Orchestrator:
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = self._response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
                                   budget_pre_ms, started, counter, sel)
+        response.metrics.queued_ms = queued_ms
         self.access.record(org_id, [m.id for m in response.memories_used])
         self._log(org_id, req, response)
         return response
@@ -472,7 +485,7 @@ class Orchestrator:
             directive_ms=r.metrics.directive_load_ms, hot_ms=r.metrics.hot_memory_retrieval_ms,
             cold_ms=r.metrics.cold_memory_retrieval_ms, ranking_ms=r.metrics.ranking_ms,
             packing_ms=r.metrics.packing_ms, formatting_ms=r.metrics.formatting_ms,
-            candidates=r.metrics.candidates_evaluated, tokens=r.budget.context_tokens,
+            candidates=r.metrics.candidates_evaluated, tokens=r.budget.context_tokens, queued_ms=r.metrics.queued_ms,
             memory_ids=[str(m.id) for m in r.memories_used], dropped=len(r.dropped),
         )
 
@@ -504,9 +517,13 @@ async def build_orchestrator(services: Services) -> Orchestrator:
                              max_limit=settings.limits.max_page_size)
     tokenizers = Tokenizers(s.tiktoken_dir or settings.data_dir / "tiktoken")
     await asyncio.to_thread(tokenizers.preload)  # ~1 s per encoding on first use: not on a request
-    if s.light_cold_in_flight > 0 and settings.server.workers > 1:
-        # The threshold is for the machine; each worker process sees only its share of the searches.
-        s = dataclasses.replace(s, light_cold_in_flight=max(1, round(s.light_cold_in_flight / settings.server.workers)))
+    workers = settings.server.workers
+    if workers > 1:
+        # The thresholds are for the machine; each worker process sees only its share of the load.
+        if s.light_cold_in_flight > 0:
+            s = dataclasses.replace(s, light_cold_in_flight=max(1, round(s.light_cold_in_flight / workers)))
+        if s.max_in_flight > 0:
+            s = dataclasses.replace(s, max_in_flight=max(1, round(s.max_in_flight / workers)))
     return Orchestrator(db=services.db, directives=directives,
                         hot=HotSetStore(services.db, services.redis, s, circuit), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,

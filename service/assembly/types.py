@@ -137,6 +137,8 @@ class Metrics(msgspec.Struct):
     formatting_ms: float
     total_ms: float
     candidates_evaluated: int
+    queued_ms: float = 0.0
+    """Time waiting to be admitted (``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT``) before ``total_ms`` began."""
 
 
 class AssembleResponse(msgspec.Struct):

@@ -91,7 +91,7 @@ def recount(settings: Settings, encoding: str, text: str) -> int:
 
 
 METRICS = {"budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",
-           "ranking_ms", "packing_ms", "formatting_ms", "total_ms", "candidates_evaluated"}
+           "ranking_ms", "packing_ms", "formatting_ms", "total_ms", "candidates_evaluated", "queued_ms"}
 SCORES = {"relevance", "recency", "usefulness", "informativeness", "uniqueness", "composite"}
 
 

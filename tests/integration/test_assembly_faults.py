@@ -26,7 +26,15 @@ from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
-from tests.integration.test_assembly import AGENT, GENEROUS, SLACK_MS, assemble, assembly_client, seed
+from tests.integration.test_assembly import (
+    AGENT,
+    GENEROUS,
+    MEMORIES,
+    SLACK_MS,
+    assemble,
+    assembly_client,
+    seed,
+)
 
 SLOW_COLD = {"branch_delay_ms": 2000}
 """Every search branch sleeps 2 s in Postgres: far past any cold budget used here."""
@@ -92,6 +100,47 @@ async def test_directive_and_hot_past_their_timeouts_are_used_while_cold_still_r
         branch = body["branches"][name]
         assert "after its 0 ms timeout" in branch["detail"] and branch["ms"] < body["branches"]["cold"]["ms"]
     assert body["branches"]["cold"]["count"] >= 1 and body["memories_used"]
+
+
+async def test_over_the_admission_limit_requests_wait_in_line_or_are_refused(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    import dataclasses
+
+    def app(**assembly: Any) -> Any:
+        custom = dataclasses.replace(
+            settings, retrieval=dataclasses.replace(settings.retrieval, branch_delay_ms=150),
+            assembly=dataclasses.replace(settings.assembly, **{**GENEROUS, "deadline_ms": 1500,
+                                                               "cold_timeout_ms": 1200, **assembly}))
+        return create_app(custom, endpoints, embedder=embedder)
+
+    body = {"agent_id": AGENT, "query": "where is the espresso machine?", "model": "gpt-4o",
+            "max_context_tokens": 2000}
+    # One assembly at a time (a real server: concurrent requests), each >= 150 ms (slowed cold
+    # search): the others wait their turn (queued_ms), and their deadline starts when they are
+    # admitted, so all three are L0.
+    with served(app(max_in_flight=1)) as url:
+        async with httpx.AsyncClient(base_url=url, headers=tenant.headers, timeout=30) as http:
+            r = await http.post("/v1/memories", json={"memories": [{"text": t, "agent_id": a} for t, a, _ in MEMORIES]})
+            assert r.status_code == 201, r.text
+            responses = await asyncio.gather(*(http.post("/v1/context/assemble", json=body) for _ in range(3)))
+            bodies = [r.json() for r in responses]
+            assert [b["degradation_level"] for b in bodies] == ["L0", "L0", "L0"], bodies
+            queued = sorted(b["metrics"]["queued_ms"] for b in bodies)
+            assert queued[0] < 50 and queued[1] >= 100 and queued[2] >= 250, queued
+            assert all(b["metrics"]["total_ms"] < 1500 + SLACK_MS for b in bodies)
+            # A caller whose deadline passes while in line gets the L3 error, not a late context.
+            first = asyncio.ensure_future(http.post("/v1/context/assemble", json=body))
+            await asyncio.sleep(0.05)
+            late = await http.post("/v1/context/assemble", json=body, headers={"X-Timeout-Ms": "60"})
+            assert late.status_code == 504 and late.json()["error"]["details"] == {"level": "L3"}, late.text
+            assert (await first).status_code == 200
+    # With no room to wait, a request is refused at once: 503 overloaded, with Retry-After.
+    with served(app(max_in_flight=1, max_queued=0)) as url:
+        async with httpx.AsyncClient(base_url=url, headers=tenant.headers, timeout=30) as http:
+            responses = await asyncio.gather(*(http.post("/v1/context/assemble", json=body) for _ in range(2)))
+            assert sorted(r.status_code for r in responses) == [200, 503], [r.text for r in responses]
+            refused = next(r for r in responses if r.status_code == 503)
+            assert refused.headers["Retry-After"] == "1" and refused.json()["error"]["code"] == "overloaded"
 
 
 async def test_redis_unreachable_is_L1_from_cold_with_the_directive_from_postgres(

@@ -1,0 +1,91 @@
+"""Admission: a bounded number of assemblies at once, a bounded line, first come first served."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from service.assembly.admission import Admission
+from service.errors import DeadlineExceeded, ServiceUnavailable
+
+
+async def test_at_most_limit_inside_and_the_rest_in_arrival_order() -> None:
+    admission = Admission(limit=2, max_queued=10)
+    inside, most, order, waited = 0, 0, [], {}
+
+    async def one(i: int) -> None:
+        nonlocal inside, most
+        async with admission.admit() as queued_ms:
+            inside += 1
+            most = max(most, inside)
+            order.append(i)
+            waited[i] = queued_ms
+            await asyncio.sleep(0.03)
+            inside -= 1
+
+    tasks = []
+    for i in range(5):
+        tasks.append(asyncio.ensure_future(one(i)))
+        await asyncio.sleep(0)  # arrive one after the other
+    await asyncio.gather(*tasks)
+    assert most == 2 and order == [0, 1, 2, 3, 4]
+    assert waited[0] < 5 and waited[1] < 5 and waited[2] >= 20 and waited[4] >= 45
+    assert admission.waiting == 0
+
+
+async def test_a_full_line_refuses_at_once_with_retry_after() -> None:
+    admission = Admission(limit=1, max_queued=1)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with admission.admit():
+            await release.wait()
+
+    holder = asyncio.ensure_future(hold())
+    await asyncio.sleep(0)
+    waiter = asyncio.ensure_future(hold())
+    await asyncio.sleep(0)
+    assert admission.waiting == 1
+    with pytest.raises(ServiceUnavailable) as refused:
+        async with admission.admit():
+            pass
+    assert refused.value.code == "overloaded" and refused.value.retry_after_s == 1
+    assert refused.value.details == {"in_flight": 1, "queued": 1}
+    release.set()
+    await asyncio.gather(holder, waiter)
+    async with admission.admit() as queued_ms:  # the slots all came back
+        assert queued_ms < 5
+
+
+async def test_the_callers_deadline_passing_in_line_is_L3_and_leaks_nothing() -> None:
+    admission = Admission(limit=1, max_queued=10)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with admission.admit():
+            await release.wait()
+
+    holder = asyncio.ensure_future(hold())
+    await asyncio.sleep(0)
+    with pytest.raises(DeadlineExceeded) as late:
+        async with admission.admit(caller_left_ms=20):
+            pass
+    assert late.value.details == {"level": "L3"} and admission.waiting == 0
+    # A request whose client went away while waiting is cancelled: it leaves the line too.
+    gone = asyncio.ensure_future(hold())
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert admission.waiting == 0
+    release.set()
+    await holder
+    async with admission.admit() as queued_ms:
+        assert queued_ms < 5
+
+
+async def test_no_limit_admits_everything_at_once() -> None:
+    admission = Admission(limit=0, max_queued=0)
+    async with admission.admit() as a, admission.admit() as b, admission.admit() as c:
+        assert (a, b, c) == (0.0, 0.0, 0.0)
