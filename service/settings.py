@@ -17,6 +17,14 @@ class SettingsError(ValueError):
     """An environment variable holds a value that cannot be used."""
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's cpuset), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True, slots=True)
 class DatabaseSettings:
     url: str | None = None
@@ -170,7 +178,7 @@ class AssemblySettings:
     cold_overfetch: int = 3
     """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
     agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
-    max_in_flight: int = field(default_factory=lambda: 2 * (os.cpu_count() or 1))
+    max_in_flight: int = field(default_factory=lambda: 2 * usable_cpus())
     """Assemblies processed at once per machine (divided among the workers; 0 = no limit). Further
     ones wait in line, first come first served, and their deadline starts when they are admitted
     (the wait is reported as ``metrics.queued_ms`` and counts against the caller's own deadline).
@@ -354,7 +362,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cold_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),
             cold_limit=_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT", 20),
             cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
-            max_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT", 2 * (os.cpu_count() or 1))),
+            max_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT", 2 * usable_cpus())),
             max_queued=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_QUEUED", 256)),
             light_cold_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_IN_FLIGHT", 4)),
             light_cold_postings_per_term=max(1, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_POSTINGS_PER_TERM", 200)),

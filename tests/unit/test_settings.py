@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import Settings, SettingsError, load_settings
+from service.settings import Settings, SettingsError, load_settings, usable_cpus
 
 
 def test_defaults_from_an_empty_environment() -> None:
@@ -47,6 +47,14 @@ def test_values_are_parsed_to_their_types(tmp_path: Path) -> None:
     assert s.embedding.api_base == "http://127.0.0.1:9/v1"
     assert (s.limits.max_text_chars, s.limits.max_batch, s.limits.max_page_size) == (100, 10, 20)
     assert s.server.port == 9999 and s.server.auth_cache_ttl_s == 0.0
+
+
+def test_assembly_admission_defaults_to_two_per_usable_cpu_and_can_be_set() -> None:
+    assert load_settings({}).assembly.max_in_flight == 2 * usable_cpus()
+    assert load_settings({}).assembly.max_queued == 256
+    s = load_settings({"PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT": "0", "PGCONTEXT_ASSEMBLY_MAX_QUEUED": "3"}).assembly
+    assert (s.max_in_flight, s.max_queued) == (0, 3)  # 0: no limit
+    assert load_settings({"PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT": "-2"}).assembly.max_in_flight == 0
 
 
 def test_empty_values_mean_unset() -> None:
