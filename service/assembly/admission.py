@@ -36,8 +36,9 @@ class Admission:
         if slots is None:
             yield 0.0
             return
-        started = time.perf_counter()
+        queued_ms = 0.0
         if slots.locked():
+            started = time.perf_counter()
             if self.waiting >= self.max_queued:
                 raise ServiceUnavailable(
                     f"{self.limit} assemblies are running and {self.waiting} waiting: try again shortly",
@@ -51,9 +52,10 @@ class Admission:
                                        code="deadline_exceeded", details={"level": "L3"}) from exc
             finally:
                 self.waiting -= 1
+            queued_ms = round((time.perf_counter() - started) * 1000, 3)
         else:
-            await slots.acquire()
+            await slots.acquire()  # a free slot: does not wait
         try:
-            yield round((time.perf_counter() - started) * 1000, 3)
+            yield queued_ms
         finally:
             slots.release()
