@@ -15,11 +15,12 @@ from litestar import Controller, Request, get, post
 from litestar.params import HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK
 
+from service.assembly import metrics as assembly_metrics
 from service.assembly.feedback import apply_feedback
 from service.assembly.orchestrator import CallerDeadline, Orchestrator
 from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
 from service.deps import OrgId, ServicesDep
-from service.errors import DeadlineExceeded
+from service.errors import DeadlineExceeded, ServiceUnavailable
 from service.memories.types import AgentId
 from service.runtime import Services
 
@@ -84,6 +85,11 @@ class AssemblyController(Controller):
         except DeadlineExceeded as exc:
             log.warning("context_assembly_failed", degradation_level="L3", code=exc.code, org_id=str(org_id),
                         agent_id=data.agent_id)
+            assembly_metrics.not_answered(exc.code)
+            raise
+        except ServiceUnavailable as exc:
+            if exc.code == "overloaded":
+                assembly_metrics.not_answered(exc.code)
             raise
 
 

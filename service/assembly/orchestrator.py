@@ -54,6 +54,7 @@ import numpy.typing as npt
 import structlog
 from redis.exceptions import RedisError
 
+from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, settle
 from service.assembly.budget import Budget, plan_budget
@@ -423,6 +424,7 @@ class Orchestrator:
         response.metrics.queued_ms = queued_ms
         self.access.record(org_id, [m.id for m in response.memories_used])
         self._log(org_id, req, response)
+        assembly_metrics.record(response)
         return response
 
     def _response(self, req: AssembleRequest, ranked: _Ranked, directive: DirectiveOut | None, level: Level,

@@ -131,6 +131,28 @@ async def test_full_response(settings: Settings, endpoints: Endpoints, embedder:
     assert b["intent"] in ("factual", "conceptual", "detailed", "complex")
 
 
+def metric_sample(text: str, name: str, labels: str) -> float:
+    line = next((x for x in text.splitlines() if x.startswith(f"{name}{{{labels}}} ")), None)
+    return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
+
+
+async def test_prometheus_counts_assemblies_by_level_and_branch_outcome_without_tenant_data(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        before = (await client.get("/metrics")).text
+        for _ in range(3):
+            assert (await assemble(client, tenant)).status_code == 200
+        after = (await client.get("/metrics")).text
+    def grew(name: str, labels: str) -> float:
+        return metric_sample(after, name, labels) - metric_sample(before, name, labels)
+
+    assert grew("pgcontext_assemblies_total", 'level="L0"') == 3
+    assert grew("pgcontext_assembly_branches_total", 'branch="cold",outcome="ok"') == 3
+    assert "pgcontext_assembly_seconds_bucket" in after and "pgcontext_assembly_queued_seconds_count" in after
+    assert str(tenant.org_id) not in after and AGENT not in after  # counts only: no tenant, agent or query
+
+
 async def test_org_wide_memories_count_and_agent_only_scope(settings: Settings, endpoints: Endpoints,
                                                            embedder: Embedder, tenant: Tenant) -> None:
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:

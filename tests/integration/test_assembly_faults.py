@@ -33,6 +33,7 @@ from tests.integration.test_assembly import (
     SLACK_MS,
     assemble,
     assembly_client,
+    metric_sample,
     seed,
 )
 
@@ -129,11 +130,15 @@ async def test_over_the_admission_limit_requests_wait_in_line_or_are_refused(
             assert queued[0] < 50 and queued[1] >= 100 and queued[2] >= 250, queued
             assert all(b["metrics"]["total_ms"] < 1500 + SLACK_MS for b in bodies)
             # A caller whose deadline passes while in line gets the L3 error, not a late context.
+            before = (await http.get("/metrics")).text
             first = asyncio.ensure_future(http.post("/v1/context/assemble", json=body))
             await asyncio.sleep(0.05)
             late = await http.post("/v1/context/assemble", json=body, headers={"X-Timeout-Ms": "60"})
             assert late.status_code == 504 and late.json()["error"]["details"] == {"level": "L3"}, late.text
             assert (await first).status_code == 200
+            after = (await http.get("/metrics")).text
+            name, labels = "pgcontext_assemblies_not_answered_total", 'reason="deadline_exceeded"'
+            assert metric_sample(after, name, labels) - metric_sample(before, name, labels) == 1
     # With no room to wait, a request is refused at once: 503 overloaded, with Retry-After.
     with served(app(max_in_flight=1, max_queued=0)) as url:
         async with httpx.AsyncClient(base_url=url, headers=tenant.headers, timeout=30) as http:
@@ -141,6 +146,8 @@ async def test_over_the_admission_limit_requests_wait_in_line_or_are_refused(
             assert sorted(r.status_code for r in responses) == [200, 503], [r.text for r in responses]
             refused = next(r for r in responses if r.status_code == 503)
             assert refused.headers["Retry-After"] == "1" and refused.json()["error"]["code"] == "overloaded"
+            assert metric_sample((await http.get("/metrics")).text, "pgcontext_assemblies_not_answered_total",
+                           'reason="overloaded"') >= 1
 
 
 async def test_redis_unreachable_is_L1_from_cold_with_the_directive_from_postgres(
