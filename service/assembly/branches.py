@@ -34,7 +34,8 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-def _ms(since: float, until: float | None = None) -> float:
+def elapsed_ms(since: float, until: float | None = None) -> float:
+    """ms from ``since`` to ``until`` (default: now), both ``time.perf_counter()`` readings."""
     return round(((until if until is not None else time.perf_counter()) - since) * 1000, 3)
 
 
@@ -114,8 +115,8 @@ class BranchTask(Generic[T]):
         assert task is not None
         if not task.done():
             task.add_done_callback(_forget)
-            return BranchRun("timeout", None, _ms(self.started), f"no answer within {self.timeout_ms:.0f} ms")
-        ms = _ms(self.started, self.finished)
+            return BranchRun("timeout", None, elapsed_ms(self.started), f"no answer within {self.timeout_ms:.0f} ms")
+        ms = elapsed_ms(self.started, self.finished)
         exc = task.exception()
         if isinstance(exc, BranchTimedOut):
             return BranchRun("timeout", None, ms, str(exc))

@@ -44,7 +44,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -56,7 +56,7 @@ from redis.exceptions import RedisError
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
-from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, settle
+from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, elapsed_ms, settle
 from service.assembly.budget import Budget, plan_budget
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive, format_history
@@ -94,14 +94,9 @@ from service.settings import AssemblySettings, RetrievalSettings
 from service.tokens import TokenCounter, Tokenizers, UnknownModelError
 
 log = structlog.get_logger(__name__)
-T = TypeVar("T")
 
 COLD_MARGIN_MS = 2
 """The search's inner deadlines end this much before the cold branch's, leaving room to fuse and read rows."""
-
-
-def _ms(since: float, until: float | None = None) -> float:
-    return round(((until if until is not None else time.perf_counter()) - since) * 1000, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,10 +311,9 @@ class Orchestrator:
             else:
                 response.reason = f"{response.reason}; {note}"
         scores = {r.id: r.final_score for r in response.results}
-        # Every strategy assembly can ask for returns its hits from branches that carry the scoring
-        # fields (the cascade's exact step ranks lexical hits, which do).
-        rows = [found[i] for i in scores
-                if i in found and (found[i]["agent_id"] == req.agent_id or (wide and found[i]["agent_id"] is None))]
+        # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
+        # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).
+        rows = [found[i] for i in scores if i in found]
         return ColdResult(_cold_candidates(rows[:keep], scores), response)
 
     # -- the pipeline ------------------------------------------------------------------------------
@@ -350,8 +344,8 @@ class Orchestrator:
         context_tokens = (counter.count(format_directive(directive)) + result.tokens_used
                           + counter.count(format_history(kept)))
         done = time.perf_counter()
-        return _Ranked(scored, result, budget, context, context_tokens, _ms(started, budgeted), _ms(budgeted, ranked),
-                       _ms(ranked, packed), _ms(packed, done))
+        return _Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
+                       elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
 
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
         """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble."""
@@ -391,7 +385,7 @@ class Orchestrator:
             sel = plan_selective_budget(req.query)
             history = [(m.role, m.content) for m in req.recent_messages]
             counter.count_messages(history, prime_reply=False)  # warms the count cache while I/O is in flight
-            budget_pre_ms = _ms(budget_started)
+            budget_pre_ms = elapsed_ms(budget_started)
             await settle(branches)
         finally:
             for branch in branches:
@@ -462,12 +456,12 @@ class Orchestrator:
         if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
             search = cold_value.search
             branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason)))
-        formatting_ms = ranked.formatting_ms + _ms(shaping)
+        formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
         metrics = Metrics(
             budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),
             directive_load_ms=directive_run.ms, hot_memory_retrieval_ms=hot_run.ms,
             cold_memory_retrieval_ms=cold_run.ms, ranking_ms=ranked.ranking_ms, packing_ms=ranked.packing_ms,
-            formatting_ms=round(formatting_ms, 3), total_ms=_ms(started),
+            formatting_ms=round(formatting_ms, 3), total_ms=elapsed_ms(started),
             candidates_evaluated=ranked.result.candidates_evaluated,
         )
         return AssembleResponse(
@@ -504,8 +498,6 @@ def _scores(s: ScoreBreakdown) -> Scores:
                   composite=round(s.composite, 4))
 
 
-
-
 async def build_orchestrator(services: Services) -> Orchestrator:
     """Wire assembly into a running app's services (called from ``build_services``)."""
     settings = services.settings
@@ -522,10 +514,11 @@ async def build_orchestrator(services: Services) -> Orchestrator:
     workers = settings.server.workers
     if workers > 1:
         # The thresholds are for the machine; each worker process sees only its share of the load.
-        if s.light_cold_in_flight > 0:
-            s = dataclasses.replace(s, light_cold_in_flight=max(1, round(s.light_cold_in_flight / workers)))
-        if s.max_in_flight > 0:
-            s = dataclasses.replace(s, max_in_flight=max(1, round(s.max_in_flight / workers)))
+        def share(n: int) -> int:
+            return max(1, round(n / workers)) if n > 0 else 0
+
+        s = dataclasses.replace(s, light_cold_in_flight=share(s.light_cold_in_flight),
+                                max_in_flight=share(s.max_in_flight))
     return Orchestrator(db=services.db, directives=directives,
                         hot=HotSetStore(services.db, services.redis, s, circuit), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,

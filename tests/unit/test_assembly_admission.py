@@ -10,6 +10,12 @@ from service.assembly.admission import Admission
 from service.errors import DeadlineExceeded, ServiceUnavailable
 
 
+async def holding(admission: Admission, release: asyncio.Event) -> None:
+    """Hold a slot (waiting in line for one if need be) until ``release`` is set."""
+    async with admission.admit():
+        await release.wait()
+
+
 async def test_at_most_limit_inside_and_the_rest_in_arrival_order() -> None:
     admission = Admission(limit=2, max_queued=10)
     inside, most, order, waited = 0, 0, [], {}
@@ -38,13 +44,9 @@ async def test_a_full_line_refuses_at_once_with_retry_after() -> None:
     admission = Admission(limit=1, max_queued=1)
     release = asyncio.Event()
 
-    async def hold() -> None:
-        async with admission.admit():
-            await release.wait()
-
-    holder = asyncio.ensure_future(hold())
+    holder = asyncio.ensure_future(holding(admission, release))
     await asyncio.sleep(0)
-    waiter = asyncio.ensure_future(hold())
+    waiter = asyncio.ensure_future(holding(admission, release))
     await asyncio.sleep(0)
     assert admission.waiting == 1
     with pytest.raises(ServiceUnavailable) as refused:
@@ -62,18 +64,14 @@ async def test_the_callers_deadline_passing_in_line_is_L3_and_leaks_nothing() ->
     admission = Admission(limit=1, max_queued=10)
     release = asyncio.Event()
 
-    async def hold() -> None:
-        async with admission.admit():
-            await release.wait()
-
-    holder = asyncio.ensure_future(hold())
+    holder = asyncio.ensure_future(holding(admission, release))
     await asyncio.sleep(0)
     with pytest.raises(DeadlineExceeded) as late:
         async with admission.admit(caller_left_ms=20):
             pass
     assert late.value.details == {"level": "L3"} and admission.waiting == 0
     # A request whose client went away while waiting is cancelled: it leaves the line too.
-    gone = asyncio.ensure_future(hold())
+    gone = asyncio.ensure_future(holding(admission, release))
     await asyncio.sleep(0.01)
     gone.cancel()
     with pytest.raises(asyncio.CancelledError):
