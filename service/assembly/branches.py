@@ -131,21 +131,58 @@ class BranchTask(Generic[T]):
         return BranchRun("ok", task.result(), ms, late)
 
 
+class _Settling:
+    """When to stop waiting (see :func:`settle`), decided in callbacks: a branch answering or the
+    timer at the latest deadline of those still running. :meth:`close` drops every reference the
+    loop holds to it (and so the timer's reference back to it)."""
+
+    __slots__ = ("armed_for", "branches", "loop", "over", "tasks", "timer")
+
+    def __init__(self, branches: Sequence[BranchTask[Any]], tasks: list[asyncio.Future[Any]]) -> None:
+        self.branches = branches
+        self.tasks = tasks
+        self.loop = asyncio.get_running_loop()
+        self.over: asyncio.Future[None] = self.loop.create_future()
+        self.timer: asyncio.TimerHandle | None = None
+        self.armed_for: float | None = None
+        for task in tasks:
+            task.add_done_callback(self.check)
+        self.check()
+
+    def check(self, _: object = None) -> None:
+        if self.over.done():
+            return
+        last = max((b.deadline for b in self.branches if b.pending()), default=None)
+        now = time.perf_counter()
+        if last is None or now >= last:  # all answered, or every one still running is overdue
+            self.over.set_result(None)
+        elif last != self.armed_for:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer, self.armed_for = self.loop.call_later(last - now, self.check), last
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for task in self.tasks:
+            task.remove_done_callback(self.check)
+
+
 async def settle(branches: Sequence[BranchTask[Any]]) -> None:
-    """Wait for ``branches`` as described in the module docstring, then set each one's ``run``."""
-    try:
-        while True:
-            pending = [b for b in branches if b.pending()]
-            if not pending:
-                break
-            left = max(b.deadline for b in pending) - time.perf_counter()
-            if left <= 0:
-                break  # every branch still running is overdue
-            await asyncio.wait([b.task for b in pending if b.task is not None], timeout=left,
-                               return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        for b in branches:
-            b.cancel()
-        raise
+    """Wait for ``branches`` as described in the module docstring, then set each one's ``run``.
+
+    The assembly resumes once, when waiting is over, rather than once per branch answering."""
+    tasks = [b.task for b in branches if b.task is not None and not b.task.done()]
+    if tasks:
+        settling = _Settling(branches, tasks)
+        try:
+            await settling.over
+        except asyncio.CancelledError:
+            for b in branches:
+                b.cancel()
+            raise
+        finally:
+            settling.close()
     for b in branches:
         b.run = b._settle()

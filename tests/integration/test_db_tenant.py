@@ -92,3 +92,19 @@ async def test_settings_begin_with_the_transaction_and_end_with_it(one_connectio
         async with db.tenant(tenant.org_id, settings={"statement_timeout', '0', true); --": "1"}):
             pass
     await _clean(pool)
+
+
+async def test_the_connection_goes_back_after_the_block_without_the_caller_waiting(
+        app_dsn: str, tenant: Tenant) -> None:
+    pool = await create_pool(app_dsn, min_size=1, max_size=1)
+    db = Database(pool, statement_timeout_ms=5000)
+    try:
+        async with db.tenant(tenant.org_id, readonly=True) as tx:
+            await tx.conn.fetchval("SELECT 1")
+        # The caller goes on at once; the release (asyncpg's shielded task) is still under way.
+        assert pool.get_idle_size() == 0
+        async with db.tenant(tenant.org_id, readonly=True) as tx:  # the one connection comes back for it
+            assert UUID(await tx.conn.fetchval("SELECT current_setting('pgcontext.org_id')")) == tenant.org_id
+    finally:
+        await db.close()  # waits for the release in flight, then closes the pool
+    assert pool.is_closing()

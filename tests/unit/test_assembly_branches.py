@@ -92,3 +92,30 @@ async def test_the_request_going_away_cancels_its_branches() -> None:
     await asyncio.sleep(0)
     assert hot.task is not None and cold.task is not None
     assert hot.task.cancelled() and cold.task.cancelled()
+
+
+async def test_settle_leaves_no_reference_cycles() -> None:
+    # Cyclic garbage from every assembly fills the old generation, whose full collections stopped the
+    # service's event loop for ~100 ms every few seconds under load (a closure that re-armed a timer
+    # with itself did exactly that).
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            branches = (BranchTask.start("directive", 50, lambda: sleeper(1)),
+                        BranchTask.start("hot", 50, lambda: sleeper(3)),
+                        BranchTask.start("cold", 8, lambda: sleeper(30)))  # the timer ends the wait
+            await settle(branches)
+            assert [b.result().outcome for b in branches] == ["ok", "ok", "timeout"]
+        del branches
+        await asyncio.sleep(0.05)  # the abandoned branches finish
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        ours = [o for o in gc.garbage if type(o).__module__ == "service.assembly.branches"]
+        assert ours == [], f"{len(ours)} of settle's objects in reference cycles"
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
