@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
 
 
 async def test_healthz(client: AsyncTestClient[Any]) -> None:
@@ -24,3 +30,11 @@ async def test_openapi_schema_is_served(client: AsyncTestClient[Any]) -> None:
     assert r.status_code == 200
     paths = r.json()["paths"]
     assert "/v1/memories" in paths and "/v1/agents/{agent_id}/directive" in paths
+
+
+async def test_startup_objects_are_frozen_out_of_full_collections_while_the_app_runs(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder) -> None:
+    async with AsyncTestClient(app=create_app(settings, endpoints, embedder=embedder)) as http:
+        assert (await http.get("/healthz")).status_code == 200
+        assert gc.get_freeze_count() > 10_000  # modules, settings, pools, tokenizers, ...
+    assert gc.get_freeze_count() == 0  # unfrozen at shutdown: collectable again
