@@ -282,12 +282,16 @@ class Orchestrator:
                             updated_at=row["updated_at"])
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                    timeout_ms: float) -> ColdResult:
+                    timeout_ms: float, queued_ms: float) -> ColdResult:
         wide = req.retrieval.include_org_wide
         s = self.settings
-        # Assemblies waiting to be admitted are load too: with admission, in-flight searches alone
-        # never exceed the admission limit.
-        light = 0 < s.light_cold_in_flight <= self._cold_in_flight + self.admission.waiting
+        # Load is: this assembly had to wait in line (every slot was busy), or enough cold searches
+        # are running or waiting to be admitted (with admission, in-flight searches alone never
+        # exceed the admission limit). Counting only the latter missed moments when the line had
+        # just emptied: at concurrency 8, 2-7% of cold searches went full (embedding + HNSW) and
+        # made the tail.
+        light = s.light_cold_in_flight > 0 and (
+            queued_ms > 0 or s.light_cold_in_flight <= self._cold_in_flight + self.admission.waiting)
         planned = light and search.strategy == "auto"
         if planned:  # under load auto is lexical: no embedding, no HNSW walk
             search = msgspec.structs.replace(search, strategy="lexical")
@@ -304,8 +308,9 @@ class Orchestrator:
         finally:
             self._cold_in_flight -= 1
         if light:
-            note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: "
-                    f"{s.light_cold_in_flight}+ cold searches in flight)")
+            load = (f"waited {queued_ms:.0f} ms to be admitted" if queued_ms > 0
+                    else f"{s.light_cold_in_flight}+ cold searches in flight")
+            note = f"light lexical ({s.light_cold_postings_per_term} postings per term: {load})"
             if planned:
                 response.requested_strategy, response.reason = "auto", f"auto: {note}"
             else:
@@ -377,7 +382,8 @@ class Orchestrator:
         else:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
-        cold_branch = BranchTask.start("cold", cold_ms, lambda: self._cold(org_id, req, search, keep, cold_ms))
+        cold_branch = BranchTask.start("cold", cold_ms,
+                                       lambda: self._cold(org_id, req, search, keep, cold_ms, queued_ms))
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below

@@ -128,6 +128,14 @@ async def test_over_the_admission_limit_requests_wait_in_line_or_are_refused(
             assert [b["degradation_level"] for b in bodies] == ["L0", "L0", "L0"], bodies
             queued = sorted(b["metrics"]["queued_ms"] for b in bodies)
             assert queued[0] < 50 and queued[1] >= 100 and queued[2] >= 250, queued
+            # Having waited in line is load: those two searched light (lexical, fewer postings), even
+            # though fewer cold searches were running than the light_cold_in_flight threshold (4).
+            for b in bodies:
+                cold = b["branches"]["cold"]
+                waited = b["metrics"]["queued_ms"] >= 100
+                assert ("ms to be admitted" in cold["detail"]) is waited, (b["metrics"], cold)
+                if waited:
+                    assert cold["source"] == "lexical" and cold["detail"].startswith("auto: light lexical")
             assert all(b["metrics"]["total_ms"] < 1500 + SLACK_MS for b in bodies)
             # A caller whose deadline passes while in line gets the L3 error, not a late context.
             before = (await http.get("/metrics")).text
