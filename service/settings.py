@@ -190,8 +190,9 @@ class AssemblySettings:
     """Assemblies allowed to wait per worker; beyond that a request is refused at once with 503
     ``overloaded`` and ``Retry-After``."""
     light_cold_in_flight: int = 4
-    """From this many cold searches already running, or assemblies waiting to be admitted (0 =
-    never), a new one is light: ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
+    """From this many cold searches already running, or assemblies waiting to be admitted, and
+    whenever the assembly itself had to wait to be admitted (0 = never), a new one is light:
+    ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
     ``light_cold_postings_per_term`` postings per query term instead of the retrieval default.
     Under load the cold search is most of the work per assembly, and a light one inside the
     deadline (L0) beats a full one that times out (L1). Counted per process; with N workers each
