@@ -308,7 +308,7 @@ class Orchestrator:
         finally:
             self._cold_in_flight -= 1
         if light:
-            load = (f"waited {queued_ms:.0f} ms to be admitted" if queued_ms > 0
+            load = (f"waited {queued_ms:.1f} ms to be admitted" if queued_ms > 0
                     else f"{s.light_cold_in_flight}+ cold searches in flight")
             note = f"light lexical ({s.light_cold_postings_per_term} postings per term: {load})"
             if planned:
