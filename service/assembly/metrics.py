@@ -24,6 +24,11 @@ ASSEMBLY_SECONDS: Final = Histogram("pgcontext_assembly_seconds",
                                     buckets=_MS_BUCKETS)
 QUEUED_SECONDS: Final = Histogram("pgcontext_assembly_queued_seconds",
                                   "Time assemblies waited to be admitted (metrics.queued_ms)", buckets=_MS_BUCKETS)
+COLD_SEARCHES: Final = Counter(
+    "pgcontext_assembly_cold_searches",
+    "Assembly cold searches by the strategy they ran and why: planned (the query's own plan), light (load: "
+    "lexical with fewer postings), embedder_circuit_open / embedder_busy (auto could not embed the query), "
+    "fallback (a planned part failed or was late)", ["strategy", "why"])
 NOT_ASSEMBLED: Final = Counter("pgcontext_assemblies_not_answered",
                                "Assemblies ended without a context: L3 (deadline, client gone) or refused "
                                "(overloaded)", ["reason"])
@@ -40,3 +45,7 @@ def record(response: AssembleResponse) -> None:
 
 def not_answered(reason: str) -> None:
     NOT_ASSEMBLED.labels(reason).inc()
+
+
+def cold_search(strategy: str, why: str) -> None:
+    COLD_SEARCHES.labels(strategy, why).inc()

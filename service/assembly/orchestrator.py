@@ -89,6 +89,7 @@ from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
+from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
 from service.tokens import TokenCounter, Tokenizers, UnknownModelError
@@ -307,6 +308,10 @@ class Orchestrator:
             raise
         finally:
             self._cold_in_flight -= 1
+        why = ("light" if light else "fallback" if response.fallback_reason
+               else "embedder_circuit_open" if response.reason == EMBEDDER_DOWN
+               else "embedder_busy" if response.reason == EMBEDDER_BUSY else "planned")
+        assembly_metrics.cold_search(response.strategy, why)  # auto quietly going lexical shows here
         if light:
             load = (f"waited {queued_ms:.1f} ms to be admitted" if queued_ms > 0
                     else f"{s.light_cold_in_flight}+ cold searches in flight")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from service.retrieval.types import SearchFilters, UsedStrategy
 
@@ -46,11 +47,15 @@ def looks_like_identifier_query(query: str) -> bool:
     return 0 < len(words) <= SHORT_QUERY_WORDS and any(_IDENTIFIER.search(w) for w in words)
 
 
+EMBEDDER_DOWN: Final = "auto: the embedder failed recently, lexical only"
+EMBEDDER_BUSY: Final = "auto: the embedder is busy with other queries, lexical only"
+
+
 def choose(query: str, filters: SearchFilters, *, embedder_available: bool, embedder_busy: bool = False) -> Plan:
     if not embedder_available:
-        return Plan("lexical", "auto: the embedder failed recently, lexical only")
+        return Plan("lexical", EMBEDDER_DOWN)
     if embedder_busy:
-        return Plan("lexical", "auto: the embedder is busy with other queries, lexical only")
+        return Plan("lexical", EMBEDDER_BUSY)
     if _QUOTED.search(query):
         return Plan("lexical", "auto: quoted phrase, exact terms matter")
     if looks_like_identifier_query(query):

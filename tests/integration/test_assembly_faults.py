@@ -222,18 +222,32 @@ async def test_hanging_embedder_falls_back_to_lexical_inside_the_cold_budget(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
     wrapper = HangingEmbedder(embedder)
     timeouts = {**GENEROUS, "deadline_ms": 400, "cold_timeout_ms": 300}
+    query = "which coffee beans does the team like?"
     async with assembly_client(settings, endpoints, wrapper, **timeouts) as client:
         ids = await seed(client, tenant)
         wrapper.hanging = True
-        r = await assemble(client, tenant, query="which coffee beans does the team like?",
-                           retrieval={"strategy": "hybrid"})
+        before = (await client.get("/metrics")).text
+        r = await assemble(client, tenant, query=query, retrieval={"strategy": "hybrid"})
         assert r.status_code == 200, r.text
         body = r.json()
+        # Embeddings that keep failing open the embedder's circuit: auto then plans lexical at once.
+        # The level stays L0, so the metric is where this shows.
+        for _ in range(settings.retrieval.embedder_failures_to_open + 1):
+            auto = (await assemble(client, tenant, query=query)).json()
+            if "the embedder failed recently" in auto["branches"]["cold"]["detail"]:
+                break
+        after = (await client.get("/metrics")).text
     cold = body["branches"]["cold"]
     assert cold["outcome"] == "ok" and cold["source"] == "lexical" and "embedding timed out" in cold["detail"]
     assert body["degradation_level"] == "L0"
     assert ids[1] in {m["id"] for m in body["memories_used"]}
     assert body["metrics"]["total_ms"] <= 400 + SLACK_MS
+    assert auto["branches"]["cold"]["detail"].startswith("auto: the embedder failed recently")
+    assert auto["degradation_level"] == "L0" and auto["branches"]["cold"]["source"] == "lexical"
+    name = "pgcontext_assembly_cold_searches_total"
+    for why, least in (("fallback", 1), ("embedder_circuit_open", 1)):
+        labels = f'strategy="lexical",why="{why}"'
+        assert metric_sample(after, name, labels) - metric_sample(before, name, labels) >= least, why
 
 
 @contextlib.contextmanager
