@@ -103,8 +103,9 @@ class Database:
 
         asyncpg's ``release`` runs in a shielded task of its own; awaiting it costs the caller two
         event-loop turns, each behind every other ready callback (milliseconds under load), for
-        bookkeeping that needs no round trip here (the transaction is over and ``reset`` is a
-        no-op, see ``service.db.pool``). If the connection broke, ``release`` terminates it."""
+        bookkeeping that normally needs no round trip here (the transaction has ended and ``reset``
+        is a no-op, see ``service.db.pool``). If a rollback after an error could not run, ``release``
+        rolls back itself; if the connection broke, it terminates it."""
         releasing = asyncio.ensure_future(self._pool.release(conn))
         self._releasing.add(releasing)
         releasing.add_done_callback(self._released)
