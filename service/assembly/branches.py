@@ -138,14 +138,14 @@ class _Settling:
 
     __slots__ = ("armed_for", "branches", "loop", "over", "tasks", "timer")
 
-    def __init__(self, branches: Sequence[BranchTask[Any]], tasks: list[asyncio.Future[Any]]) -> None:
+    def __init__(self, branches: Sequence[BranchTask[Any]]) -> None:
         self.branches = branches
-        self.tasks = tasks
+        self.tasks = [b.task for b in branches if b.task is not None and not b.task.done()]
         self.loop = asyncio.get_running_loop()
         self.over: asyncio.Future[None] = self.loop.create_future()
         self.timer: asyncio.TimerHandle | None = None
         self.armed_for: float | None = None
-        for task in tasks:
+        for task in self.tasks:
             task.add_done_callback(self.check)
         self.check()
 
@@ -173,9 +173,8 @@ async def settle(branches: Sequence[BranchTask[Any]]) -> None:
     """Wait for ``branches`` as described in the module docstring, then set each one's ``run``.
 
     The assembly resumes once, when waiting is over, rather than once per branch answering."""
-    tasks = [b.task for b in branches if b.task is not None and not b.task.done()]
-    if tasks:
-        settling = _Settling(branches, tasks)
+    if any(b.pending() for b in branches):
+        settling = _Settling(branches)
         try:
             await settling.over
         except asyncio.CancelledError:
