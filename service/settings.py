@@ -32,7 +32,8 @@ class DatabaseSettings:
     app_url: str | None = None
     """DSN of the RLS-bound service role. Unset: derived from ``url`` with the role ``pgcontext_app``."""
     app_role_password: str | None = None
-    """Password set on ``pgcontext_app`` when the app DSN is derived (needed for password auth)."""
+    """Password set on ``pgcontext_app`` when the app DSN is derived (needed for password auth), and by
+    ``pgcontext migrate`` (so a service given only the app DSN can log in)."""
     pool_min: int = 4
     """Connections kept open in the asyncpg pool."""
     pool_max: int = 20
