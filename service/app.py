@@ -15,7 +15,7 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -36,7 +36,7 @@ from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
 from service.errors import AppError, ServiceUnavailable
-from service.health import healthz, readyz
+from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
@@ -172,7 +172,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     return Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        PrometheusController],
+                        metrics_controller(settings.server.metrics_token)],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),

@@ -97,6 +97,10 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
             migrations.downgrade(dsn, args.downgrade)
         else:
             migrations.upgrade(dsn, args.revision)
+            if settings.database.app_role_password:
+                # A deployment whose service holds only pgcontext_app's DSN (docker-compose.yml's
+                # one-shot migrate, then `serve --no-migrate`) sets that role's password here.
+                asyncio.run(migrations.set_app_password(dsn, settings.database.app_role_password))
     return 0
 
 

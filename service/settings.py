@@ -32,7 +32,8 @@ class DatabaseSettings:
     app_url: str | None = None
     """DSN of the RLS-bound service role. Unset: derived from ``url`` with the role ``pgcontext_app``."""
     app_role_password: str | None = None
-    """Password set on ``pgcontext_app`` when the app DSN is derived (needed for password auth)."""
+    """Password set on ``pgcontext_app`` when the app DSN is derived (needed for password auth), and by
+    ``pgcontext migrate`` (so a service given only the app DSN can log in)."""
     pool_min: int = 4
     """Connections kept open in the asyncpg pool."""
     pool_max: int = 20
@@ -96,6 +97,9 @@ class ServerSettings:
     """Service processes (uvicorn workers) sharing the port; each has its own pool and embedder."""
     auth_cache_ttl_s: float = 5.0
     """How long a resolved API key is cached in-process; a revoked key stops working within this."""
+    metrics_token: str | None = None
+    """Bearer token that ``/metrics`` requires (``Authorization: Bearer <token>``). Unset: ``/metrics``
+    is open, which suits a loopback-only service; set it wherever the port is reachable by others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +332,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             log_level=_get(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
             workers=_int(env, "PGCONTEXT_WORKERS", 1),
+            metrics_token=_get(env, "PGCONTEXT_METRICS_TOKEN"),
         ),
         retrieval=RetrievalSettings(
             lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),

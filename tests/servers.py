@@ -63,7 +63,7 @@ def postgres_server(workdir: Path) -> Iterator[str]:
     elif docker_available():
         from testcontainers.postgres import PostgresContainer
 
-        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
+        with PostgresContainer("pgvector/pgvector:pg18", driver=None) as container:
             yield container.get_connection_url()
     else:
         pg = EmbeddedPostgres(workdir / "postgres").start()

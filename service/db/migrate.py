@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import hashlib
+from importlib import resources
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-ROOT = Path(__file__).resolve().parents[2]
 APP_ROLE = "pgcontext_app"
+
+
+def migrations_dir() -> Path:
+    """The Alembic folder (env.py, versions/, alembic.ini): the repository's ``migrations/``, installed
+    as the package ``service._migrations`` in both wheel and editable installs."""
+    folder = resources.files("service._migrations")
+    if not isinstance(folder, Path):  # Alembic reads its scripts from a real directory
+        raise RuntimeError(f"pgcontext's migrations are not on the file system ({folder}); install it unzipped")
+    return folder
 
 
 def alembic_config(dsn: str) -> object:
     from alembic.config import Config
 
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    folder = migrations_dir()
+    config = Config(str(folder / "alembic.ini"))
+    # The ini's script_location is relative to the repository's top (where a DBA runs `alembic`).
+    config.set_main_option("script_location", str(folder))
     config.attributes["dsn"] = dsn
     return config
 

@@ -1,15 +1,27 @@
 """Named SQL: every query lives in ``sql/<feature>/<name>.sql`` and is referred to as ``feature.name``.
 
-Files are read lazily and cached; a missing name fails loudly at first use (tests load every query).
+The repository's ``sql/`` folder is installed as the package ``service._sql`` (see pyproject.toml), so
+the files are read through :mod:`importlib.resources` the same way from a checkout, an editable install
+and a wheel. ``PGCONTEXT_SQL_DIR`` points at another folder instead (e.g. to try changed queries
+against an installed service). Files are read lazily and cached; a missing name fails loudly at first
+use (tests load every query).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
-SQL_DIR = Path(os.environ.get("PGCONTEXT_SQL_DIR") or Path(__file__).resolve().parents[2] / "sql")
+
+def _sql_dir() -> Traversable:
+    override = os.environ.get("PGCONTEXT_SQL_DIR")
+    return Path(override) if override else resources.files("service._sql")
+
+
+SQL_DIR = _sql_dir()
 
 
 @functools.cache
@@ -20,10 +32,17 @@ def query(name: str) -> str:
         raise KeyError(f"bad query name {name!r}; expected 'feature.name'")
     path = SQL_DIR / feature / f"{leaf}.sql"
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise KeyError(f"no SQL file for query {name!r} at {path}") from exc
 
 
 def all_query_names() -> list[str]:
-    return sorted(f"{p.parent.name}.{p.stem}" for p in SQL_DIR.glob("*/*.sql"))
+    """Every ``feature.name`` that has a file."""
+    return sorted(
+        f"{feature.name}.{file.name.removesuffix('.sql')}"
+        for feature in SQL_DIR.iterdir()
+        if feature.is_dir()
+        for file in feature.iterdir()
+        if file.is_file() and file.name.endswith(".sql")
+    )

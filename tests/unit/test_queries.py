@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from service.db.queries import SQL_DIR, all_query_names, query
@@ -36,5 +41,18 @@ def test_bad_names_raise(name: str) -> None:
         query(name)
 
 
-def test_names_match_files() -> None:
-    assert sorted(f"{p.parent.name}.{p.stem}" for p in SQL_DIR.glob("*/*.sql")) == NAMES
+def test_names_match_the_repository_files() -> None:
+    # The installed package (editable here) reads the repository's sql/ folder, file for file.
+    repo_sql = Path(__file__).resolve().parents[2] / "sql"
+    assert sorted(f"{p.parent.name}.{p.stem}" for p in repo_sql.glob("*/*.sql")) == NAMES
+    assert Path(str(SQL_DIR)).resolve() == repo_sql
+
+
+def test_sql_dir_override(tmp_path: Path) -> None:
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "one.sql").write_text("-- a query\nSELECT 1\n")
+    code = ("from service.db.queries import all_query_names, query; "
+            "print(all_query_names(), query('demo.one').split()[-1])")
+    env = {**os.environ, "PGCONTEXT_SQL_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['demo.one'] 1"
