@@ -31,6 +31,7 @@ from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.errors import BadRequest, ServiceUnavailable
 from service.retrieval import branches, fusion, modes
+from service.retrieval.filters import check_time_ranges
 from service.retrieval.hits import Hit
 from service.retrieval.modes import ModeHit
 from service.retrieval.planner import Plan, choose
@@ -172,9 +173,7 @@ class RetrievalEngine:
             raise BadRequest(f"limit must be at most {self.max_limit}", code="validation_error",
                              details={"field": "limit"})
         f = request.filters
-        if f.created_after and f.created_before and f.created_after >= f.created_before:
-            raise BadRequest("filters.created_after must be before filters.created_before",
-                             code="validation_error", details={"field": "filters"})
+        check_time_ranges(f)
         if f.metadata is not None and b"\\u0000" in msgspec.json.encode(f.metadata):
             raise BadRequest("filters.metadata must not contain NUL characters", code="validation_error")
         if request.modes == []:
