@@ -469,7 +469,8 @@ class Orchestrator:
         )
         if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
             search = cold_value.search
-            branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason)))
+            rerank = None if search.rerank is None else f"rerank {search.rerank.outcome}: {search.rerank.detail}"
+            branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank)))
         formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
         metrics = Metrics(
             budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),

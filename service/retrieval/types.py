@@ -105,6 +105,9 @@ class SearchResult(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     occurred_at: datetime | None = None
     """When the memory's event happened (its write time unless the writer said otherwise)."""
+    fused_score: float | None = None
+    """Set when the reranker re-ordered the results: the score fusion gave (``final_score`` is then the
+    reranker's relevance score)."""
     # Filled by ``modes`` search (null from the strategy search; line fields null for non-document rows):
     path: str | None = None
     """The document path (``source``)."""
@@ -143,6 +146,20 @@ class SearchMetrics(msgspec.Struct, kw_only=True):
     modes: dict[str, ModeMetrics] | None = None
     """``modes`` search: time and candidate count per mode (``lexical_*``/``semantic_*`` above mirror
     those two modes)."""
+    rerank_ms: float | None = None
+    """Wall time of the reranker call (null when none is configured or it was skipped)."""
+
+
+class RerankReport(msgspec.Struct, kw_only=True):
+    """What the optional reranker stage did with this search's fused results."""
+
+    provider: str
+    outcome: Literal["applied", "skipped", "failed"]
+    """``applied``: results in the reranker's order; otherwise they keep the fused order."""
+    detail: str
+    """Why: how many candidates were reranked, or why it was skipped (not enough time left) or failed."""
+    candidates: int
+    """Fused results offered to the reranker."""
 
 
 class SearchResponse(msgspec.Struct, kw_only=True):
@@ -157,3 +174,5 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     metrics: SearchMetrics
     modes: list[Mode] | None = None
     """``modes`` search: the modes that ran (``"all"`` resolved for the query)."""
+    rerank: RerankReport | None = None
+    """The reranker stage (null when no reranker is configured, ``PGCONTEXT_RERANK_PROVIDER``)."""
