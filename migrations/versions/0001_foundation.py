@@ -8,7 +8,7 @@ admin policy so the CLI can manage orgs and keys; API-key lookups by the service
 SECURITY DEFINER function that answers only for an exact key hash.
 
 Ids are UUIDv7 (time-ordered, so new rows land at the right edge of the primary-key indexes) from
-``pgcontext_uuidv7()``: PostgreSQL 18's native ``uuidv7()`` where the server has it, else
+``pgcontext_uuidv7()``: PostgreSQL 18's native ``uuidv7`` where the server has it, else
 ``pgcontext_uuidv7_portable()``, the same layout in plain SQL (PostgreSQL 16 and 17).
 
 Revision ID: 0001
