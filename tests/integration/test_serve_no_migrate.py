@@ -5,8 +5,10 @@ every upgrade checks first."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -183,3 +185,28 @@ def test_check_revision_says_current_and_required() -> None:
 def test_migrate_on_start_setting(value: str | None, expected: bool) -> None:
     env = {} if value is None else {"PGCONTEXT_MIGRATE_ON_START": value}
     assert load_settings(env).database.migrate_on_start is expected
+
+
+def test_an_old_pgvector_stops_the_upgrade_before_any_change(pg_server: str, tmp_path: Path) -> None:
+    """A database whose pgvector says 0.7.4 (the catalog row an old install leaves; this server only has
+    0.8): the real `alembic upgrade head` and the offline script in psql both stop at the check."""
+    from tests.integration.test_migrations_offline import offline_script, psql
+
+    with fresh_database(pg_server) as dsn:
+        fetchval(dsn, "CREATE EXTENSION vector")
+        fetchval(dsn, "UPDATE pg_extension SET extversion = '0.7.4' WHERE extname = 'vector'")
+        exe = shutil.which("alembic", path=str(Path(sys.executable).parent)) or "alembic"
+        env = clean_env()
+        result = subprocess.run([exe, "-x", f"dsn={dsn}", "upgrade", "head"], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode != 0
+        assert ("error: pgcontext needs pgvector 0.8 or newer; this database has 0.7.4 installed. "
+                "Install pgvector 0.8+ on the server, then ALTER EXTENSION vector UPDATE") in result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+
+        script = tmp_path / "upgrade.sql"
+        script.write_text(offline_script("upgrade", "head"))
+        applied = subprocess.run([psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
+                                 capture_output=True, text=True, timeout=120)
+        assert applied.returncode != 0 and "pgcontext needs pgvector 0.8 or newer" in applied.stderr
+        assert fetchval(dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == 0
