@@ -64,6 +64,7 @@ def refused(env: dict[str, str], *args: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_serves_with_the_app_dsn_alone(pg_server: str, app_dsn: str, redis_url: str, settings: Settings,
                                        tmp_path: Path) -> None:
     with fresh_database(pg_server) as owner:
@@ -106,6 +107,7 @@ async def _issue_key(owner: str) -> admin.IssuedKey:
         await conn.close()
 
 
+@pytest.mark.slow
 def test_refuses_when_the_schema_is_behind(pg_server: str, app_dsn: str, redis_url: str, tmp_path: Path) -> None:
     chain = revisions()
     with fresh_database(pg_server) as owner:
