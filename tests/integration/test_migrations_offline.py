@@ -10,11 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from alembic.script import ScriptDirectory
-
 from service.db import migrate
 from tests.catalog import catalog, differences
-from tests.integration.test_migrations import alembic
+from tests.integration.test_migrations import alembic, revisions
 from tests.servers import fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +47,6 @@ def apply(script: str, dsn: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def chain() -> list[str]:
-    script = ScriptDirectory.from_config(migrate.alembic_config(""))  # type: ignore[arg-type]
-    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
-
-
 def test_offline_script_builds_the_online_schema(pg_server: str, tmp_path: Path) -> None:
     script = offline_script("upgrade", "head")
     assert "%%" not in script and "pg_advisory_lock" in script
@@ -61,7 +54,7 @@ def test_offline_script_builds_the_online_schema(pg_server: str, tmp_path: Path)
         alembic(online, "upgrade", "head")
         apply(script, offline, tmp_path)
         expected, got = catalog(online), catalog(offline)
-        assert expected["alembic_version"][0] == [chain()[-1]]
+        assert expected["alembic_version"][0] == [revisions()[-1]]
         assert "pgcontext_app=r/" in str(expected["alembic_version"][1])  # serve --no-migrate reads it
         assert not differences(expected, got)
 
@@ -69,8 +62,7 @@ def test_offline_script_builds_the_online_schema(pg_server: str, tmp_path: Path)
 def test_offline_script_from_a_revision_and_back(pg_server: str, tmp_path: Path) -> None:
     """`upgrade FROM:head --sql` on a database at FROM, then `downgrade head:FROM --sql`: what an online
     upgrade to head, then to FROM, gives."""
-    revisions = chain()
-    start = revisions[1]
+    start = revisions()[1]
     with fresh_database(pg_server) as at_start, fresh_database(pg_server) as at_head, \
             fresh_database(pg_server) as db:
         migrate.upgrade(at_start, start)

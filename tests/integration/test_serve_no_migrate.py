@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 import pytest
-from alembic.script import ScriptDirectory
 
 from service.auth import admin
 from service.db import guard, migrate
@@ -30,13 +29,8 @@ from tests.integration.test_cli import (
     wait_until_answering,
     with_database,
 )
-from tests.integration.test_migrations import alembic
+from tests.integration.test_migrations import alembic, revisions
 from tests.servers import fresh_database
-
-
-def revisions() -> list[str]:
-    script = ScriptDirectory.from_config(migrate.alembic_config(""))  # type: ignore[arg-type]
-    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
 
 
 def app_dsn_for(app_dsn: str, owner_dsn: str) -> str:
