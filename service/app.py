@@ -198,8 +198,7 @@ def app_from_env() -> Litestar:
 
     settings = load_settings()
     configure(settings.server.log_level)
-    if not (settings.database.url and settings.database.app_url and settings.redis.url):
-        raise RuntimeError("app_from_env needs PGCONTEXT_DATABASE_URL, PGCONTEXT_APP_DATABASE_URL and "
-                           "PGCONTEXT_REDIS_URL")
+    if not (settings.database.app_url and settings.redis.url):
+        raise RuntimeError("app_from_env needs PGCONTEXT_APP_DATABASE_URL and PGCONTEXT_REDIS_URL")
     return create_app(settings, Endpoints(owner_dsn=settings.database.url, app_dsn=settings.database.app_url,
                                           redis_url=settings.redis.url))

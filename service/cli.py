@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import asyncpg
 
 from service.auth import admin
+from service.db import guard
 from service.db import migrate as migrations
 from service.embedded import EmbeddedPostgres, EmbeddedRedis
 from service.logs import configure as configure_logs
@@ -44,11 +45,17 @@ def _redis_url(settings: Settings) -> Iterator[str]:
         redis.stop()
 
 
-def prepare_database(settings: Settings, owner_dsn: str) -> str:
-    """Migrate to head and return the service role's DSN (setting its password when derived)."""
-    migrations.upgrade(owner_dsn)
+def prepare_database(settings: Settings, owner_dsn: str | None, *, migrate: bool = True) -> str:
+    """Migrate to head (``migrate=False``: refuse unless the schema is at head) and return the service
+    role's DSN (setting its password when derived)."""
+    if migrate:
+        assert owner_dsn is not None, "migrating needs the owner DSN"
+        migrations.upgrade(owner_dsn)
+    else:
+        guard.require_head(settings.database.app_url or str(owner_dsn))
     if settings.database.app_url:
         return settings.database.app_url
+    assert owner_dsn is not None, "no app DSN and no owner DSN to derive it from"
     password = settings.database.app_role_password or migrations.derived_app_password(owner_dsn)
     asyncio.run(migrations.set_app_password(owner_dsn, password))
     return migrations.app_dsn(owner_dsn, password)
@@ -68,9 +75,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from service.app import create_app
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with _owner_dsn(settings) as owner_dsn, _redis_url(settings) as redis_url:
-        app_dsn = prepare_database(settings, owner_dsn)
-        issued = asyncio.run(_with_owner(owner_dsn, admin.ensure_default_org))
+    migrate = settings.database.migrate_on_start and not args.no_migrate
+    # Not migrating and given the service role's DSN: no owner credentials, no embedded PostgreSQL.
+    owner = contextlib.nullcontext(None) if not migrate and settings.database.app_url else _owner_dsn(settings)
+    with owner as owner_dsn, _redis_url(settings) as redis_url:
+        app_dsn = prepare_database(settings, owner_dsn, migrate=migrate)
+        issued = asyncio.run(_with_owner(owner_dsn, admin.ensure_default_org)) if owner_dsn else None
         if isinstance(issued, admin.IssuedKey):
             print(f"Created org 'default' ({issued.org_id}). Its API key (shown once):", flush=True)
             print(issued.key, flush=True)
@@ -81,8 +91,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
               flush=True)
         if workers > 1:
             # Worker processes rebuild the app from the environment: hand them the servers resolved here.
-            os.environ.update({"PGCONTEXT_DATABASE_URL": owner_dsn, "PGCONTEXT_APP_DATABASE_URL": app_dsn,
-                               "PGCONTEXT_REDIS_URL": redis_url})
+            os.environ.update({"PGCONTEXT_APP_DATABASE_URL": app_dsn, "PGCONTEXT_REDIS_URL": redis_url,
+                               **({"PGCONTEXT_DATABASE_URL": owner_dsn} if owner_dsn else {})})
             uvicorn.run("service.app:app_from_env", factory=True, workers=workers, host=host, port=port,
                         log_level=settings.server.log_level, access_log=False)
         else:
@@ -196,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--workers", type=int, default=None, help="service processes (default: $PGCONTEXT_WORKERS or 1)")
+    serve.add_argument("--no-migrate", action="store_true",
+                       help="do not migrate; refuse to start unless the schema is at head "
+                            "(with PGCONTEXT_APP_DATABASE_URL alone: no owner DSN needed)")
     serve.set_defaults(func=cmd_serve)
 
     mig = sub.add_parser("migrate", help="apply Alembic migrations (as the owner role)")
@@ -249,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logs(settings.server.log_level)
     try:
         return int(args.func(settings, args))
-    except admin.AdminError as exc:
+    except (admin.AdminError, guard.SchemaNotCurrent) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 class Endpoints:
     """Where the servers are: resolved once by the CLI (embedded or configured) or by tests."""
 
-    owner_dsn: str
+    owner_dsn: str | None
+    """None when serving with the service role's DSN alone (``serve --no-migrate``)."""
     app_dsn: str
     redis_url: str
 

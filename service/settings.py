@@ -40,6 +40,10 @@ class DatabaseSettings:
     """Upper bound on pooled connections (hybrid search uses two per request)."""
     statement_timeout_ms: int = 5000
     """Default per-transaction statement timeout for tenant work."""
+    migrate_on_start: bool = True
+    """``serve`` upgrades the schema to head before serving (as the owner). False (or ``serve
+    --no-migrate``): it only checks the schema is at head and refuses to start otherwise; with
+    ``app_url`` set it then needs no owner DSN and starts no embedded PostgreSQL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +365,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             pool_min=_int(env, "PGCONTEXT_DB_POOL_MIN", 4),
             pool_max=_int(env, "PGCONTEXT_DB_POOL_MAX", 20),
             statement_timeout_ms=_int(env, "PGCONTEXT_STATEMENT_TIMEOUT_MS", 5000),
+            migrate_on_start=_bool(env, "PGCONTEXT_MIGRATE_ON_START", True),
         ),
         redis=RedisSettings(
             url=_get(env, "PGCONTEXT_REDIS_URL"),

@@ -7,6 +7,10 @@ nothing, is not a superuser and has NOBYPASSRLS. The owner (the role running mig
 admin policy so the CLI can manage orgs and keys; API-key lookups by the service go through a
 SECURITY DEFINER function that answers only for an exact key hash.
 
+Ids are UUIDv7 (time-ordered, so new rows land at the right edge of the primary-key indexes) from
+``pgcontext_uuidv7()``: PostgreSQL 18's native ``uuidv7`` where the server has it, else
+``pgcontext_uuidv7_portable()``, the same layout in plain SQL (PostgreSQL 16 and 17).
+
 Revision ID: 0001
 Revises:
 Create Date: 2026-11-29
@@ -20,6 +24,35 @@ branch_labels = None
 depends_on = None
 
 TENANT_TABLES = ("orgs", "api_keys", "memories", "directives", "idempotency_keys")
+
+# RFC 9562 UUIDv7, "method 3" like PostgreSQL 18's own: unix time in ms (48 bits), version 7, then 12
+# bits of sub-millisecond time (so ids from one session sort in creation order), the variant, and 62
+# random bits taken from gen_random_uuid() (whose variant bits are already right).
+UUIDV7_PORTABLE = """
+    CREATE FUNCTION pgcontext_uuidv7_portable() RETURNS uuid
+    LANGUAGE sql VOLATILE PARALLEL SAFE
+    AS $fn$
+        SELECT encode(substring(int8send(t.us / 1000) FROM 3)
+                      || int2send((28672 + mod(t.us, 1000) * 4096 / 1000)::smallint)
+                      || substring(uuid_send(gen_random_uuid()) FROM 9),
+                      'hex')::uuid
+          FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us) AS t
+    $fn$
+"""
+# The native function only exists from PostgreSQL 18; the branch not taken is never parsed.
+UUIDV7 = """
+    DO $$
+    BEGIN
+        IF current_setting('server_version_num')::int >= 180000 THEN
+            CREATE FUNCTION pgcontext_uuidv7() RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE
+            AS $fn$ SELECT uuidv7() $fn$;
+        ELSE
+            CREATE FUNCTION pgcontext_uuidv7() RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE
+            AS $fn$ SELECT pgcontext_uuidv7_portable() $fn$;
+        END IF;
+    END
+    $$
+"""
 
 
 def upgrade() -> None:
@@ -40,11 +73,13 @@ def upgrade() -> None:
     # (ENVIRONMENT.md: the generic plan sorts a whole org), and JIT only adds latency here.
     op.execute("ALTER ROLE pgcontext_app SET plan_cache_mode = force_custom_plan")
     op.execute("ALTER ROLE pgcontext_app SET jit = off")
+    op.execute(UUIDV7_PORTABLE)
+    op.execute(UUIDV7)
 
     op.execute(
         """
         CREATE TABLE orgs (
-            id          uuid PRIMARY KEY DEFAULT uuidv7(),
+            id          uuid PRIMARY KEY DEFAULT pgcontext_uuidv7(),
             name        text NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 200),
             created_at  timestamptz NOT NULL DEFAULT now()
         )
@@ -54,7 +89,7 @@ def upgrade() -> None:
         """
         CREATE TABLE api_keys (
             org_id        uuid NOT NULL REFERENCES orgs(id) ON DELETE CASCADE,
-            id            uuid NOT NULL DEFAULT uuidv7(),
+            id            uuid NOT NULL DEFAULT pgcontext_uuidv7(),
             key_hash      bytea NOT NULL UNIQUE,
             prefix        text NOT NULL,
             name          text,
@@ -69,7 +104,7 @@ def upgrade() -> None:
         """
         CREATE TABLE memories (
             org_id            uuid NOT NULL REFERENCES orgs(id) ON DELETE CASCADE,
-            id                uuid NOT NULL DEFAULT uuidv7(),
+            id                uuid NOT NULL DEFAULT pgcontext_uuidv7(),
             agent_id          text CHECK (length(agent_id) BETWEEN 1 AND 200),
             kind              text NOT NULL DEFAULT 'fact' CHECK (kind ~ '^[a-z][a-z0-9_]{0,39}$'),
             text              text NOT NULL CHECK (length(text) > 0),
@@ -186,7 +221,20 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION IF EXISTS pgcontext_resolve_api_key(bytea)")
     for table in reversed(TENANT_TABLES):
         op.execute(f"DROP TABLE IF EXISTS {table} CASCADE")
+    op.execute("DROP FUNCTION IF EXISTS pgcontext_uuidv7()")
+    op.execute("DROP FUNCTION IF EXISTS pgcontext_uuidv7_portable()")
     op.execute("REVOKE ALL ON SCHEMA public FROM pgcontext_app")
+    # migrations/env.py lets the service role read alembic_version (for `serve --no-migrate`).
+    op.execute(
+        """
+        DO $$ BEGIN
+            IF to_regclass('alembic_version') IS NOT NULL
+               AND EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgcontext_app') THEN
+                REVOKE ALL ON alembic_version FROM pgcontext_app;
+            END IF;
+        END $$
+        """
+    )
     op.execute(
         """
         DO $$ BEGIN

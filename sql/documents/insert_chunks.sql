@@ -1,6 +1,6 @@
 -- Insert document chunks (kind document_chunk) from parallel arrays; returns their ids in input order.
 WITH input AS (
-    SELECT uuidv7() AS id, t.*
+    SELECT pgcontext_uuidv7() AS id, t.*
       FROM unnest($2::text[], $3::text[], $4::vector[], $5::jsonb[], $6::text[], $7::int[], $8::int[], $9::text[],
                   $10::text[], $11::smallint[])
            WITH ORDINALITY AS t(agent_id, text, embedding, metadata, source_path, line_start, line_end,

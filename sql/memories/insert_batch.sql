@@ -1,6 +1,6 @@
 -- Insert a batch of memories from parallel arrays; returns their ids in input order. A null occurred_at is the write time.
 WITH input AS (
-    SELECT uuidv7() AS id, t.*
+    SELECT pgcontext_uuidv7() AS id, t.*
       FROM unnest($2::text[], $3::text[], $4::text[], $5::vector[], $6::jsonb[], $7::real[], $8::bool[],
                   $9::timestamptz[], $10::timestamptz[])
            WITH ORDINALITY AS t(agent_id, kind, text, embedding, metadata, importance, pinned, expires_at, occurred_at,

@@ -110,6 +110,20 @@ class Output:
         return "".join(self.lines)
 
 
+def wait_until_answering(proc: subprocess.Popen[str], out: Output, url: str, timeout_s: float = 120) -> None:
+    """Wait until ``url`` answers 200, failing with the process's output if it exits or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, f"serve exited early:\n{out.text()}"
+        assert time.monotonic() < deadline, f"serve did not answer {url} in time:\n{out.text()}"
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+
+
 def processes_mentioning(needle: str) -> dict[int, str]:
     found: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
@@ -158,16 +172,7 @@ def test_serve_embedded_end_to_end(tmp_path: Path, settings: Settings) -> None:
     out = Output(proc)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, f"serve exited early:\n{out.text()}"
-            assert time.monotonic() < deadline, f"serve did not answer /healthz in time:\n{out.text()}"
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_until_answering(proc, out, f"{base}/healthz")
         match = re.search(r"Its API key \(shown once\):\n(\S+)\n", out.text())
         assert match, out.text()
         key = match.group(1)

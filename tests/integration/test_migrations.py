@@ -1,4 +1,5 @@
-"""The schema through the real ``alembic`` CLI, as a DBA would run it: up, down to base, up again."""
+"""The schema through the real ``alembic`` CLI, as a DBA would run it: up, down one revision at a time
+to base (each step matching an upgrade straight to that revision), up again; two upgrades at once."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
+import psycopg
+import pytest
+from alembic.script import ScriptDirectory
 
+from service.db import guard, migrate
+from tests.catalog import catalog, differences
 from tests.servers import fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,3 +77,73 @@ def test_upgrade_downgrade_upgrade(pg_server: str) -> None:
         alembic(dsn, "upgrade", "head")
         tables, _, version = asyncio.run(_schema(dsn))
         assert tables >= FOUNDATION_TABLES and version == head
+
+
+def revisions() -> list[str]:
+    """Every revision, base first."""
+    script = ScriptDirectory.from_config(migrate.alembic_config(""))  # type: ignore[arg-type]
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+@pytest.mark.slow
+def test_every_downgrade_leaves_what_an_upgrade_to_that_revision_builds(pg_server: str) -> None:
+    chain = revisions()
+    assert chain[0] == "0001" and len(chain) >= 4
+    # What each revision looks like when an empty database is upgraded straight to it.
+    expected: dict[str, dict[str, object]] = {}
+    with fresh_database(pg_server) as empty:
+        expected["base"] = catalog(empty)
+    for revision in chain:
+        with fresh_database(pg_server) as dsn:
+            migrate.upgrade(dsn, revision)  # in-process: the same env.py, without a Python start per step
+            expected[revision] = catalog(dsn)
+    assert all(expected[a] != expected[b] for a, b in zip(["base", *chain], chain, strict=False))
+
+    with fresh_database(pg_server) as dsn:
+        alembic(dsn, "upgrade", "head")
+        assert not differences(catalog(dsn), expected[chain[-1]])
+        for target in [*reversed(chain[:-1]), "base"]:
+            alembic(dsn, "downgrade", "-1")
+            assert not differences(catalog(dsn), expected[target]), f"after downgrading to {target}"
+        alembic(dsn, "upgrade", "head")
+        assert not differences(catalog(dsn), expected[chain[-1]])
+
+
+async def _advisory_waiters(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database() "
+            "AND ((l.classid::bigint << 32) | l.objid::bigint) = $1", guard.MIGRATION_LOCK_KEY))
+    finally:
+        await conn.close()
+
+
+def test_concurrent_upgrades_are_serialized(pg_server: str) -> None:
+    """Two real `alembic upgrade head` at once on one empty database: both wait on the migration lock
+    (held here first so they surely overlap), then one migrates and the other finds head: both exit 0."""
+    exe = shutil.which("alembic", path=str(Path(sys.executable).parent)) or "alembic"
+    env = {k: v for k, v in os.environ.items() if k not in ("PGCONTEXT_DATABASE_URL", "DATABASE_URL")}
+    with fresh_database(pg_server) as dsn:
+        holder = psycopg.connect(dsn, autocommit=True)
+        try:
+            holder.execute(guard.LOCK_SQL)
+            procs = [subprocess.Popen([exe, "-x", f"dsn={dsn}", "upgrade", "head"], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+            deadline = time.monotonic() + 60
+            while asyncio.run(_advisory_waiters(dsn)) < 2:
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                    [p.communicate() for p in procs if p.poll() is not None]
+                time.sleep(0.1)
+            assert asyncio.run(_schema(dsn))[2] is None  # nothing ran before the lock was free
+        finally:
+            holder.execute(guard.UNLOCK_SQL)
+            holder.close()
+        results = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], results
+        tables, _, version = asyncio.run(_schema(dsn))
+        head = ScriptDirectory.from_config(migrate.alembic_config(dsn)).get_current_head()  # type: ignore[arg-type]
+        assert version == head and tables >= FOUNDATION_TABLES
+        ran = [err.count("Running upgrade") for _, err in results]
+        assert sorted(ran) == [0, len(revisions())], results
