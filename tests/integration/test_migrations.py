@@ -79,6 +79,10 @@ def test_upgrade_downgrade_upgrade(pg_server: str) -> None:
         assert tables >= FOUNDATION_TABLES and version == head
 
 
+# Revisions that only repair databases created by an older release: on a fresh database they change nothing.
+REPAIR_ONLY = {"0006"}
+
+
 def revisions() -> list[str]:
     """Every revision, base first."""
     script = ScriptDirectory.from_config(migrate.alembic_config(""))  # type: ignore[arg-type]
@@ -97,7 +101,8 @@ def test_every_downgrade_leaves_what_an_upgrade_to_that_revision_builds(pg_serve
         with fresh_database(pg_server) as dsn:
             migrate.upgrade(dsn, revision)  # in-process: the same env.py, without a Python start per step
             expected[revision] = catalog(dsn)
-    assert all(expected[a] != expected[b] for a, b in zip(["base", *chain], chain, strict=False))
+    assert all(expected[a] != expected[b] for a, b in zip(["base", *chain], chain, strict=False)
+               if b not in REPAIR_ONLY)
 
     with fresh_database(pg_server) as dsn:
         alembic(dsn, "upgrade", "head")
@@ -147,3 +152,36 @@ def test_concurrent_upgrades_are_serialized(pg_server: str) -> None:
         assert version == head and tables >= FOUNDATION_TABLES
         ran = [err.count("Running upgrade") for _, err in results]
         assert sorted(ran) == [0, len(revisions())], results
+
+
+def test_a_database_from_before_the_portable_uuidv7_gets_it(pg_server: str) -> None:
+    """A database migrated to 0005 by the release whose 0001 used PostgreSQL 18's ``uuidv7()`` directly
+    (no ``pgcontext_uuidv7()``): the upgrade to head creates the functions, and writes work again."""
+    with fresh_database(pg_server) as dsn:
+        alembic(dsn, "upgrade", "0005")
+
+        async def as_the_old_release_left_it() -> None:
+            conn = await asyncpg.connect(dsn)
+            try:
+                for table in ("orgs", "api_keys", "memories"):
+                    await conn.execute(f"ALTER TABLE {table} ALTER COLUMN id SET DEFAULT uuidv7()")
+                await conn.execute("DROP FUNCTION pgcontext_uuidv7(); DROP FUNCTION pgcontext_uuidv7_portable()")
+            finally:
+                await conn.close()
+
+        asyncio.run(as_the_old_release_left_it())
+        alembic(dsn, "upgrade", "head")
+
+        async def ids_and_defaults() -> tuple[int, set[str]]:
+            conn = await asyncpg.connect(dsn)
+            try:
+                org = await conn.fetchval("INSERT INTO orgs (name) VALUES ('old-release') RETURNING id")
+                defaults = {r[0] for r in await conn.fetch(
+                    "SELECT column_default FROM information_schema.columns "
+                    "WHERE table_name IN ('orgs', 'api_keys', 'memories') AND column_name = 'id'")}
+                return org.version, defaults
+            finally:
+                await conn.close()
+
+        version, defaults = asyncio.run(ids_and_defaults())
+        assert version == 7 and defaults == {"pgcontext_uuidv7()"}
