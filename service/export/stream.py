@@ -1,0 +1,87 @@
+"""The NDJSON lines of an agent's export, read through an org-scoped transaction and a server-side cursor.
+
+One read-only ``Database.tenant`` transaction holds the whole export, so row-level security scopes
+every line to the caller's org; rows come through a cursor ``_PREFETCH`` at a time and leave in
+chunks of about ``_CHUNK_BYTES``, so memory stays flat however many rows the agent has. Postgres
+renders each line (``to_jsonb``): the service only joins them.
+
+Lines, in order: ``export`` (org, agent, time), ``directive`` (if any), each ``document``, each
+``memory``, each ``chunk``, and last ``end`` with the counts. A stream without its ``end`` line is
+incomplete: if reading fails part-way, an ``error`` line is the last one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import UUID
+
+import msgspec
+import structlog
+
+from service.db import Database, query
+
+log = structlog.get_logger(__name__)
+
+MEDIA_TYPE = "application/x-ndjson"
+_PREFETCH = 500
+_CHUNK_BYTES = 256 * 1024
+IDLE_TIMEOUT_MS = 60_000
+"""A client that stops reading this long ends the export (Postgres closes the idle transaction)."""
+
+
+class _Counts(msgspec.Struct):
+    directive: int = 0
+    document: int = 0
+    memory: int = 0
+    chunk: int = 0
+
+
+class _Trailer(msgspec.Struct, tag_field="type", tag="end"):
+    counts: _Counts
+
+
+class _ErrorLine(msgspec.Struct, tag_field="type", tag="error"):
+    code: str
+    message: str
+
+
+async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncIterator[bytes]:
+    """Yield the export as NDJSON byte chunks; the first chunk (the header line) comes once the
+    transaction is open, so a caller can await it before answering 200."""
+    counts = _Counts()
+    settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
+    started = False
+    try:
+        async with db.tenant(org_id, readonly=True, settings=settings) as tx:
+            header: str = await tx.fetchval("export.header", org_id, agent_id)
+            started = True
+            yield header.encode() + b"\n"
+            buffer: list[str] = []
+            size = 0
+            directive = await tx.fetchval("export.directive", org_id, agent_id)
+            if directive is not None:
+                counts.directive = 1
+                buffer.append(directive)
+            for name in ("export.documents", "export.memories"):
+                async for row in tx.conn.cursor(query(name), org_id, agent_id, prefetch=_PREFETCH):
+                    if name == "export.documents":
+                        counts.document += 1
+                    elif row["chunk"]:
+                        counts.chunk += 1
+                    else:
+                        counts.memory += 1
+                    line: str = row["line"]
+                    buffer.append(line)
+                    size += len(line)
+                    if size >= _CHUNK_BYTES:
+                        yield ("\n".join(buffer) + "\n").encode()
+                        buffer, size = [], 0
+        # Sent only after the transaction committed: an ``end`` line means every row was read.
+        yield ("\n".join([*buffer, msgspec.json.encode(_Trailer(counts)).decode()]) + "\n").encode()
+    except Exception as exc:
+        if not started:
+            raise  # nothing sent yet: the handler answers in the error shape
+        # The 200 is already on its way: say so in the stream, then stop.
+        log.warning("export_failed", agent_id=agent_id, error=repr(exc)[:300])
+        error = _ErrorLine(code="export_failed", message="the export stopped part-way; retry it")
+        yield msgspec.json.encode(error) + b"\n"
