@@ -27,6 +27,8 @@ _PREFETCH = 500
 _CHUNK_BYTES = 256 * 1024
 IDLE_TIMEOUT_MS = 60_000
 """A client that stops reading this long ends the export (Postgres closes the idle transaction)."""
+STATEMENT_TIMEOUT_MS = 60_000
+"""Per statement (each cursor fetch is one): an agent's chunks are sorted before the first one leaves."""
 
 
 class _Counts(msgspec.Struct):
@@ -48,11 +50,11 @@ class _ErrorLine(msgspec.Struct, tag_field="type", tag="error"):
 async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncIterator[bytes]:
     """Yield the export as NDJSON byte chunks; the first chunk (the header line) comes once the
     transaction is open, so a caller can await it before answering 200."""
-    counts = _Counts()
+    counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0}
     settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
     started = False
     try:
-        async with db.tenant(org_id, readonly=True, settings=settings) as tx:
+        async with db.tenant(org_id, readonly=True, timeout_ms=STATEMENT_TIMEOUT_MS, settings=settings) as tx:
             header: str = await tx.fetchval("export.header", org_id, agent_id)
             started = True
             yield header.encode() + b"\n"
@@ -60,16 +62,12 @@ async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncIterat
             size = 0
             directive = await tx.fetchval("export.directive", org_id, agent_id)
             if directive is not None:
-                counts.directive = 1
+                counts["directive"] = 1
                 buffer.append(directive)
-            for name in ("export.documents", "export.memories"):
+            for kind, name in (("document", "export.documents"), ("memory", "export.memories"),
+                               ("chunk", "export.chunks")):
                 async for row in tx.conn.cursor(query(name), org_id, agent_id, prefetch=_PREFETCH):
-                    if name == "export.documents":
-                        counts.document += 1
-                    elif row["chunk"]:
-                        counts.chunk += 1
-                    else:
-                        counts.memory += 1
+                    counts[kind] += 1
                     line: str = row["line"]
                     buffer.append(line)
                     size += len(line)
@@ -77,7 +75,7 @@ async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncIterat
                         yield ("\n".join(buffer) + "\n").encode()
                         buffer, size = [], 0
         # Sent only after the transaction committed: an ``end`` line means every row was read.
-        yield ("\n".join([*buffer, msgspec.json.encode(_Trailer(counts)).decode()]) + "\n").encode()
+        yield ("\n".join([*buffer, msgspec.json.encode(_Trailer(_Counts(**counts))).decode()]) + "\n").encode()
     except Exception as exc:
         if not started:
             raise  # nothing sent yet: the handler answers in the error shape

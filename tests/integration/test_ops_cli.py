@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
 
+from service.auth import admin
 from service.config_reference import reference
+from service.db import migrate
 from tests.integration.test_cli import clean_env, run
 from tests.servers import fresh_database
 
@@ -25,15 +29,24 @@ def test_lists_need_the_schema(ops_db: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+async def make_orgs_and_keys(dsn: str) -> list[str]:
+    """Set up in-process (``orgs create`` and ``keys create`` have their own CLI tests in test_cli)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for name in ("alpha", "beta"):
+            await admin.create_org(conn, name)
+        keys = [(await admin.create_key(conn, "alpha", label)).key for label in ("ci", "laptop")]
+        await admin.create_key(conn, "beta")
+        await admin.revoke_key(conn, keys[1])
+    finally:
+        await conn.close()
+    return keys
+
+
 def test_orgs_and_keys_lists_never_show_a_secret(ops_db: str) -> None:
     env = clean_env(PGCONTEXT_DATABASE_URL=ops_db)
-    run(env, "migrate")
-    run(env, "orgs", "create", "alpha")
-    run(env, "orgs", "create", "beta")
-    keys = [run(env, "keys", "create", "--org", "alpha", "--name", label).stdout.strip().splitlines()[-1]
-            for label in ("ci", "laptop")]
-    run(env, "keys", "create", "--org", "beta")
-    run(env, "keys", "revoke", keys[1])
+    migrate.upgrade(ops_db)
+    keys = asyncio.run(make_orgs_and_keys(ops_db))
 
     table = run(env, "orgs", "list").stdout
     assert table.splitlines()[0].split() == ["NAME", "ID", "CREATED", "KEYS", "REVOKED", "MEMORIES", "DOC_CHUNKS"]
