@@ -19,25 +19,26 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield chunk
 
 
+EXPORT_DESCRIPTION = (
+    "One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` "
+    "(ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access "
+    "statistics; expired memories not yet purged included), and last `end` with the count per type. Only "
+    "your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line "
+    "is incomplete (an `error` line says so when the failure came after the response started): retry it. "
+    "Streamed through one read-only transaction and a cursor, never built in memory."
+)
+
+
 class ExportController(Controller):
     path = "/v1/export"
     tags = ["export"]
 
-    @get("/", media_type=MEDIA_TYPE, summary="Export an agent's memories, directive and documents (NDJSON)")
-    async def export(
-        self, services: ServicesDep, org_id: OrgId,
-        agent_id: AgentIdQuery,
-    ) -> Stream:
-        """One JSON object per line, each with a ``type``: ``export`` (org, agent, time), ``directive``,
-        ``document`` (ingested files the agent owns), ``memory`` and ``chunk`` (every column but the
-        embedding, with access statistics; expired memories not yet purged included), and last
-        ``end`` with the counts per type. Only your org's rows: another org's agent of the same
-        name exports nothing. A stream without its ``end`` line is incomplete (an ``error`` line
-        says so); retry it. Streamed: the response is not built in memory.
-        """
+    @get("/", media_type=MEDIA_TYPE, summary="Export an agent's memories, directive and documents (NDJSON)",
+         description=EXPORT_DESCRIPTION)
+    async def export(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdQuery) -> Stream:
         check_agent_id(agent_id)
         lines = export_lines(services.db, org_id, agent_id)
-        first = await anext(lines)  # opens the transaction: a database outage is still a clean 503
+        first = await anext(lines)  # opens the transaction: a database error here still gets the error shape
         filename = f"pgcontext-export-{agent_id}.ndjson"
         return Stream(_prepend(first, lines), media_type=MEDIA_TYPE,
                       headers={"Content-Disposition": f'attachment; filename="{filename}"',

