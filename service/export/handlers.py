@@ -25,7 +25,8 @@ EXPORT_DESCRIPTION = (
     "statistics; expired memories not yet purged included), and last `end` with the count per type. Only "
     "your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line "
     "is incomplete (an `error` line says so when the failure came after the response started): retry it. "
-    "Streamed through one read-only transaction and a cursor, never built in memory."
+    "Streamed through one read-only transaction and a cursor, never built in memory. One export per "
+    "org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`)."
 )
 
 

@@ -12,13 +12,15 @@ incomplete: if reading fails part-way, an ``error`` line is the last one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator
 from uuid import UUID
 
 import msgspec
 import structlog
 
 from service.db import Database, query
+from service.errors import AppError, ServiceUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +31,36 @@ IDLE_TIMEOUT_MS = 60_000
 """A client that stops reading this long ends the export (Postgres closes the idle transaction)."""
 STATEMENT_TIMEOUT_MS = 60_000
 """Per statement (each cursor fetch is one): an agent's chunks are sorted before the first one leaves."""
+
+
+class ExportInProgress(AppError):
+    status = 429
+    code = "export_in_progress"
+
+
+class ExportSlots:
+    """An export holds a pooled connection for as long as its client reads, so at most one per org
+    and ``limit`` per process run at once: one tenant's exports cannot take the pool from others."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.orgs: set[UUID] = set()
+
+    def claim(self, org_id: UUID) -> None:
+        if org_id in self.orgs:
+            raise ExportInProgress("an export for this org is already running; retry when it ends",
+                                   retry_after_s=RETRY_AFTER_S)
+        if len(self.orgs) >= self.limit:
+            raise ServiceUnavailable("too many exports are running; retry shortly", code="overloaded",
+                                     retry_after_s=RETRY_AFTER_S)
+        self.orgs.add(org_id)
+
+    def release(self, org_id: UUID) -> None:
+        self.orgs.discard(org_id)
+
+
+RETRY_AFTER_S = 5
+SLOTS = ExportSlots(limit=4)
 
 
 class _Counts(msgspec.Struct):
@@ -47,9 +79,19 @@ class _ErrorLine(msgspec.Struct, tag_field="type", tag="error"):
     message: str
 
 
-async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncIterator[bytes]:
+async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
     """Yield the export as NDJSON byte chunks; the first chunk (the header line) comes once the
-    transaction is open, so a caller can await it before answering 200."""
+    transaction is open, so a caller can await it before answering 200 (or the error shape)."""
+    SLOTS.claim(org_id)
+    try:
+        async with contextlib.aclosing(_lines(db, org_id, agent_id)) as lines:
+            async for chunk in lines:
+                yield chunk
+    finally:
+        SLOTS.release(org_id)
+
+
+async def _lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
     counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0}
     settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
     started = False

@@ -247,3 +247,31 @@ async def test_both_are_in_the_openapi_schema(client: AsyncTestClient[Any]) -> N
     assert erase["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DeletedAgentMemories")
     assert "application/x-ndjson" in export_op["responses"]["200"]["content"]
     assert "end" in export_op["description"] and "chunk" in export_op["description"]
+
+
+async def test_one_export_per_org_at_a_time_and_a_bounded_number_per_process(
+        client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant, endpoints: Endpoints,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export holds a pooled connection while its client reads: a tenant cannot pile them up."""
+    db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=2), statement_timeout_ms=5000)
+    running = stream.export_lines(db, tenant.org_id, SUBJECT)
+    try:
+        assert b'"type": "export"' in await anext(running)  # open, client not reading on
+        busy = assert_error(await client.get("/v1/export", params={"agent_id": "x"}, headers=tenant.headers),
+                            429, "export_in_progress")
+        assert "already running" in busy["message"]
+        assert (await client.get("/v1/export", params={"agent_id": "x"}, headers=tenant.headers)).headers[
+            "retry-after"] == str(stream.RETRY_AFTER_S)
+        # Another org is not held up by it...
+        assert (await client.get("/v1/export", params={"agent_id": "x"},
+                                 headers=other_tenant.headers)).status_code == 200
+        # ...until the process-wide bound is reached.
+        monkeypatch.setattr(stream.SLOTS, "limit", 1)
+        assert_error(await client.get("/v1/export", params={"agent_id": "x"}, headers=other_tenant.headers),
+                     503, "overloaded")
+    finally:
+        await running.aclose()
+        await db.close()
+    assert tenant.org_id not in stream.SLOTS.orgs  # closing the stream gave the slot back
+    r = await client.get("/v1/export", params={"agent_id": "x"}, headers=tenant.headers)
+    assert r.status_code == 200 and r.text.splitlines()[-1].startswith('{"type":"end"')
