@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint bench-ingest bench-retrieval bench-assemble clean
+.PHONY: help install run test lint docs bench-ingest bench-retrieval bench-assemble clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check service tests benchmarks migrations
 	$(BIN)/mypy service tests
 	$(BIN)/mypy --explicit-package-bases benchmarks
+
+docs: $(STAMP) ## regenerate the configuration reference in docs/operations.md from service/settings.py
+	$(BIN)/python -m service.config_reference --write
 
 bench-ingest: $(STAMP) ## write-path throughput (memories/s, embed vs Postgres share)
 	$(BIN)/python benchmarks/ingest.py

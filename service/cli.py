@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -149,6 +151,61 @@ def cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _owner_report(settings: Settings, action: object) -> object:
+    """Run a read-only owner query (no migration: a report must not change the schema)."""
+    with _owner_dsn(settings) as dsn:
+        try:
+            return asyncio.run(_with_owner(dsn, action))
+        except asyncpg.UndefinedTableError as exc:
+            raise admin.AdminError("the schema is not there yet: run `pgcontext migrate` first") from exc
+
+
+def cmd_orgs_list(settings: Settings, args: argparse.Namespace) -> int:
+    from service import ops
+
+    orgs = _owner_report(settings, ops.list_orgs)
+    assert isinstance(orgs, list)
+    if args.json:
+        print(json.dumps([{**dataclasses.asdict(o), "id": str(o.id), "created_at": ops.stamp(o.created_at)}
+                          for o in orgs], indent=2))
+        return 0
+    header = ("NAME", "ID", "CREATED", "KEYS", "REVOKED", "MEMORIES", "DOC_CHUNKS")
+    print(ops.format_table(header, [(o.name, str(o.id), ops.stamp(o.created_at), str(o.active_keys),
+                                     str(o.revoked_keys), str(o.memories), str(o.document_chunks)) for o in orgs]))
+    return 0
+
+
+def cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
+    from service import ops
+
+    async def run(conn: asyncpg.Connection) -> object:
+        return await ops.list_keys(conn, args.org)
+
+    keys = _owner_report(settings, run)
+    assert isinstance(keys, list)
+    if args.json:
+        print(json.dumps([{"id": str(k.id), "prefix": k.prefix, "name": k.name, "created_at": ops.stamp(k.created_at),
+                           "last_used_at": ops.stamp(k.last_used_at) or None,
+                           "revoked_at": ops.stamp(k.revoked_at) or None} for k in keys], indent=2))
+        return 0
+    header = ("KEY_ID", "PREFIX", "LABEL", "CREATED", "LAST_USED", "REVOKED")
+    print(ops.format_table(header, [(str(k.id), f"{k.prefix}…", k.name or "", ops.stamp(k.created_at),
+                                     ops.stamp(k.last_used_at) or "never", ops.stamp(k.revoked_at) or "no")
+                                    for k in keys]))
+    return 0
+
+
+def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
+    from service import ops
+
+    lines = ops.effective_config(settings, os.environ)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(line) for line in lines], indent=2))
+    else:
+        print(ops.format_config(lines))
+    return 0
+
+
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
@@ -220,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     create_org = orgs.add_parser("create", help="create an org and print its id")
     create_org.add_argument("name")
     create_org.set_defaults(func=cmd_orgs_create)
+    list_orgs = orgs.add_parser("list", help="every org: name, id, created, key and memory counts")
+    list_orgs.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    list_orgs.set_defaults(func=cmd_orgs_list)
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create_key = keys.add_parser("create", help="create a key; the key is the last line of stdout")
@@ -229,6 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys.add_parser("revoke", help="revoke a key (by key id or by the key itself)")
     revoke.add_argument("key")
     revoke.set_defaults(func=cmd_keys_revoke)
+    list_keys = keys.add_parser("list", help="an org's keys: id, prefix, label, created, last used, revoked "
+                                             "(never the key or its hash)")
+    list_keys.add_argument("--org", required=True, help="org name")
+    list_keys.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    list_keys.set_defaults(func=cmd_keys_list)
+
+    cfg = sub.add_parser("config", help="print the effective configuration from the environment (secrets masked)")
+    cfg.add_argument("--json", action="store_true", help="a JSON array instead of VAR=value lines")
+    cfg.set_defaults(func=cmd_config)
 
     imp = sub.add_parser("import", help="mirror a directory into a document collection (only changed files are sent)")
     imp.add_argument("path", help="directory to import (.gitignore honoured; binary and huge files skipped)")

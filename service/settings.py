@@ -95,8 +95,11 @@ class LimitSettings:
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     host: str = "127.0.0.1"
+    """Listen address of ``pgcontext serve`` (``--host`` overrides it)."""
     port: int = 8080
+    """Listen port of ``pgcontext serve`` (``--port`` overrides it)."""
     log_level: str = "info"
+    """Log level of the service's structured logs and of uvicorn (debug, info, warning, error)."""
     workers: int = 1
     """Service processes (uvicorn workers) sharing the port; each has its own pool and embedder."""
     auth_cache_ttl_s: float = 5.0

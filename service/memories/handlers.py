@@ -8,12 +8,31 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from service.deps import OrgId, ServicesDep, parse_uuid
 from service.errors import BadRequest, NotFound
 from service.memories import repo, write
-from service.memories.types import CreatedMemories, MemoryOut, MemoryPage, MemoryPatch
+from service.memories.types import (
+    CreatedMemories,
+    DeletedAgentMemories,
+    MemoryOut,
+    MemoryPage,
+    MemoryPatch,
+)
+from service.memories.validation import check_agent_id
+
+AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$",
+                                             description="The agent (1-200 letters, digits and _.:@-).")]
+"""A required ``agent_id`` query parameter, validated (and described in the schema) like the body field."""
+
+
+DELETE_AGENT_DESCRIPTION = (
+    "Deletes every memory of `agent_id` in your org, invalidates its hot set and returns how many went. "
+    "Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks "
+    "owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its "
+    "directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held."
+)
 
 
 class MemoryController(Controller):
@@ -86,6 +105,13 @@ class MemoryController(Controller):
     async def update(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str],
                      data: JSONBody[MemoryPatch]) -> MemoryOut:
         return await write.patch(services, org_id, parse_uuid(memory_id, "memory id"), data)
+
+    @delete("/", status_code=HTTP_200_OK, summary="Delete all of an agent's memories (data-subject erasure)",
+            description=DELETE_AGENT_DESCRIPTION)
+    async def remove_agent(self, services: ServicesDep, org_id: OrgId,
+                           agent_id: AgentIdQuery) -> DeletedAgentMemories:
+        check_agent_id(agent_id)
+        return DeletedAgentMemories(agent_id=agent_id, deleted=await write.delete_agent(services, org_id, agent_id))
 
     @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, summary="Delete a memory")
     async def remove(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str]) -> None:

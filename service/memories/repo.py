@@ -104,3 +104,8 @@ async def current(tx: TenantTx, memory_id: UUID) -> asyncpg.Record | None:
 async def delete(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:
     row = await tx.fetchrow("memories.delete", tx.org_id, memory_id)
     return (row is not None, None if row is None else row["agent_id"])
+
+
+async def delete_agent_batch(tx: TenantTx, agent_id: str, limit: int) -> int:
+    """Delete up to ``limit`` of the agent's memories (not its document chunks); returns how many."""
+    return int(await tx.fetchval("memories.delete_agent", tx.org_id, agent_id, limit))

@@ -51,6 +51,12 @@ class CreatedMemories(msgspec.Struct):
     ids: list[UUID]
 
 
+class DeletedAgentMemories(msgspec.Struct):
+    agent_id: str
+    deleted: int
+    """Memories deleted by this request (0 when there were none left: the call is idempotent)."""
+
+
 class MemoryOut(msgspec.Struct):
     id: UUID
     agent_id: str | None

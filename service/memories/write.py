@@ -27,6 +27,7 @@ from service.settings import LimitSettings
 
 IDEMPOTENCY_KEY_MAX = 200
 _PURGE_EVERY = 50  # on average one write in this many also removes a few expired rows of the org
+_DELETE_AGENT_BATCH = 1000
 
 
 def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
@@ -156,6 +157,25 @@ async def delete(services: Services, org_id: UUID, memory_id: UUID) -> None:
     if not found:
         raise NotFound(f"memory {memory_id} not found")
     await services.memories_changed(org_id, {agent_id})
+
+
+async def delete_agent(services: Services, org_id: UUID, agent_id: str) -> int:
+    """Delete every memory of the agent in the org (data-subject erasure); returns how many.
+
+    In batches, each its own transaction, so an agent with 100K memories neither holds locks on all
+    of them nor runs into the statement timeout; a failure part-way leaves fewer rows and a retry
+    finishes the job. The agent's hot set is invalidated even then."""
+    deleted = 0
+    try:
+        while True:
+            async with services.db.tenant(org_id) as tx:
+                batch = await repo.delete_agent_batch(tx, agent_id, _DELETE_AGENT_BATCH)
+            deleted += batch
+            if batch < _DELETE_AGENT_BATCH:
+                return deleted
+    finally:
+        if deleted:
+            await services.memories_changed(org_id, {agent_id})
 
 
 def _changeable(row: Any, memory_id: UUID) -> Any:

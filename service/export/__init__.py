@@ -1,0 +1,5 @@
+"""Data-subject export: an agent's memories, directive and documents as a streamed NDJSON document."""
+
+from service.export.handlers import ExportController
+
+__all__ = ["ExportController"]

@@ -1,0 +1,127 @@
+"""The NDJSON lines of an agent's export, read through an org-scoped transaction and a server-side cursor.
+
+One read-only ``Database.tenant`` transaction holds the whole export, so row-level security scopes
+every line to the caller's org; rows come through a cursor ``_PREFETCH`` at a time and leave in
+chunks of about ``_CHUNK_BYTES``, so memory stays flat however many rows the agent has. Postgres
+renders each line (``to_jsonb``): the service only joins them.
+
+Lines, in order: ``export`` (org, agent, time), ``directive`` (if any), each ``document``, each
+``memory``, each ``chunk``, and last ``end`` with the counts. A stream without its ``end`` line is
+incomplete: if reading fails part-way, an ``error`` line is the last one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from uuid import UUID
+
+import msgspec
+import structlog
+
+from service.db import Database, query
+from service.errors import AppError, ServiceUnavailable
+
+log = structlog.get_logger(__name__)
+
+MEDIA_TYPE = "application/x-ndjson"
+_PREFETCH = 500
+_CHUNK_BYTES = 256 * 1024
+IDLE_TIMEOUT_MS = 60_000
+"""A client that stops reading this long ends the export (Postgres closes the idle transaction)."""
+STATEMENT_TIMEOUT_MS = 60_000
+"""Per statement (each cursor fetch is one): an agent's chunks are sorted before the first one leaves."""
+
+
+class ExportInProgress(AppError):
+    status = 429
+    code = "export_in_progress"
+
+
+class ExportSlots:
+    """An export holds a pooled connection for as long as its client reads, so at most one per org
+    and ``limit`` per process run at once: one tenant's exports cannot take the pool from others."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.orgs: set[UUID] = set()
+
+    def claim(self, org_id: UUID) -> None:
+        if org_id in self.orgs:
+            raise ExportInProgress("an export for this org is already running; retry when it ends",
+                                   retry_after_s=RETRY_AFTER_S)
+        if len(self.orgs) >= self.limit:
+            raise ServiceUnavailable("too many exports are running; retry shortly", code="overloaded",
+                                     retry_after_s=RETRY_AFTER_S)
+        self.orgs.add(org_id)
+
+    def release(self, org_id: UUID) -> None:
+        self.orgs.discard(org_id)
+
+
+RETRY_AFTER_S = 5
+SLOTS = ExportSlots(limit=4)
+
+
+class _Counts(msgspec.Struct):
+    directive: int = 0
+    document: int = 0
+    memory: int = 0
+    chunk: int = 0
+
+
+class _Trailer(msgspec.Struct, tag_field="type", tag="end"):
+    counts: _Counts
+
+
+class _ErrorLine(msgspec.Struct, tag_field="type", tag="error"):
+    code: str
+    message: str
+
+
+async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
+    """Yield the export as NDJSON byte chunks; the first chunk (the header line) comes once the
+    transaction is open, so a caller can await it before answering 200 (or the error shape)."""
+    SLOTS.claim(org_id)
+    try:
+        async with contextlib.aclosing(_lines(db, org_id, agent_id)) as lines:
+            async for chunk in lines:
+                yield chunk
+    finally:
+        SLOTS.release(org_id)
+
+
+async def _lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
+    counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0}
+    settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
+    started = False
+    try:
+        async with db.tenant(org_id, readonly=True, timeout_ms=STATEMENT_TIMEOUT_MS, settings=settings) as tx:
+            header: str = await tx.fetchval("export.header", org_id, agent_id)
+            started = True
+            yield header.encode() + b"\n"
+            buffer: list[str] = []
+            size = 0
+            directive = await tx.fetchval("export.directive", org_id, agent_id)
+            if directive is not None:
+                counts["directive"] = 1
+                buffer.append(directive)
+            for kind, name in (("document", "export.documents"), ("memory", "export.memories"),
+                               ("chunk", "export.chunks")):
+                async for row in tx.conn.cursor(query(name), org_id, agent_id, prefetch=_PREFETCH):
+                    counts[kind] += 1
+                    line: str = row["line"]
+                    buffer.append(line)
+                    size += len(line)
+                    if size >= _CHUNK_BYTES:
+                        yield ("\n".join(buffer) + "\n").encode()
+                        buffer, size = [], 0
+        # Sent only after the transaction committed: an ``end`` line means every row was read.
+        yield ("\n".join([*buffer, msgspec.json.encode(_Trailer(_Counts(**counts))).decode()]) + "\n").encode()
+    except Exception as exc:
+        if not started:
+            raise  # nothing sent yet: the handler answers in the error shape
+        # The 200 is already on its way: say so in the stream, then stop.
+        log.warning("export_failed", agent_id=agent_id, error=repr(exc)[:300])
+        error = _ErrorLine(code="export_failed", message="the export stopped part-way; retry it")
+        yield msgspec.json.encode(error) + b"\n"

@@ -1,0 +1,150 @@
+"""The configuration reference in docs/operations.md: generated from settings.py, complete and current."""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service import config_reference
+from service import settings as settings_module
+from service.config_reference import DOC_PATH, SettingDoc, current_block, reference, render_block
+from service.ops import display_value, mask_dsn
+from service.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RecordingEnv(Mapping[str, str]):
+    """An empty environment that remembers every name load_settings asks for."""
+
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self.given = values or {}
+        self.asked: list[str] = []
+
+    def __getitem__(self, name: str) -> str:
+        self.asked.append(name)
+        return self.given[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.given)
+
+    def __len__(self) -> int:
+        return len(self.given)
+
+
+def names_load_settings_reads() -> set[str]:
+    env = RecordingEnv()
+    load_settings(env)
+    return set(env.asked)
+
+
+def test_the_reference_pairs_exactly_the_variables_load_settings_reads() -> None:
+    """The ast mapping agrees with what load_settings really asks the environment for."""
+    read = names_load_settings_reads()
+    assert read and all(name.startswith("PGCONTEXT_") for name in read)
+    documented = {name for doc in reference() for name in doc.env}
+    assert documented == read
+    assert set(config_reference.env_names_read()) == read  # none read outside a field
+
+
+def test_every_variable_is_in_docs_operations_md() -> None:
+    text = DOC_PATH.read_text()
+    missing = sorted(name for name in names_load_settings_reads() if f"`{name}`" not in text)
+    assert not missing, f"not in docs/operations.md: {missing}; run `make docs`"
+
+
+def test_the_generated_block_is_current() -> None:
+    assert current_block() == render_block(), "docs/operations.md is stale: run `make docs`"
+
+
+def test_every_setting_is_listed_with_a_docstring() -> None:
+    runtime = set(config_reference.settings_fields())
+    listed = {(doc.group, doc.field) for doc in reference()}
+    assert listed == runtime
+    undocumented = [doc.path for doc in reference() if not doc.doc]
+    assert not undocumented, f"settings without a docstring: {undocumented}"
+
+
+def _probe(doc: SettingDoc, current: Any) -> tuple[str, Any]:
+    """An environment value for the field unlike its default, and what load_settings should make of it."""
+    hint = typing.get_type_hints(getattr(settings_module, doc.group_class))[doc.field]
+    args = set(typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        other = next(a for a in typing.get_args(hint) if a != current)
+        return str(other), other
+    if hint is bool:
+        return ("false", False) if current else ("true", True)
+    if hint is int:
+        return "7", 7
+    if hint is float:
+        return "0.625", 0.625
+    if Path in args or hint is Path:
+        return "/tmp/pgcontext-probe", Path("/tmp/pgcontext-probe")
+    assert hint is str or str in args, (doc.path, hint)
+    return "probe-value", "probe-value"
+
+
+@pytest.mark.parametrize("doc", [d for d in reference() if d.env], ids=lambda d: d.env[0])
+def test_each_variable_sets_the_field_it_is_documented_for(doc: SettingDoc) -> None:
+    defaults = load_settings({})
+    holder = getattr(defaults, doc.group) if doc.group else defaults
+    raw, expected = _probe(doc, getattr(holder, doc.field))
+    loaded = load_settings({doc.env[0]: raw})
+    assert getattr(getattr(loaded, doc.group) if doc.group else loaded, doc.field) == expected
+
+
+def test_defaults_are_what_an_empty_environment_gives() -> None:
+    by_env = {doc.env[0]: doc for doc in reference() if doc.env}
+    assert by_env["PGCONTEXT_PORT"].default == "8080"
+    assert by_env["PGCONTEXT_DATABASE_URL"].default == "unset"
+    assert by_env["PGCONTEXT_EMBEDDING_QUANTIZE"].default == "true"
+    assert by_env["PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT"].default == "`2 * usable_cpus()`"  # machine-dependent
+    assert by_env["PGCONTEXT_DEADLINE_MS"].doc.startswith("Outer wall of one assembly")
+
+
+def test_write_rewrites_only_the_marked_block(tmp_path: Path) -> None:
+    doc = tmp_path / "ops.md"
+    doc.write_text(f"# Title\n\nbefore\n\n{config_reference.BEGIN}\nold stuff\n{config_reference.END}\n\nafter\n")
+    assert config_reference.main(["--check", "--path", str(doc)]) == 1
+    assert config_reference.write(doc) is True
+    text = doc.read_text()
+    assert text.startswith("# Title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "old stuff" not in text and "`PGCONTEXT_DATABASE_URL`" in text
+    assert config_reference.write(doc) is False
+    assert config_reference.main(["--check", "--path", str(doc)]) == 0
+
+
+def test_variables_read_outside_settings_are_documented_too() -> None:
+    """The CLI's client-side variables (and any other literal PGCONTEXT_* name in service/) are in the guide."""
+    text = DOC_PATH.read_text()
+    names = {m for p in (ROOT / "service").rglob("*.py") for m in re.findall(r"PGCONTEXT_[A-Z0-9_]+", p.read_text())}
+    missing = sorted(n for n in names if n not in text)
+    assert not missing, f"not in docs/operations.md: {missing}"
+
+
+@pytest.mark.parametrize(("value", "masked"), [
+    ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:****@h:5432/db"),
+    ("postgresql://u@h/db", "postgresql://u@h/db"),
+    ("postgresql:///db?host=/run&password=x1", "postgresql:///db?host=/run&password=****"),
+    ("postgresql://h/db?sslpassword=a&sslmode=require", "postgresql://h/db?sslpassword=****&sslmode=require"),
+    ("redis://:pw@h:6379/0", "redis://:****@h:6379/0"),
+    ("rediss://user:pw@h/0?ssl_cert_reqs=none", "rediss://user:****@h/0?ssl_cert_reqs=none"),
+    ("host=h password='a b c' user=u", "host=h password=**** user=u"),
+    ("host=h password=abc", "host=h password=****"),
+    ("https://api.example.com/v1", "https://api.example.com/v1"),
+])
+def test_dsn_masking(value: str, masked: str) -> None:
+    assert mask_dsn(value) == masked
+
+
+def test_secret_fields_are_masked_whatever_their_value() -> None:
+    assert display_value("api_key", "sk-123") == "****"
+    assert display_value("app_role_password", "x") == "****"
+    assert display_value("metrics_token", "t") == "****"
+    assert display_value("api_key", None) == ""
+    assert display_value("port", 8080) == "8080"
