@@ -35,7 +35,7 @@ _ENV_NAME = re.compile(r"^PGCONTEXT_[A-Z0-9_]+$")
 @dataclass(frozen=True)
 class SettingDoc:
     group: str
-    """Attribute of ``Settings`` holding the field's group (``""`` for top-level fields)."""
+    """Attribute path from ``Settings`` to the field's group (``""`` top level, ``a.b`` when nested)."""
     group_class: str
     field: str
     env: tuple[str, ...]
@@ -88,17 +88,45 @@ def _dataclass_fields(tree: ast.Module) -> tuple[dict[str, list[_Field]], dict[s
     return classes, class_docs
 
 
-def _load_settings_calls(tree: ast.Module) -> tuple[ast.Call, dict[str, ast.expr], ast.FunctionDef]:
-    """The ``Settings(...)`` call load_settings returns, and its local assignments by name."""
-    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "load_settings")
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _returned_call(func: ast.FunctionDef) -> tuple[ast.Call, dict[str, ast.expr]]:
+    """The ``SomeSettings(...)`` call ``func`` returns (or assigns and then returns), and its local
+    assignments by name."""
     local: dict[str, ast.expr] = {}
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             local[node.targets[0].id] = node.value
         elif isinstance(node, ast.NamedExpr):
             local[node.target.id] = node.value
-    returned = next(n.value for n in ast.walk(func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call))
+    for node in ast.walk(func):
+        if isinstance(node, ast.Return) and node.value is not None:
+            value = local.get(node.value.id) if isinstance(node.value, ast.Name) else node.value
+            if isinstance(value, ast.Call):
+                return value, local
+    raise ValueError(f"{func.name} returns no settings call")
+
+
+def _load_settings_calls(tree: ast.Module) -> tuple[ast.Call, dict[str, ast.expr], ast.FunctionDef]:
+    """The ``Settings(...)`` call load_settings returns, and its local assignments by name."""
+    func = _function(tree, "load_settings")
+    assert func is not None
+    returned, local = _returned_call(func)
     return returned, local, func
+
+
+def _builders(tree: ast.Module, func: ast.FunctionDef) -> list[ast.FunctionDef]:
+    """``func`` and the module's functions it calls to build a settings group (e.g. ``_rerank_settings``),
+    transitively."""
+    found = [func]
+    for node in ast.walk(func):
+        name = _call_name(node) if isinstance(node, ast.Call) else None
+        helper = _function(tree, name) if name else None
+        if helper is not None and helper not in found and helper.name.endswith("_settings"):
+            found += [f for f in _builders(tree, helper) if f not in found]
+    return found
 
 
 def _env_names(expr: ast.AST, local: dict[str, ast.expr], seen: frozenset[str] = frozenset()) -> list[str]:
@@ -140,37 +168,52 @@ def reference() -> list[SettingDoc]:
     returned, local, _ = _load_settings_calls(tree)
     defaults = settings_module.load_settings({})
 
-    env_of: dict[tuple[str, str], list[str]] = {}
-    for kw in returned.keywords:
-        assert kw.arg is not None
-        nested = kw.value
-        if _call_name(nested) in classes and _call_name(nested) != "Settings":
-            assert isinstance(nested, ast.Call)
-            for inner in nested.keywords:
-                assert inner.arg is not None
-                env_of[(kw.arg, inner.arg)] = _env_names(inner.value, local)
-        else:
-            env_of[("", kw.arg)] = _env_names(nested, local)
+    env_of: dict[tuple[str, ...], list[str]] = {}
+
+    def collect(call: ast.Call, path: tuple[str, ...], names: dict[str, ast.expr]) -> None:
+        for kw in call.keywords:
+            assert kw.arg is not None
+            value, name = kw.value, _call_name(kw.value)
+            helper = _function(tree, name) if name else None
+            if name in classes and name != "Settings":
+                assert isinstance(value, ast.Call)
+                collect(value, (*path, kw.arg), names)
+            elif helper is not None and helper.name.endswith("_settings"):  # a group built by a helper
+                built, helper_names = _returned_call(helper)
+                collect(built, (*path, kw.arg), helper_names)
+            else:
+                env_of[(*path, kw.arg)] = _env_names(value, names)
+
+    collect(returned, (), local)
 
     docs: list[SettingDoc] = []
-    for top in classes["Settings"]:
-        group_class = top.annotation if top.annotation in classes else ""
-        members = [(top.name, f) for f in classes[group_class]] if group_class else [("", top)]
-        for group, f in members:
-            holder = getattr(defaults, group) if group else defaults
+
+    def walk(group_class: str, path: tuple[str, ...]) -> None:
+        holder: Any = defaults
+        for part in path:
+            holder = getattr(holder, part)
+        for f in classes[group_class]:
+            if f.annotation in classes:
+                walk(f.annotation, (*path, f.name))
+                continue
             factory = _machine_dependent(f.default)
             default = f"`{factory}`" if factory else _render(getattr(holder, f.name))
-            docs.append(SettingDoc(group=group, group_class=group_class or "Settings", field=f.name,
-                                   env=tuple(env_of.get((group, f.name), [])), type=f.annotation,
+            docs.append(SettingDoc(group=".".join(path), group_class=group_class, field=f.name,
+                                   env=tuple(env_of.get((*path, f.name), [])), type=f.annotation,
                                    default=default, doc=f.doc))
+
+    walk("Settings", ())
     return docs
 
 
 def env_names_read() -> list[str]:
     """Every ``PGCONTEXT_*`` name that appears anywhere in load_settings (attached to a field or not)."""
     tree = ast.parse(_source())
-    _, local, func = _load_settings_calls(tree)
-    return _env_names(func, local)
+    _, _, func = _load_settings_calls(tree)
+    names: list[str] = []
+    for builder in _builders(tree, func):
+        names += _env_names(builder, _returned_call(builder)[1])
+    return list(dict.fromkeys(names))
 
 
 def _cell(text: str) -> str:
@@ -234,15 +277,15 @@ def write(path: Path = DOC_PATH) -> bool:
     return changed
 
 
-def settings_fields() -> Iterator[tuple[str, str]]:
-    """(group, field) of every dataclass field of the runtime Settings, for cross-checks."""
-    for top in dataclasses.fields(settings_module.Settings):
-        value = getattr(settings_module.Settings(), top.name)
-        if dataclasses.is_dataclass(value):
-            for inner in dataclasses.fields(value):
-                yield top.name, inner.name
+def settings_fields(value: Any = None, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+    """(group, field) of every dataclass field of the runtime Settings (nested groups as ``a.b``)."""
+    value = settings_module.Settings() if value is None else value
+    for f in dataclasses.fields(value):
+        inner = getattr(value, f.name)
+        if dataclasses.is_dataclass(inner):
+            yield from settings_fields(inner, (*path, f.name))
         else:
-            yield "", top.name
+            yield ".".join(path), f.name
 
 
 def main(argv: list[str] | None = None) -> int:
