@@ -8,6 +8,7 @@ passwords in DSNs and every key, token and password value masked.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ def effective_config(settings: Settings, env: Mapping[str, str],
                      docs: Sequence[SettingDoc] | None = None) -> list[ConfigLine]:
     lines: list[ConfigLine] = []
     for doc in docs if docs is not None else reference():
-        holder = getattr(settings, doc.group) if doc.group else settings
+        holder = operator.attrgetter(doc.group)(settings) if doc.group else settings
         value = display_value(doc.field, getattr(holder, doc.field))
         if not doc.env:
             lines.append(ConfigLine(doc.path, None, value, "fixed"))
