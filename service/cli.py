@@ -14,31 +14,39 @@ import asyncpg
 from service.auth import admin
 from service.db import migrate as migrations
 from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.lifecycle import Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
 from service.settings import Settings, load_settings
 
 
 @contextlib.contextmanager
-def _owner_dsn(settings: Settings) -> Iterator[str]:
-    """The configured owner DSN, or the embedded server's (started, or attached if already running)."""
+def _owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
+    """The configured owner DSN, or the embedded server's: started, attached to while the process that
+    started it runs (e.g. a CLI command beside `serve`), or adopted when that process was killed."""
     if settings.database.url:
         yield settings.database.url
         return
-    pg = EmbeddedPostgres(settings.data_dir / "postgres").start()
+    pg = EmbeddedPostgres(settings.data_dir / "postgres")
     try:
+        pg.start()
+        if supervisor is not None:
+            supervisor.watch("postgres", pg)
         yield pg.dsn()
     finally:
         pg.stop()
 
 
 @contextlib.contextmanager
-def _redis_url(settings: Settings) -> Iterator[str]:
+def _redis_url(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
     if settings.redis.url:
         yield settings.redis.url
         return
-    redis = EmbeddedRedis(settings.data_dir / "redis").start()
+    redis = EmbeddedRedis(settings.data_dir / "redis")
     try:
+        redis.start()
+        if supervisor is not None:
+            supervisor.watch("redis", redis)
         yield redis.url()
     finally:
         redis.stop()
@@ -68,7 +76,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from service.app import create_app
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with _owner_dsn(settings) as owner_dsn, _redis_url(settings) as redis_url:
+    supervisor = Supervisor()  # restarts an embedded server that dies while serving
+    with (stop_on_signals(), _owner_dsn(settings, supervisor) as owner_dsn,
+          _redis_url(settings, supervisor) as redis_url, supervisor):
         app_dsn = prepare_database(settings, owner_dsn)
         issued = asyncio.run(_with_owner(owner_dsn, admin.ensure_default_org))
         if isinstance(issued, admin.IssuedKey):
