@@ -14,7 +14,7 @@ import asyncpg
 from service.auth import admin
 from service.db import migrate as migrations
 from service.embedded import EmbeddedPostgres, EmbeddedRedis
-from service.lifecycle import Supervisor, stop_on_signals
+from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
 from service.settings import Settings, load_settings
@@ -92,8 +92,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         if workers > 1:
             # Worker processes rebuild the app from the environment: hand them the servers resolved here.
             os.environ.update({"PGCONTEXT_DATABASE_URL": owner_dsn, "PGCONTEXT_APP_DATABASE_URL": app_dsn,
-                               "PGCONTEXT_REDIS_URL": redis_url})
-            uvicorn.run("service.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                               "PGCONTEXT_REDIS_URL": redis_url, SERVE_PID_ENV: str(os.getpid())})
+            uvicorn.run("service.lifecycle:worker_app", factory=True, workers=workers, host=host, port=port,
                         log_level=settings.server.log_level, access_log=False)
         else:
             uvicorn.run(create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url)),

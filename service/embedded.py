@@ -84,8 +84,11 @@ class EmbeddedPostgres:
     max_connections: int = 200
     _socket_dir: Path | None = None
     _owned: bool = False
-    """Whether this process started the server (and so stops it); a CLI command run beside
+    """Whether this process started (or adopted) the server, and so stops it; a CLI command run beside
     ``pgcontext serve`` attaches to the running server instead."""
+
+    def __post_init__(self) -> None:
+        self.data_dir = self.data_dir.resolve()  # found again in the postmaster's command line
 
     @property
     def pgdata(self) -> Path:
@@ -255,6 +258,9 @@ class EmbeddedRedis:
     _proc: subprocess.Popen[bytes] | None = None
     _socket: Path | None = None
     _owned: bool = False
+
+    def __post_init__(self) -> None:
+        self.data_dir = self.data_dir.resolve()
 
     def url(self) -> str:
         if self.tcp_port:

@@ -4,12 +4,18 @@ supervisor that restarts an embedded server dying under it."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from litestar import Litestar
 
 import structlog
 
@@ -54,6 +60,25 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+SERVE_PID_ENV = "PGCONTEXT_SERVE_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_app() -> Litestar:
+    """Factory for the worker processes of ``pgcontext serve --workers N``.
+
+    A worker ends with the process that started it: were ``serve`` killed with ``kill -9``, its
+    workers would otherwise serve on as orphans, holding the port the next start needs and
+    connections to the embedded servers that start adopts."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if str(os.getppid()) != os.environ.get(SERVE_PID_ENV, str(os.getppid())):
+            os.kill(os.getpid(), signal.SIGTERM)  # the parent died before the line above took effect
+    from service.app import app_from_env
+
+    return app_from_env()
+
+
 class Supervised(Protocol):
     @property
     def owned(self) -> bool: ...
@@ -90,15 +115,23 @@ class Supervisor:
             self._thread.join()
 
     def _run(self) -> None:
+        failures: dict[str, int] = {}
+        retry_at: dict[str, float] = {}
         while not self._stop.wait(self.interval_s):
             for name, server in self._servers.items():
-                if self._stop.is_set() or not server.owned or server.running():
+                if self._stop.is_set() or not server.owned or time.monotonic() < retry_at.get(name, 0):
+                    continue
+                if server.running():
                     continue
                 log.warning(f"embedded_{name}_died")
                 started = time.perf_counter()
                 try:
                     server.restart()
-                except Exception as exc:  # keep watching: the next round tries again
-                    log.error(f"embedded_{name}_restart_failed", error=repr(exc)[:500])
+                except Exception as exc:  # keep watching: try again later, less often each time
+                    failures[name] = failures.get(name, 0) + 1
+                    backoff_s = min(self.interval_s * 2 ** failures[name], 30.0)
+                    retry_at[name] = time.monotonic() + backoff_s
+                    log.error(f"embedded_{name}_restart_failed", error=repr(exc)[:500], retry_in_s=backoff_s)
                     continue
+                failures.pop(name, None)
                 log.warning(f"embedded_{name}_restarted", ms=round((time.perf_counter() - started) * 1000))

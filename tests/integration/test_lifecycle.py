@@ -22,7 +22,7 @@ import pytest
 from service.embedded import free_port
 from service.ownership import ProcessId, read_pid_file
 from service.settings import Settings
-from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
+from tests.integration.test_cli import PGCONTEXT, ROOT, Output, children_of, clean_env, copy_models
 
 pytestmark = pytest.mark.slow
 
@@ -64,9 +64,9 @@ def kill_all(root: Path) -> None:
 class Serve:
     """``pgcontext serve`` on a free port with its own data dir, output collected."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, port: int | None = None) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = clean_env(PGCONTEXT_DATA_DIR=str(data_dir), PGCONTEXT_PORT=str(self.port),
                         PGCONTEXT_LOG_LEVEL="info")
@@ -160,9 +160,9 @@ def assert_stopped_cleanly(serve: Serve, sig: signal.Signals) -> None:
     assert not (serve.data_dir / "redis" / "owner.pid").exists()
 
 
-# SIGTERM with one worker ends test_embedded_server_that_dies_is_restarted_and_sigterm_stops_all,
-# SIGINT ends test_next_start_after_kill_9_adopts_the_servers_and_sigint_stops_all (every start of
-# `serve` costs seconds: the tests share them).
+# SIGTERM with one worker ends test_dead_embedded_server_restarted_and_sigterm_stops_all, SIGINT
+# ends test_kill_9_then_the_next_start_adopts_and_sigint_stops_all: every start of `serve` costs
+# seconds, so the tests share them.
 
 
 def test_sigterm_with_workers_stops_the_embedded_servers(data_dir: Path) -> None:
@@ -175,16 +175,22 @@ def test_sigterm_with_workers_stops_the_embedded_servers(data_dir: Path) -> None
         serve.kill()
 
 
-def test_next_start_after_kill_9_adopts_the_servers_and_sigint_stops_all(data_dir: Path) -> None:
-    first = Serve(data_dir)
+def test_kill_9_then_the_next_start_adopts_and_sigint_stops_all(data_dir: Path) -> None:
+    first = Serve(data_dir, "--workers", "2")
     second: Serve | None = None
     try:
         first.wait_ready()
         pg, redis = postmaster(data_dir), redis_server(data_dir)
+        workers = [p for p in map(ProcessId.of, children_of(first.proc.pid)) if p is not None and p != redis]
+        assert len(workers) >= 2, workers
         first.kill()  # SIGKILL: no clean-up ran, both servers are orphaned
         assert pg.alive() and redis.alive()
+        deadline = time.monotonic() + 30  # the workers end with their parent (and free the port)
+        while any(w.alive() for w in workers):
+            assert time.monotonic() < deadline, [w for w in workers if w.alive()]
+            time.sleep(0.1)
 
-        second = Serve(data_dir)
+        second = Serve(data_dir, port=first.port)
         second.wait_ready()
         assert second.wait_event("embedded_postgres_adopted")["pid"] == pg.pid
         assert postmaster(data_dir) == pg  # the same server, not a second one
@@ -208,7 +214,7 @@ def test_next_start_after_kill_9_adopts_the_servers_and_sigint_stops_all(data_di
             second.kill()
 
 
-def test_embedded_server_that_dies_is_restarted_and_sigterm_stops_all(data_dir: Path) -> None:
+def test_dead_embedded_server_restarted_and_sigterm_stops_all(data_dir: Path) -> None:
     serve = Serve(data_dir)
     try:
         serve.wait_ready()
