@@ -70,9 +70,10 @@ def write_pid_file(path: Path, process: ProcessId) -> None:
 
 
 def live_owner(directory: Path) -> ProcessId | None:
-    """The recorded owner of the server in ``directory`` if it is still running (and not this process)."""
+    """The recorded owner of the server in ``directory`` if it is still running (this process included:
+    a second handle on a server it started attaches too)."""
     owner = read_pid_file(directory / "owner.pid")
-    if owner is None or owner.pid == os.getpid() or not owner.alive():
+    if owner is None or not owner.alive():
         return None
     return owner
 

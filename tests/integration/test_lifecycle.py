@@ -5,6 +5,7 @@ under its data dir (command line or working directory)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,10 +17,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
-from service.embedded import free_port
+from service.db import migrate
+from service.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from service.ownership import ProcessId, read_pid_file
 from service.settings import Settings
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, children_of, clean_env, copy_models
@@ -117,15 +120,16 @@ class Serve:
 
 @pytest.fixture(scope="module")
 def migrated_pgdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cluster initialised and migrated once by `pgcontext migrate` (which then stops it): each test
-    starts from a copy instead of paying initdb and the migrations (seconds on a busy machine) again.
-    The first start on an empty data dir is what test_cli's end-to-end test runs."""
-    data = tmp_path_factory.mktemp("template")
-    migrate = subprocess.run([*PGCONTEXT, "migrate"], env=clean_env(PGCONTEXT_DATA_DIR=str(data)), cwd=ROOT,
-                             capture_output=True, text=True, timeout=180)
-    assert migrate.returncode == 0, migrate.stderr
-    assert_nothing_left(data)
-    return data / "postgres" / "pgdata"
+    """A cluster initialised and migrated once: each test starts from a copy instead of paying initdb
+    and the migrations (seconds on a busy machine) again. The first start on an empty data dir is
+    what test_cli's end-to-end test runs."""
+    pg = EmbeddedPostgres(tmp_path_factory.mktemp("template") / "postgres")
+    try:
+        pg.start()
+        migrate.upgrade(pg.dsn())
+    finally:
+        pg.stop()
+    return pg.pgdata
 
 
 @pytest.fixture
@@ -248,6 +252,65 @@ def test_dead_embedded_server_restarted_and_sigterm_stops_all(data_dir: Path) ->
         assert serve.wait_event("serve_stopped")["signal"] == "SIGTERM"
     finally:
         serve.kill()
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from service.db import migrate
+from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.logs import configure
+configure("warning")  # stdout carries only the line below
+data = Path(sys.argv[1])
+EmbeddedPostgres(data / "postgres").start()
+EmbeddedRedis(data / "redis").start()
+print("up", flush=True)
+time.sleep(300)
+"""
+
+
+def answers(dsn: str) -> bool:
+    async def select_1() -> bool:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return bool(await conn.fetchval("SELECT 1"))
+        finally:
+            await conn.close()
+
+    return asyncio.run(select_1())
+
+
+def test_another_process_attaches_while_the_owner_lives_and_adopts_once_it_is_killed(data_dir: Path) -> None:
+    """The ownership rules on their own, without `serve`: the holder stands for `serve`, this test
+    process for a CLI command beside it and then for the next start."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(data_dir)], cwd=ROOT, stdout=subprocess.PIPE,
+                              env=clean_env(), text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        pg, redis = postmaster(data_dir), redis_server(data_dir)
+
+        beside_pg = EmbeddedPostgres(data_dir / "postgres").start()
+        beside_redis = EmbeddedRedis(data_dir / "redis").start()
+        assert not beside_pg.owned and not beside_redis.owned
+        assert answers(beside_pg.dsn()) and redis_server(data_dir) == redis
+        beside_redis.stop()
+        beside_pg.stop()  # not theirs to stop: the owner lives
+        assert pg.alive() and redis.alive()
+
+        holder.kill()
+        holder.wait(10)
+        next_pg = EmbeddedPostgres(data_dir / "postgres").start()
+        next_redis = EmbeddedRedis(data_dir / "redis").start()
+        try:
+            assert next_pg.owned and postmaster(data_dir) == pg and answers(next_pg.dsn())
+            assert next_redis.owned and not redis.alive() and redis_server(data_dir) != redis
+        finally:
+            next_redis.stop()
+            next_pg.stop()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert_nothing_left(data_dir)
 
 
 _HOLDING_TEST = """
