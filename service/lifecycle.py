@@ -83,13 +83,16 @@ class Supervised(Protocol):
     @property
     def owned(self) -> bool: ...
 
-    def running(self) -> bool: ...
+    def crashed(self) -> bool:
+        """Gone without a clean shutdown (killed, crashed): a server stopped on purpose stays stopped."""
 
     def restart(self) -> None: ...
 
 
 class Supervisor:
-    """Polls the embedded servers this process owns and starts again any that died.
+    """Polls the embedded servers this process owns and starts again any that died (were killed or
+    crashed; one stopped cleanly, e.g. by the SIGTERM systemd sends every process of a unit while
+    ``serve`` shuts down too, is left stopped).
 
     A thread rather than a task: ``serve`` hands the main thread to uvicorn (or to its worker
     supervisor), and the check is a few ``/proc`` reads every ``interval_s``."""
@@ -121,7 +124,7 @@ class Supervisor:
             for name, server in self._servers.items():
                 if self._stop.is_set() or not server.owned or time.monotonic() < retry_at.get(name, 0):
                     continue
-                if server.running():
+                if not server.crashed():
                     continue
                 log.warning(f"embedded_{name}_died")
                 started = time.perf_counter()

@@ -169,12 +169,20 @@ def assert_stopped_cleanly(serve: Serve, sig: signal.Signals) -> None:
 # seconds, so the tests share them.
 
 
-def test_sigterm_with_workers_stops_the_embedded_servers(data_dir: Path) -> None:
+@pytest.mark.parametrize("to_every_process", [False, True], ids=["to-serve", "to-every-process"])
+def test_sigterm_with_workers_stops_the_embedded_servers(data_dir: Path, to_every_process: bool) -> None:
+    """To `serve` alone (Docker, Kubernetes), or to every process at once as systemd stops a unit
+    (KillMode=control-group): the embedded servers then exit on their own and are not restarted."""
     serve = Serve(data_dir, "--workers", "2")
     try:
         serve.wait_ready()
         assert postmaster(data_dir).alive() and redis_server(data_dir).alive()
+        if to_every_process:
+            for pid in {*children_of(serve.proc.pid), *leftovers(data_dir)}:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
         assert_stopped_cleanly(serve, signal.SIGTERM)
+        assert not [e for e in serve.events() if str(e.get("event", "")).endswith(("_died", "_restarted"))]
     finally:
         serve.kill()
 

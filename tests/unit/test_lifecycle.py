@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -72,8 +73,13 @@ def test_a_second_signal_does_not_cut_the_clean_up_short(restores_handlers: None
     assert steps == ["clean-up finished"]
 
 
+_SERVER = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); print(flush=True); "
+           "time.sleep(60)")
+
+
 class SleepingServer:
-    """A real child process standing for an embedded server; its restart can be made to fail."""
+    """A real child process standing for an embedded server: exits 0 on SIGTERM as Redis does; its
+    restart can be made to fail."""
 
     def __init__(self) -> None:
         self.proc = self._spawn()
@@ -82,14 +88,18 @@ class SleepingServer:
 
     @staticmethod
     def _spawn() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["sleep", "60"])
+        proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # its SIGTERM handler is in place
+        proc.stdout.close()
+        return proc
 
     @property
     def owned(self) -> bool:
         return True
 
-    def running(self) -> bool:
-        return self.proc.poll() is None
+    def crashed(self) -> bool:
+        return self.proc.poll() not in (None, 0)
 
     def restart(self) -> None:
         if self.failures_to_come:
@@ -131,5 +141,20 @@ def test_supervisor_restarts_a_dead_server_and_backs_off_on_failures() -> None:
         server.proc.kill()
         time.sleep(0.2)
         assert server.starts == 3
+    finally:
+        server.stop()
+
+
+def test_supervisor_leaves_a_cleanly_stopped_server_stopped() -> None:
+    """systemd's stop sends SIGTERM to every process of the unit: the servers exit cleanly while
+    `serve` shuts down, and must not be started again behind its back."""
+    server = SleepingServer()
+    try:
+        with capture_logs() as logs, Supervisor(interval_s=0.05) as supervisor:
+            supervisor.watch("sleeper", server)
+            server.proc.terminate()
+            assert server.proc.wait(10) == 0
+            time.sleep(0.3)
+        assert server.starts == 1 and logs == []
     finally:
         server.stop()
