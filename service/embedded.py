@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -139,8 +140,7 @@ class EmbeddedPostgres:
             self._prepare_root()
         with ownership.locked(self.data_dir):
             if not (self.pgdata / "PG_VERSION").exists():
-                self._run(["initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                           "--no-instructions"])
+                self._initdb()
             postmaster = self.postmaster()
             if postmaster is not None:
                 self._socket_dir = Path(self._pid_file_line(4) or self._socket_dir)
@@ -157,6 +157,23 @@ class EmbeddedPostgres:
             self._owned = True  # before pg_ctl: a signal while it waits must still stop the server
             self._start_server()
         return self
+
+    def _initdb(self) -> None:
+        """Create the cluster beside ``pgdata`` and move it in when complete: initdb writes PG_VERSION
+        first, so a first start interrupted (Ctrl-C, SIGTERM) while it runs would otherwise leave a
+        half-made cluster that the next start takes for a real one."""
+        if any(self.pgdata.iterdir()):
+            raise RuntimeError(f"{self.pgdata} is neither empty nor a PostgreSQL data directory")
+        staging = self.data_dir / "pgdata.initdb"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            import pwd
+
+            entry = pwd.getpwnam(_PG_SYSTEM_USER)
+            os.chown(staging, entry.pw_uid, entry.pw_gid)
+        self._run(["initdb", "-D", str(staging), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"])
+        staging.replace(self.pgdata)  # atomic; replaces the empty directory
 
     def restart(self) -> None:
         """Start the server again after it died (its clients reconnect to the same socket)."""
