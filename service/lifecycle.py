@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
+import structlog
+
 if TYPE_CHECKING:
     from litestar import Litestar
-
-import structlog
 
 log = structlog.get_logger(__name__)
 
