@@ -60,7 +60,7 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-SERVE_PID_ENV = "PGCONTEXT_SERVE_PID"
+SERVE_PID_ENV = "pgcontext_serve_pid"  # lower case: internal, not a setting
 _PR_SET_PDEATHSIG = 1
 
 
