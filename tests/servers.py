@@ -66,8 +66,9 @@ def postgres_server(workdir: Path) -> Iterator[str]:
         with PostgresContainer("pgvector/pgvector:pg18", driver=None) as container:
             yield container.get_connection_url()
     else:
-        pg = EmbeddedPostgres(workdir / "postgres").start()
-        try:
+        pg = EmbeddedPostgres(workdir / "postgres")
+        try:  # start() inside: a run interrupted while the server starts still stops it
+            pg.start()
             yield pg.dsn()
         finally:
             pg.stop()
@@ -83,8 +84,9 @@ def redis_server(workdir: Path) -> Iterator[str]:
         with RedisContainer("redis:7") as container:
             yield f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0"
     else:
-        redis = EmbeddedRedis(workdir / "redis").start()
+        redis = EmbeddedRedis(workdir / "redis")
         try:
+            redis.start()
             yield redis.url()
         finally:
             redis.stop()
