@@ -30,8 +30,9 @@ NEWER_THAN_16 = {
     "transaction_timeout": re.compile(r"\btransaction_timeout\b", re.I),
     "AT LOCAL": re.compile(r"\bAT\s+LOCAL\b", re.I),
 }
-# The one allowed native call: 0001 creates pgcontext_uuidv7() from it only when server_version_num >= 180000.
-GUARDED = re.compile(r"IF current_setting\('server_version_num'\)::int >= 180000 THEN\s+CREATE FUNCTION "
+# The one allowed native call: 0001 (and 0006, which repairs databases from before it) creates
+# pgcontext_uuidv7() from it only when server_version_num >= 180000.
+GUARDED = re.compile(r"IF current_setting\('server_version_num'\)::int >= 180000 THEN\s+CREATE (?:OR REPLACE )?FUNCTION "
                      r"pgcontext_uuidv7\(\) [^$]*\$fn\$ SELECT uuidv7\(\) \$fn\$;")
 
 
