@@ -3,11 +3,11 @@
 0001 now creates ``pgcontext_uuidv7()`` (PostgreSQL 18's native ``uuidv7`` where it exists, else
 ``pgcontext_uuidv7_portable()``) and uses it as the id default, so the schema runs on PostgreSQL
 16-18. A database migrated to 0004 or 0005 before that change has neither function, its id columns
-default to PostgreSQL 18's native ``uuidv7``, and the named SQL (``memories.insert_batch``, ``documents.insert_chunks``),
-which now calls ``pgcontext_uuidv7()``, would fail there. This revision creates (or replaces, with
-the same definitions) both functions and points the defaults at them; on a database created by the
-current 0001 it changes nothing. The SQL is a copy of 0001's on purpose: a revision is a frozen
-snapshot and must not change when another file does.
+default to PostgreSQL 18's native ``uuidv7``, and the named SQL (``memories.insert_batch``,
+``documents.insert_chunks``), which now calls ``pgcontext_uuidv7()``, would fail there. This
+revision creates (or replaces, with the same definitions) both functions and points the defaults at
+them; on a database created by the current 0001 it changes nothing. The SQL is a copy of 0001's on
+purpose: a revision is a frozen snapshot and must not change when another file does.
 
 Downgrade does nothing: the functions belong to 0001 (whose downgrade drops them), and the defaults
 are what 0001 sets.

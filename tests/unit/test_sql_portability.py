@@ -32,7 +32,8 @@ NEWER_THAN_16 = {
 }
 # The one allowed native call: 0001 (and 0006, which repairs databases from before it) creates
 # pgcontext_uuidv7() from it only when server_version_num >= 180000.
-GUARDED = re.compile(r"IF current_setting\('server_version_num'\)::int >= 180000 THEN\s+CREATE (?:OR REPLACE )?FUNCTION "
+GUARDED = re.compile(r"IF current_setting\('server_version_num'\)::int >= 180000 THEN\s+"
+                     r"CREATE (?:OR REPLACE )?FUNCTION "
                      r"pgcontext_uuidv7\(\) [^$]*\$fn\$ SELECT uuidv7\(\) \$fn\$;")
 
 
