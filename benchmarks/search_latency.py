@@ -190,7 +190,7 @@ async def build(owner_dsn: str, args: argparse.Namespace, sentences: list[str],
 
     if "load" not in steps:
         started = time.perf_counter()
-        await conn.execute("TRUNCATE memories, memory_postings, memory_term_df, memory_lex_stats")
+        await conn.execute("TRUNCATE memories, memory_access, memory_postings, memory_term_df, memory_lex_stats")
         await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lex_insert")
         done = 0
         for org, texts, vecs in row_batches(sizes, vectors, sentences, COPY_BATCH):
