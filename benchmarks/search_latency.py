@@ -57,7 +57,8 @@ from service.db import Database, create_pool
 from service.embedded import EmbeddedPostgres
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine, maintenance
-from service.retrieval.types import SearchRequest, SearchTuning
+from service.retrieval.filters import filter_args
+from service.retrieval.types import SearchFilters, SearchRequest, SearchTuning
 from service.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -527,7 +528,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
                 await conn.execute("SELECT set_config('pgcontext.org_id', $1, true)", str(org))
                 await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
                 await conn.execute(f"PREPARE sem AS {named('retrieval.semantic_hnsw')}")
-                nulls = ", ".join(["NULL"] * 7)  # the filters
+                nulls = ", ".join(["NULL"] * len(filter_args(SearchFilters())))  # no filters
                 call = f"EXECUTE sem('{org}', '{literal}', {args.limit}, {nulls}, false, NULL, false)"
                 for _ in range(5):
                     await conn.execute(call)
