@@ -135,9 +135,13 @@ def zscore(lexical: Sequence[Hit], semantic: Sequence[Hit], *, semantic_weight: 
     A score counts as standard deviations above its branch's weakest candidate, ``(s - min) / std``:
     the same order as plain z-scores with a missing row given the branch's minimum (it ranked below
     every returned candidate), but never negative, so the final scores stay usable as relevances.
-    Each branch needs at least two distinct scores (see :func:`auto` for what happens otherwise).
+    Raises ValueError when a branch has fewer than :data:`MIN_CANDIDATES_TO_NORMALISE` candidates or
+    all with one score (:func:`auto` then uses RRF).
     """
-    return _zscore(lexical, semantic, _Spread.of(lexical), _Spread.of(semantic), semantic_weight, limit)
+    lex, sem = _spread_or_problem("lexical", lexical), _spread_or_problem("semantic", semantic)
+    if isinstance(lex, str) or isinstance(sem, str):
+        raise ValueError(lex if isinstance(lex, str) else sem)
+    return _zscore(lexical, semantic, lex, sem, semantic_weight, limit)
 
 
 def _zscore(lexical: Sequence[Hit], semantic: Sequence[Hit], lex: _Spread, sem: _Spread, semantic_weight: float,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from uuid import UUID, uuid4
 
 import numpy as np
@@ -111,6 +112,8 @@ def test_auto_fusion_falls_back_to_rrf_and_says_why(lexical_scores: list[float],
     results, reason = fusion.auto(lexical, semantic, rrf_k=30, limit=10)
     assert reason == f"fusion rrf (k 30): {why}"
     assert results == fusion.rrf(lexical, semantic, k=30, limit=10)
+    with pytest.raises(ValueError, match=re.escape(why)):
+        fusion.zscore(lexical, semantic, semantic_weight=0.4, limit=10)
 
 
 def test_cascade_orders_by_vector_and_keeps_lexical_rank() -> None:
