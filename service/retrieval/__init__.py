@@ -1,4 +1,4 @@
-"""Hybrid retrieval: BM25-in-SQL lexical, HNSW semantic, RRF/convex fusion, the lexical-first cascade,
+"""Hybrid retrieval: BM25-in-SQL lexical, HNSW semantic, z-score/RRF/convex fusion, the lexical-first cascade,
 the ``auto`` optimizer and fallbacks, behind one request and one result shape; with ``modes``, the
 document lookup modes (exact, path, symbol) beside lexical and semantic, fused by RRF (``modes.py``).
 
