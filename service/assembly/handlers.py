@@ -87,7 +87,7 @@ class AssemblyController(Controller):
         """Directive, hot memories and cold search run concurrently under ``PGCONTEXT_DEADLINE_MS``
         (default 40 ms); the result is ranked, packed into the token budget and formatted.
 
-        ``context`` layout: ``<directive>…</directive>``, ``<memories>`` with one ``[tag] text`` line
+        ``context`` layout: ``<directive>…</directive>``, ``<memories>`` with one ``n text`` line
         per memory, ``<history>`` with one ``role: content`` line per message (empty sections are
         left out; continuation lines are indented by two spaces). ``degradation_level``: L0 hot and
         cold usable, L1 one of them, L2 neither (directive + history only). If the caller's

@@ -54,7 +54,7 @@ from typing import Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from service.assembly.format import format_memory, memory_tags
+from service.assembly.format import format_body
 from service.assembly.intent import Intent
 from service.tokens import TokenCounter
 
@@ -149,15 +149,16 @@ class ScoreBreakdown:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ScoredCandidate:
-    """A candidate written as its memory line, counted exactly, and scored before selection."""
+    """A candidate written as its memory line (all but the tag, which is its position once packed),
+    counted exactly, and scored before selection."""
 
     candidate: Candidate
-    tag: str
-    formatted: str
+    body: str
+    """The memory line after its tag (:func:`~service.assembly.format.format_body`)."""
     tokens: int
-    """Exact tokens of ``formatted`` (what the packer charges)."""
+    """Exact tokens of ``body``; the packer adds the tag's own tokens when it knows the position."""
     text_tokens: int
-    """Tokens of the text without its tag (what informativeness is judged on)."""
+    """Tokens of the text without its line break (what informativeness is judged on)."""
     content_terms: int
     age_hours: float
     access_age_hours: float | None
@@ -419,15 +420,14 @@ def score_candidates(
     now = _utc(now or datetime.now(UTC))
     weights = rules.weights[intent]
     merged = merge_by_id(candidates)
-    tags = memory_tags(c.id for c in merged)
     units = unit_embeddings([c.embedding for c in merged])
+    line_break = counter.count(format_body(""))
     scored: list[ScoredCandidate] = []
     for cand, unit in zip(merged, units, strict=True):
-        tag = tags[cand.id]
-        formatted = format_memory(tag, cand.text)
-        tokens = counter.count(formatted)
-        # The tag line's own cost is not content; informativeness judges the text alone.
-        text_tokens = max(1, tokens - counter.count(format_memory(tag, "")))
+        body = format_body(cand.text)
+        tokens = counter.count(body)
+        # The line break is formatting; informativeness judges the text alone.
+        text_tokens = max(1, tokens - line_break)
         terms = content_term_count(cand.text)
         age = _hours_between(cand.created_at, now)
         access_age = None if cand.last_accessed_at is None else _hours_between(cand.last_accessed_at, now)
@@ -452,8 +452,7 @@ def score_candidates(
         scored.append(
             ScoredCandidate(
                 candidate=cand,
-                tag=tag,
-                formatted=formatted,
+                body=body,
                 tokens=tokens,
                 text_tokens=text_tokens,
                 content_terms=terms,

@@ -98,7 +98,8 @@ def test_zero_or_negative_budget_packs_nothing(counter: TokenCounter) -> None:
 
 def test_section_tags_are_charged_once(counter: TokenCounter) -> None:
     scored = score_candidates([cand("a", FACTS[0])], intent=Intent.FACTUAL, counter=counter, now=NOW)
-    exact = scored[0].tokens + pack(scored, budget_tokens=0, intent=Intent.FACTUAL, counter=counter).section_overhead
+    exact = (scored[0].tokens + counter.count("1")
+             + pack(scored, budget_tokens=0, intent=Intent.FACTUAL, counter=counter).section_overhead)
     assert pack(scored, budget_tokens=exact, intent=Intent.FACTUAL, counter=counter).chosen
     assert not pack(scored, budget_tokens=exact - 1, intent=Intent.FACTUAL, counter=counter).chosen
 
@@ -112,7 +113,7 @@ def test_near_duplicates_by_embedding_are_dropped(counter: TokenCounter) -> None
     result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert [p.id for p in result.chosen] == ["a", "c"]
     (dup,) = result.dropped
-    assert dup.id == "b" and dup.reason == "duplicate" and "[a]" in dup.detail
+    assert dup.id == "b" and dup.reason == "duplicate" and "[1] (a)" in dup.detail
 
 
 def test_near_duplicates_by_words_are_dropped(counter: TokenCounter) -> None:
@@ -136,7 +137,7 @@ def test_mmr_prefers_a_different_item_over_a_similar_one(counter: TokenCounter) 
     assert [p.id for p in result.chosen] == ["a", "b", "a2"]
     a2 = result.chosen[2]
     assert a2.scores.uniqueness == pytest.approx(1 - 0.85, abs=1e-3)
-    assert "overlaps 0.85 with [a]" in a2.justification
+    assert "overlaps 0.85 with [1]" in a2.justification
 
 
 def test_low_scores_are_dropped_below_threshold(counter: TokenCounter) -> None:
@@ -292,7 +293,9 @@ def reference_pack(
         low = [k for k in alive if not scored[k].candidate.pinned and current[k] < rules.min_composite]
         for k in sorted(low, key=lambda k: -current[k]):
             drop(k, "below_threshold", f"composite {current[k]:.2f} < {rules.min_composite:.2f}")
-        extra = 0 if chosen else overhead
+        tag = str(len(chosen) + 1)
+        tag_tokens = counter.count(tag)
+        extra = (0 if chosen else overhead) + tag_tokens
         for k in sorted([k for k in alive if scored[k].tokens + extra > left], key=lambda k: -current[k]):
             drop(k, "over_budget", f"needs {scored[k].tokens + extra} tokens, {left} left")
         if not alive:
@@ -301,17 +304,18 @@ def reference_pack(
         left -= scored[i].tokens + extra
         item, scores = scored[i], scores_of(i)
         why = justify(item, scores, weights, similar_to=nearest[i])
-        chosen.append(PackedItem(item.candidate, item.tag, item.formatted, item.tokens, scores, why))
+        chosen.append(PackedItem(item.candidate, tag, tag + item.body, item.tokens + tag_tokens, tag_tokens,
+                                 scores, why))
         alive.remove(i)
         duplicates = []
         for k in alive:
             sim, limit = similarity(i, k)
             if sim > max_sim[k]:
-                max_sim[k], nearest[k] = sim, item.tag
+                max_sim[k], nearest[k] = sim, tag
             if sim > limit:
                 duplicates.append((k, sim))
         for k, sim in duplicates:
-            drop(k, "duplicate", f"similarity {sim:.2f} to [{item.tag}] ({item.id})")
+            drop(k, "duplicate", f"similarity {sim:.2f} to [{tag}] ({item.id})")
     used = sum(p.tokens for p in chosen) + (overhead if chosen else 0)
     return PackResult(tuple(chosen), tuple(dropped), used, budget_tokens, overhead, n)
 

@@ -149,8 +149,8 @@ def test_scored_candidates_are_counted_exactly_and_ordered(counter: TokenCounter
     scored = score_candidates(cands, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert scored[0].id == "b" * 32
     for s in scored:
-        assert s.tokens == counter.count(s.formatted)
-        assert s.formatted.startswith(f"[{s.tag}] ")
+        assert s.tokens == counter.count(s.body)
+        assert s.body.startswith(" ") and s.body.endswith("\n")
         assert s.scores.uniqueness == 1.0
         assert 0.0 <= s.scores.composite <= 1.0
     short = next(s for s in scored if s.id == "c" * 32)
