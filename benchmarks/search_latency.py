@@ -497,7 +497,8 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
                     truth_ids = {r["id"] for r in await owner.fetch(exact_sql, org, Vector(vec), args.limit)}
                     t = time.perf_counter()
                     got = await owner.fetch(named("retrieval.semantic_hnsw"), org, Vector(vec), args.limit,
-                                            None, None, None, None, None, None, None, False, None, False)
+                                            None, None, None, None, None, None, None, None, None,
+                                            False, None, False)
                     ms_global.append((time.perf_counter() - t) * 1000)
                     rec_global.append(len({r["id"] for r in got} & truth_ids) / max(len(truth_ids), 1))
             finally:

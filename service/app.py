@@ -143,6 +143,9 @@ async def close_services(services: Services, *, close_embedder: bool) -> None:
     assembly = services.extras.get("assembly")
     if isinstance(assembly, Orchestrator):
         await assembly.aclose()  # flushes pending access statistics while the pool is still open
+    retrieval = services.extras.get("retrieval")
+    if isinstance(retrieval, RetrievalEngine):
+        await retrieval.aclose()
     await services.db.close()
     await services.redis.aclose()
     if close_embedder:

@@ -98,6 +98,35 @@ class ServerSettings:
     """How long a resolved API key is cached in-process; a revoked key stops working within this."""
 
 
+RerankProvider = Literal["none", "tei", "cohere", "jina"]
+RERANK_DEFAULT_API_BASE: dict[str, str] = {"cohere": "https://api.cohere.com/v2", "jina": "https://api.jina.ai/v1"}
+
+
+@dataclass(frozen=True, slots=True)
+class RerankSettings:
+    """An optional HTTP cross-encoder that re-orders the fused top-N of every search (off by default)."""
+
+    provider: RerankProvider = "none"
+    """``none`` (off); ``tei``: Hugging Face text-embeddings-inference ``POST {api_base}/rerank`` with
+    ``{"query", "texts"}`` -> ``[{"index", "score"}]``; ``cohere`` / ``jina``: ``POST {api_base}/rerank``
+    with ``{"model", "query", "documents", "top_n"}`` -> ``{"results": [{"index", "relevance_score"}]}``."""
+    api_base: str | None = None
+    """Base URL (``/rerank`` is appended). Required for ``tei``; defaults to Cohere's and Jina's public APIs."""
+    api_key: str | None = None
+    """Bearer token sent as ``Authorization`` (none when unset)."""
+    model: str | None = None
+    """Model name sent to Cohere/Jina (e.g. ``rerank-v3.5``, ``jina-reranker-v2-base-multilingual``);
+    TEI serves one model and ignores it."""
+    top_n: int = 20
+    """Fused candidates sent to the reranker (at least the request's ``limit``); it re-orders them and
+    the best ``limit`` are returned."""
+    timeout_ms: int = 300
+    """Deadline of one rerank call. Also its time estimate: a search with less time left than this
+    (context assembly's cold budget) skips the reranker and keeps the fused order, saying why."""
+    max_chars: int = 2000
+    """Each candidate's text is cut to this many characters before it is sent (bounds the payload)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievalSettings:
     lexical_timeout_ms: int = 1000
@@ -131,6 +160,8 @@ class RetrievalSettings:
     embedding under a burst of load falls back for its own request only."""
     branch_delay_ms: int = 0
     """Testing knob: ``pg_sleep`` this long inside each branch's transaction (never set in production)."""
+    rerank: RerankSettings = field(default_factory=RerankSettings)
+    """The optional cross-encoder stage after fusion (``PGCONTEXT_RERANK_*``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +326,30 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name} must be a boolean, got {raw!r}")
 
 
+def _rerank_settings(env: Mapping[str, str]) -> RerankSettings:
+    provider = (_get(env, "PGCONTEXT_RERANK_PROVIDER") or "none").lower()
+    if provider not in ("none", "tei", "cohere", "jina"):
+        raise SettingsError(f"PGCONTEXT_RERANK_PROVIDER must be none, tei, cohere or jina, got {provider!r}")
+    api_base = _get(env, "PGCONTEXT_RERANK_API_BASE") or RERANK_DEFAULT_API_BASE.get(provider)
+    if provider == "tei" and api_base is None:
+        raise SettingsError("PGCONTEXT_RERANK_PROVIDER=tei needs PGCONTEXT_RERANK_API_BASE (the TEI server's URL)")
+    model = _get(env, "PGCONTEXT_RERANK_MODEL")
+    if provider in ("cohere", "jina") and model is None:
+        raise SettingsError(f"PGCONTEXT_RERANK_PROVIDER={provider} needs PGCONTEXT_RERANK_MODEL")
+    settings = RerankSettings(
+        provider=provider,  # type: ignore[arg-type]
+        api_base=api_base,
+        api_key=_get(env, "PGCONTEXT_RERANK_API_KEY"),
+        model=model,
+        top_n=_int(env, "PGCONTEXT_RERANK_TOP_N", 20),
+        timeout_ms=_int(env, "PGCONTEXT_RERANK_TIMEOUT_MS", 300),
+        max_chars=_int(env, "PGCONTEXT_RERANK_MAX_CHARS", 2000),
+    )
+    if settings.top_n < 1 or settings.timeout_ms < 1 or settings.max_chars < 1:
+        raise SettingsError("PGCONTEXT_RERANK_TOP_N, _TIMEOUT_MS and _MAX_CHARS must be at least 1")
+    return settings
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings from ``env`` (default: ``os.environ``). Call once at start-up."""
     env = os.environ if env is None else env
@@ -352,6 +407,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             embedder_failures_to_open=max(1, _int(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_FAILURES_TO_OPEN", 3)),
             embedder_max_in_flight=max(0, _int(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_MAX_IN_FLIGHT", 2)),
             branch_delay_ms=_int(env, "PGCONTEXT_RETRIEVAL_BRANCH_DELAY_MS", 0),
+            rerank=_rerank_settings(env),
         ),
         documents=DocumentSettings(
             max_files_per_request=_int(env, "PGCONTEXT_DOCUMENTS_MAX_FILES", 256),

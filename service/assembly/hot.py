@@ -80,6 +80,8 @@ class HotItem(msgspec.Struct, array_like=True):
     created_at: datetime
     last_accessed_at: datetime | None
     access_count: int
+    occurred_at: datetime | None = None
+    """When the memory's event happened (None only in sets cached before event times existed)."""
 
     def vector(self) -> npt.NDArray[np.float32] | None:
         return None if self.embedding is None else np.frombuffer(self.embedding, dtype="<f4")
@@ -87,8 +89,8 @@ class HotItem(msgspec.Struct, array_like=True):
     def out(self) -> HotMemoryOut:
         return HotMemoryOut(id=UUID(self.id), agent_id=self.agent_id, kind=self.kind, text=self.text,
                             importance=self.importance, usefulness=self.usefulness, pinned=self.pinned,
-                            created_at=self.created_at, last_accessed_at=self.last_accessed_at,
-                            access_count=self.access_count)
+                            created_at=self.created_at, occurred_at=self.occurred_at or self.created_at,
+                            last_accessed_at=self.last_accessed_at, access_count=self.access_count)
 
 
 class HotBlob(msgspec.Struct, array_like=True):
@@ -120,6 +122,7 @@ def _item(row: asyncpg.Record) -> HotItem:
         embedding=None if vector is None else vector.astype("<f4").tobytes(),
         importance=float(row["importance"]), usefulness=float(row["usefulness"]), pinned=bool(row["pinned"]),
         created_at=row["created_at"], last_accessed_at=row["last_accessed_at"], access_count=row["access_count"],
+        occurred_at=row["occurred_at"],
     )
 
 

@@ -167,6 +167,7 @@ def _hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.floa
     ranks = {i: rank for rank, i in enumerate(order, start=1)}
     return [
         Candidate(id=item.id, text=item.text, origin="hot", relevance=relevance[i], created_at=item.created_at,
+                  occurred_at=item.occurred_at,
                   last_accessed_at=item.last_accessed_at, importance=item.importance, usefulness=item.usefulness,
                   embedding=item.vector(), pinned=item.pinned, rank=ranks[i])
         for i, item in enumerate(read.items)
@@ -177,6 +178,7 @@ def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> l
     relevance = scale_to_unit([scores[r["id"]] for r in rows])
     return [
         Candidate(id=str(r["id"]), text=r["text"], origin="cold", relevance=relevance[i], created_at=r["created_at"],
+                  occurred_at=r["occurred_at"],
                   last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
                   usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),
                   rank=i + 1)
@@ -459,7 +461,8 @@ class Orchestrator:
             MemoryUsed(id=UUID(p.id), tag=p.tag, text=p.candidate.text, tokens=p.tokens, origin=p.candidate.origin,
                        in_hot_and_cold=p.candidate.in_hot_and_cold,
                        scores=_scores(p.scores),
-                       justification=p.justification)
+                       justification=p.justification,
+                       occurred_at=p.candidate.occurred_at or p.candidate.created_at)
             for p in ranked.result.chosen
         ]
         dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
@@ -484,7 +487,8 @@ class Orchestrator:
         )
         if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
             search = cold_value.search
-            branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason)))
+            rerank = None if search.rerank is None else f"rerank {search.rerank.outcome}: {search.rerank.detail}"
+            branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank)))
         formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
         metrics = Metrics(
             budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),

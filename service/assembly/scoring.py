@@ -3,7 +3,9 @@
 Components:
 
 * **relevance** — from retrieval, normalised by the caller to [0, 1] (1 = best match).
-* **recency** — ``0.5 ** (age / half_life)`` on the creation time; a recent access counts at half
+* **recency** — ``0.5 ** (age / half_life)`` on the event time (``occurred_at``: when the memory's
+  event happened or was said, which is its write time unless the writer said otherwise; a future
+  event counts as age 0); a recent access counts at half
   strength (``access_refresh``), so memories in use stay warm without access alone keeping them
   young.
 * **usefulness** — ``0.5 * importance + 0.5 * (usefulness + 1) / 2``. ``usefulness`` is the
@@ -73,6 +75,8 @@ class Candidate:
     """Retrieval relevance normalised to [0, 1] (see :func:`scale_to_unit`)."""
     created_at: datetime
     """Timezone-aware; naive values are taken as UTC."""
+    occurred_at: datetime | None = None
+    """When the memory's event happened (the age recency decays on); None: ``created_at``."""
     last_accessed_at: datetime | None = None
     importance: float = 0.5
     """Writer-assigned importance in [0, 1]."""
@@ -429,7 +433,7 @@ def score_candidates(
         # The line break is formatting; informativeness judges the text alone.
         text_tokens = max(1, tokens - line_break)
         terms = content_term_count(cand.text)
-        age = _hours_between(cand.created_at, now)
+        age = _hours_between(cand.occurred_at or cand.created_at, now)
         access_age = None if cand.last_accessed_at is None else _hours_between(cand.last_accessed_at, now)
         relevance = _clamp(cand.relevance, 0.0, 1.0)
         created_recency = recency_score(age, None, rules)

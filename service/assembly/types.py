@@ -77,6 +77,8 @@ class MemoryUsed(msgspec.Struct):
     in_hot_and_cold: bool
     scores: Scores
     justification: str
+    occurred_at: datetime | None = None
+    """When the memory's event happened (its write time unless the writer said otherwise)."""
 
 
 class DroppedMemory(msgspec.Struct):
@@ -174,6 +176,7 @@ class HotMemoryOut(msgspec.Struct):
     usefulness: float
     pinned: bool
     created_at: datetime
+    occurred_at: datetime
     last_accessed_at: datetime | None
     access_count: int
 

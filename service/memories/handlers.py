@@ -53,6 +53,10 @@ class MemoryController(Controller):
             str | None, QueryParameter(description="JSON object; rows whose metadata contains it")] = None,
         created_after: FromQuery[datetime | None] = None,
         created_before: FromQuery[datetime | None] = None,
+        occurred_after: Annotated[datetime | None, QueryParameter(
+            description="Inclusive lower bound on occurred_at (RFC 3339 with timezone)")] = None,
+        occurred_before: Annotated[datetime | None, QueryParameter(
+            description="Exclusive upper bound on occurred_at (RFC 3339 with timezone)")] = None,
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
     ) -> MemoryPage:
@@ -67,10 +71,15 @@ class MemoryController(Controller):
                 raise BadRequest("metadata must be a JSON object", code="validation_error") from exc
             if not isinstance(contains, dict):
                 raise BadRequest("metadata must be a JSON object", code="validation_error")
+        for name, value in (("occurred_after", occurred_after), ("occurred_before", occurred_before)):
+            if value is not None and value.tzinfo is None:
+                raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
+                                 code="validation_error", details={"field": name})
         async with services.db.tenant(org_id, readonly=True) as tx:
             items, next_cursor = await repo.list_page(
                 tx, agent_id=agent_id, kind=kind, metadata=contains, created_after=created_after,
-                created_before=created_before, cursor=cursor, limit=limit)
+                created_before=created_before, cursor=cursor, limit=limit,
+                occurred_after=occurred_after, occurred_before=occurred_before)
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)")

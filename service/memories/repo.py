@@ -22,7 +22,8 @@ def to_out(row: asyncpg.Record) -> MemoryOut:
     return MemoryOut(
         id=row["id"], agent_id=row["agent_id"], kind=row["kind"], text=row["text"], metadata=row["metadata"],
         importance=row["importance"], usefulness=row["usefulness"], pinned=row["pinned"],
-        created_at=row["created_at"], updated_at=row["updated_at"], last_accessed_at=row["last_accessed_at"],
+        created_at=row["created_at"], updated_at=row["updated_at"], occurred_at=row["occurred_at"],
+        last_accessed_at=row["last_accessed_at"],
         access_count=row["access_count"], expires_at=row["expires_at"], source_path=row["source_path"],
         line_start=row["line_start"], line_end=row["line_end"], section_title=row["section_title"],
         breadcrumb=row["breadcrumb"], level=row["level"],
@@ -41,6 +42,7 @@ async def insert_batch(tx: TenantTx, items: Sequence[MemoryIn], embeddings: np.n
         [m.importance for m in items],
         [m.pinned for m in items],
         [m.expires_at for m in items],
+        [m.occurred_at for m in items],
     )
     return [r["id"] for r in rows]
 
@@ -65,10 +67,11 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
 async def list_page(
     tx: TenantTx, *, agent_id: str | None, kind: str | None, metadata: dict[str, Any] | None,
     created_after: datetime | None, created_before: datetime | None, cursor: str | None, limit: int,
+    occurred_after: datetime | None = None, occurred_before: datetime | None = None,
 ) -> tuple[list[MemoryOut], str | None]:
     after_ts, after_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await tx.fetch("memories.list", tx.org_id, agent_id, kind, metadata, created_after, created_before,
-                          after_ts, after_id, limit + 1)
+                          after_ts, after_id, limit + 1, occurred_after, occurred_before)
     items = [to_out(r) for r in rows[:limit]]
     more = len(rows) > limit
     return items, (encode_cursor(items[-1].created_at, items[-1].id) if more and items else None)
@@ -86,9 +89,10 @@ async def update(tx: TenantTx, memory_id: UUID, patch: MemoryPatch,
     imp_set, imp = flag(patch.importance)
     pin_set, pin = flag(patch.pinned)
     exp_set, exp = flag(patch.expires_at)
+    occ_set, occ = flag(patch.occurred_at)
     return await tx.fetchrow(
         "memories.update", tx.org_id, memory_id, text_set, text, embedding, agent_set, agent, kind_set, kind,
-        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp,
+        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp, occ_set, occ,
     )
 
 

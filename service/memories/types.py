@@ -11,6 +11,8 @@ import msgspec
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 Kind = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
+"""An RFC 3339 timestamp with its timezone (``Z`` or an offset): a naive time would be ambiguous."""
 
 DOCUMENT_CHUNK_KIND = "document_chunk"
 """Written only by the documents API, which keeps path, line span and the documents table consistent."""
@@ -24,6 +26,8 @@ class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     importance: Unit = 0.5
     pinned: bool = False
     expires_at: datetime | None = None
+    occurred_at: AwareDatetime | None = None
+    """When the recorded thing happened or was said (e.g. the date of a conversation turn); default: now."""
     embedding: list[float] | None = None
     """Optional caller-computed vector (must match the service's dimension); embedded server-side if absent."""
 
@@ -40,6 +44,7 @@ class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     importance: Unit | msgspec.UnsetType = msgspec.UNSET
     pinned: bool | msgspec.UnsetType = msgspec.UNSET
     expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET
+    occurred_at: AwareDatetime | msgspec.UnsetType = msgspec.UNSET
 
 
 class CreatedMemories(msgspec.Struct):
@@ -57,6 +62,8 @@ class MemoryOut(msgspec.Struct):
     pinned: bool
     created_at: datetime
     updated_at: datetime
+    occurred_at: datetime
+    """When the recorded thing happened or was said (defaults to the write time)."""
     last_accessed_at: datetime | None
     access_count: int
     expires_at: datetime | None

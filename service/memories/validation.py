@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import msgspec
 
@@ -53,3 +54,19 @@ def check_embedding(vector: list[float], dim: int) -> None:
                          code="validation_error", details={"field": "embedding"})
     if not all(math.isfinite(x) for x in vector):
         raise BadRequest("embedding values must be finite numbers", code="validation_error")
+
+
+OCCURRED_MIN: Final = datetime(1900, 1, 1, tzinfo=UTC)
+OCCURRED_MAX: Final = datetime(2200, 1, 1, tzinfo=UTC)
+"""``occurred_at`` bounds: wide enough for any real event time, narrow enough to catch a unit slip
+(milliseconds read as seconds, a zero date) that would otherwise sink or float a memory's recency."""
+
+
+def check_occurred_at(value: datetime, *, field: str = "occurred_at") -> None:
+    if value.tzinfo is None:  # the request types already require it; callers in Python may not
+        raise BadRequest(f"{field} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
+                         code="validation_error", details={"field": field})
+    if not OCCURRED_MIN <= value < OCCURRED_MAX:
+        raise BadRequest(f"{field} must be from {OCCURRED_MIN:%Y-%m-%d} up to (not including) "
+                         f"{OCCURRED_MAX:%Y-%m-%d}, got {value.isoformat()}",
+                         code="validation_error", details={"field": field})

@@ -14,7 +14,14 @@ from service.embeddings import Embedder, EmbeddingError
 from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
 from service.memories import repo
 from service.memories.types import DOCUMENT_CHUNK_KIND, CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
-from service.memories.validation import check_agent_id, check_embedding, check_kind, check_metadata, check_text
+from service.memories.validation import (
+    check_agent_id,
+    check_embedding,
+    check_kind,
+    check_metadata,
+    check_occurred_at,
+    check_text,
+)
 from service.runtime import Services
 from service.settings import LimitSettings
 
@@ -48,6 +55,9 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
         check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
+        if item.occurred_at is not None:
+            check_occurred_at(item.occurred_at,
+                              field="occurred_at" if len(items) == 1 else f"memories[{index}].occurred_at")
     return items
 
 
@@ -128,6 +138,8 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
         embedding = (await embed_texts(services.embedder, [change.text]))[0]
     if change.metadata is not msgspec.UNSET:
         check_metadata(change.metadata, limits)
+    if change.occurred_at is not msgspec.UNSET:
+        check_occurred_at(change.occurred_at)
     async with services.db.tenant(org_id) as tx:
         before = _changeable(await repo.current(tx, memory_id), memory_id)
         row = await repo.update(tx, memory_id, change, embedding)

@@ -30,7 +30,8 @@ from service.db import Database, TenantTx
 from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.errors import BadRequest, ServiceUnavailable
-from service.retrieval import branches, fusion, modes
+from service.retrieval import branches, fusion, modes, rerank
+from service.retrieval.filters import check_time_ranges
 from service.retrieval.hits import Hit
 from service.retrieval.modes import ModeHit
 from service.retrieval.planner import Plan, choose
@@ -104,6 +105,11 @@ class RetrievalEngine:
         self._embedder_failed_at: float | None = None
         self._embedder_failures = 0
         self._embeds_in_flight = 0
+        self.reranker = rerank.build_reranker(settings.rerank)
+
+    async def aclose(self) -> None:
+        if self.reranker is not None:
+            await self.reranker.aclose()
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -132,6 +138,9 @@ class RetrievalEngine:
         self.validate(request)
         if budget_ms is not None:
             run.deadline = run.started + budget_ms / 1000
+        asked = request
+        if self.reranker is not None:  # fuse the reranker's top-N; the best ``limit`` are kept after it
+            request = msgspec.structs.replace(request, limit=rerank.candidates(self.reranker, request.limit))
         ran: list[Mode] | None = None
         if request.modes is not None:
             ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available())
@@ -147,15 +156,22 @@ class RetrievalEngine:
                       "semantic": self._semantic_only, "lexical": self._lexical_only}[plan.strategy]
             used, results, fusion_ms = await runner(org_id, request, run)
             reason = plan.reason
+        report, rerank_ms = None, None
+        if self.reranker is not None:
+            remaining = None if run.deadline is None else (run.deadline - time.perf_counter()) * 1000
+            results, report, rerank_ms = await rerank.apply(self.reranker, request.query, results,
+                                                            limit=asked.limit, remaining_ms=remaining)
+        request = asked
         metrics = SearchMetrics(
             total_ms=_ms(run.started), embedding_ms=run.embedding_ms, lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
             semantic_candidates=run.semantic_candidates, final_count=len(results),
-            modes=run.modes if ran is not None else None,
+            modes=run.modes if ran is not None else None, rerank_ms=rerank_ms,
         )
         return SearchResponse(
             query=request.query, requested_strategy=request.strategy, strategy=used, reason=reason,
             fallback_reason="; ".join(run.fallbacks) or None, results=results, metrics=metrics, modes=ran,
+            rerank=report,
         )
 
     def validate(self, request: SearchRequest) -> None:
@@ -172,9 +188,7 @@ class RetrievalEngine:
             raise BadRequest(f"limit must be at most {self.max_limit}", code="validation_error",
                              details={"field": "limit"})
         f = request.filters
-        if f.created_after and f.created_before and f.created_after >= f.created_before:
-            raise BadRequest("filters.created_after must be before filters.created_before",
-                             code="validation_error", details={"field": "filters"})
+        check_time_ranges(f)
         if f.metadata is not None and b"\\u0000" in msgspec.json.encode(f.metadata):
             raise BadRequest("filters.metadata must not contain NUL characters", code="validation_error")
         if request.modes == []:

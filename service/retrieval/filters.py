@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.errors import BadRequest
 from service.retrieval.types import SearchFilters
 
 
@@ -13,8 +14,18 @@ def like_prefix(prefix: str) -> str:
     return escaped + "%"
 
 
+def check_time_ranges(filters: SearchFilters) -> None:
+    """400 for an empty time range (``*_after`` not before ``*_before``)."""
+    for name in ("created", "occurred"):
+        after, before = getattr(filters, f"{name}_after"), getattr(filters, f"{name}_before")
+        if after is not None and before is not None and after >= before:
+            raise BadRequest(f"filters.{name}_after must be before filters.{name}_before",
+                             code="validation_error", details={"field": "filters"})
+
+
 def filter_args(filters: SearchFilters) -> tuple[Any, ...]:
-    """agent_id, kinds, metadata, created_after, created_before, source LIKE pattern, levels."""
+    """agent_id, kinds, metadata, created_after, created_before, source LIKE pattern, levels,
+    occurred_after, occurred_before."""
     return (
         filters.agent_id,
         filters.kinds,
@@ -23,4 +34,6 @@ def filter_args(filters: SearchFilters) -> tuple[Any, ...]:
         filters.created_before,
         None if filters.source_prefix is None else like_prefix(filters.source_prefix),
         filters.levels,
+        filters.occurred_after,
+        filters.occurred_before,
     )

@@ -53,6 +53,7 @@ def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
         id=hit.id, text=hit.text, kind=hit.kind, source=hit.source, level=hit.level, breadcrumb=hit.breadcrumb,
         final_score=score, lexical_rank=entry.lexical_rank, semantic_rank=entry.semantic_rank,
         lexical_score=entry.lexical_score, semantic_score=entry.semantic_score, fusion_method=method,
+        agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at,
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -19,8 +21,12 @@ class Hit:
     score: float
     row: asyncpg.Record | None = None
     """The branch's whole row (with the scoring fields when the search asked for them)."""
+    agent_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    occurred_at: datetime | None = None
 
 
 def hits_from_rows(rows: list[asyncpg.Record]) -> list[Hit]:
     return [Hit(id=r["id"], text=r["text"], kind=r["kind"], source=r["source_path"], level=r["level"],
-                breadcrumb=r["breadcrumb"], score=float(r["score"]), row=r) for r in rows]
+                breadcrumb=r["breadcrumb"], score=float(r["score"]), row=r, agent_id=r["agent_id"],
+                metadata=r["metadata"], occurred_at=r["occurred_at"]) for r in rows]

@@ -18,8 +18,9 @@ A ``kinds`` filter without ``document_chunk`` skips the lookup modes: they only 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
 from uuid import UUID
 
 import numpy as np
@@ -60,6 +61,9 @@ class ModeHit:
     excerpt: str
     excerpt_line_start: int | None
     excerpt_line_end: int | None
+    agent_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    occurred_at: datetime | None = None
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -94,7 +98,9 @@ def lookup_filters(filters: SearchFilters) -> tuple[LookupFilters | None, bool]:
         if collection is not None:
             metadata["collection"] = collection
         collection = None
-    residual = bool(metadata) or filters.created_after is not None or filters.created_before is not None
+    residual = bool(metadata) or any(
+        value is not None for value in (filters.created_after, filters.created_before, filters.occurred_after,
+                                        filters.occurred_before))
     levels = tuple(filters.levels) if filters.levels is not None else None
     return LookupFilters(collection=collection, agent_id=filters.agent_id, path_prefix=filters.source_prefix,
                          levels=levels), residual
@@ -114,9 +120,9 @@ async def run_lookup(tx: TenantTx, mode: LookupMode, request: SearchRequest, *, 
     if not hits:
         return []
     rows = await tx.fetch("retrieval.mode_filter", tx.org_id, [h.id for h in hits], *filter_args(request.filters))
-    passing = {r["id"] for r in rows}
+    passing = {r["id"]: r for r in rows}
     kept = [h for h in hits if h.id in passing][:limit]
-    return [from_lookup(h, mode, rank) for rank, h in enumerate(kept, start=1)]
+    return [from_lookup(h, mode, rank, passing[h.id]) for rank, h in enumerate(kept, start=1)]
 
 
 async def run_lexical(tx: TenantTx, request: SearchRequest, *, limit: int, postings_per_term: int, k1: float,
@@ -143,11 +149,15 @@ async def _with_spans(tx: TenantTx, hits: Sequence[Hit], mode: Mode) -> list[Mod
 # ------------------------------------------------------------------------------------- mapping
 
 
-def from_lookup(h: LookupHit, mode: Mode, rank: int) -> ModeHit:
+def from_lookup(h: LookupHit, mode: Mode, rank: int, row: Mapping[str, Any] | None = None) -> ModeHit:
+    """``row``: the hit's ``retrieval.mode_filter`` row (agent, metadata, event time)."""
     return ModeHit(id=h.id, mode=mode, rank=rank, score=h.score,
                    text=h.text, kind=DOCUMENT_KIND, source=h.path, level=h.level, breadcrumb=h.breadcrumb,
                    line_start=h.line_start, line_end=h.line_end, excerpt=h.excerpt,
-                   excerpt_line_start=h.excerpt_line_start, excerpt_line_end=h.excerpt_line_end)
+                   excerpt_line_start=h.excerpt_line_start, excerpt_line_end=h.excerpt_line_end,
+                   agent_id=None if row is None else row["agent_id"],
+                   metadata={} if row is None else row["metadata"],
+                   occurred_at=None if row is None else row["occurred_at"])
 
 
 def first_lines(text: str, level: int | None, line_start: int | None,
@@ -166,7 +176,8 @@ def from_branch(h: Hit, mode: Mode, rank: int, line_start: int | None, line_end:
     excerpt, ex_start, ex_end = first_lines(h.text, h.level, line_start, line_end)
     return ModeHit(id=h.id, mode=mode, rank=rank, score=h.score, text=h.text, kind=h.kind, source=h.source,
                    level=h.level, breadcrumb=h.breadcrumb, line_start=line_start, line_end=line_end,
-                   excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end)
+                   excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end,
+                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at)
 
 
 # -------------------------------------------------------------------------------------- fusion
@@ -209,7 +220,8 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
         semantic_rank=None if semantic is None else semantic.rank,
         lexical_score=None if lexical is None else lexical.score,
         semantic_score=None if semantic is None else semantic.score,
-        fusion_method="rrf", path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
+        fusion_method="rrf", agent_id=best.agent_id, metadata=best.metadata, occurred_at=best.occurred_at,
+        path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
         excerpt=literal.excerpt, excerpt_line_start=literal.excerpt_line_start,
         excerpt_line_end=literal.excerpt_line_end, mode=best.mode,
         modes=[ModeRank(mode=h.mode, rank=h.rank, score=h.score)

@@ -33,7 +33,8 @@ _IDENTIFIER = re.compile(
     """
 )
 SHORT_QUERY_WORDS = 4
-_SELECTIVE = ("source_prefix", "metadata", "created_after", "created_before", "levels")
+_SELECTIVE = ("source_prefix", "metadata", "created_after", "created_before", "occurred_after", "occurred_before",
+              "levels")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from service.memories.types import AgentId, Kind
+from service.memories.types import AgentId, AwareDatetime, Kind
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical", "modes"]
@@ -35,6 +35,10 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Inclusive lower bound on ``created_at``."""
     created_before: datetime | None = None
     """Exclusive upper bound on ``created_at``."""
+    occurred_after: AwareDatetime | None = None
+    """Inclusive lower bound on ``occurred_at`` (when the memory's event happened; RFC 3339 with timezone)."""
+    occurred_before: AwareDatetime | None = None
+    """Exclusive upper bound on ``occurred_at``."""
     source_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)] | None = None
     """Rows whose ``source_path`` starts with this (a literal prefix, no wildcards)."""
     levels: list[Annotated[int, msgspec.Meta(ge=0, le=2)]] | None = None
@@ -96,6 +100,14 @@ class SearchResult(msgspec.Struct, kw_only=True):
     lexical_score: float | None
     semantic_score: float | None
     fusion_method: ResultFusion
+    agent_id: str | None = None
+    """The memory's agent (null: org-wide)."""
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    occurred_at: datetime | None = None
+    """When the memory's event happened (its write time unless the writer said otherwise)."""
+    fused_score: float | None = None
+    """Set when the reranker re-ordered the results: the score fusion gave (``final_score`` is then the
+    reranker's relevance score)."""
     # Filled by ``modes`` search (null from the strategy search; line fields null for non-document rows):
     path: str | None = None
     """The document path (``source``)."""
@@ -134,6 +146,20 @@ class SearchMetrics(msgspec.Struct, kw_only=True):
     modes: dict[str, ModeMetrics] | None = None
     """``modes`` search: time and candidate count per mode (``lexical_*``/``semantic_*`` above mirror
     those two modes)."""
+    rerank_ms: float | None = None
+    """Wall time of the reranker call (null when none is configured or it was skipped)."""
+
+
+class RerankReport(msgspec.Struct, kw_only=True):
+    """What the optional reranker stage did with this search's fused results."""
+
+    provider: str
+    outcome: Literal["applied", "skipped", "failed"]
+    """``applied``: results in the reranker's order; otherwise they keep the fused order."""
+    detail: str
+    """Why: how many candidates were reranked, or why it was skipped (not enough time left) or failed."""
+    candidates: int
+    """Fused results offered to the reranker."""
 
 
 class SearchResponse(msgspec.Struct, kw_only=True):
@@ -148,3 +174,5 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     metrics: SearchMetrics
     modes: list[Mode] | None = None
     """``modes`` search: the modes that ran (``"all"`` resolved for the query)."""
+    rerank: RerankReport | None = None
+    """The reranker stage (null when no reranker is configured, ``PGCONTEXT_RERANK_PROVIDER``)."""

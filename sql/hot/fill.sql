@@ -19,7 +19,7 @@ WITH candidates AS (
      LIMIT $3
 )
 SELECT m.id, m.agent_id, m.kind, m.text, m.embedding, m.importance, m.usefulness, m.pinned, m.created_at,
-       r.last_accessed_at, coalesce(r.access_count, 0) AS access_count
+       m.occurred_at, r.last_accessed_at, coalesce(r.access_count, 0) AS access_count
   FROM ranked r
   JOIN memories m ON m.org_id = $1 AND m.id = r.id
  ORDER BY r.pinned DESC, r.score DESC, r.created_at DESC, r.id DESC

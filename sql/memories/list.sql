@@ -1,4 +1,4 @@
--- A page of live memories, newest first, keyset-paginated on (created_at, id); filters are optional.
+-- A page of live memories, newest first, keyset-paginated on (created_at, id); filters are optional ($10/$11: occurred_at range).
 SELECT m.*, coalesce(a.access_count, 0) AS access_count, a.last_accessed_at
   FROM memories m
   LEFT JOIN memory_access a ON a.org_id = m.org_id AND a.memory_id = m.id
@@ -9,6 +9,8 @@ SELECT m.*, coalesce(a.access_count, 0) AS access_count, a.last_accessed_at
    AND ($4::jsonb IS NULL OR m.metadata @> $4)
    AND ($5::timestamptz IS NULL OR m.created_at >= $5)
    AND ($6::timestamptz IS NULL OR m.created_at < $6)
+   AND ($10::timestamptz IS NULL OR m.occurred_at >= $10)
+   AND ($11::timestamptz IS NULL OR m.occurred_at < $11)
    AND ($7::timestamptz IS NULL OR (m.created_at, m.id) < ($7, $8::uuid))
  ORDER BY m.created_at DESC, m.id DESC
  LIMIT $9

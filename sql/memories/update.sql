@@ -9,6 +9,7 @@ WITH updated AS (
         importance  = CASE WHEN $12 THEN $13::real ELSE importance END,
         pinned      = CASE WHEN $14 THEN $15 ELSE pinned END,
         expires_at  = CASE WHEN $16 THEN $17::timestamptz ELSE expires_at END,
+        occurred_at = CASE WHEN $18 THEN $19::timestamptz ELSE occurred_at END,
         updated_at  = now()
      WHERE org_id = $1 AND id = $2 AND (expires_at IS NULL OR expires_at > now())
     RETURNING *

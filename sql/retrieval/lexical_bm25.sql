@@ -1,5 +1,6 @@
--- BM25 over impact-ordered postings (at most $3 per query term), best $4 ids, then live rows passing the filters.
--- $15: for context assembly, which keeps only the rows of agent $16 (and org-wide ones when $17): of the best $5,
+-- BM25 over impact-ordered postings (at most $3 per query term), best $4 ids, then live rows passing the filters
+-- ($8-$16, see service.retrieval.filters). Rows carry agent, metadata and event time for the results.
+-- $17: for context assembly, which keeps only the rows of agent $18 (and org-wide ones when $19): of the best $5,
 -- return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
 WITH q AS (
     SELECT lexeme AS term FROM unnest(to_tsvector('english', $2::text))
@@ -26,7 +27,8 @@ WITH q AS (
      LIMIT $4
 ), best AS (
     SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, s.score,
-           m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at, m.embedding, m.org_id
+           m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at, m.embedding, m.org_id,
+           m.metadata, m.occurred_at
       FROM scored s
       JOIN memories m ON m.org_id = $1 AND m.id = s.memory_id
      WHERE (m.expires_at IS NULL OR m.expires_at > now())
@@ -37,14 +39,16 @@ WITH q AS (
        AND ($12::timestamptz IS NULL OR m.created_at < $12)
        AND ($13::text IS NULL OR m.source_path LIKE $13)
        AND ($14::smallint[] IS NULL OR m.level = ANY($14))
+       AND ($15::timestamptz IS NULL OR m.occurred_at >= $15)
+       AND ($16::timestamptz IS NULL OR m.occurred_at < $16)
      ORDER BY s.score DESC, m.id
      LIMIT $5
 )
 SELECT b.id, b.text, b.kind, b.source_path, b.level, b.breadcrumb, b.score,
-       b.agent_id, b.importance, b.usefulness, b.pinned, b.created_at,
-       CASE WHEN $15::bool THEN b.embedding END AS embedding,
-       CASE WHEN $15::bool THEN (SELECT a.last_accessed_at FROM memory_access a
+       b.agent_id, b.importance, b.usefulness, b.pinned, b.created_at, b.metadata, b.occurred_at,
+       CASE WHEN $17::bool THEN b.embedding END AS embedding,
+       CASE WHEN $17::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = b.org_id AND a.memory_id = b.id) END AS last_accessed_at
   FROM best b
- WHERE NOT $15::bool OR b.agent_id = $16::text OR ($17::bool AND b.agent_id IS NULL)
+ WHERE NOT $17::bool OR b.agent_id = $18::text OR ($19::bool AND b.agent_id IS NULL)
  ORDER BY b.score DESC, b.id

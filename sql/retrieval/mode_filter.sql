@@ -1,5 +1,5 @@
--- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics).
-SELECT m.id
+-- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics), with the fields results carry.
+SELECT m.id, m.agent_id, m.metadata, m.occurred_at
   FROM memories m
  WHERE m.org_id = $1
    AND m.id = ANY($2::uuid[])
@@ -11,3 +11,5 @@ SELECT m.id
    AND ($7::timestamptz IS NULL OR m.created_at < $7)
    AND ($8::text IS NULL OR m.source_path LIKE $8)
    AND ($9::smallint[] IS NULL OR m.level = ANY($9))
+   AND ($10::timestamptz IS NULL OR m.occurred_at >= $10)
+   AND ($11::timestamptz IS NULL OR m.occurred_at < $11)

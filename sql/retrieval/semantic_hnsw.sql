@@ -1,9 +1,11 @@
--- Nearest live rows by cosine distance via HNSW (the caller sets iterative scan + ef_search), filters applied.
--- $11: for context assembly, which keeps only the rows of agent $12 (and org-wide ones when $13): of the nearest
+-- Nearest live rows by cosine distance via HNSW (the caller sets iterative scan + ef_search), filters applied
+-- ($4-$12, see service.retrieval.filters). Rows carry agent, metadata and event time for the results.
+-- $13: for context assembly, which keeps only the rows of agent $14 (and org-wide ones when $15): of the nearest
 -- $3, return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
 WITH nearest AS (
     SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, 1 - (m.embedding <=> $2::vector) AS score,
-           m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at, m.embedding, m.org_id
+           m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at, m.embedding, m.org_id,
+           m.metadata, m.occurred_at
       FROM memories m
      WHERE m.org_id = $1
        AND m.embedding IS NOT NULL
@@ -15,13 +17,15 @@ WITH nearest AS (
        AND ($8::timestamptz IS NULL OR m.created_at < $8)
        AND ($9::text IS NULL OR m.source_path LIKE $9)
        AND ($10::smallint[] IS NULL OR m.level = ANY($10))
+       AND ($11::timestamptz IS NULL OR m.occurred_at >= $11)
+       AND ($12::timestamptz IS NULL OR m.occurred_at < $12)
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3
 )
 SELECT n.id, n.text, n.kind, n.source_path, n.level, n.breadcrumb, n.score,
-       n.agent_id, n.importance, n.usefulness, n.pinned, n.created_at,
-       CASE WHEN $11::bool THEN n.embedding END AS embedding,
-       CASE WHEN $11::bool THEN (SELECT a.last_accessed_at FROM memory_access a
+       n.agent_id, n.importance, n.usefulness, n.pinned, n.created_at, n.metadata, n.occurred_at,
+       CASE WHEN $13::bool THEN n.embedding END AS embedding,
+       CASE WHEN $13::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = n.org_id AND a.memory_id = n.id) END AS last_accessed_at
   FROM nearest n
- WHERE NOT $11::bool OR n.agent_id = $12::text OR ($13::bool AND n.agent_id IS NULL)
+ WHERE NOT $13::bool OR n.agent_id = $14::text OR ($15::bool AND n.agent_id IS NULL)

@@ -37,7 +37,7 @@ from tests.integration.test_assembly import (
     seed,
 )
 
-SLOW_COLD = {"branch_delay_ms": 2000}
+SLOW_COLD: dict[str, Any] = {"branch_delay_ms": 2000}
 """Every search branch sleeps 2 s in Postgres: far past any cold budget used here."""
 
 

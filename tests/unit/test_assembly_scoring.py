@@ -179,6 +179,22 @@ def test_naive_datetimes_are_utc(counter: TokenCounter) -> None:
     assert scored["n"].age_hours == scored["a"].age_hours == pytest.approx(2.0)
 
 
+def test_recency_decays_on_the_event_time_not_the_write_time(counter: TokenCounter) -> None:
+    written_now = NOW - timedelta(minutes=5)
+    old_event = cand("old", created_at=written_now, occurred_at=NOW - timedelta(hours=2 * HALF_LIFE))
+    new_event = cand("new", created_at=written_now, occurred_at=NOW - timedelta(hours=1))
+    no_event = cand("legacy", created_at=NOW - timedelta(hours=HALF_LIFE))  # no event time: the write time
+    future = cand("future", created_at=written_now, occurred_at=NOW + timedelta(days=3))
+    scored = {s.id: s for s in score_candidates([old_event, new_event, no_event, future], intent=Intent.FACTUAL,
+                                                counter=counter, now=NOW)}
+    assert scored["old"].scores.recency == pytest.approx(0.25)
+    assert scored["old"].age_hours == pytest.approx(2 * HALF_LIFE)
+    assert scored["new"].scores.recency == pytest.approx(0.5 ** (1 / HALF_LIFE))
+    assert scored["legacy"].scores.recency == pytest.approx(0.5)
+    assert scored["future"].scores.recency == 1.0 and scored["future"].age_hours == 0.0
+    assert scored["new"].scores.composite > scored["old"].scores.composite  # same text, same relevance
+
+
 def test_rules_are_validated() -> None:
     with pytest.raises(ValueError):
         ScoringRules(recency_half_life_hours=0)

@@ -114,7 +114,7 @@ def test_query_cache_is_a_bounded_lru() -> None:
 def test_source_prefix_is_literal() -> None:
     assert like_prefix("docs/50%_off\\") == "docs/50\\%\\_off\\\\%"
     args = filter_args(SearchFilters(agent_id="x", levels=[1], source_prefix="a_b"))
-    assert args == ("x", None, None, None, None, "a\\_b%", [1])
+    assert args == ("x", None, None, None, None, "a\\_b%", [1], None, None)
 
 
 def test_retrieval_settings_from_env() -> None:

@@ -87,6 +87,32 @@ def test_bad_values_raise_settings_error(name: str, value: str) -> None:
         load_settings({name: value})
 
 
+def test_reranker_is_off_by_default_and_configurable() -> None:
+    assert load_settings({}).retrieval.rerank.provider == "none"
+    tei = load_settings({"PGCONTEXT_RERANK_PROVIDER": "tei", "PGCONTEXT_RERANK_API_BASE": "http://127.0.0.1:8081",
+                         "PGCONTEXT_RERANK_TOP_N": "30", "PGCONTEXT_RERANK_TIMEOUT_MS": "25"}).retrieval.rerank
+    assert (tei.provider, tei.api_base, tei.top_n, tei.timeout_ms, tei.model) == (
+        "tei", "http://127.0.0.1:8081", 30, 25, None)
+    cohere = load_settings({"PGCONTEXT_RERANK_PROVIDER": "cohere", "PGCONTEXT_RERANK_MODEL": "rerank-v3.5",
+                            "PGCONTEXT_RERANK_API_KEY": "k"}).retrieval.rerank
+    assert cohere.api_base == "https://api.cohere.com/v2" and cohere.api_key == "k"
+    jina = load_settings({"PGCONTEXT_RERANK_PROVIDER": "jina", "PGCONTEXT_RERANK_MODEL": "m"}).retrieval.rerank
+    assert jina.api_base == "https://api.jina.ai/v1"
+
+
+@pytest.mark.parametrize(("env", "match"), [
+    ({"PGCONTEXT_RERANK_PROVIDER": "bge"}, "PGCONTEXT_RERANK_PROVIDER"),
+    ({"PGCONTEXT_RERANK_PROVIDER": "tei"}, "PGCONTEXT_RERANK_API_BASE"),
+    ({"PGCONTEXT_RERANK_PROVIDER": "cohere"}, "PGCONTEXT_RERANK_MODEL"),
+    ({"PGCONTEXT_RERANK_PROVIDER": "tei", "PGCONTEXT_RERANK_API_BASE": "http://x", "PGCONTEXT_RERANK_TOP_N": "0"},
+     "PGCONTEXT_RERANK_TOP_N"),
+    ({"PGCONTEXT_RERANK_TIMEOUT_MS": "soon"}, "PGCONTEXT_RERANK_TIMEOUT_MS"),
+])
+def test_bad_reranker_settings(env: dict[str, str], match: str) -> None:
+    with pytest.raises(SettingsError, match=match):
+        load_settings(env)
+
+
 def test_settings_error_is_a_value_error() -> None:
     assert issubclass(SettingsError, ValueError)
 
