@@ -27,6 +27,16 @@ from service.embedded import EmbeddedPostgres, EmbeddedRedis
 from service.runtime import Endpoints
 from service.settings import Settings
 
+SEARCH_STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "lexical": ("lexical", {}),
+    "semantic": ("semantic", {}),
+    "hybrid": ("hybrid", {"fusion": "rrf"}),
+    "hybrid_convex": ("hybrid", {"fusion": "convex", "convex_alpha": 0.5}),
+    "lexical_first": ("lexical_first", {"cascade_width": 200}),
+    "auto": ("auto", {}),
+}
+"""The retrieval benchmarks' strategies: line name -> (request ``strategy``, request ``tuning``)."""
+
 
 @contextlib.contextmanager
 def servers(settings: Settings) -> Iterator[tuple[str, str]]:

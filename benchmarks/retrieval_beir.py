@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import SEARCH_STRATEGIES as STRATEGIES
 from benchmarks._common import app_client, ndcg_at, new_tenant, percentile, recall_at, servers
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine
@@ -34,15 +35,6 @@ from service.settings import load_settings
 
 BATCH = 64
 DEPTH = 100
-# name -> (request strategy, tuning)
-STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "lexical": ("lexical", {}),
-    "semantic": ("semantic", {}),
-    "hybrid": ("hybrid", {"fusion": "rrf"}),
-    "hybrid_convex": ("hybrid", {"fusion": "convex", "convex_alpha": 0.5}),
-    "lexical_first": ("lexical_first", {"cascade_width": 200}),
-    "auto": ("auto", {}),
-}
 
 
 def load_beir(root: Path, split: str) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:

@@ -1,0 +1,341 @@
+"""Retrieval and context assembly on conversations (LoCoMo-style), through the service's HTTP API.
+
+    python benchmarks/retrieval_locomo.py ../shared/data/locomo-dev [--categories 1 2 3 4]
+
+DIR holds three files:
+
+* ``corpus.jsonl``: one turn per line (``_id``, ``text``, ``metadata``). ``metadata.sample_id`` names
+  the conversation: each gets its own org, so a question only ever sees its own conversation.
+  ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is sent as the memory's
+  ``occurred_at`` when the service's API has that field (read from its OpenAPI schema).
+* ``queries.jsonl``: ``_id``, ``text``, ``metadata.sample_id`` and ``metadata.category``.
+* ``qrels.tsv``: header line, then ``query-id  corpus-id  score`` (evidence turns).
+
+It prints one line per search strategy (Recall@10 and binary nDCG@10, overall and per category,
+engine latency), an in-process BM25 reference (bm25s per conversation, Porter stemmer, k1 0.9,
+b 0.4), then one line per assembly budget: the share of evidence turns whose memory is in
+``memories_used``, the mean context tokens, and the share of those tokens spent on the reference
+tags that open each memory line (whatever the leading ``[...]`` is), counted with tiktoken.
+
+Turns are written org-wide (no agent) so the assembling agent sees them all; assembly runs with no
+directive, no history, ``reserve_tokens`` 0 and the hot set off (``--use-hot`` turns it on; it
+would otherwise fill with whatever earlier questions touched, making results order-dependent).
+Unless PGCONTEXT_DEADLINE_MS is set, assembly deadlines are relaxed so that quality does not
+depend on how busy the machine is (latency has its own benchmarks).
+With no PGCONTEXT_DATABASE_URL / DATABASE_URL it starts embedded Postgres and Redis in a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import (
+    SEARCH_STRATEGIES,
+    app_client,
+    ndcg_at,
+    new_tenant,
+    percentile,
+    recall_at,
+    servers,
+)
+from service.logs import configure as configure_logs
+from service.retrieval import RetrievalEngine
+from service.settings import load_settings
+from service.tokens import Tokenizers
+
+BATCH = 64
+K = 10
+AGENT = "locomo-bench"
+MODEL = "gpt-4o"
+RELAXED_DEADLINES = {"PGCONTEXT_DEADLINE_MS": "5000", "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": "1000",
+                     "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS": "1000"}
+# name -> request fields besides agent, query and model
+ASSEMBLIES: dict[str, dict[str, Any]] = {
+    "assemble_500": {"max_context_tokens": 500},
+    "assemble_1000": {"max_context_tokens": 1000},
+    "assemble_2000": {"max_context_tokens": 2000},
+    "assemble_selective": {"selective": True},
+}
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
+                 "%Y-%m-%d %H:%M", "%Y-%m-%d")
+_TAG = re.compile(r"\[[^\]\n]*\]")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    id: str
+    text: str
+    group: str
+    occurred_at: datetime | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    id: str
+    text: str
+    group: str
+    category: str
+
+
+def parse_when(value: Any) -> datetime | None:
+    """A session date such as ``1:56 pm on 8 May, 2023`` (or ISO 8601) as UTC; None if unparseable."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = " ".join(value.split())
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        parsed = None
+        for fmt in _DATE_FORMATS:
+            try:
+                parsed = datetime.strptime(text, fmt)
+                break
+            except ValueError:
+                continue
+    if parsed is None:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def load_dir(root: Path, categories: set[str] | None) -> tuple[list[Turn], list[Query], dict[str, dict[str, int]]]:
+    """Turns, the questions to score (in qrels, in ``categories`` when they have one) and the qrels."""
+    turns: list[Turn] = []
+    with (root / "corpus.jsonl").open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            doc = json.loads(line)
+            meta = doc.get("metadata") or {}
+            text = f"{doc.get('title') or ''}\n{doc['text']}".strip()
+            turns.append(Turn(str(doc["_id"]), text, str(meta.get("sample_id", "all")),
+                              parse_when(meta.get("session_date_time")), meta))
+    qrels: dict[str, dict[str, int]] = {}
+    with (root / "qrels.tsv").open() as f:
+        next(f)
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 3 and int(parts[2]) > 0:
+                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    queries: list[Query] = []
+    with (root / "queries.jsonl").open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            q = json.loads(line)
+            meta = q.get("metadata") or {}
+            category = str(meta.get("category", "-"))
+            if str(q["_id"]) not in qrels or (categories and "category" in meta and category not in categories):
+                continue
+            queries.append(Query(str(q["_id"]), q["text"], str(meta.get("sample_id", "all")), category))
+    return turns, queries, qrels
+
+
+def by_category(queries: Sequence[Query], values: Sequence[float]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for q, v in zip(queries, values, strict=True):
+        out.setdefault(q.category, []).append(v)
+    return dict(sorted(out.items()))
+
+
+def quality_line(name: str, queries: Sequence[Query], recall: Sequence[float], ndcg: Sequence[float],
+                 tail: str) -> str:
+    recall_cat, ndcg_cat = by_category(queries, recall), by_category(queries, ndcg)
+    cats = "  ".join(f"c{c} {np.mean(recall_cat[c]):.3f}/{np.mean(ndcg_cat[c]):.3f} (n={len(recall_cat[c])})"
+                     for c in recall_cat)
+    return (f"{name:<20} R@{K}={np.mean(recall):.4f}  nDCG@{K}={np.mean(ndcg):.4f}  "
+            f"by category R@{K}/nDCG@{K}: {cats}  {tail}")
+
+
+def bm25_reference(turns: Sequence[Turn], queries: Sequence[Query], qrels: dict[str, dict[str, int]]) -> str:
+    """bm25s per conversation: Porter stemmer, English stop words, k1 0.9, b 0.4."""
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("porter")
+    recall: list[float] = []
+    ndcg: list[float] = []
+    scored: list[Query] = []
+    for group in sorted({t.group for t in turns}):
+        docs = [t for t in turns if t.group == group]
+        asked = [q for q in queries if q.group == group]
+        if not asked:
+            continue
+        retriever = bm25s.BM25(k1=0.9, b=0.4)
+        retriever.index(bm25s.tokenize([t.text for t in docs], stopwords="en", stemmer=stemmer, show_progress=False),
+                        show_progress=False)
+        tokens = bm25s.tokenize([q.text for q in asked], stopwords="en", stemmer=stemmer, show_progress=False)
+        results, _scores = retriever.retrieve(tokens, k=min(K, len(docs)), show_progress=False, n_threads=1)
+        for q, row in zip(asked, results, strict=True):
+            ranked = [docs[i].id for i in row]
+            recall.append(recall_at(ranked, qrels[q.id], K))
+            ndcg.append(ndcg_at(ranked, qrels[q.id], K))
+            scored.append(q)
+    return quality_line("bm25s (reference)", scored, recall, ndcg, "(in-process, Porter, stop words en, k1 0.9 b 0.4)")
+
+
+async def supports_occurred_at(client: Any) -> bool:
+    """Whether the memory write API takes ``occurred_at`` (from the service's OpenAPI schema)."""
+    r = await client.get("/schema/openapi.json")
+    r.raise_for_status()
+    schemas = r.json().get("components", {}).get("schemas", {})
+    return any("occurred_at" in (s.get("properties") or {}) and "text" in (s.get("properties") or {})
+               and "embedding" in (s.get("properties") or {}) for s in schemas.values())
+
+
+async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn], with_time: bool) -> dict[str, str]:
+    """POST one conversation's turns (org-wide memories); returns memory id -> turn id."""
+    by_memory: dict[str, str] = {}
+    for start in range(0, len(turns), BATCH):
+        chunk = turns[start:start + BATCH]
+        body = []
+        for t in chunk:
+            memory: dict[str, Any] = {"text": t.text, "kind": "episode", "metadata": t.metadata}
+            if with_time and t.occurred_at is not None:
+                memory["occurred_at"] = t.occurred_at.isoformat()
+            body.append(memory)
+        r = await client.post("/v1/memories", json={"memories": body}, headers=headers)
+        r.raise_for_status()
+        by_memory.update(zip(r.json()["ids"], (t.id for t in chunk), strict=True))
+    return by_memory
+
+
+async def run_strategy(client: Any, name: str, queries: Sequence[Query], qrels: dict[str, dict[str, int]],
+                       orgs: dict[str, tuple[dict[str, str], dict[str, str]]]) -> str:
+    strategy, tuning = SEARCH_STRATEGIES[name]
+    engine = client.app.state.services.extras["retrieval"]
+    assert isinstance(engine, RetrievalEngine)
+    engine.cache.clear()  # every strategy pays for its own query embeddings
+    recall, ndcg, engine_ms = [], [], []
+    used: dict[str, int] = {}
+    for q in queries:
+        headers, by_memory = orgs[q.group]
+        r = await client.post("/v1/memories/search", headers=headers,
+                              json={"query": q.text, "strategy": strategy, "limit": K, "tuning": tuning})
+        r.raise_for_status()
+        body = r.json()
+        used[body["strategy"]] = used.get(body["strategy"], 0) + 1
+        ranked = [by_memory[x["id"]] for x in body["results"]]
+        recall.append(recall_at(ranked, qrels[q.id], K))
+        ndcg.append(ndcg_at(ranked, qrels[q.id], K))
+        engine_ms.append(body["metrics"]["total_ms"])
+    mix = ", ".join(f"{k} {v}" for k, v in sorted(used.items()))
+    return quality_line(name, queries, recall, ndcg,
+                        f"p50={percentile(engine_ms, 50):.1f} ms p95={percentile(engine_ms, 95):.1f} ms (used: {mix})")
+
+
+def tag_tokens(context: str, count: Any) -> int:
+    """Tokens of the leading ``[...]`` tag of every memory line in the context's memories section."""
+    inside, total = False, 0
+    for line in context.split("\n"):
+        if line.startswith("<memories>"):
+            inside = True
+        elif line.startswith("</memories>"):
+            inside = False
+        elif inside and (m := _TAG.match(line)):
+            total += int(count(m.group(0)))
+    return total
+
+
+async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: dict[str, dict[str, int]],
+                       orgs: dict[str, tuple[dict[str, str], dict[str, str]]], tokenizers: Tokenizers,
+                       use_hot: bool) -> str:
+    evidence: dict[str, list[int]] = {}  # category -> [evidence turns in context, evidence turns]
+    context_tokens: list[int] = []
+    tags: list[int] = []
+    levels: dict[str, int] = {}
+    engine_ms: list[float] = []
+    for q in queries:
+        headers, by_memory = orgs[q.group]
+        body = {"agent_id": AGENT, "query": q.text, "model": MODEL, "reserve_tokens": 0,
+                "retrieval": {"use_hot": use_hot}, **ASSEMBLIES[name]}
+        r = await client.post("/v1/context/assemble", headers=headers, json=body)
+        r.raise_for_status()
+        out = r.json()
+        counter = tokenizers.get(out["budget"]["encoding"])
+        used = {by_memory.get(m["id"]) for m in out["memories_used"]}
+        wanted = set(qrels[q.id])
+        counts = evidence.setdefault(q.category, [0, 0])
+        counts[0] += len(wanted & used)
+        counts[1] += len(wanted)
+        n = counter.count(out["context"])
+        context_tokens.append(n)
+        tags.append(tag_tokens(out["context"], counter.count))
+        levels[out["degradation_level"]] = levels.get(out["degradation_level"], 0) + 1
+        engine_ms.append(out["metrics"]["total_ms"])
+    cats = "  ".join(f"c{c} {found / wanted:.3f}" for c, (found, wanted) in sorted(evidence.items()))
+    found_total, wanted_total = (sum(c[i] for c in evidence.values()) for i in (0, 1))
+    mix = ", ".join(f"{k} {v}" for k, v in sorted(levels.items()))
+    share = sum(tags) / max(sum(context_tokens), 1)
+    return (f"{name:<20} evidence_in_context={found_total / max(wanted_total, 1):.4f}  "
+            f"by category: {cats}  mean_context_tokens={np.mean(context_tokens):.1f}  "
+            f"tag_token_share={share:.4f}  p50={percentile(engine_ms, 50):.1f} ms (levels: {mix})")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    env = dict(os.environ)
+    if "PGCONTEXT_DEADLINE_MS" not in env:
+        env.update(RELAXED_DEADLINES)
+    settings = load_settings(env)
+    root = Path(args.dir)
+    turns, queries, qrels = load_dir(root, set(args.categories) if args.categories else None)
+    if args.max_queries:
+        queries = queries[: args.max_queries]
+    groups = sorted({t.group for t in turns})
+    dated = sum(t.occurred_at is not None for t in turns)
+    print(f"# {root.name}: {len(turns)} turns in {len(groups)} conversations ({dated} with a parsed date), "
+          f"{len(queries)} questions (categories {', '.join(args.categories) or 'all'})", flush=True)
+    print(bm25_reference(turns, queries, qrels), flush=True)
+    tokenizers = Tokenizers(settings.assembly.tiktoken_dir or settings.data_dir / "tiktoken")
+    with servers(settings) as (owner_dsn, redis_url):
+        async with app_client(settings, owner_dsn, redis_url) as client:
+            with_time = await supports_occurred_at(client)
+            orgs: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+            started = time.perf_counter()
+            for group in groups:
+                _org, headers = await new_tenant(owner_dsn, f"locomo-{group}-{time.time_ns()}")
+                orgs[group] = (headers, await load_group(client, headers, [t for t in turns if t.group == group],
+                                                         with_time))
+            print(f"# loaded through POST /v1/memories in {time.perf_counter() - started:.1f} s "
+                  f"(occurred_at {'sent' if with_time else 'not supported by this service, not sent'}; "
+                  f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'})",
+                  flush=True)
+            for name in args.strategies:
+                print(await run_strategy(client, name, queries, qrels, orgs), flush=True)
+            for name in args.assemblies:
+                print(await run_assembly(client, name, queries, qrels, orgs, tokenizers, args.use_hot), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir", help="directory with corpus.jsonl, queries.jsonl and qrels.tsv")
+    parser.add_argument("--categories", nargs="*", default=["1", "2", "3", "4"],
+                        help="question categories to score (none given: all)")
+    parser.add_argument("--max-queries", type=int, default=0, help="0 = every question")
+    parser.add_argument("--strategies", nargs="*", default=list(SEARCH_STRATEGIES), choices=list(SEARCH_STRATEGIES))
+    parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), choices=list(ASSEMBLIES))
+    parser.add_argument("--use-hot", action="store_true", help="let assembly use the agent's hot set")
+    args = parser.parse_args()
+    configure_logs("warning")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
