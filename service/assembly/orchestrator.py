@@ -66,6 +66,7 @@ from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import PackResult, pack
 from service.assembly.scoring import (
     Candidate,
+    LineSpan,
     ScoreBreakdown,
     ScoredCandidate,
     ScoringRules,
@@ -174,6 +175,14 @@ def _hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.floa
     ]
 
 
+def _lines(row: asyncpg.Record) -> LineSpan | None:
+    """The file lines a document chunk covers (None for other memories)."""
+    path, start, end, level = row["source_path"], row["line_start"], row["line_end"], row["level"]
+    if path is None or start is None or end is None or level is None:
+        return None
+    return LineSpan(path, start, end, level)
+
+
 def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
     relevance = scale_to_unit([scores[r["id"]] for r in rows])
     return [
@@ -181,7 +190,7 @@ def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> l
                   occurred_at=r["occurred_at"],
                   last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
                   usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),
-                  rank=i + 1)
+                  rank=i + 1, lines=_lines(r))
         for i, r in enumerate(rows)
     ]
 

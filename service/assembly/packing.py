@@ -12,7 +12,13 @@ candidates go first. A candidate then ends in exactly one place:
   or ``duplicate_jaccard`` (word features), decided as soon as that item is chosen;
 * dropped ``below_threshold`` — its composite is, or after overlaps with chosen items fell, under
   ``min_composite`` (pinned candidates are exempt);
-* dropped ``over_budget`` — it does not fit what is left; packing goes on with smaller ones.
+* dropped ``over_budget`` — it does not fit what is left; packing goes on with smaller ones;
+* dropped ``nested`` — a document chunk whose lines overlap those of a chosen chunk of the same
+  file: a file summary (L0), a section (L1) and a chunk (L2) cover the same lines, and each line
+  is packed once. When the best candidate is a chunk that contains other candidates of its file
+  (a section and chunks inside it), the most specific of those goes in instead — the highest level,
+  then the fewest lines, then the best composite (everything still in play fits, see below) — so
+  the context holds the lines that matched, not the file around them.
 
 Each candidate is reported once, with the first reason found: duplicates are found when their twin
 is chosen, so an item dropped earlier keeps its earlier reason; an item both under the bar and too
@@ -51,7 +57,7 @@ from service.assembly.scoring import (
 )
 from service.tokens import TokenCounter
 
-DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget"]
+DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +252,12 @@ class _Selection:
         self.similar_to = [-1] * n
         self.tags: dict[int, str] = {}
         """Tag of each chosen item, by index."""
+        self.lines = [s.candidate.lines for s in scored]
+        self.same_file: dict[str, list[int]] = {}
+        """Document chunks by path (only files with more than one chunk in play matter)."""
+        for i, span in enumerate(self.lines):
+            if span is not None:
+                self.same_file.setdefault(span.path, []).append(i)
         self.alive = [True] * n
         self.live = list(range(n))
         """The alive indices, in order."""
@@ -292,8 +304,27 @@ class _Selection:
         self.dropped.append(Dropped(item.id, reason, detail, item.tokens, self.scores_of(i)))
 
     def best(self) -> int:
-        """The next to choose: pinned first, then by composite; the first of equals (score order)."""
-        return max(self.live, key=self.priority.__getitem__)
+        """The next to choose: pinned first, then by composite; the first of equals (score order).
+        A chunk that contains other chunks still in play gives way to the most specific of them."""
+        i = max(self.live, key=self.priority.__getitem__)
+        span = self.lines[i]
+        if span is None or len(self.same_file[span.path]) < 2:
+            return i
+        inside = [(other.level, other.start - other.end, self.priority[k], -k)
+                  for k in self.same_file[span.path]
+                  if k != i and self.alive[k] and (other := self.lines[k]) is not None and span.contains(other)]
+        return -max(inside)[3] if inside else i
+
+    def drop_overlapping(self, chosen: int) -> None:
+        """Drop the chunks of the chosen one's file whose lines overlap its lines."""
+        span = self.lines[chosen]
+        if span is None or len(self.same_file[span.path]) < 2:
+            return
+        for k in self.same_file[span.path]:
+            other = self.lines[k]
+            if self.alive[k] and other is not None and span.overlaps(other):
+                self.drop(k, "nested", f"lines {other.start}-{other.end} of {other.path} overlap lines "
+                                       f"{span.start}-{span.end} in [{self.tags[chosen]}] ({self.scored[chosen].id})")
 
     def absorb(self, chosen: int) -> None:
         """Take ``chosen`` out of play, raise every alive candidate's max similarity with it, and
@@ -405,6 +436,7 @@ def pack(
                                  tag_tokens, scores, why))
         state.tags[i] = tag
         state.absorb(i)
+        state.drop_overlapping(i)
 
     used = sum(p.tokens for p in chosen) + (overhead if chosen else 0)
     return PackResult(tuple(chosen), tuple(state.dropped), used, budget_tokens, overhead, len(scored))

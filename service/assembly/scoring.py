@@ -88,6 +88,25 @@ class Candidate:
     rank: int | None = None
     """1-based rank within its origin's retrieval, shown in justifications."""
     in_hot_and_cold: bool = False
+    lines: LineSpan | None = None
+    """For a document chunk: the file lines it covers (the packer never packs the same lines twice)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LineSpan:
+    """Lines ``start..end`` (1-based, inclusive) of ``path``, covered by a chunk of ``level`` (0 file
+    summary, 1 section, 2 chunk: higher is more specific)."""
+
+    path: str
+    start: int
+    end: int
+    level: int
+
+    def contains(self, other: LineSpan) -> bool:
+        return self.path == other.path and self.start <= other.start and other.end <= self.end
+
+    def overlaps(self, other: LineSpan) -> bool:
+        return self.path == other.path and self.start <= other.end and other.start <= self.end
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,9 @@ class MemoryUsed(msgspec.Struct):
 
 class DroppedMemory(msgspec.Struct):
     id: UUID
-    reason: Literal["empty", "duplicate", "below_threshold", "over_budget"]
+    reason: Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
+    """``nested``: a document chunk whose lines are already in the context (in a summary, section or
+    chunk of the same file that was packed)."""
     detail: str
     tokens: int
     """Tokens of its memory line without a tag."""

@@ -23,6 +23,7 @@ from service.assembly.packing import (
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     Candidate,
+    LineSpan,
     ScoreBreakdown,
     ScoredCandidate,
     jaccard,
@@ -234,6 +235,55 @@ def test_mixed_embedding_dimensions_fall_back_to_words(counter: TokenCounter) ->
     result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert [p.id for p in result.chosen] == ["a"]
     assert result.dropped[0].reason == "duplicate"
+
+
+def chunk(id: str, path: str, start: int, end: int, level: int, relevance: float, words: int = 12) -> Candidate:
+    text = " ".join(f"{path.split('.')[0]}{level}w{n}x{start}" for n in range(words))
+    return cand(id, text, relevance=relevance, lines=LineSpan(path, start, end, level))
+
+
+def test_nested_chunks_are_packed_once_the_most_specific_first(counter: TokenCounter) -> None:
+    cands = [
+        chunk("file", "a.py", 1, 100, 0, relevance=1.0),  # the summary of a.py scores best
+        chunk("section", "a.py", 10, 40, 1, relevance=0.95),
+        chunk("chunk", "a.py", 20, 30, 2, relevance=0.9),
+        chunk("later", "a.py", 50, 60, 2, relevance=0.85),
+        chunk("other", "b.py", 20, 30, 2, relevance=0.8),
+        cand("memory", FACTS[0], relevance=0.7),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    # The chunk inside the section inside the file goes in for the file; the file and the section
+    # hold its lines again, so they are dropped; a.py's other chunk and b.py's are other lines.
+    chosen = [p.id for p in result.chosen]
+    assert chosen[0] == "chunk" and sorted(chosen[1:]) == ["later", "memory", "other"]
+    nested = {d.id: d for d in result.dropped}
+    assert set(nested) == {"file", "section"} and all(d.reason == "nested" for d in nested.values())
+    assert nested["file"].detail == "lines 1-100 of a.py overlap lines 20-30 in [1] (chunk)"
+    spans = [p.candidate.lines for p in result.chosen if p.candidate.lines is not None]
+    assert not any(a.overlaps(b) for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+def test_a_broader_chunk_goes_in_when_the_specific_one_does_not_fit(counter: TokenCounter) -> None:
+    cands = [
+        chunk("section", "a.py", 10, 40, 1, relevance=1.0, words=10),
+        chunk("chunk", "a.py", 20, 30, 2, relevance=0.9, words=400),  # inside, but too big
+    ]
+    small = score_candidates([cands[0]], intent=Intent.FACTUAL, counter=counter, now=NOW)[0].tokens
+    budget = small + counter.count("1") + memories_section_overhead(counter) + 5
+    result = select_memories(cands, budget_tokens=budget, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["section"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("chunk", "over_budget")]
+
+
+def test_partly_overlapping_chunks_are_not_packed_twice(counter: TokenCounter) -> None:
+    cands = [
+        chunk("one", "a.md", 1, 40, 2, relevance=1.0),
+        chunk("two", "a.md", 30, 80, 1, relevance=0.9),
+        chunk("three", "a.md", 41, 80, 2, relevance=0.8),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["one", "three"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("two", "nested")]
 
 
 # -- the packer against a plain restatement of its contract -------------------------------------------
