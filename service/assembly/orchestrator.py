@@ -366,7 +366,8 @@ class Orchestrator:
                 details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
                          "overhead_tokens": budget.overhead, "max_context_tokens": req.max_context_tokens})
         budgeted = time.perf_counter()
-        scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring)
+        scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
+                                  show_dates=sel.temporal)
         ranked = time.perf_counter()
         result = pack(scored, budget_tokens=budget.memories_available, intent=sel.intent, counter=counter,
                       scoring=self.scoring)

@@ -56,7 +56,7 @@ from typing import Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from service.assembly.format import format_body
+from service.assembly.format import format_body, short_date
 from service.assembly.intent import Intent
 from service.tokens import TokenCounter
 
@@ -435,8 +435,12 @@ def score_candidates(
     counter: TokenCounter,
     now: datetime | None = None,
     rules: ScoringRules = DEFAULT_SCORING_RULES,
+    show_dates: bool = False,
 ) -> list[ScoredCandidate]:
     """Merge by id, write each memory line, count it exactly and score it (uniqueness 1.0).
+
+    ``show_dates``: each line shows its event date (``occurred_at``, else ``created_at``) before the
+    text, e.g. ``(8 May 2023)``, for questions that ask for a time; the date is content.
 
     Returned best composite first (ties: higher relevance, then id) — the packer's starting order.
     """
@@ -447,7 +451,7 @@ def score_candidates(
     line_break = counter.count(format_body(""))
     scored: list[ScoredCandidate] = []
     for cand, unit in zip(merged, units, strict=True):
-        body = format_body(cand.text)
+        body = format_body(cand.text, short_date(_utc(cand.occurred_at or cand.created_at)) if show_dates else None)
         tokens = counter.count(body)
         # The line break is formatting; informativeness judges the text alone.
         text_tokens = max(1, tokens - line_break)

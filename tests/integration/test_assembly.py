@@ -244,8 +244,8 @@ async def test_selective_mode_is_explained_and_respected(settings: Settings, end
         assert r.status_code == 200, r.text
         b = r.json()["budget"]
         assert b["mode"] == "selective" and b["max_context_tokens"] is None
-        assert b["tier"] == "minimal" and b["intent"] == "factual"
-        assert 50 <= b["memories_budget_tokens"] <= 100 and b["memories_tokens"] <= b["memories_budget_tokens"]
+        assert b["tier"] == "standard" and b["intent"] == "factual"
+        assert 500 <= b["memories_budget_tokens"] <= 1000 and b["memories_tokens"] <= b["memories_budget_tokens"]
         assert any("intent factual" in reason for reason in b["reasons"])
         r = await assemble(client, tenant, selective=True, max_context_tokens=None,
                            query="urgent: design and build the whole backup architecture, migration plan and "
