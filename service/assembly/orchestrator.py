@@ -20,9 +20,11 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
   query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
   inside the cold budget instead of the whole branch timing out. The search API filters one agent
   exactly but cannot say "this agent or org-wide", so by default each branch ranks the org's best
-  ``cold_limit * cold_overfetch`` rows and returns only the agent's own and org-wide ones among
+  ``n * cold_overfetch`` rows and returns only the agent's own and org-wide ones among
   them, with the scoring fields (embedding, importance, last access, ...)
-  (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire.
+  (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire. The
+  ``n`` candidates kept follow the memory budget (:mod:`service.assembly.cold_limit`): enough to
+  fill it, from ``cold_limit`` to ``cold_limit_max``; a light search under load keeps to ``cold_limit``.
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.

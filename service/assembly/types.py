@@ -26,7 +26,7 @@ class RetrievalOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 
     strategy: Strategy = "auto"
     limit: Annotated[int, msgspec.Meta(ge=1, le=100)] | None = None
-    """Cold candidates (default: the service's ``cold_limit``)."""
+    """Cold candidates (default: as many as the memory budget can use, see ``PGCONTEXT_ASSEMBLY_COLD_LIMIT``)."""
     include_org_wide: bool = True
     """Also consider org-wide memories (agent_id null); false searches the agent's own memories only."""
     use_hot: bool = True

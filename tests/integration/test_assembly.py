@@ -386,3 +386,27 @@ async def test_openapi_documents_the_assembly_endpoints(client: AsyncTestClient[
     assert {"/v1/context/assemble", "/v1/memories/hot", "/v1/memories/feedback"} <= set(paths)
     headers = {p["name"] for p in paths["/v1/context/assemble"]["post"]["parameters"] if p["in"] == "header"}
     assert {"X-Deadline-Ms", "X-Timeout-Ms"} <= headers
+
+
+async def test_nested_document_chunks_are_packed_once(settings: Settings, endpoints: Endpoints,
+                                                      embedder: Embedder, tenant: Tenant) -> None:
+    """A file's summary (L0), its section (L1) and its chunk (L2) all match; their lines go in once."""
+    source = ('"""Espresso machine maintenance."""\n\n\n'
+              "def descale_espresso_machine(litres: int) -> str:\n"
+              '    """Descale the espresso machine on the third floor with citric acid."""\n'
+              "    return f'descale the espresso machine with {litres} litres of citric acid solution'\n")
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        r = await client.post("/v1/documents", json={"files": [{"path": "office/espresso.py", "content": source}]},
+                              headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        body = (await assemble(client, tenant, query="descale the espresso machine", max_context_tokens=4000,
+                               reserve_tokens=0, retrieval={"use_hot": False})).json()
+        spans = []
+        for m in body["memories_used"]:
+            row = (await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)).json()
+            if row["source_path"] == "office/espresso.py":
+                spans.append((row["line_start"], row["line_end"]))
+        assert spans, body["memories_used"]
+        assert not any(a[0] <= b[1] and b[0] <= a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+        nested = [d for d in body["dropped"] if d["reason"] == "nested"]
+        assert nested and all("office/espresso.py" in d["detail"] for d in nested)
