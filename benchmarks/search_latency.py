@@ -519,7 +519,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
                 await conn.execute("SELECT set_config('pgcontext.org_id', $1, true)", str(org))
                 await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
                 await conn.execute(f"PREPARE sem AS {named('retrieval.semantic_hnsw')}")
-                nulls = ", ".join(["NULL"] * 7)  # the filters
+                nulls = ", ".join(["NULL"] * 9)  # the filters
                 call = f"EXECUTE sem('{org}', '{literal}', {args.limit}, {nulls}, false, NULL, false)"
                 for _ in range(5):
                     await conn.execute(call)

@@ -4,10 +4,17 @@
 last year, happened earlier. ``occurred_at`` defaults to the write time (``now()``), existing rows
 take their ``created_at``. Context assembly's recency uses it; list and search filter on it.
 
-The backfill runs with the lexical update trigger disabled: it re-indexes only rows whose text
-changed (none here) but would still copy every row into its transition tables. The index is built
-after the backfill, on ``(org_id, agent_id, occurred_at)``: an agent's time range is one index range;
-an org-wide range (any agent) is a skip scan over the org's few agent ids (PostgreSQL 18).
+The backfill is one table rewrite, not an ``UPDATE``: the column is added with its default (no
+rewrite), then ``ALTER COLUMN ... TYPE timestamptz USING created_at`` rewrites every row with its
+creation time and rebuilds the indexes in bulk. An ``UPDATE`` of every row would insert each new row
+version into every index, the HNSW graph included, one by one, fire the lexical trigger and leave
+the table half dead tuples: on 20,000 memories with embeddings (2 shared cores) the ``UPDATE`` took
+142 s and the rewrite 20 s. The rewrite holds an ACCESS EXCLUSIVE lock on ``memories`` while it
+runs (reads wait too); at 1M rows expect minutes (the HNSW build dominates: ~400 s, ENVIRONMENT.md).
+
+The index ``(org_id, agent_id, occurred_at)`` is built after the rewrite: an agent's time range is
+one index range; an org-wide range (any agent) is a skip scan over the org's agent ids
+(PostgreSQL 18; measured on 100,000 rows over 5 agents: 11 index searches, 0.9 ms).
 
 Revision ID: 0005
 Revises: 0004
@@ -23,12 +30,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute("ALTER TABLE memories ADD COLUMN occurred_at timestamptz")
-    op.execute("ALTER TABLE memories DISABLE TRIGGER memories_lex_update")
-    op.execute("UPDATE memories SET occurred_at = created_at")
-    op.execute("ALTER TABLE memories ENABLE TRIGGER memories_lex_update")
-    op.execute("ALTER TABLE memories ALTER COLUMN occurred_at SET DEFAULT now(), "
-               "ALTER COLUMN occurred_at SET NOT NULL")
+    op.execute("ALTER TABLE memories ADD COLUMN occurred_at timestamptz NOT NULL DEFAULT now()")
+    op.execute("ALTER TABLE memories ALTER COLUMN occurred_at TYPE timestamptz USING created_at")
     op.execute("CREATE INDEX memories_org_agent_occurred ON memories (org_id, agent_id, occurred_at DESC, id DESC)")
 
 

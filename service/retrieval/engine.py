@@ -139,7 +139,8 @@ class RetrievalEngine:
         if budget_ms is not None:
             run.deadline = run.started + budget_ms / 1000
         asked = request
-        if self.reranker is not None:  # fuse the reranker's top-N; the best ``limit`` are kept after it
+        if self.reranker is not None:
+            # The strategies below fuse the reranker's top-N; it keeps the best ``limit`` (``asked``).
             request = msgspec.structs.replace(request, limit=rerank.candidates(self.reranker, request.limit))
         ran: list[Mode] | None = None
         if request.modes is not None:
@@ -161,7 +162,7 @@ class RetrievalEngine:
             remaining = None if run.deadline is None else (run.deadline - time.perf_counter()) * 1000
             results, report, rerank_ms = await rerank.apply(self.reranker, request.query, results,
                                                             limit=asked.limit, remaining_ms=remaining)
-        request = asked
+        request = asked  # the response reports what the caller asked for
         metrics = SearchMetrics(
             total_ms=_ms(run.started), embedding_ms=run.embedding_ms, lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,

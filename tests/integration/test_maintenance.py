@@ -54,7 +54,8 @@ async def _semantic_plan(app_dsn: str, org: UUID) -> str:
             # sees which HNSW index the planner would pick (the partial one must be provable from org_id = $1).
             await conn.execute("SET LOCAL enable_sort = off; SET LOCAL hnsw.iterative_scan = relaxed_order")
             await conn.execute(f"PREPARE sem AS {query('retrieval.semantic_hnsw')}")
-            call = f"EXECUTE sem('{org}', '{vec}', 5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL, false)"
+            filters = ", ".join(["NULL"] * 9)
+            call = f"EXECUTE sem('{org}', '{vec}', 5, {filters}, false, NULL, false)"
             for _ in range(5):
                 await conn.execute(call)
             return "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE) {call}"))

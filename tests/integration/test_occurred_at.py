@@ -4,6 +4,7 @@ search, the hot set and assembly, and never a way to see another org's rows."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,8 @@ from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_assembly import GENEROUS, assembly_client
 from tests.integration.test_memories_api import assert_error, create, list_all
+from tests.integration.test_migrations import alembic
+from tests.servers import fresh_database
 
 STRATEGIES = ["hybrid", "lexical", "semantic", "lexical_first"]
 TURNS = [  # a conversation imported long after it took place
@@ -191,6 +194,38 @@ async def test_migration_backfilled_and_indexed(owner_dsn: str) -> None:
     assert index is not None and "(org_id, agent_id, occurred_at DESC, id DESC)" in index
 
 
+async def _backfill_check(dsn: str, stage: str) -> Any:
+    conn = await asyncpg.connect(dsn)
+    try:
+        if stage == "seed":
+            org = await conn.fetchval("INSERT INTO orgs (name) VALUES ('backfill') RETURNING id")
+            await conn.execute("INSERT INTO memories (org_id, text, created_at) VALUES "
+                               "($1, 'written long ago', '2021-02-03T04:05:06Z'), ($1, 'written now', now())", org)
+            return None
+        columns = {r[0] for r in await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'memories'")}
+        index = await conn.fetchval("SELECT to_regclass('memories_org_agent_occurred') IS NOT NULL")
+        if stage == "down":
+            return "occurred_at" in columns, index
+        rows = await conn.fetch("SELECT created_at, occurred_at FROM memories")
+        trigger = await conn.fetchval("SELECT tgenabled::text FROM pg_trigger WHERE tgname = 'memories_lex_update'")
+        return [(r["created_at"], r["occurred_at"]) for r in rows], index, trigger
+    finally:
+        await conn.close()
+
+
+def test_migration_backfills_from_created_at_and_downgrades(pg_server: str) -> None:
+    with fresh_database(pg_server) as dsn:
+        alembic(dsn, "upgrade", "0004")
+        asyncio.run(_backfill_check(dsn, "seed"))
+        alembic(dsn, "upgrade", "0005")
+        rows, index, trigger = asyncio.run(_backfill_check(dsn, "up"))
+        assert len(rows) == 2 and all(created == occurred for created, occurred in rows)
+        assert index and trigger == "O"  # the lexical trigger is left enabled
+        alembic(dsn, "downgrade", "0004")
+        assert asyncio.run(_backfill_check(dsn, "down")) == (False, False)
+
+
 async def test_hot_set_and_assembly_carry_occurred_at(settings: Settings, endpoints: Endpoints, embedder: Embedder,
                                                       tenant: Tenant) -> None:
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
@@ -204,7 +239,15 @@ async def test_hot_set_and_assembly_carry_occurred_at(settings: Settings, endpoi
             "max_context_tokens": 1000, "retrieval": {"use_hot": False}})
         assert r.status_code == 200, r.text
         used = {m["id"]: m for m in r.json()["memories_used"]}
+        # Assembly's retrieval filters are the search filters: an event-time window narrows the cold branch.
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": "chat", "query": "What did Caroline and Melanie do?", "model": "gpt-4o",
+            "max_context_tokens": 1000, "retrieval": {"use_hot": False, "filters": {
+                "occurred_after": "2023-06-01T00:00:00Z", "occurred_before": "2023-08-01T00:00:00Z"}}})
+        assert r.status_code == 200, r.text
+        windowed = {m["id"] for m in r.json()["memories_used"]}
     assert ids[2] in used
     for index, mid in enumerate(ids):
         if mid in used:
             assert parse(used[mid]["occurred_at"]) == parse(TURNS[index][1])
+    assert windowed and windowed <= {ids[2], ids[3]}
