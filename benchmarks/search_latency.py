@@ -21,7 +21,7 @@ finished one is reused as long as ``--rows``/``--big-org-rows`` match; ``--rebui
   partial HNSW indexes for orgs above the threshold.
 
 **Measure** through :class:`service.retrieval.RetrievalEngine` on a pool of ``pgcontext_app`` (RLS,
-``force_custom_plan``), each strategy (lexical, semantic, hybrid, lexical_first, auto) over SciFact
+``force_custom_plan``), each strategy (lexical, semantic, hybrid, hybrid with RRF, lexical_first, auto) over SciFact
 claims and over queries made of the corpus's most frequent words, for the big org and for random
 small orgs. Strategies run round-robin per query, so drift on a shared machine hits all of them.
 Query embeddings are computed once before timing (the engine's LRU) and their cost is reported on
@@ -57,7 +57,7 @@ from service.db import Database, create_pool
 from service.embedded import EmbeddedPostgres
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine, maintenance
-from service.retrieval.types import SearchRequest
+from service.retrieval.types import SearchRequest, SearchTuning
 from service.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,15 @@ SCIFACT = Path(os.environ.get("PGCONTEXT_SCIFACT", "/work/shared/data/scifact"))
 POOL_SENTENCES = 12_000
 SMALL_ORGS = 1000
 COPY_BATCH = 25_000
-STRATEGIES = ("lexical", "semantic", "hybrid", "lexical_first", "auto")
+STRATEGIES = ("lexical", "semantic", "hybrid", "hybrid_rrf", "lexical_first", "auto")
+"""``hybrid`` fuses with the default (``auto``: z-scores); ``hybrid_rrf`` with RRF, the default before
+issue 12, so the same run compares the two."""
+
+
+def request(name: str, text: str, limit: int) -> SearchRequest:
+    if name == "hybrid_rrf":
+        return SearchRequest(query=text, strategy="hybrid", limit=limit, tuning=SearchTuning(fusion="rrf"))
+    return SearchRequest(query=text, strategy=name, limit=limit)  # type: ignore[arg-type]
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
 _WORD = re.compile(r"[A-Za-z][a-z]+")
 
@@ -182,7 +190,7 @@ async def build(owner_dsn: str, args: argparse.Namespace, sentences: list[str],
 
     if "load" not in steps:
         started = time.perf_counter()
-        await conn.execute("TRUNCATE memories, memory_postings, memory_term_df, memory_lex_stats")
+        await conn.execute("TRUNCATE memories, memory_access, memory_postings, memory_term_df, memory_lex_stats")
         await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lex_insert")
         done = 0
         for org, texts, vecs in row_batches(sizes, vectors, sentences, COPY_BATCH):
@@ -415,7 +423,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
     for qs in sets:
         for org, _k, text in qs.items[:20]:
             for s in STRATEGIES:
-                await engine.search(org, SearchRequest(query=text, strategy=s, limit=args.limit))  # type: ignore[arg-type]
+                await engine.search(org, request(s, text, args.limit))
 
     lines: list[str] = []
     for qs in sets:
@@ -431,7 +439,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
             order = STRATEGIES[i % len(STRATEGIES):] + STRATEGIES[:i % len(STRATEGIES)]
             for s in order:
                 t = time.perf_counter()
-                r = await engine.search(org, SearchRequest(query=text, strategy=s, limit=args.limit))  # type: ignore[arg-type]
+                r = await engine.search(org, request(s, text, args.limit))
                 ms = (time.perf_counter() - t) * 1000
                 walls[s] += ms / 1000
                 times.setdefault((s, "all"), []).append(ms)

@@ -141,10 +141,11 @@ class RetrievalSettings:
     """Most postings read per query term, best BM25 impact first: bounds the cost of common words.
     500 keeps hybrid p95 under 15 ms on a 100K-row org at a SciFact lexical nDCG@10 cost of 0.006
     versus 2,000 (docs/retrieval.md)."""
-    bm25_k1: float = 1.2
-    """BM25 term-frequency saturation."""
-    bm25_b: float = 0.75
-    """BM25 document-length normalisation."""
+    bm25_k1: float = 0.9
+    """BM25 term-frequency saturation (Anserini's default, as the BEIR BM25 baselines use)."""
+    bm25_b: float = 0.4
+    """BM25 document-length normalisation (Anserini's default; short memories such as chat turns lose
+    little to length, docs/retrieval.md "Fusion and BM25 defaults")."""
     ef_search: int = 100
     """Default ``hnsw.ef_search`` for the semantic branch (a request may override it)."""
     max_query_chars: int = 4000
@@ -399,8 +400,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             embedding_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_EMBEDDING_TIMEOUT_MS", 2000),
             query_cache_size=_int(env, "PGCONTEXT_RETRIEVAL_QUERY_CACHE_SIZE", 1024),
             postings_per_term=_int(env, "PGCONTEXT_RETRIEVAL_POSTINGS_PER_TERM", 500),
-            bm25_k1=_float(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 1.2),
-            bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.75),
+            bm25_k1=_float(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 0.9),
+            bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.4),
             ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
             max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
             embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),

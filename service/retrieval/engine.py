@@ -80,6 +80,8 @@ class _Run:
     """Branches also return the scoring fields (see :meth:`RetrievalEngine.search_rows`); their rows
     are collected in ``rows`` by id."""
     rows: dict[UUID, asyncpg.Record] = field(default_factory=dict)
+    fusion_reason: str | None = None
+    """How hybrid fused its branches and why (``tuning.fusion`` ``auto``), appended to the response's reason."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
@@ -156,7 +158,7 @@ class RetrievalEngine:
             runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
                       "semantic": self._semantic_only, "lexical": self._lexical_only}[plan.strategy]
             used, results, fusion_ms = await runner(org_id, request, run)
-            reason = plan.reason
+            reason = plan.reason if run.fusion_reason is None else f"{plan.reason}; {run.fusion_reason}"
         report, rerank_ms = None, None
         if self.reranker is not None:
             remaining = None if run.deadline is None else (run.deadline - time.perf_counter()) * 1000
@@ -372,8 +374,10 @@ class RetrievalEngine:
         started = time.perf_counter()
         if tuning.fusion == "convex":
             results = fusion.convex(lexical, semantic, alpha=tuning.convex_alpha, limit=request.limit)
-        else:
+        elif tuning.fusion == "rrf":
             results = fusion.rrf(lexical, semantic, k=tuning.rrf_k, limit=request.limit)
+        else:
+            results, run.fusion_reason = fusion.auto(lexical, semantic, rrf_k=tuning.rrf_k, limit=request.limit)
         return "hybrid", results, _ms(started)
 
     async def _cascade(self, org_id: UUID, request: SearchRequest,

@@ -1,12 +1,23 @@
-"""Turning branch hits into ranked results: RRF, convex combination, or one branch as is.
+"""Turning branch hits into ranked results: z-score fusion, RRF, convex combination, or one branch as is.
 
 Pure functions over in-memory lists (no I/O), so they are unit-tested without a database.
+
+Why z-score fusion is the default (``auto``; measured in docs/retrieval.md "Fusion"): RRF throws the
+scores away, so a weak branch's rank 1 counts as much as a strong branch's rank 1 — on conversations,
+where the dense branch is weak, RRF scored below plain BM25. Min-max normalisation keeps the scores
+but stretches every branch to [0, 1] whatever its shape, so a branch with no clear match still hands
+its best candidate a full 1. Expressing each score in standard deviations of its own branch's
+candidate scores for this query keeps that shape: a branch whose best hits stand far out of its
+candidates counts for more on this query than one whose candidates all look alike. That is the
+per-query confidence weighting, at the cost of a mean and a standard deviation per branch.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 from uuid import UUID
 
 from service.retrieval.hits import Hit
@@ -87,6 +98,77 @@ def convex(lexical: Sequence[Hit], semantic: Sequence[Hit], *, alpha: float, lim
         sem = 0.0 if e.semantic_score is None else (e.semantic_score - sem_low) / sem_span
         scores[i] = alpha * sem + (1.0 - alpha) * lex
     return _ranked(entries, scores, "convex", limit)
+
+
+ZSCORE_SEMANTIC_WEIGHT: Final = 0.4
+"""``auto``'s weight of the semantic branch's z-scores (0.6 to lexical). BM25 was the stronger branch
+on both SciFact and conversations; of 0.3-0.6, 0.4 scored best on both (docs/retrieval.md "Fusion")."""
+MIN_CANDIDATES_TO_NORMALISE: Final = 5
+"""Below this many candidates a branch's mean and standard deviation are noise: ``auto`` uses RRF."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Spread:
+    low: float
+    mean: float
+    std: float
+
+    @classmethod
+    def of(cls, hits: Sequence[Hit]) -> _Spread:
+        values = [h.score for h in hits]
+        mean = math.fsum(values) / len(values)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+        return cls(min(values), mean, std)
+
+    def above_low(self, score: float | None) -> float:
+        """Standard deviations above the weakest candidate (0 for a row the branch did not return)."""
+        return 0.0 if score is None else (score - self.low) / self.std
+
+    def top_z(self, hits: Sequence[Hit]) -> float:
+        return (hits[0].score - self.mean) / self.std
+
+
+def zscore(lexical: Sequence[Hit], semantic: Sequence[Hit], *, semantic_weight: float,
+           limit: int) -> list[SearchResult]:
+    """``w * z_semantic + (1 - w) * z_lexical``, each branch's scores standardised over its own candidates.
+
+    A score counts as standard deviations above its branch's weakest candidate, ``(s - min) / std``:
+    the same order as plain z-scores with a missing row given the branch's minimum (it ranked below
+    every returned candidate), but never negative, so the final scores stay usable as relevances.
+    Each branch needs at least two distinct scores (see :func:`auto` for what happens otherwise).
+    """
+    return _zscore(lexical, semantic, _Spread.of(lexical), _Spread.of(semantic), semantic_weight, limit)
+
+
+def _zscore(lexical: Sequence[Hit], semantic: Sequence[Hit], lex: _Spread, sem: _Spread, semantic_weight: float,
+            limit: int) -> list[SearchResult]:
+    entries = _merge(lexical, semantic)
+    scores = {i: (1.0 - semantic_weight) * lex.above_low(e.lexical_score)
+              + semantic_weight * sem.above_low(e.semantic_score) for i, e in entries.items()}
+    return _ranked(entries, scores, "zscore", limit)
+
+
+def _spread_or_problem(name: str, hits: Sequence[Hit]) -> _Spread | str:
+    if len(hits) < MIN_CANDIDATES_TO_NORMALISE:
+        return f"the {name} branch returned {len(hits)} candidates (z-scores need {MIN_CANDIDATES_TO_NORMALISE})"
+    spread = _Spread.of(hits)
+    return spread if spread.std > 0.0 else f"the {name} branch scored all {len(hits)} candidates alike"
+
+
+def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int,
+         limit: int) -> tuple[list[SearchResult], str]:
+    """The default fusion and why: z-score fusion (:func:`zscore`, semantic weight
+    :data:`ZSCORE_SEMANTIC_WEIGHT`) when both branches returned enough distinct scores to estimate
+    their spread, else RRF (ranks need no spread). The reason names the choice and, for z-scores,
+    how far each branch's best hit stands out of its candidates (its per-query say in the fusion)."""
+    lex, sem = _spread_or_problem("lexical", lexical), _spread_or_problem("semantic", semantic)
+    if isinstance(lex, str) or isinstance(sem, str):
+        problem = lex if isinstance(lex, str) else sem
+        return rrf(lexical, semantic, k=rrf_k, limit=limit), f"fusion rrf (k {rrf_k}): {problem}"
+    results = _zscore(lexical, semantic, lex, sem, ZSCORE_SEMANTIC_WEIGHT, limit)
+    return results, (f"fusion zscore (semantic weight {ZSCORE_SEMANTIC_WEIGHT}): best hit "
+                     f"{lex.top_z(lexical):.1f} sd above the lexical candidates' mean, "
+                     f"{sem.top_z(semantic):.1f} sd above the semantic ones'")
 
 
 def single(hits: Sequence[Hit], *, branch: str, method: ResultFusion, limit: int) -> list[SearchResult]:

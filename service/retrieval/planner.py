@@ -10,7 +10,9 @@ Rules, first match wins (each yields the reason reported in the response):
    embeddings blur ``parse_config`` into "configuration parsing");
 3. a selective filter (path prefix, metadata, time range, level) -> ``lexical_first``: a filtered
    HNSW walk loses recall when few rows pass, while the cascade ranks exactly the lexical matches;
-4. otherwise ``hybrid`` (best quality on natural-language queries, SciFact: see docs/benchmarks.md).
+4. otherwise ``hybrid`` (best quality on natural-language queries, SciFact and conversations: see
+   docs/benchmarks.md); how it fuses (``tuning.fusion``, by default z-scores or RRF, see
+   :func:`service.retrieval.fusion.auto`) is appended to the reason by the engine.
 """
 
 from __future__ import annotations
@@ -64,4 +66,4 @@ def choose(query: str, filters: SearchFilters, *, embedder_available: bool, embe
     selective = [name for name in _SELECTIVE if getattr(filters, name) is not None]
     if selective:
         return Plan("lexical_first", f"auto: selective filters ({', '.join(selective)}) favour the cascade")
-    return Plan("hybrid", "auto: natural-language query, hybrid fusion")
+    return Plan("hybrid", "auto: natural-language query, hybrid")

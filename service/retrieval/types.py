@@ -18,10 +18,12 @@ Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
 (symbol names in breadcrumbs) only ever return document chunks; ``lexical`` (BM25) and ``semantic``
 (HNSW) search every kind the filters allow."""
 MODES: tuple[Mode, ...] = ("exact", "path", "symbol", "lexical", "semantic")
-FusionMethod = Literal["rrf", "convex"]
-ResultFusion = Literal["rrf", "convex", "cascade", "none"]
-"""How a result's ``final_score`` was made: fused (rrf/convex), cascade (exact vector rank of lexical
-candidates) or none (a single branch's own score)."""
+FusionMethod = Literal["auto", "rrf", "convex"]
+"""``auto``: z-score fusion, or RRF when a branch has too few candidates to normalise (the response's
+``reason`` says which and why); ``rrf`` and ``convex`` as named (see :mod:`service.retrieval.fusion`)."""
+ResultFusion = Literal["zscore", "rrf", "convex", "cascade", "none"]
+"""How a result's ``final_score`` was made: fused (zscore/rrf/convex), cascade (exact vector rank of
+lexical candidates) or none (a single branch's own score)."""
 
 Candidates = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 
@@ -55,7 +57,7 @@ class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How many rows the semantic branch contributes to fusion."""
     cascade_width: Annotated[int, msgspec.Meta(ge=1, le=2000)] = 200
     """lexical_first: how many lexical ids the exact vector step ranks."""
-    fusion: FusionMethod = "rrf"
+    fusion: FusionMethod = "auto"
     convex_alpha: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
     """convex fusion: weight of the semantic score (1 - alpha goes to lexical)."""
     ef_search: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None

@@ -63,7 +63,10 @@ async def test_hybrid_results_carry_both_ranks(client: AsyncTestClient[Any], ten
     assert both, body["results"]
     top = both[0]
     assert top["lexical_score"] > 0 and -1 <= top["semantic_score"] <= 1
+    # 4 of the 8 memories say "coffee" or "user": too few to standardise, so auto fusion says it used RRF
     assert {r["fusion_method"] for r in body["results"]} == {"rrf"}
+    assert body["reason"] == ("requested; fusion rrf (k 60): the lexical branch returned 4 candidates "
+                              "(z-scores need 5)"), body["reason"]
     assert body["results"][0]["text"] in (TEXTS[0], TEXTS[5])
     metrics = body["metrics"]
     assert metrics["lexical_candidates"] >= 1 and metrics["semantic_candidates"] >= 1
@@ -79,6 +82,21 @@ async def test_convex_fusion_is_reported(client: AsyncTestClient[Any], tenant: T
     check_shape(body, 3)
     assert {r["fusion_method"] for r in body["results"]} == {"convex"}
     assert all(0.0 <= r["final_score"] <= 1.0 for r in body["results"])
+
+
+async def test_auto_fusion_standardises_scores_and_says_so(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    notes = [f"Note {i}: the user drank {n} cups of coffee on day {i}." for i, n in
+             enumerate(["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"])]
+    await seed(client, tenant, [*TEXTS, *notes])
+    body = await search(client, tenant, query="how much coffee does the user drink", limit=5)
+    check_shape(body, 5)
+    assert body["strategy"] == "hybrid" and body["reason"].startswith(
+        "auto: natural-language query, hybrid; fusion zscore (semantic weight 0.4): best hit "), body["reason"]
+    assert {r["fusion_method"] for r in body["results"]} == {"zscore"}
+    assert all(r["final_score"] >= 0 for r in body["results"])
+    rrf = await search(client, tenant, query="how much coffee does the user drink", limit=5, strategy="hybrid",
+                       tuning={"fusion": "rrf"})
+    assert rrf["reason"] == "requested" and {r["fusion_method"] for r in rrf["results"]} == {"rrf"}
 
 
 async def test_single_branch_strategies(client: AsyncTestClient[Any], tenant: Tenant) -> None:

@@ -57,6 +57,62 @@ def test_convex_normalises_each_branch() -> None:
     assert fusion.convex(lexical, [], alpha=0.5, limit=5)[0].id == A
 
 
+def ids(n: int) -> list[UUID]:
+    return [uuid4() for _ in range(n)]
+
+
+def test_zscore_counts_standard_deviations_above_each_branch_minimum() -> None:
+    lex_ids, sem_ids = ids(5), ids(5)
+    shared = lex_ids[0]
+    lexical = [hit(i, s) for i, s in zip(lex_ids, [9.0, 7.0, 5.0, 3.0, 1.0], strict=True)]  # mean 5, sd sqrt(8)
+    semantic = [hit(i, s) for i, s in zip([shared, *sem_ids[1:]], [0.8, 0.6, 0.6, 0.6, 0.4], strict=True)]
+    sem_sd = (sum((v - 0.6) ** 2 for v in (0.8, 0.6, 0.6, 0.6, 0.4)) / 5) ** 0.5  # mean 0.6
+    out = {r.id: r for r in fusion.zscore(lexical, semantic, semantic_weight=0.4, limit=20)}
+    assert out[shared].final_score == pytest.approx(0.6 * 8 / 8 ** 0.5 + 0.4 * 0.4 / sem_sd)
+    assert out[lex_ids[1]].final_score == pytest.approx(0.6 * 6 / 8 ** 0.5)  # absent from semantic: 0 there
+    assert out[sem_ids[1]].final_score == pytest.approx(0.4 * 0.2 / sem_sd)
+    assert out[lex_ids[4]].final_score == 0.0 and out[sem_ids[4]].final_score == 0.0  # each branch's weakest
+    assert all(r.fusion_method == "zscore" for r in out.values())
+    # Same order as plain z-scores ((s - mean) / sd) with a missing row given its branch's minimum:
+    # the shift per branch is a constant.
+    assert out[shared].final_score > out[lex_ids[1]].final_score > out[sem_ids[1]].final_score
+
+
+def test_zscore_is_scale_free_per_branch() -> None:
+    lex_ids, sem_ids = ids(6), ids(6)
+    lexical = [hit(i, s) for i, s in zip(lex_ids, [12.0, 11.0, 4.0, 3.0, 2.0, 1.0], strict=True)]
+    semantic = [hit(i, s) for i, s in zip(sem_ids, [0.9, 0.5, 0.45, 0.4, 0.35, 0.3], strict=True)]
+    scaled = [hit(h.id, h.score * 1000 + 7) for h in lexical]  # another BM25 scale: same standard scores
+    first = fusion.zscore(lexical, semantic, semantic_weight=0.4, limit=12)
+    second = fusion.zscore(scaled, semantic, semantic_weight=0.4, limit=12)
+    assert [r.id for r in first] == [r.id for r in second]
+    assert [r.final_score for r in first] == pytest.approx([r.final_score for r in second])
+
+
+def test_auto_fusion_uses_zscores_when_both_branches_can_be_standardised() -> None:
+    lexical = [hit(i, 10.0 - n) for n, i in enumerate(ids(6))]
+    semantic = [hit(i, 0.9 - n / 10) for n, i in enumerate(ids(5))]
+    results, reason = fusion.auto(lexical, semantic, rrf_k=60, limit=10)
+    assert results == fusion.zscore(lexical, semantic, semantic_weight=fusion.ZSCORE_SEMANTIC_WEIGHT, limit=10)
+    # 6 evenly spaced scores: the best is 1.46 sd above their mean; 5: 1.41 sd
+    assert reason == ("fusion zscore (semantic weight 0.4): best hit 1.5 sd above the lexical candidates' mean, "
+                      "1.4 sd above the semantic ones'")
+
+
+@pytest.mark.parametrize(("lexical_scores", "semantic_scores", "why"), [
+    ([3.0, 2.0, 1.0], [0.9, 0.8, 0.7, 0.6, 0.5], "the lexical branch returned 3 candidates (z-scores need 5)"),
+    ([], [0.9, 0.8, 0.7, 0.6, 0.5], "the lexical branch returned 0 candidates (z-scores need 5)"),
+    ([5.0, 4.0, 3.0, 2.0, 1.0], [0.5] * 6, "the semantic branch scored all 6 candidates alike"),
+])
+def test_auto_fusion_falls_back_to_rrf_and_says_why(lexical_scores: list[float], semantic_scores: list[float],
+                                                    why: str) -> None:
+    lexical = [hit(i, s) for i, s in zip(ids(len(lexical_scores)), lexical_scores, strict=True)]
+    semantic = [hit(i, s) for i, s in zip(ids(len(semantic_scores)), semantic_scores, strict=True)]
+    results, reason = fusion.auto(lexical, semantic, rrf_k=30, limit=10)
+    assert reason == f"fusion rrf (k 30): {why}"
+    assert results == fusion.rrf(lexical, semantic, k=30, limit=10)
+
+
 def test_cascade_orders_by_vector_and_keeps_lexical_rank() -> None:
     lexical = [hit(A, 3.0), hit(B, 2.0), hit(C, 1.0)]
     by_vector = [hit(C, 0.9), hit(A, 0.4)]
@@ -73,6 +129,7 @@ def test_single_branch_uses_its_own_score() -> None:
 
 @pytest.mark.parametrize(("query", "filters", "embedder_ok", "expected"), [
     ("how do I configure the database pool", SearchFilters(), True, "hybrid"),
+    ("When did Caroline go to the LGBTQ support group?", SearchFilters(), True, "hybrid"),
     ("how do I configure the database pool", SearchFilters(), False, "lexical"),
     ('the "exact phrase" please', SearchFilters(), True, "lexical"),
     ("service/settings.py", SearchFilters(), True, "lexical"),
