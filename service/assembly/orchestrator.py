@@ -272,10 +272,16 @@ class Orchestrator:
         return search, keep
 
     def _rows_for(self, keep: int, req: AssembleRequest) -> int:
-        """Rows the search ranks to hand ``keep`` candidates on (more when it must overfetch the org)."""
+        """Rows of the org the search ranks to hand ``keep`` candidates on. With org-wide memories
+        the agent's scope cannot be a search filter, so the search ranks ``cold_limit *
+        cold_overfetch`` rows and keeps those in scope; a larger budget raises that to ``keep``
+        rows, not ``keep`` times the overfetch: ranking three times the rows cost ~45% more CPU per
+        assembly at 100K memories (benchmarks/assemble_load.py, concurrency 1), while where every
+        row is in scope (org-wide memories) ``keep`` rows are the candidates the budget asked for."""
         if not req.retrieval.include_org_wide:
             return keep
-        return min(self.engine.max_limit, keep * max(1, self.settings.cold_overfetch))
+        s = self.settings
+        return min(self.engine.max_limit, max(keep, s.cold_limit * max(1, s.cold_overfetch)))
 
     # -- branches ----------------------------------------------------------------------------------
 
