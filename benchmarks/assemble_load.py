@@ -395,7 +395,7 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
     import dataclasses
 
     from benchmarks._common import app_client, new_tenant, servers
-    from service.assembly.format import format_memories, format_memory, memory_tags
+    from service.assembly.format import format_memories, format_memory, memory_tag
     from service.settings import load_settings
     from service.tokens import Tokenizers
 
@@ -424,8 +424,9 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
                 r = await client.post("/v1/memories/search", headers=headers,
                                       json={"query": queries[qid], "strategy": "lexical", "limit": 10})
                 top = r.json()["results"]
-                tags = memory_tags(str(x["id"]) for x in top)  # written exactly as the assembly writes memories
-                block = format_memories([_Line(format_memory(tags[str(x["id"])], x["text"])) for x in top])
+                # written exactly as the assembly writes memories
+                block = format_memories([_Line(format_memory(memory_tag(n), x["text"]))
+                                         for n, x in enumerate(top, start=1)])
                 naive_tokens.append(counter.count(block))
                 naive_recall.append(len(rel & {memory_doc[str(x["id"])] for x in top}) / len(rel))
                 r = await client.post("/v1/context/assemble", headers=headers, json={
@@ -434,7 +435,7 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
                 body = r.json()
                 assert body["degradation_level"] == "L1", body["branches"]  # hot is off on purpose
                 packed = {memory_doc[m["id"]] for m in body["memories_used"]}
-                sel_tokens.append(body["budget"]["memories_used"])
+                sel_tokens.append(body["budget"]["memories_tokens"])
                 sel_recall.append(len(rel & packed) / len(rel))
                 sel_docs.append(len(packed))
                 tiers[body["budget"]["tier"]] += 1

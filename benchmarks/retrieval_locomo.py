@@ -15,7 +15,7 @@ It prints one line per search strategy (Recall@10 and binary nDCG@10, overall an
 engine latency), an in-process BM25 reference (bm25s per conversation, Porter stemmer, k1 0.9,
 b 0.4), then one line per assembly budget: the share of evidence turns whose memory is in
 ``memories_used``, the mean context tokens, and the share of those tokens spent on the reference
-tags that open each memory line (whatever the leading ``[...]`` is), counted with tiktoken.
+tags that open each memory line (``[...]`` or the number ``n``), counted with tiktoken.
 
 Turns are written org-wide (no agent) so the assembling agent sees them all; assembly runs with no
 directive, no history, ``reserve_tokens`` 0 and the hot set off (``--use-hot`` turns it on; it
@@ -74,7 +74,8 @@ ASSEMBLIES: dict[str, dict[str, Any]] = {
 }
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
                  "%Y-%m-%d %H:%M", "%Y-%m-%d")
-_TAG = re.compile(r"\[[^\]\n]*\]")
+_TAG = re.compile(r"\[[^\]\n]*\]|\d+(?= )")
+"""A memory line's tag: ``[...]`` (ids, before), or the number that opens it (``1 text``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +242,7 @@ async def run_strategy(client: Any, name: str, queries: Sequence[Query], qrels: 
 
 
 def tag_tokens(context: str, count: Any) -> int:
-    """Tokens of the leading ``[...]`` tag of every memory line in the context's memories section."""
+    """Tokens of the tag opening every memory line (``[...]`` or ``n``) in the context's memories section."""
     inside, total = False, 0
     for line in context.split("\n"):
         if line.startswith("<memories>"):

@@ -217,7 +217,16 @@ class AssemblySettings:
     """Cold branch (hybrid search); 0 = up to the retrieval wall. The search's own lexical, embedding
     and vector deadlines are derived from it so its fallbacks happen inside it."""
     cold_limit: int = 20
-    """Cold candidates handed to ranking (after scoping to the agent and org-wide memories)."""
+    """Fewest cold candidates handed to ranking (after scoping to the agent and org-wide memories).
+    Larger budgets get more: enough to fill the memory budget (see ``cold_candidates_per_slot``),
+    up to ``cold_limit_max``; a light cold search (under load) keeps to this many."""
+    cold_limit_max: int = 60
+    """Most cold candidates the memory budget can ask for."""
+    cold_candidates_per_slot: float = 2.0
+    """Cold candidates per memory the budget can hold: the packer drops near-duplicates and weak
+    matches, so filling the budget takes more candidates than it holds."""
+    cold_tokens_per_memory: int = 40
+    """Typical tokens of a packed memory line, until the org's own recent candidates say otherwise."""
     cold_overfetch: int = 3
     """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
     agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
@@ -432,6 +441,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             hot_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS", 15),
             cold_timeout_ms=_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),
             cold_limit=_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT", 20),
+            cold_limit_max=_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT_MAX", 60),
+            cold_candidates_per_slot=_float(env, "PGCONTEXT_ASSEMBLY_COLD_CANDIDATES_PER_SLOT", 2.0),
+            cold_tokens_per_memory=_int(env, "PGCONTEXT_ASSEMBLY_COLD_TOKENS_PER_MEMORY", 40),
             cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
             max_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT", 2 * usable_cpus())),
             max_queued=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_QUEUED", 256)),

@@ -36,7 +36,8 @@ BLOCK_ROLE = "system"
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Token accounting for one assembly; ``memories_used`` is filled in after packing."""
+    """Token accounting for one assembly (every count in tokens); ``memories_tokens`` is filled in
+    after packing."""
 
     mode: Literal["fixed", "selective"]
     total: int | None
@@ -46,7 +47,9 @@ class Budget:
     reserve: int
     overhead: int
     memories_available: int
-    memories_used: int = 0
+    """What is left for the memories section."""
+    memories_tokens: int = 0
+    """What the memories section took."""
     overflow: int = 0
     """Tokens by which directive + history + reserve + overhead alone exceed ``total``."""
     history_messages: int = 0
@@ -59,8 +62,8 @@ class Budget:
     multiplier: float = 1.0
     selective: SelectiveBudget | None = None
 
-    def with_used(self, memories_used: int) -> Budget:
-        return dataclasses.replace(self, memories_used=memories_used)
+    def with_memories_tokens(self, memories_tokens: int) -> Budget:
+        return dataclasses.replace(self, memories_tokens=memories_tokens)
 
     @property
     def context_limit(self) -> int | None:

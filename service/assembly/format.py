@@ -6,8 +6,8 @@ Layout (sections with nothing in them are left out)::
     You are the billing agent. Answer in English.
     </directive>
     <memories>
-    [1a2b3c4d] Invoices are issued on the 1st of each month.
-    [9f8e7d6c] The EU region keeps backups for 35 days;
+    1 Invoices are issued on the 1st of each month.
+    2 (8 May 2023) The EU region keeps backups for 35 days;
       continuation lines of a memory are indented by two spaces.
     </memories>
     <history>
@@ -15,8 +15,12 @@ Layout (sections with nothing in them are left out)::
     assistant: On the 1st.
     </history>
 
-A memory's tag is a short prefix of its id (8 characters, longer only where two ids share one), so
-the model can cite a memory and a caller can map the citation back through the structured JSON.
+A memory's tag is its number in the section, 1, 2, ... in packing order, opening its line: one
+token for the first 999 in cl100k_base and o200k_base, whatever the ids look like. Measured on
+conversation turns (~33 tokens a line): an id prefix such as ``[01a22d20-f31c-75]`` took 12 tokens,
+a third of the context; ``[n]`` would take 3 (9%), ``n.`` 2 (6%), the bare number 1 (3%). The
+model cites memory n; the response's ``refs`` maps each tag back to its memory id. An event date,
+where shown, follows the tag in brackets: ``(8 May 2023)``, seven tokens of content.
 
 Why the token arithmetic is exact: tiktoken splits text into pre-tokens with a regular expression
 before applying BPE, and BPE never merges across pre-tokens. In both cl100k_base and o200k_base a
@@ -25,7 +29,10 @@ after punctuation), so a line break followed by ``[``, ``<`` or a letter always 
 Every section and every memory line here ends with ``\\n`` and the next one starts with ``<``,
 ``[`` or a role name, hence ``count(a + b) == count(a) + count(b)`` at each of those joins: the
 memories section costs exactly the open/close tags plus the sum of its items as the packer
-counted them, and the whole block costs exactly the sum of its sections. Texts are cleaned
+counted them, and the whole block costs exactly the sum of its sections. Within a memory line the
+tag's digits are followed by a space, which no digit pre-token takes in (digits go in runs of at
+most three, alone), so ``count(tag + body) == count(tag) + count(body)``: the packer counts each
+memory's body once and adds its tag's cost when it knows the position. Texts are cleaned
 (line endings normalised, lone surrogates replaced, ends stripped) so what is counted is what is
 written.
 """
@@ -33,7 +40,8 @@ written.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from datetime import date
 from typing import Final, Protocol
 
 from service.tokens import TokenCounter
@@ -45,9 +53,6 @@ MEMORIES_CLOSE: Final = "</memories>\n"
 HISTORY_OPEN: Final = "<history>\n"
 HISTORY_CLOSE: Final = "</history>\n"
 CONTINUATION_INDENT: Final = "  "
-TAG_MIN_LENGTH: Final = 8
-
-_UNSAFE_TAG_CHARS = re.compile(r"[^0-9A-Za-z_-]")
 _UNSAFE_ROLE_CHARS = re.compile(r"[^\w-]+")
 
 
@@ -73,51 +78,38 @@ def _indent_continuations(text: str) -> str:
     return text.replace("\n", "\n" + CONTINUATION_INDENT)
 
 
-def _common_prefix(a: str, b: str, at_least: int) -> int:
-    """Length of the common prefix, or something below ``at_least`` when it is that short."""
-    if a[:at_least] != b[:at_least]:
-        return 0  # the usual case for random ids: no need to find the exact length
-    k = at_least
-    while k < min(len(a), len(b)) and a[k] == b[k]:
-        k += 1
-    return k
+_MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-def memory_tags(ids: Iterable[str], min_length: int = TAG_MIN_LENGTH) -> dict[str, str]:
-    """Short, unique, format-safe tags for memory ids: the shortest prefix of at least
-    ``min_length`` characters that no other id shares (ids are sanitised to ``[0-9A-Za-z_-]``)."""
-    bases = {mid: _UNSAFE_TAG_CHARS.sub("", mid) or "m" for mid in ids}
-    ordered = sorted(set(bases.values()))
-    length_for: dict[str, int] = {}
-    for i, base in enumerate(ordered):
-        shared = 0
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(ordered):
-                shared = max(shared, _common_prefix(base, ordered[j], min_length))
-        length_for[base] = min(len(base), max(min_length, shared + 1))
-    tags: dict[str, str] = {}
-    used: set[str] = set()
-    for mid, base in bases.items():
-        tag = base[: length_for[base]]
-        # Distinct ids can sanitise to the same base; a numeric suffix keeps their tags apart.
-        candidate, n = tag, 1
-        while candidate in used:
-            n += 1
-            candidate = f"{tag}_{n}"
-        used.add(candidate)
-        tags[mid] = candidate
-    return tags
+def short_date(moment: date) -> str:
+    """``8 May 2023``: unambiguous in every locale, and five tokens (ISO ``2023-05-08`` takes six)."""
+    return f"{moment.day} {_MONTHS[moment.month - 1]} {moment.year}"
 
 
-def format_memory(tag: str, text: str) -> str:
-    """One memory as written in the memories section, trailing newline included.
+def memory_tag(position: int) -> str:
+    """The tag of the memory at ``position`` (1-based) in the memories section, without brackets."""
+    if position < 1:
+        raise ValueError("memory positions start at 1")
+    return str(position)
 
-    The packer counts exactly this string, so this is the single definition of a memory line.
+
+def format_body(text: str, when: str | None = None) -> str:
+    """A memory line after its tag: `` (when) text`` with continuation lines indented, then ``\\n``.
+
+    ``when`` is a short event date (:func:`short_date`); it is content, written before the text.
     """
     body = clean_text(text)
+    if when:
+        body = f"({when}) {body}" if body else f"({when})"
     if not body:
-        return f"[{tag}]\n"
-    return f"[{tag}] {_indent_continuations(body)}\n"
+        return "\n"
+    return f" {_indent_continuations(body)}\n"
+
+
+def format_memory(tag: str, text: str, when: str | None = None) -> str:
+    """One memory as written in the memories section, trailing newline included: the tag, then
+    :func:`format_body` (the single definition of a memory line)."""
+    return tag + format_body(text, when)
 
 
 def format_directive(directive: str | None) -> str:

@@ -87,9 +87,13 @@ class AssemblyController(Controller):
         """Directive, hot memories and cold search run concurrently under ``PGCONTEXT_DEADLINE_MS``
         (default 40 ms); the result is ranked, packed into the token budget and formatted.
 
-        ``context`` layout: ``<directive>…</directive>``, ``<memories>`` with one ``[tag] text`` line
-        per memory, ``<history>`` with one ``role: content`` line per message (empty sections are
-        left out; continuation lines are indented by two spaces). ``degradation_level``: L0 hot and
+        ``context`` layout: ``<directive>…</directive>``, ``<memories>`` with one ``n text`` line
+        per memory (n = 1, 2, … in packing order; ``refs`` maps n to the memory id; questions that
+        ask for a time get ``n (8 May 2023) text``), ``<history>`` with one ``role: content`` line
+        per message (empty sections are left out; continuation lines are indented by two spaces).
+        A document's summary, section and chunk covering the same lines are packed once, the most
+        specific that fits. Every ``budget`` field ending in ``_tokens`` is a token count.
+        ``degradation_level``: L0 hot and
         cold usable, L1 one of them, L2 neither (directive + history only). If the caller's
         deadline (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now) passes or the
         client disconnects, the answer is a 504 ``deadline_exceeded`` error, never partial context.

@@ -20,9 +20,11 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
   query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
   inside the cold budget instead of the whole branch timing out. The search API filters one agent
   exactly but cannot say "this agent or org-wide", so by default each branch ranks the org's best
-  ``cold_limit * cold_overfetch`` rows and returns only the agent's own and org-wide ones among
+  ``n * cold_overfetch`` rows and returns only the agent's own and org-wide ones among
   them, with the scoring fields (embedding, importance, last access, ...)
-  (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire.
+  (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire. The
+  ``n`` candidates kept follow the memory budget (:mod:`service.assembly.cold_limit`): enough to
+  fill it, from ``cold_limit`` to ``cold_limit_max``; a light search under load keeps to ``cold_limit``.
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.
@@ -58,6 +60,7 @@ from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, elapsed_ms, settle
 from service.assembly.budget import Budget, plan_budget
+from service.assembly.cold_limit import ColdLimit, memories_budget_bound
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive, format_history
 from service.assembly.hot import HotItem, HotRead, HotSetStore, RedisCircuit, SingleFlight, as_array
@@ -65,6 +68,7 @@ from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import PackResult, pack
 from service.assembly.scoring import (
     Candidate,
+    LineSpan,
     ScoreBreakdown,
     ScoredCandidate,
     ScoringRules,
@@ -173,6 +177,14 @@ def _hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.floa
     ]
 
 
+def _lines(row: asyncpg.Record) -> LineSpan | None:
+    """The file lines a document chunk covers (None for other memories)."""
+    path, start, end, level = row["source_path"], row["line_start"], row["line_end"], row["level"]
+    if path is None or start is None or end is None or level is None:
+        return None
+    return LineSpan(path, start, end, level)
+
+
 def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
     relevance = scale_to_unit([scores[r["id"]] for r in rows])
     return [
@@ -180,7 +192,7 @@ def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> l
                   occurred_at=r["occurred_at"],
                   last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
                   usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),
-                  rank=i + 1)
+                  rank=i + 1, lines=_lines(r))
         for i, r in enumerate(rows)
     ]
 
@@ -216,6 +228,7 @@ class Orchestrator:
         self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._cold_in_flight = 0
+        self.cold_limits = ColdLimit(settings)
         self.admission = Admission(settings.max_in_flight, settings.max_queued)
 
     # -- validation --------------------------------------------------------------------------------
@@ -244,19 +257,31 @@ class Orchestrator:
             raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
                              code="validation_error", details={"field": "retrieval.filters.agent_id"})
 
-    def _search_request(self, req: AssembleRequest) -> tuple[SearchRequest, int]:
+    def _search_request(self, org_id: UUID, req: AssembleRequest, sel: SelectiveBudget | None
+                        ) -> tuple[SearchRequest, int]:
         opts = req.retrieval
-        keep = opts.limit or self.settings.cold_limit
+        keep = opts.limit or self.cold_limits.for_budget(
+            org_id, memories_budget_bound(req, sel, self.settings.default_reserve_tokens))
         if opts.include_org_wide:
-            limit = min(self.engine.max_limit, keep * max(1, self.settings.cold_overfetch))
             filters = opts.filters
         else:
-            limit = keep
             filters = msgspec.structs.replace(opts.filters, agent_id=req.agent_id)
-        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=limit, filters=filters,
-                               tuning=opts.tuning)
+        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=self._rows_for(keep, req),
+                               filters=filters, tuning=opts.tuning)
         self.engine.validate(search)  # bad input is the caller's 400, not a failed branch
         return search, keep
+
+    def _rows_for(self, keep: int, req: AssembleRequest) -> int:
+        """Rows of the org the search ranks to hand ``keep`` candidates on. With org-wide memories
+        the agent's scope cannot be a search filter, so the search ranks ``cold_limit *
+        cold_overfetch`` rows and keeps those in scope; a larger budget raises that to ``keep``
+        rows, not ``keep`` times the overfetch: ranking three times the rows cost ~45% more CPU per
+        assembly at 100K memories (benchmarks/assemble_load.py, concurrency 1), while where every
+        row is in scope (org-wide memories) ``keep`` rows are the candidates the budget asked for."""
+        if not req.retrieval.include_org_wide:
+            return keep
+        s = self.settings
+        return min(self.engine.max_limit, max(keep, s.cold_limit * max(1, s.cold_overfetch)))
 
     # -- branches ----------------------------------------------------------------------------------
 
@@ -298,6 +323,10 @@ class Orchestrator:
         planned = light and search.strategy == "auto"
         if planned:  # under load auto is lexical: no embedding, no HNSW walk
             search = msgspec.structs.replace(search, strategy="lexical")
+        if light and req.retrieval.limit is None and keep > s.cold_limit:
+            # Under load the budget does not buy more candidates: fewer rows, less ranking.
+            keep = s.cold_limit
+            search = msgspec.structs.replace(search, limit=self._rows_for(keep, req))
         self._cold_in_flight += 1
         try:
             response, found = await self.engine.search_rows(
@@ -345,12 +374,13 @@ class Orchestrator:
                 details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
                          "overhead_tokens": budget.overhead, "max_context_tokens": req.max_context_tokens})
         budgeted = time.perf_counter()
-        scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring)
+        scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
+                                  show_dates=sel.temporal)
         ranked = time.perf_counter()
         result = pack(scored, budget_tokens=budget.memories_available, intent=sel.intent, counter=counter,
                       scoring=self.scoring)
         packed = time.perf_counter()
-        budget = budget.with_used(result.tokens_used)
+        budget = budget.with_memories_tokens(result.tokens_used)
         context = format_context(directive, result.chosen, kept)
         # Exact by construction (see service.assembly.format): the sections' counts add up.
         context_tokens = (counter.count(format_directive(directive)) + result.tokens_used
@@ -363,12 +393,16 @@ class Orchestrator:
         """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble."""
         self._validate(req)
         counter = self.counter_for(req.model)
-        search, keep = self._search_request(req)
+        # Selective mode sizes the cold search by its budget, so it is planned first; otherwise the
+        # plan is made while the branches' I/O is in flight.
+        sel = plan_selective_budget(req.query) if req.selective else None
+        search, keep = self._search_request(org_id, req, sel)
         async with self.admission.admit(caller.remaining_ms()) as queued_ms:
-            return await self._assemble(org_id, req, caller, counter, search, keep, queued_ms)
+            return await self._assemble(org_id, req, caller, counter, search, keep, queued_ms, sel)
 
     async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline, counter: TokenCounter,
-                        search: SearchRequest, keep: int, queued_ms: float) -> AssembleResponse:
+                        search: SearchRequest, keep: int, queued_ms: float,
+                        planned: SelectiveBudget | None) -> AssembleResponse:
         started = time.perf_counter()
         s = self.settings
         if caller.passed():
@@ -395,7 +429,7 @@ class Orchestrator:
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
             budget_started = time.perf_counter()
-            sel = plan_selective_budget(req.query)
+            sel = planned or plan_selective_budget(req.query)
             history = [(m.role, m.content) for m in req.recent_messages]
             counter.count_messages(history, prime_reply=False)  # warms the count cache while I/O is in flight
             budget_pre_ms = elapsed_ms(budget_started)
@@ -419,6 +453,7 @@ class Orchestrator:
             ranked = await asyncio.get_running_loop().run_in_executor(self._cpu, self._rank_pack_format, *work)
         else:
             ranked = self._rank_pack_format(*work)
+        self.cold_limits.learn(org_id, ranked.scored)
 
         if caller.passed():
             raise DeadlineExceeded("the caller's deadline passed during assembly", code="deadline_exceeded",
@@ -451,10 +486,11 @@ class Orchestrator:
         dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
                                  composite=round(d.scores.composite, 4)) for d in ranked.result.dropped]
         budget = BudgetOut(
-            mode=b.mode, total=b.total, directive=b.directive, history=b.history, reserve=b.reserve,
-            overhead=b.overhead, memories_available=b.memories_available, memories_used=b.memories_used,
+            mode=b.mode, max_context_tokens=b.total, directive_tokens=b.directive, history_tokens=b.history,
+            reserve_tokens=b.reserve, overhead_tokens=b.overhead, memories_budget_tokens=b.memories_available,
+            memories_tokens=b.memories_tokens, tag_tokens=ranked.result.tag_tokens,
             context_tokens=ranked.context_tokens, history_messages=b.history_messages,
-            history_dropped=b.history_dropped, intent=str(sel.intent), complexity=str(sel.complexity),
+            history_messages_dropped=b.history_dropped, intent=str(sel.intent), complexity=str(sel.complexity),
             tier=b.tier, multiplier=b.multiplier, encoding=counter.encoding_name,
             reasons=list(sel.reasons) if req.selective else [],
         )
@@ -480,7 +516,7 @@ class Orchestrator:
             candidates_evaluated=ranked.result.candidates_evaluated,
         )
         return AssembleResponse(
-            context=ranked.context,
+            context=ranked.context, refs={p.tag: UUID(p.id) for p in ranked.result.chosen},
             directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
                                                                    directive.updated_at),
             memories_used=memories, dropped=dropped, budget=budget, degradation_level=level,

@@ -4,18 +4,29 @@ Each step takes the candidate with the highest composite score, where uniqueness
 against everything chosen so far (so composites only fall as the context fills). Pinned
 candidates go first. A candidate then ends in exactly one place:
 
-* ``chosen`` — it fits: its exact memory-line tokens (plus, for the first one, the memories
-  section's open/close tags) are within what is left of the budget;
+* ``chosen`` — it fits: its exact memory-line tokens (its body plus the tag n it gets as the
+  n-th chosen, plus, for the first one, the memories section's open/close tags) are within what is
+  left of the budget;
 * dropped ``empty`` — nothing but whitespace;
 * dropped ``duplicate`` — similarity to a chosen item above ``duplicate_cosine`` (embeddings)
   or ``duplicate_jaccard`` (word features), decided as soon as that item is chosen;
 * dropped ``below_threshold`` — its composite is, or after overlaps with chosen items fell, under
   ``min_composite`` (pinned candidates are exempt);
-* dropped ``over_budget`` — it does not fit what is left; packing goes on with smaller ones.
+* dropped ``over_budget`` — it does not fit what is left; packing goes on with smaller ones;
+* dropped ``nested`` — a document chunk whose lines overlap those of a chosen chunk of the same
+  file: a file summary (L0), a section (L1) and a chunk (L2) cover the same lines, and each line
+  is packed once. When the best candidate is a chunk that contains other candidates of its file
+  (a section and chunks inside it), the most specific of those goes in instead — the highest level,
+  then the fewest lines, then the best composite (everything still in play fits, see below) — so
+  the context holds the lines that matched, not the file around them.
 
 Each candidate is reported once, with the first reason found: duplicates are found when their twin
 is chosen, so an item dropped earlier keeps its earlier reason; an item both under the bar and too
 big is ``below_threshold``, as it would not have been chosen with room to spare either.
+
+Tags are positions: the n-th chosen item's line opens with n (:func:`~service.assembly.format.memory_tag`).
+A tag's cost never falls as n grows, so the room a candidate needs only grows from step to step,
+which keeps "over budget now" meaning "over budget for good".
 
 ``PackResult.tokens_used`` is exactly ``count(format_memories(chosen))`` (see
 :mod:`service.assembly.format` for why the counts add up).
@@ -31,7 +42,7 @@ from typing import ClassVar, Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from service.assembly.format import memories_section_overhead
+from service.assembly.format import memories_section_overhead, memory_tag
 from service.assembly.intent import Intent
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
@@ -46,7 +57,7 @@ from service.assembly.scoring import (
 )
 from service.tokens import TokenCounter
 
-DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget"]
+DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +78,13 @@ DEFAULT_PACKING_RULES: Final = PackingRules()
 class PackedItem:
     candidate: Candidate
     tag: str
+    """Its number in the memories section, which opens its line."""
     formatted: str
     """The memory line exactly as it appears in the memories section."""
     tokens: int
+    """Exact tokens of ``formatted``, tag included."""
+    tag_tokens: int
+    """Of ``tokens``, those of the tag."""
     scores: ScoreBreakdown
     """Uniqueness and composite as they stood when the item was chosen."""
     justification: str
@@ -85,6 +100,7 @@ class Dropped:
     reason: DropReason
     detail: str
     tokens: int
+    """Tokens of its memory line without the tag."""
     scores: ScoreBreakdown
 
 
@@ -98,6 +114,16 @@ class PackResult:
     section_overhead: int
     """Tokens of the section's open/close tags, included in ``tokens_used`` when anything is chosen."""
     candidates_evaluated: int
+
+    @property
+    def refs(self) -> dict[str, str]:
+        """Tag -> memory id, in packing order."""
+        return {p.tag: p.id for p in self.chosen}
+
+    @property
+    def tag_tokens(self) -> int:
+        """Tokens spent on tags (part of ``tokens_used``)."""
+        return sum(p.tag_tokens for p in self.chosen)
 
 
 class _WordIndex:
@@ -224,6 +250,14 @@ class _Selection:
         self.tokens = [s.tokens for s in scored]
         self.pinned = [s.candidate.pinned for s in scored]
         self.similar_to = [-1] * n
+        self.tags: dict[int, str] = {}
+        """Tag of each chosen item, by index."""
+        self.lines = [s.candidate.lines for s in scored]
+        self.same_file: dict[str, list[int]] = {}
+        """Document chunks by path (only files with more than one chunk in play matter)."""
+        for i, span in enumerate(self.lines):
+            if span is not None:
+                self.same_file.setdefault(span.path, []).append(i)
         self.alive = [True] * n
         self.live = list(range(n))
         """The alive indices, in order."""
@@ -261,7 +295,7 @@ class _Selection:
 
     def nearest_tag(self, i: int) -> str | None:
         j = self.similar_to[i]
-        return self.scored[j].tag if j >= 0 else None
+        return self.tags.get(j) if j >= 0 else None
 
     def drop(self, i: int, reason: DropReason, detail: str) -> None:
         self.alive[i] = False
@@ -270,8 +304,27 @@ class _Selection:
         self.dropped.append(Dropped(item.id, reason, detail, item.tokens, self.scores_of(i)))
 
     def best(self) -> int:
-        """The next to choose: pinned first, then by composite; the first of equals (score order)."""
-        return max(self.live, key=self.priority.__getitem__)
+        """The next to choose: pinned first, then by composite; the first of equals (score order).
+        A chunk that contains other chunks still in play gives way to the most specific of them."""
+        i = max(self.live, key=self.priority.__getitem__)
+        span = self.lines[i]
+        if span is None or len(self.same_file[span.path]) < 2:
+            return i
+        inside = [(other.level, other.start - other.end, self.priority[k], -k)
+                  for k in self.same_file[span.path]
+                  if k != i and self.alive[k] and (other := self.lines[k]) is not None and span.contains(other)]
+        return -max(inside)[3] if inside else i
+
+    def drop_overlapping(self, chosen: int) -> None:
+        """Drop the chunks of the chosen one's file whose lines overlap its lines."""
+        span = self.lines[chosen]
+        if span is None or len(self.same_file[span.path]) < 2:
+            return
+        for k in self.same_file[span.path]:
+            other = self.lines[k]
+            if self.alive[k] and other is not None and span.overlaps(other):
+                self.drop(k, "nested", f"lines {other.start}-{other.end} of {other.path} overlap lines "
+                                       f"{span.start}-{span.end} in [{self.tags[chosen]}] ({self.scored[chosen].id})")
 
     def absorb(self, chosen: int) -> None:
         """Take ``chosen`` out of play, raise every alive candidate's max similarity with it, and
@@ -315,7 +368,7 @@ class _Selection:
                 duplicates.append((k, sim))
         base_item = self.scored[chosen]
         for k, sim in duplicates:
-            self.drop(k, "duplicate", f"similarity {sim:.2f} to [{base_item.tag}] ({base_item.id})")
+            self.drop(k, "duplicate", f"similarity {sim:.2f} to [{self.tags[chosen]}] ({base_item.id})")
 
 
 def _best_first(indices: list[int], current: list[float]) -> list[int]:
@@ -344,10 +397,12 @@ def pack(
 
     alive, pinned, current, tokens = state.alive, state.pinned, state.current, state.tokens
     # Largest first: what is over budget is always a prefix of this order (less what is already
-    # dropped), as the room left (less the section tags until something is chosen) only shrinks.
+    # dropped), as the room left (less the section tags until something is chosen, and the next
+    # tag, whose cost never falls) only shrinks.
     by_size = sorted(range(len(scored)), key=lambda k: -tokens[k])
     next_size = 0
     left = budget_tokens
+    marker_tokens: dict[int, int] = {}
     while state.live:
         # Composites only fall and the budget only shrinks, so whatever fails either test now
         # would fail it at every later step: drop it all at once, best first. The loop then runs
@@ -356,7 +411,13 @@ def pack(
         low = [k for k in state.take_fallen() if alive[k] and not pinned[k] and current[k] < rules.min_composite]
         for k in _best_first(low, current):
             state.drop(k, "below_threshold", f"composite {current[k]:.2f} < {rules.min_composite:.2f}")
-        extra = overhead if not chosen else 0
+        tag = memory_tag(len(chosen) + 1)
+        digits = len(tag)
+        tag_tokens = marker_tokens.get(digits)
+        if tag_tokens is None:
+            # Same digit count, same cost: one count per digit count, not per tag.
+            tag_tokens = marker_tokens[digits] = counter.count(tag)
+        extra = (overhead if not chosen else 0) + tag_tokens
         over: list[int] = []
         while next_size < len(by_size) and tokens[by_size[next_size]] + extra > left:
             if alive[by_size[next_size]]:
@@ -371,8 +432,11 @@ def pack(
         item = scored[i]
         scores = state.scores_of(i)
         why = justify(item, scores, weights, similar_to=state.nearest_tag(i))
-        chosen.append(PackedItem(item.candidate, item.tag, item.formatted, item.tokens, scores, why))
+        chosen.append(PackedItem(item.candidate, tag, tag + item.body, item.tokens + tag_tokens,
+                                 tag_tokens, scores, why))
+        state.tags[i] = tag
         state.absorb(i)
+        state.drop_overlapping(i)
 
     used = sum(p.tokens for p in chosen) + (overhead if chosen else 0)
     return PackResult(tuple(chosen), tuple(state.dropped), used, budget_tokens, overhead, len(scored))

@@ -56,7 +56,7 @@ from typing import Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from service.assembly.format import format_memory, memory_tags
+from service.assembly.format import format_body, short_date
 from service.assembly.intent import Intent
 from service.tokens import TokenCounter
 
@@ -88,6 +88,25 @@ class Candidate:
     rank: int | None = None
     """1-based rank within its origin's retrieval, shown in justifications."""
     in_hot_and_cold: bool = False
+    lines: LineSpan | None = None
+    """For a document chunk: the file lines it covers (the packer never packs the same lines twice)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LineSpan:
+    """Lines ``start..end`` (1-based, inclusive) of ``path``, covered by a chunk of ``level`` (0 file
+    summary, 1 section, 2 chunk: higher is more specific)."""
+
+    path: str
+    start: int
+    end: int
+    level: int
+
+    def contains(self, other: LineSpan) -> bool:
+        return self.path == other.path and self.start <= other.start and other.end <= self.end
+
+    def overlaps(self, other: LineSpan) -> bool:
+        return self.path == other.path and self.start <= other.end and other.start <= self.end
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,15 +172,16 @@ class ScoreBreakdown:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ScoredCandidate:
-    """A candidate written as its memory line, counted exactly, and scored before selection."""
+    """A candidate written as its memory line (all but the tag, which is its position once packed),
+    counted exactly, and scored before selection."""
 
     candidate: Candidate
-    tag: str
-    formatted: str
+    body: str
+    """The memory line after its tag (:func:`~service.assembly.format.format_body`)."""
     tokens: int
-    """Exact tokens of ``formatted`` (what the packer charges)."""
+    """Exact tokens of ``body``; the packer adds the tag's own tokens when it knows the position."""
     text_tokens: int
-    """Tokens of the text without its tag (what informativeness is judged on)."""
+    """Tokens of the text without its line break (what informativeness is judged on)."""
     content_terms: int
     age_hours: float
     access_age_hours: float | None
@@ -415,23 +435,26 @@ def score_candidates(
     counter: TokenCounter,
     now: datetime | None = None,
     rules: ScoringRules = DEFAULT_SCORING_RULES,
+    show_dates: bool = False,
 ) -> list[ScoredCandidate]:
     """Merge by id, write each memory line, count it exactly and score it (uniqueness 1.0).
+
+    ``show_dates``: each line shows its event date (``occurred_at``, else ``created_at``) before the
+    text, e.g. ``(8 May 2023)``, for questions that ask for a time; the date is content.
 
     Returned best composite first (ties: higher relevance, then id) — the packer's starting order.
     """
     now = _utc(now or datetime.now(UTC))
     weights = rules.weights[intent]
     merged = merge_by_id(candidates)
-    tags = memory_tags(c.id for c in merged)
     units = unit_embeddings([c.embedding for c in merged])
+    line_break = counter.count(format_body(""))
     scored: list[ScoredCandidate] = []
     for cand, unit in zip(merged, units, strict=True):
-        tag = tags[cand.id]
-        formatted = format_memory(tag, cand.text)
-        tokens = counter.count(formatted)
-        # The tag line's own cost is not content; informativeness judges the text alone.
-        text_tokens = max(1, tokens - counter.count(format_memory(tag, "")))
+        body = format_body(cand.text, short_date(_utc(cand.occurred_at or cand.created_at)) if show_dates else None)
+        tokens = counter.count(body)
+        # The line break is formatting; informativeness judges the text alone.
+        text_tokens = max(1, tokens - line_break)
         terms = content_term_count(cand.text)
         age = _hours_between(cand.occurred_at or cand.created_at, now)
         access_age = None if cand.last_accessed_at is None else _hours_between(cand.last_accessed_at, now)
@@ -456,8 +479,7 @@ def score_candidates(
         scored.append(
             ScoredCandidate(
                 candidate=cand,
-                tag=tag,
-                formatted=formatted,
+                body=body,
                 tokens=tokens,
                 text_tokens=text_tokens,
                 content_terms=terms,

@@ -26,7 +26,7 @@ class RetrievalOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 
     strategy: Strategy = "auto"
     limit: Annotated[int, msgspec.Meta(ge=1, le=100)] | None = None
-    """Cold candidates (default: the service's ``cold_limit``)."""
+    """Cold candidates (default: as many as the memory budget can use, see ``PGCONTEXT_ASSEMBLY_COLD_LIMIT``)."""
     include_org_wide: bool = True
     """Also consider org-wide memories (agent_id null); false searches the agent's own memories only."""
     use_hot: bool = True
@@ -69,10 +69,10 @@ class Scores(msgspec.Struct):
 class MemoryUsed(msgspec.Struct):
     id: UUID
     tag: str
-    """The ``[tag]`` this memory carries in ``context``."""
+    """Its number in ``context``, which opens the memory's line (1, 2, ... in packing order)."""
     text: str
     tokens: int
-    """Exact tokens of its line in ``context``."""
+    """Exact tokens of its line in ``context``, the tag included."""
     origin: Literal["hot", "cold"]
     in_hot_and_cold: bool
     scores: Scores
@@ -83,25 +83,37 @@ class MemoryUsed(msgspec.Struct):
 
 class DroppedMemory(msgspec.Struct):
     id: UUID
-    reason: Literal["empty", "duplicate", "below_threshold", "over_budget"]
+    reason: Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
+    """``nested``: a document chunk whose lines are already in the context (in a summary, section or
+    chunk of the same file that was packed)."""
     detail: str
     tokens: int
+    """Tokens of its memory line without a tag."""
     composite: float
 
 
 class BudgetOut(msgspec.Struct):
+    """Token accounting: every ``*_tokens`` field is a tiktoken count in ``encoding``."""
+
     mode: Literal["fixed", "selective"]
-    total: int | None
-    directive: int
-    history: int
-    reserve: int
-    overhead: int
-    memories_available: int
-    memories_used: int
+    max_context_tokens: int | None
+    """The request's window (null: selective mode without one)."""
+    directive_tokens: int
+    history_tokens: int
+    reserve_tokens: int
+    overhead_tokens: int
+    """Chat envelope of the block sent as one message."""
+    memories_budget_tokens: int
+    """What was left for memories: the window less the parts above, or the selective budget."""
+    memories_tokens: int
+    """What the memories section took (its open/close tags and every line, tag included)."""
+    tag_tokens: int
+    """Of ``memories_tokens``, those of the memories' tags (one each for the first 999)."""
     context_tokens: int
     """Exact tokens of ``context`` as returned."""
     history_messages: int
-    history_dropped: int
+    """Recent messages in the history section."""
+    history_messages_dropped: int
     """Oldest recent_messages left out so the fixed parts fit."""
     intent: str
     """Intent used for the scoring weights (classified in both modes)."""
@@ -145,6 +157,8 @@ class Metrics(msgspec.Struct):
 
 class AssembleResponse(msgspec.Struct):
     context: str
+    refs: dict[str, UUID]
+    """Tag -> memory id for every memory line in ``context`` (a model citing memory n: ``refs["n"]``)."""
     directive: DirectiveUsed | None
     memories_used: list[MemoryUsed]
     dropped: list[DroppedMemory]

@@ -26,7 +26,7 @@ WITH q AS (
      ORDER BY score DESC
      LIMIT $4
 ), best AS (
-    SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, s.score,
+    SELECT m.id, m.text, m.kind, m.source_path, m.line_start, m.line_end, m.level, m.breadcrumb, s.score,
            m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at, m.embedding, m.org_id,
            m.metadata, m.occurred_at
       FROM scored s
@@ -44,7 +44,7 @@ WITH q AS (
      ORDER BY s.score DESC, m.id
      LIMIT $5
 )
-SELECT b.id, b.text, b.kind, b.source_path, b.level, b.breadcrumb, b.score,
+SELECT b.id, b.text, b.kind, b.source_path, b.line_start, b.line_end, b.level, b.breadcrumb, b.score,
        b.agent_id, b.importance, b.usefulness, b.pinned, b.created_at, b.metadata, b.occurred_at,
        CASE WHEN $17::bool THEN b.embedding END AS embedding,
        CASE WHEN $17::bool THEN (SELECT a.last_accessed_at FROM memory_access a

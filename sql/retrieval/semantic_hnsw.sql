@@ -3,7 +3,8 @@
 -- $13: for context assembly, which keeps only the rows of agent $14 (and org-wide ones when $15): of the nearest
 -- $3, return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
 WITH nearest AS (
-    SELECT m.id, m.text, m.kind, m.source_path, m.level, m.breadcrumb, 1 - (m.embedding <=> $2::vector) AS score,
+    SELECT m.id, m.text, m.kind, m.source_path, m.line_start, m.line_end, m.level, m.breadcrumb,
+           1 - (m.embedding <=> $2::vector) AS score,
            m.agent_id, m.importance, m.usefulness, m.pinned, m.created_at, m.embedding, m.org_id,
            m.metadata, m.occurred_at
       FROM memories m
@@ -22,7 +23,7 @@ WITH nearest AS (
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3
 )
-SELECT n.id, n.text, n.kind, n.source_path, n.level, n.breadcrumb, n.score,
+SELECT n.id, n.text, n.kind, n.source_path, n.line_start, n.line_end, n.level, n.breadcrumb, n.score,
        n.agent_id, n.importance, n.usefulness, n.pinned, n.created_at, n.metadata, n.occurred_at,
        CASE WHEN $13::bool THEN n.embedding END AS embedding,
        CASE WHEN $13::bool THEN (SELECT a.last_accessed_at FROM memory_access a

@@ -116,7 +116,8 @@ async def test_full_response(settings: Settings, endpoints: Endpoints, embedder:
     for m in body["memories_used"]:
         assert set(m["scores"]) == SCORES and all(0 <= v <= 1.0001 for v in m["scores"].values())
         assert m["justification"].startswith("score ") and "\n" not in m["justification"]
-        assert f"[{m['tag']}] {m['text']}" in body["context"]
+        assert f"\n{m['tag']} {m['text']}\n" in body["context"]
+        assert body["refs"][m["tag"]] == m["id"]
         assert m["origin"] in ("hot", "cold")
     ctx = body["context"]
     assert ctx.startswith("<directive>\nYou are the office helper.")
@@ -124,10 +125,14 @@ async def test_full_response(settings: Settings, endpoints: Endpoints, embedder:
     assert "user: I need a coffee.\nassistant: Sure.\n" in ctx
     assert "another agent" not in ctx
     b = body["budget"]
-    assert b["mode"] == "fixed" and b["total"] == 2000 and b["reserve"] == 512 and b["encoding"] == "o200k_base"
-    assert b["memories_available"] == 2000 - b["directive"] - b["history"] - b["reserve"] - b["overhead"]
+    assert b["mode"] == "fixed" and b["max_context_tokens"] == 2000 and b["reserve_tokens"] == 512
+    assert b["encoding"] == "o200k_base"
+    assert b["memories_budget_tokens"] == (2000 - b["directive_tokens"] - b["history_tokens"] - b["reserve_tokens"]
+                                           - b["overhead_tokens"])
     assert b["context_tokens"] == recount(settings, "o200k_base", ctx)
-    assert b["context_tokens"] <= 2000 - b["reserve"] - b["overhead"]
+    assert b["context_tokens"] <= 2000 - b["reserve_tokens"] - b["overhead_tokens"]
+    assert b["tag_tokens"] == len(body["memories_used"])  # one token per tag
+    assert list(body["refs"]) == [str(n) for n in range(1, len(body["memories_used"]) + 1)]
     assert b["intent"] in ("factual", "conceptual", "detailed", "complex")
 
 
@@ -238,9 +243,9 @@ async def test_selective_mode_is_explained_and_respected(settings: Settings, end
                            max_context_tokens=None)
         assert r.status_code == 200, r.text
         b = r.json()["budget"]
-        assert b["mode"] == "selective" and b["total"] is None
-        assert b["tier"] == "minimal" and b["intent"] == "factual"
-        assert 50 <= b["memories_available"] <= 100 and b["memories_used"] <= b["memories_available"]
+        assert b["mode"] == "selective" and b["max_context_tokens"] is None
+        assert b["tier"] == "standard" and b["intent"] == "factual"
+        assert 500 <= b["memories_budget_tokens"] <= 1000 and b["memories_tokens"] <= b["memories_budget_tokens"]
         assert any("intent factual" in reason for reason in b["reasons"])
         r = await assemble(client, tenant, selective=True, max_context_tokens=None,
                            query="urgent: design and build the whole backup architecture, migration plan and "
@@ -256,12 +261,12 @@ async def test_tight_budget_drops_with_reasons(settings: Settings, endpoints: En
              ("The espresso machine is on the third floor, next to the kitchen.", AGENT, False)]
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
         await seed(client, tenant, [*MEMORIES, *twins])
-        body = (await assemble(client, tenant, max_context_tokens=600, reserve_tokens=500)).json()
+        body = (await assemble(client, tenant, max_context_tokens=600, reserve_tokens=540)).json()
         reasons = {d["reason"] for d in body["dropped"]}
         assert "duplicate" in reasons and "over_budget" in reasons
         b = body["budget"]
-        assert b["memories_used"] <= b["memories_available"]
-        assert recount(settings, "o200k_base", body["context"]) <= 600 - 500 - b["overhead"]
+        assert b["memories_tokens"] <= b["memories_budget_tokens"]
+        assert recount(settings, "o200k_base", body["context"]) <= 600 - 540 - b["overhead_tokens"]
 
 
 async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
@@ -381,3 +386,27 @@ async def test_openapi_documents_the_assembly_endpoints(client: AsyncTestClient[
     assert {"/v1/context/assemble", "/v1/memories/hot", "/v1/memories/feedback"} <= set(paths)
     headers = {p["name"] for p in paths["/v1/context/assemble"]["post"]["parameters"] if p["in"] == "header"}
     assert {"X-Deadline-Ms", "X-Timeout-Ms"} <= headers
+
+
+async def test_nested_document_chunks_are_packed_once(settings: Settings, endpoints: Endpoints,
+                                                      embedder: Embedder, tenant: Tenant) -> None:
+    """A file's summary (L0), its section (L1) and its chunk (L2) all match; their lines go in once."""
+    source = ('"""Espresso machine maintenance."""\n\n\n'
+              "def descale_espresso_machine(litres: int) -> str:\n"
+              '    """Descale the espresso machine on the third floor with citric acid."""\n'
+              "    return f'descale the espresso machine with {litres} litres of citric acid solution'\n")
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        r = await client.post("/v1/documents", json={"files": [{"path": "office/espresso.py", "content": source}]},
+                              headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        body = (await assemble(client, tenant, query="descale the espresso machine", max_context_tokens=4000,
+                               reserve_tokens=0, retrieval={"use_hot": False})).json()
+        spans = []
+        for m in body["memories_used"]:
+            row = (await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)).json()
+            if row["source_path"] == "office/espresso.py":
+                spans.append((row["line_start"], row["line_end"]))
+        assert spans, body["memories_used"]
+        assert not any(a[0] <= b[1] and b[0] <= a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+        nested = [d for d in body["dropped"] if d["reason"] == "nested"]
+        assert nested and all("office/espresso.py" in d["detail"] for d in nested)

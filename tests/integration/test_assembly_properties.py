@@ -90,8 +90,9 @@ async def test_context_never_exceeds_its_budget(
     b = body["budget"]
     tokens = counter.count(body["context"])
     assert tokens == b["context_tokens"]
-    assert b["memories_used"] <= b["memories_available"]
+    assert b["memories_tokens"] <= b["memories_budget_tokens"]
     if max_tokens is not None:
-        assert tokens <= max_tokens - b["reserve"] - b["overhead"], b
-    assert sum(m["tokens"] for m in body["memories_used"]) <= b["memories_used"]
-    assert all(f"[{m['tag']}]" in body["context"] for m in body["memories_used"])
+        assert tokens <= max_tokens - b["reserve_tokens"] - b["overhead_tokens"], b
+    assert sum(m["tokens"] for m in body["memories_used"]) <= b["memories_tokens"]
+    assert all(f"\n{m['tag']} " in body["context"] for m in body["memories_used"])
+    assert body["refs"] == {m["tag"]: m["id"] for m in body["memories_used"]}

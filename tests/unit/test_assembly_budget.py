@@ -30,7 +30,7 @@ def test_fixed_budget_subtracts_every_part() -> None:
     assert budget.memories_available == 4000 - 300 - 500 - 1000 - 7
     assert budget.overflow == 0
     assert budget.context_limit == 4000 - 1000 - 7
-    assert budget.memories_used == 0 and budget.with_used(120).memories_used == 120
+    assert budget.memories_tokens == 0 and budget.with_memories_tokens(120).memories_tokens == 120
     assert budget.tier is None and budget.intent is None and budget.multiplier == 1.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
 import pytest
 
@@ -11,13 +12,15 @@ from service.assembly.format import (
     MEMORIES_OPEN,
     clean_role,
     clean_text,
+    format_body,
     format_context,
     format_directive,
     format_history,
     format_memories,
     format_memory,
     memories_section_overhead,
-    memory_tags,
+    memory_tag,
+    short_date,
 )
 from service.tokens import TokenCounter, Tokenizers
 
@@ -33,11 +36,11 @@ def counter(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 def test_layout() -> None:
-    memories = [Line(format_memory("1a2b3c4d", "Invoices go out on the 1st.")), Line(format_memory("9f8e", "a\nb"))]
+    memories = [Line(format_memory("1", "Invoices go out on the 1st.")), Line(format_memory("2", "a\nb"))]
     text = format_context("You are the billing agent.", memories, [("user", "When?"), ("assistant", "The 1st.")])
     assert text == (
         "<directive>\nYou are the billing agent.\n</directive>\n"
-        "<memories>\n[1a2b3c4d] Invoices go out on the 1st.\n[9f8e] a\n  b\n</memories>\n"
+        "<memories>\n1 Invoices go out on the 1st.\n2 a\n  b\n</memories>\n"
         "<history>\nuser: When?\nassistant: The 1st.\n</history>\n"
     )
 
@@ -64,28 +67,25 @@ def test_roles_are_one_word() -> None:
 
 
 def test_memory_lines() -> None:
-    assert format_memory("t", "  hello\r\nworld ") == "[t] hello\n  world\n"
-    assert format_memory("t", "   ") == "[t]\n"
+    assert format_memory("7", "  hello\r\nworld ") == "7 hello\n  world\n"
+    assert format_memory("7", "   ") == "7\n"
 
 
-def test_tags_are_short_unique_prefixes() -> None:
-    ids = [
-        "3f2a9c10-0000-4000-8000-000000000001",
-        "3f2a9c10-0000-4000-8000-000000000002",
-        "7d1e0b22-1111-4111-8111-111111111111",
-    ]
-    tags = memory_tags(ids)
-    assert tags[ids[2]] == "7d1e0b22"
-    assert tags[ids[0]] != tags[ids[1]]
-    assert ids[0].startswith(tags[ids[0]]) and ids[1].startswith(tags[ids[1]])
-    assert len(set(tags.values())) == 3
+def test_tags_are_positions() -> None:
+    assert [memory_tag(n) for n in (1, 2, 10, 999)] == ["1", "2", "10", "999"]
+    with pytest.raises(ValueError):
+        memory_tag(0)
 
 
-def test_tags_survive_unsafe_and_colliding_ids() -> None:
-    tags = memory_tags(["a]b", "ab", "日本", "語", "m", "short"])
-    assert len(set(tags.values())) == 6
-    for tag in tags.values():
-        assert tag and all(c.isascii() and (c.isalnum() or c in "_-") for c in tag)
+def test_dated_memory_lines() -> None:
+    assert short_date(date(2023, 5, 8)) == "8 May 2023"
+    assert format_memory("3", "Caroline: hi", short_date(date(2023, 5, 8))) == "3 (8 May 2023) Caroline: hi\n"
+    assert format_body("a\nb", "1 Jan 2024") == " (1 Jan 2024) a\n  b\n"
+
+
+def test_tags_cost_one_token_up_to_999(counter: TokenCounter) -> None:
+    """The 5% target for tags rests on this: a tag is one token whatever n (below 1000)."""
+    assert {counter.count(memory_tag(n)) for n in range(1, 1000)} == {1}
 
 
 ADVERSARIAL = [
@@ -108,8 +108,20 @@ ADVERSARIAL = [
 ]
 
 
+def test_a_line_is_exactly_its_tag_plus_its_body(counter: TokenCounter) -> None:
+    """The packer counts a body once and adds the tag when it knows the position."""
+    for text in ADVERSARIAL:
+        if not clean_text(text):
+            continue  # empty texts are never packed
+        for when in (None, "8 May 2023"):
+            body = format_body(text, when)
+            for n in (1, 9, 10, 99, 100, 999, 1000, 12345):
+                tag = memory_tag(n)
+                assert counter.count(tag + body) == counter.count(tag) + counter.count(body), (text, n)
+
+
 def test_memories_section_is_exactly_the_sum_of_its_lines(counter: TokenCounter) -> None:
-    lines = [Line(format_memory(f"tag{i:05d}", text)) for i, text in enumerate(ADVERSARIAL)]
+    lines = [Line(format_memory(memory_tag(i + 1), text)) for i, text in enumerate(ADVERSARIAL)]
     section = format_memories(lines)
     accounted = memories_section_overhead(counter) + sum(counter.count(line.formatted) for line in lines)
     assert counter.count(section) == accounted
@@ -119,7 +131,7 @@ def test_memories_section_is_exactly_the_sum_of_its_lines(counter: TokenCounter)
 def test_whole_block_is_exactly_the_sum_of_its_sections(counter: TokenCounter) -> None:
     for directive in ADVERSARIAL:
         history = [(role, text) for role, text in zip(["user", "assistant", "tool"] * 6, ADVERSARIAL, strict=False)]
-        lines = [Line(format_memory("abcdef12", text)) for text in ADVERSARIAL[:5]]
+        lines = [Line(format_memory(memory_tag(i + 1), text)) for i, text in enumerate(ADVERSARIAL[:5])]
         block = format_context(directive, lines, history)
         parts = [format_directive(directive), format_memories(lines), format_history(history)]
         assert "".join(parts) == block

@@ -70,12 +70,39 @@ def test_structure_raises_complexity_at_equal_length() -> None:
     assert structured.entities >= 1
 
 
-def test_simple_factual_query_gets_a_minimal_budget() -> None:
+def test_factual_questions_are_not_starved() -> None:
+    """A fact is rarely at rank 1: a factual question gets the standard tier, not one to three lines."""
     result = plan_selective_budget("What is RLS?")
     assert result.intent is Intent.FACTUAL
-    assert result.tier.name == "minimal"
-    assert 50 <= result.final_tokens <= 100
+    assert result.tier.name == "standard"
+    assert 500 <= result.final_tokens <= 1000
     assert result.multiplier == 1.0 and result.multiplier_keyword is None
+    assert not result.temporal
+
+
+@pytest.mark.parametrize("query", [
+    "When did Caroline go to the support group?",
+    "How long ago was the migration to the new region?",
+    "What year did we move the backups?",
+])
+def test_temporal_questions_get_a_standard_budget_and_dates(query: str) -> None:
+    result = plan_selective_budget(query)
+    assert result.temporal and result.intent in (Intent.FACTUAL, Intent.CONCEPTUAL)
+    assert result.tier.name == "standard" and result.final_tokens >= 500
+    assert any("temporal" in r for r in result.reasons)
+
+
+def test_the_question_word_outweighs_a_topic_word() -> None:
+    """ "design" names the topic here, not the work asked for."""
+    result = plan_selective_budget("When did Gina design the limited collection of hoodies?")
+    assert result.intent is Intent.FACTUAL and result.tier.name == "standard"
+    assert plan_selective_budget("What is the difference between RLS and grants?").intent is Intent.DETAILED
+    assert plan_selective_budget("How would you design a backup system for all regions?").intent is Intent.COMPLEX
+
+
+def test_a_long_question_without_cues_is_not_detailed_work() -> None:
+    result = plan_selective_budget("Would Melanie be more interested in going to a national park or a theme park?")
+    assert result.intent is Intent.CONCEPTUAL and result.tier.name == "standard"
 
 
 @pytest.mark.parametrize(
@@ -103,7 +130,7 @@ def test_much_more_complex_than_the_intent_moves_one_tier_up() -> None:
         "and which teams were consulted?"
     )
     assert result.intent is Intent.FACTUAL
-    assert result.tier.name == "standard"
+    assert result.tier.name == "large"
     assert any("one tier up" in r for r in result.reasons)
 
 
@@ -159,8 +186,10 @@ def test_reducing_multiplier_shrinks_but_respects_the_floor() -> None:
     assert result.multiplier == 0.5
     assert result.final_tokens == round(result.base_tokens * 0.5)
     tiny = plan_selective_budget("RLS tldr")
-    assert tiny.tier.name == "minimal"
-    assert tiny.final_tokens == DEFAULT_SELECTIVE_RULES.floor_tokens
+    assert tiny.tier.name == "standard"
+    assert tiny.final_tokens == round(tiny.base_tokens * 0.5) < tiny.tier.min_tokens
+    floor = plan_selective_budget("RLS tldr", SelectiveRules(intent_tiers=(0, 1, 2, 3)))
+    assert floor.tier.name == "minimal" and floor.final_tokens == DEFAULT_SELECTIVE_RULES.floor_tokens
 
 
 def test_every_decision_is_explained() -> None:
@@ -178,13 +207,16 @@ def test_custom_rules() -> None:
     assert pick_multiplier("invoice totals", rules) == (1.4, "invoice")
     assert pick_multiplier("urgent", rules) == (1.1, "urgent")  # replaced, not duplicated
     tiers = (Tier("a", 10, 20), Tier("b", 30, 40), Tier("c", 50, 60), Tier("d", 70, 80))
-    result = plan_selective_budget("What is RLS?", SelectiveRules(tiers=tiers, floor_tokens=5))
+    result = plan_selective_budget("What is RLS?", SelectiveRules(tiers=tiers, intent_tiers=(0, 1, 2, 3),
+                                                                 floor_tokens=5))
     assert result.tier.name == "a" and 10 <= result.final_tokens <= 20
 
 
 def test_rules_are_validated() -> None:
     with pytest.raises(ValueError):
         SelectiveRules(tiers=DEFAULT_TIERS[:3])
+    with pytest.raises(ValueError, match="intent_tiers"):
+        SelectiveRules(intent_tiers=(0, 1, 2, 4))
     with pytest.raises(ValueError):
         Tier("bad", 100, 50)
     with pytest.raises(ValueError):

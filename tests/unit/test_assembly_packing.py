@@ -23,6 +23,7 @@ from service.assembly.packing import (
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     Candidate,
+    LineSpan,
     ScoreBreakdown,
     ScoredCandidate,
     jaccard,
@@ -98,7 +99,8 @@ def test_zero_or_negative_budget_packs_nothing(counter: TokenCounter) -> None:
 
 def test_section_tags_are_charged_once(counter: TokenCounter) -> None:
     scored = score_candidates([cand("a", FACTS[0])], intent=Intent.FACTUAL, counter=counter, now=NOW)
-    exact = scored[0].tokens + pack(scored, budget_tokens=0, intent=Intent.FACTUAL, counter=counter).section_overhead
+    exact = (scored[0].tokens + counter.count("1")
+             + pack(scored, budget_tokens=0, intent=Intent.FACTUAL, counter=counter).section_overhead)
     assert pack(scored, budget_tokens=exact, intent=Intent.FACTUAL, counter=counter).chosen
     assert not pack(scored, budget_tokens=exact - 1, intent=Intent.FACTUAL, counter=counter).chosen
 
@@ -112,7 +114,7 @@ def test_near_duplicates_by_embedding_are_dropped(counter: TokenCounter) -> None
     result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert [p.id for p in result.chosen] == ["a", "c"]
     (dup,) = result.dropped
-    assert dup.id == "b" and dup.reason == "duplicate" and "[a]" in dup.detail
+    assert dup.id == "b" and dup.reason == "duplicate" and "[1] (a)" in dup.detail
 
 
 def test_near_duplicates_by_words_are_dropped(counter: TokenCounter) -> None:
@@ -136,7 +138,7 @@ def test_mmr_prefers_a_different_item_over_a_similar_one(counter: TokenCounter) 
     assert [p.id for p in result.chosen] == ["a", "b", "a2"]
     a2 = result.chosen[2]
     assert a2.scores.uniqueness == pytest.approx(1 - 0.85, abs=1e-3)
-    assert "overlaps 0.85 with [a]" in a2.justification
+    assert "overlaps 0.85 with [1]" in a2.justification
 
 
 def test_low_scores_are_dropped_below_threshold(counter: TokenCounter) -> None:
@@ -235,6 +237,55 @@ def test_mixed_embedding_dimensions_fall_back_to_words(counter: TokenCounter) ->
     assert result.dropped[0].reason == "duplicate"
 
 
+def chunk(id: str, path: str, start: int, end: int, level: int, relevance: float, words: int = 12) -> Candidate:
+    text = " ".join(f"{path.split('.')[0]}{level}w{n}x{start}" for n in range(words))
+    return cand(id, text, relevance=relevance, lines=LineSpan(path, start, end, level))
+
+
+def test_nested_chunks_are_packed_once_the_most_specific_first(counter: TokenCounter) -> None:
+    cands = [
+        chunk("file", "a.py", 1, 100, 0, relevance=1.0),  # the summary of a.py scores best
+        chunk("section", "a.py", 10, 40, 1, relevance=0.95),
+        chunk("chunk", "a.py", 20, 30, 2, relevance=0.9),
+        chunk("later", "a.py", 50, 60, 2, relevance=0.85),
+        chunk("other", "b.py", 20, 30, 2, relevance=0.8),
+        cand("memory", FACTS[0], relevance=0.7),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    # The chunk inside the section inside the file goes in for the file; the file and the section
+    # hold its lines again, so they are dropped; a.py's other chunk and b.py's are other lines.
+    chosen = [p.id for p in result.chosen]
+    assert chosen[0] == "chunk" and sorted(chosen[1:]) == ["later", "memory", "other"]
+    nested = {d.id: d for d in result.dropped}
+    assert set(nested) == {"file", "section"} and all(d.reason == "nested" for d in nested.values())
+    assert nested["file"].detail == "lines 1-100 of a.py overlap lines 20-30 in [1] (chunk)"
+    spans = [p.candidate.lines for p in result.chosen if p.candidate.lines is not None]
+    assert not any(a.overlaps(b) for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+def test_a_broader_chunk_goes_in_when_the_specific_one_does_not_fit(counter: TokenCounter) -> None:
+    cands = [
+        chunk("section", "a.py", 10, 40, 1, relevance=1.0, words=10),
+        chunk("chunk", "a.py", 20, 30, 2, relevance=0.9, words=400),  # inside, but too big
+    ]
+    small = score_candidates([cands[0]], intent=Intent.FACTUAL, counter=counter, now=NOW)[0].tokens
+    budget = small + counter.count("1") + memories_section_overhead(counter) + 5
+    result = select_memories(cands, budget_tokens=budget, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["section"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("chunk", "over_budget")]
+
+
+def test_partly_overlapping_chunks_are_not_packed_twice(counter: TokenCounter) -> None:
+    cands = [
+        chunk("one", "a.md", 1, 40, 2, relevance=1.0),
+        chunk("two", "a.md", 30, 80, 1, relevance=0.9),
+        chunk("three", "a.md", 41, 80, 2, relevance=0.8),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["one", "three"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("two", "nested")]
+
+
 # -- the packer against a plain restatement of its contract -------------------------------------------
 
 
@@ -292,7 +343,9 @@ def reference_pack(
         low = [k for k in alive if not scored[k].candidate.pinned and current[k] < rules.min_composite]
         for k in sorted(low, key=lambda k: -current[k]):
             drop(k, "below_threshold", f"composite {current[k]:.2f} < {rules.min_composite:.2f}")
-        extra = 0 if chosen else overhead
+        tag = str(len(chosen) + 1)
+        tag_tokens = counter.count(tag)
+        extra = (0 if chosen else overhead) + tag_tokens
         for k in sorted([k for k in alive if scored[k].tokens + extra > left], key=lambda k: -current[k]):
             drop(k, "over_budget", f"needs {scored[k].tokens + extra} tokens, {left} left")
         if not alive:
@@ -301,17 +354,18 @@ def reference_pack(
         left -= scored[i].tokens + extra
         item, scores = scored[i], scores_of(i)
         why = justify(item, scores, weights, similar_to=nearest[i])
-        chosen.append(PackedItem(item.candidate, item.tag, item.formatted, item.tokens, scores, why))
+        chosen.append(PackedItem(item.candidate, tag, tag + item.body, item.tokens + tag_tokens, tag_tokens,
+                                 scores, why))
         alive.remove(i)
         duplicates = []
         for k in alive:
             sim, limit = similarity(i, k)
             if sim > max_sim[k]:
-                max_sim[k], nearest[k] = sim, item.tag
+                max_sim[k], nearest[k] = sim, tag
             if sim > limit:
                 duplicates.append((k, sim))
         for k, sim in duplicates:
-            drop(k, "duplicate", f"similarity {sim:.2f} to [{item.tag}] ({item.id})")
+            drop(k, "duplicate", f"similarity {sim:.2f} to [{tag}] ({item.id})")
     used = sum(p.tokens for p in chosen) + (overhead if chosen else 0)
     return PackResult(tuple(chosen), tuple(dropped), used, budget_tokens, overhead, n)
 

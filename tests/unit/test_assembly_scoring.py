@@ -149,8 +149,8 @@ def test_scored_candidates_are_counted_exactly_and_ordered(counter: TokenCounter
     scored = score_candidates(cands, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert scored[0].id == "b" * 32
     for s in scored:
-        assert s.tokens == counter.count(s.formatted)
-        assert s.formatted.startswith(f"[{s.tag}] ")
+        assert s.tokens == counter.count(s.body)
+        assert s.body.startswith(" ") and s.body.endswith("\n")
         assert s.scores.uniqueness == 1.0
         assert 0.0 <= s.scores.composite <= 1.0
     short = next(s for s in scored if s.id == "c" * 32)
@@ -396,3 +396,17 @@ def test_justify_matches_its_plain_restatement(
     weights = DEFAULT_WEIGHTS[intent]
     got = justify(item, scores, weights, similar_to=similar_to, top=top)
     assert got == reference_justify(item, scores, weights, similar_to=similar_to, top=top)
+
+
+def test_dates_are_shown_on_request_and_counted_as_content(counter: TokenCounter) -> None:
+    said = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    cands = [cand("a" * 32, text="Caroline: I went to the support group yesterday.", occurred_at=said),
+             cand("b" * 32, text="Melanie: I painted a sunrise.")]
+    plain = {s.id: s for s in score_candidates(cands, intent=Intent.FACTUAL, counter=counter, now=NOW)}
+    dated = {s.id: s for s in score_candidates(cands, intent=Intent.FACTUAL, counter=counter, now=NOW,
+                                               show_dates=True)}
+    assert plain["a" * 32].body == " Caroline: I went to the support group yesterday.\n"
+    assert dated["a" * 32].body == " (8 May 2023) Caroline: I went to the support group yesterday.\n"
+    assert dated["b" * 32].body == " (1 Sep 2026) Melanie: I painted a sunrise.\n"  # falls back to created_at
+    assert dated["a" * 32].tokens == counter.count(dated["a" * 32].body)
+    assert dated["a" * 32].text_tokens > plain["a" * 32].text_tokens
