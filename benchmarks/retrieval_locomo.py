@@ -330,7 +330,8 @@ def main() -> None:
     parser.add_argument("--categories", nargs="*", default=["1", "2", "3", "4"],
                         help="question categories to score (none given: all)")
     parser.add_argument("--max-queries", type=int, default=0, help="0 = every question")
-    parser.add_argument("--strategies", nargs="*", default=list(SEARCH_STRATEGIES), choices=list(SEARCH_STRATEGIES))
+    parser.add_argument("--strategies", nargs="*", default=list(SEARCH_STRATEGIES), choices=list(SEARCH_STRATEGIES),
+                        help="search strategies to score (none given: only the assembly lines)")
     parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), choices=list(ASSEMBLIES))
     parser.add_argument("--use-hot", action="store_true", help="let assembly use the agent's hot set")
     args = parser.parse_args()
