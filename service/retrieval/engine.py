@@ -66,6 +66,7 @@ class _Run:
 
     started: float = field(default_factory=time.perf_counter)
     embedding_ms: float | None = None
+    embedding_cached: bool | None = None
     lexical_ms: float | None = None
     semantic_ms: float | None = None
     lexical_candidates: int | None = None
@@ -152,7 +153,7 @@ class RetrievalEngine:
         else:
             if request.strategy == "auto":
                 plan = choose(request.query, request.filters, embedder_available=self.embedder_available(),
-                              embedder_busy=self.embedder_busy() and self.cache.get(request.query) is None)
+                              embedder_busy=self.embedder_busy() and self.cache.peek(org_id, request.query) is None)
             else:
                 plan = Plan(request.strategy, "requested")
             runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
@@ -166,7 +167,8 @@ class RetrievalEngine:
                                                             limit=asked.limit, remaining_ms=remaining)
         request = asked  # the response reports what the caller asked for
         metrics = SearchMetrics(
-            total_ms=_ms(run.started), embedding_ms=run.embedding_ms, lexical_ms=run.lexical_ms,
+            total_ms=_ms(run.started), embedding_ms=run.embedding_ms, embedding_cached=run.embedding_cached,
+            lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
             semantic_candidates=run.semantic_candidates, final_count=len(results),
             modes=run.modes if ran is not None else None, rerank_ms=rerank_ms,
@@ -231,10 +233,12 @@ class RetrievalEngine:
             log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
             raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
-    async def embed_query(self, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
-        """The query's embedding, from the LRU or the embedder (under the embedding deadline)."""
+    async def embed_query(self, org_id: UUID, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
+        """The query's embedding, from the org's LRU entries or the embedder (under the embedding deadline)."""
         started = time.perf_counter()
-        cached = self.cache.get(query)
+        cached = self.cache.get(org_id, query)
+        if run is not None:
+            run.embedding_cached = cached is not None
         if cached is not None:
             if run is not None:
                 run.embedding_ms = _ms(started)
@@ -257,7 +261,7 @@ class RetrievalEngine:
                 run.embedding_ms = _ms(started)
         self._embedder_failed_at = None
         self._embedder_failures = 0
-        self.cache.put(query, vector)
+        self.cache.put(org_id, query, vector)
         return vector
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
@@ -314,7 +318,7 @@ class RetrievalEngine:
 
     async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:
-        vector = await (embedding if embedding is not None else self.embed_query(request.query, run))
+        vector = await (embedding if embedding is not None else self.embed_query(org_id, request.query, run))
         return await self._vector(org_id, request, vector, limit, run)
 
     # -- strategies: each returns (strategy used, results, fusion_ms) -------------------------------
@@ -383,7 +387,7 @@ class RetrievalEngine:
     async def _cascade(self, org_id: UUID, request: SearchRequest,
                        run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
         width = max(request.tuning.cascade_width, request.limit)
-        embedding = asyncio.ensure_future(self.embed_query(request.query, run))  # overlaps the lexical step
+        embedding = asyncio.ensure_future(self.embed_query(org_id, request.query, run))  # overlaps the lexical step
         try:
             try:
                 lexical = await self._lexical(org_id, request, width, run)
@@ -447,7 +451,7 @@ class RetrievalEngine:
                 postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b))
 
         async def semantic_mode() -> list[ModeHit]:
-            vector = await self.embed_query(request.query, run)
+            vector = await self.embed_query(org_id, request.query, run)
             limit, ef_search = max(tuning.semantic_candidates, request.limit), tuning.ef_search or s.ef_search
             return await self._branch("semantic", s.semantic_timeout_ms, org_id, run, lambda tx: modes.run_semantic(
                 tx, request, vector, limit=limit, ef_search=ef_search),
