@@ -7,7 +7,9 @@ from typing import Any
 from uuid import uuid4
 
 from litestar.testing import AsyncTestClient
+from redis.asyncio import Redis
 
+from service.assembly.hot import hot_key
 from service.retrieval.engine import RetrievalEngine
 from service.runtime import Services
 from tests.conftest import Tenant
@@ -33,3 +35,29 @@ async def test_query_embedding_cache_is_per_org(client: AsyncTestClient[Any], se
     assert (await _search(client, other_tenant, phrase))["embedding_cached"] is False
     assert engine.cache.misses == misses + 1
     assert all(engine.cache.peek(t.org_id, phrase) is not None for t in (tenant, other_tenant))
+
+
+async def test_hot_set_rejects_bad_agent_ids(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    for bad in ("café", "a b", "x" * 5000, "", "a\n"):
+        r = await client.get("/v1/memories/hot", params={"agent_id": bad}, headers=tenant.headers)
+        assert r.status_code == 400, (bad[:20], r.status_code, r.text[:200])
+        assert set(r.json()["error"]) >= {"code", "message"}, r.text[:200]
+
+
+async def test_hot_set_of_an_agent_without_memories_is_not_cached(
+        client: AsyncTestClient[Any], redis_url: str, tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", json={"memories": [
+        {"text": "the office closes at six", "agent_id": None},
+        {"text": "likes window seats", "agent_id": "known-agent"}]}, headers=tenant.headers)
+    assert r.status_code == 201, r.text
+    redis = Redis.from_url(redis_url)
+    try:
+        for agent in ("ghost-1", "ghost-2"):
+            body = (await client.get("/v1/memories/hot", params={"agent_id": agent}, headers=tenant.headers)).json()
+            assert [item["text"] for item in body["items"]] == ["the office closes at six"]  # still answered
+            assert not await redis.exists(hot_key(tenant.org_id, agent))
+        r = await client.get("/v1/memories/hot", params={"agent_id": "known-agent"}, headers=tenant.headers)
+        assert r.status_code == 200 and len(r.json()["items"]) == 2
+        assert await redis.ttl(hot_key(tenant.org_id, "known-agent")) > 0  # an agent's set is cached, with a TTL
+    finally:
+        await redis.aclose()
