@@ -162,8 +162,9 @@ class RetrievalSettings:
     max_query_chars: int = 4000
     """Longest query accepted."""
     embedder_cooldown_s: float = 5.0
-    """After ``embedder_failures_to_open`` consecutive embedder failures, ``auto`` goes lexical-only
-    for this long instead of waiting again (then one request tries the embedder again)."""
+    """After ``embedder_failures_to_open`` consecutive failures of an org's query embeddings, ``auto``
+    goes lexical-only for that org for this long instead of waiting again (then one request tries the
+    embedder again)."""
     embedder_max_in_flight: int = 2
     """``auto`` goes lexical-only while this many query embeddings are already running or queued
     (0 = never): under a burst the extra wait would only end in a timeout."""

@@ -88,6 +88,16 @@ class _Run:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
 
+EMBED_QUERY_CHARS = 1000
+"""Queries are cut to this many characters before embedding. all-MiniLM-L6-v2 reads at most 256 word
+pieces (the tokenizer drops the rest), which English prose reaches at ~1,000-1,300 characters: the cut
+loses little, and a 4,000-character query costs the embedder (and the shared query lane) no more than a
+1,000-character one (measured here: ~30 vs ~48 ms; a short query ~2 ms). Lexical search still uses the
+whole query."""
+
+MAX_TRACKED_ORGS = 10_000
+"""Orgs with recent embedding failures kept; past it, entries older than the cooldown are dropped."""
+
 DB_TIMEOUT_GRACE_MS = 3
 """A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
 
@@ -105,8 +115,10 @@ class RetrievalEngine:
         self.settings = settings
         self.max_limit = max_limit
         self.cache = QueryEmbeddingCache(settings.query_cache_size)
-        self._embedder_failed_at: float | None = None
-        self._embedder_failures = 0
+        self._embedder_failures: dict[UUID, tuple[int, float]] = {}
+        """Per org: consecutive query-embedding failures and the time of the last one. The circuit is
+        per org, so one org's failing (e.g. slow) queries never switch other orgs to lexical-only;
+        when the embedder itself is down each org pays ``embedder_failures_to_open`` failures."""
         self._embeds_in_flight = 0
         self.reranker = rerank.build_reranker(settings.rerank)
 
@@ -147,13 +159,14 @@ class RetrievalEngine:
             request = msgspec.structs.replace(request, limit=rerank.candidates(self.reranker, request.limit))
         ran: list[Mode] | None = None
         if request.modes is not None:
-            ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available())
+            ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available(org_id))
             used: UsedStrategy = "modes"
             results, fusion_ms = await self._modes(org_id, request, ran, run)
         else:
             if request.strategy == "auto":
-                plan = choose(request.query, request.filters, embedder_available=self.embedder_available(),
-                              embedder_busy=self.embedder_busy() and self.cache.peek(org_id, request.query) is None)
+                busy = self.embedder_busy() and self.cached_embedding(org_id, request.query) is None
+                plan = choose(request.query, request.filters, embedder_available=self.embedder_available(org_id),
+                              embedder_busy=busy)
             else:
                 plan = Plan(request.strategy, "requested")
             runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
@@ -206,12 +219,26 @@ class RetrievalEngine:
             raise BadRequest("filters.kinds and filters.levels must not be empty lists (omit them instead)",
                              code="validation_error", details={"field": "filters"})
 
-    def embedder_available(self) -> bool:
-        """False for ``embedder_cooldown_s`` after ``embedder_failures_to_open`` consecutive failures."""
-        failed = self._embedder_failed_at
-        if failed is None or self._embedder_failures < self.settings.embedder_failures_to_open:
+    def embedder_available(self, org_id: UUID) -> bool:
+        """False for ``embedder_cooldown_s`` after ``embedder_failures_to_open`` consecutive failures of
+        this org's query embeddings."""
+        failures, failed_at = self._embedder_failures.get(org_id, (0, 0.0))
+        if failures < self.settings.embedder_failures_to_open:
             return True
-        return time.monotonic() - failed > self.settings.embedder_cooldown_s
+        return time.monotonic() - failed_at > self.settings.embedder_cooldown_s
+
+    def _embedder_failed(self, org_id: UUID) -> None:
+        now = time.monotonic()
+        if len(self._embedder_failures) >= MAX_TRACKED_ORGS and org_id not in self._embedder_failures:
+            cooldown = self.settings.embedder_cooldown_s
+            self._embedder_failures = {org: entry for org, entry in self._embedder_failures.items()
+                                       if now - entry[1] <= cooldown}
+        failures = self._embedder_failures.get(org_id, (0, 0.0))[0]
+        self._embedder_failures[org_id] = (failures + 1, now)
+
+    def cached_embedding(self, org_id: UUID, query: str) -> npt.NDArray[np.float32] | None:
+        """The org's cached embedding of ``query``, if any (no LRU touch, not counted as a hit or miss)."""
+        return self.cache.peek(org_id, query[:EMBED_QUERY_CHARS])
 
     def embedder_busy(self) -> bool:
         """``embedder_max_in_flight`` query embeddings are already running or queued."""
@@ -236,6 +263,7 @@ class RetrievalEngine:
     async def embed_query(self, org_id: UUID, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
         """The query's embedding, from the org's LRU entries or the embedder (under the embedding deadline)."""
         started = time.perf_counter()
+        query = query[:EMBED_QUERY_CHARS]
         cached = self.cache.get(org_id, query)
         if run is not None:
             run.embedding_cached = cached is not None
@@ -252,15 +280,13 @@ class RetrievalEngine:
         try:
             vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed:
-            self._embedder_failed_at = time.monotonic()
-            self._embedder_failures += 1
+            self._embedder_failed(org_id)
             raise
         finally:
             self._embeds_in_flight -= 1
             if run is not None:
                 run.embedding_ms = _ms(started)
-        self._embedder_failed_at = None
-        self._embedder_failures = 0
+        self._embedder_failures.pop(org_id, None)
         self.cache.put(org_id, query, vector)
         return vector
 

@@ -3,16 +3,23 @@ org observe or degrade another."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from uuid import uuid4
 
+import numpy as np
+import numpy.typing as npt
 from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from service.assembly.hot import hot_key
-from service.retrieval.engine import RetrievalEngine
-from service.runtime import Services
+from service.embeddings import Embedder, EmbeddingError
+from service.retrieval.engine import EMBED_QUERY_CHARS, RetrievalEngine
+from service.retrieval.planner import EMBEDDER_DOWN
+from service.runtime import Endpoints, Services
+from service.settings import Settings
 from tests.conftest import Tenant
+from tests.integration.test_search_faults import app_client
 
 
 async def _search(client: AsyncTestClient[Any], tenant: Tenant, query: str) -> dict[str, Any]:
@@ -61,3 +68,45 @@ async def test_hot_set_of_an_agent_without_memories_is_not_cached(
         assert await redis.ttl(hot_key(tenant.org_id, "known-agent")) > 0  # an agent's set is cached, with a TTL
     finally:
         await redis.aclose()
+
+
+class PoisonedEmbedder:
+    """Embeds normally and records what it was asked, but fails every text containing ``poison``."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim = inner, "poisoned", inner.dim
+        self.lengths: list[int] = []
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.lengths += [len(t) for t in texts]
+        if any("poison" in t for t in texts):
+            raise EmbeddingError("this org's queries miss the deadline")
+        return await self.inner.embed(texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_long_queries_are_cut_before_embedding(settings: Settings, endpoints: Endpoints,
+                                                     embedder: Embedder, tenant: Tenant) -> None:
+    wrapper = PoisonedEmbedder(embedder)
+    async with app_client(settings, endpoints, wrapper) as client:
+        query = " ".join(["the long meandering question about hiking trails"] * 80)  # ~3,900 characters
+        r = await client.post("/v1/memories/search", json={"query": query, "strategy": "semantic"},
+                              headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        assert len(query) > 3800 and wrapper.lengths == [EMBED_QUERY_CHARS]
+
+
+async def test_one_orgs_embedding_failures_do_not_open_the_circuit_for_others(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:
+    wrapper = PoisonedEmbedder(embedder)
+    async with app_client(settings, endpoints, wrapper, embedder_failures_to_open=3) as client:
+        for i in range(4):  # org A's queries fail: its circuit opens
+            r = await client.post("/v1/memories/search", json={"query": f"poison question {i}", "strategy": "semantic"},
+                                  headers=tenant.headers)
+            assert r.status_code in (200, 503), r.text
+        a = (await client.post("/v1/memories/search", json={"query": "tea"}, headers=tenant.headers)).json()
+        assert a["reason"] == EMBEDDER_DOWN
+        b = (await client.post("/v1/memories/search", json={"query": "tea"}, headers=other_tenant.headers)).json()
+        assert b["reason"] != EMBEDDER_DOWN and b["metrics"]["embedding_cached"] is False  # B still embeds
