@@ -414,9 +414,9 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
     # Query embeddings once (the engine's LRU), timed on their own.
     embed_ms = []
     for qs in sets:
-        for _org, _kind, text in qs.items:
+        for org, _kind, text in qs.items:
             t = time.perf_counter()
-            await engine.embed_query(text)
+            await engine.embed_query(org, text)
             embed_ms.append((time.perf_counter() - t) * 1000)
     print(summarise("query embedding (model, once)", embed_ms, sum(embed_ms) / 1000), flush=True)
 
@@ -480,7 +480,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
     for qs in sets:
         recalls, exact_ms = [], []
         for org, _k, text in qs.items[: args.recall_sample]:
-            vec = await engine.embed_query(text)
+            vec = await engine.embed_query(org, text)
             t = time.perf_counter()
             truth = [r["id"] for r in await owner.fetch(exact_sql, org, Vector(vec), args.limit)]
             exact_ms.append((time.perf_counter() - t) * 1000)
@@ -502,7 +502,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
                     await owner.execute(f'DROP INDEX "{r["indexname"]}"')
                 await owner.execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
                 for org, _k, text in qs.items[: args.recall_sample]:
-                    vec = await engine.embed_query(text)
+                    vec = await engine.embed_query(org, text)
                     truth_ids = {r["id"] for r in await owner.fetch(exact_sql, org, Vector(vec), args.limit)}
                     t = time.perf_counter()
                     got = await owner.fetch(named("retrieval.semantic_hnsw"), org, Vector(vec), args.limit,
@@ -523,7 +523,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
     async with pool.acquire() as conn:
         for qs in sets:
             org, _k, text = qs.items[0]
-            literal = "[" + ",".join(f"{x:.6f}" for x in await engine.embed_query(text)) + "]"
+            literal = "[" + ",".join(f"{x:.6f}" for x in await engine.embed_query(org, text)) + "]"
             async with conn.transaction(readonly=True):
                 await conn.execute("SELECT set_config('pgcontext.org_id', $1, true)", str(org))
                 await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")

@@ -147,7 +147,7 @@ class RetrievalSettings:
     embedding_timeout_ms: int = 2000
     """Deadline for embedding the query; past it the search falls back to lexical."""
     query_cache_size: int = 1024
-    """Query embeddings kept in the in-process LRU (0 disables it)."""
+    """Query embeddings kept in the in-process LRU, keyed by (org, text), one bound for all orgs (0 disables it)."""
     postings_per_term: int = 500
     """Most postings read per query term, best BM25 impact first: bounds the cost of common words.
     500 keeps hybrid p95 under 15 ms on a 100K-row org at a SciFact lexical nDCG@10 cost of 0.006
@@ -162,8 +162,9 @@ class RetrievalSettings:
     max_query_chars: int = 4000
     """Longest query accepted."""
     embedder_cooldown_s: float = 5.0
-    """After ``embedder_failures_to_open`` consecutive embedder failures, ``auto`` goes lexical-only
-    for this long instead of waiting again (then one request tries the embedder again)."""
+    """After ``embedder_failures_to_open`` consecutive failures of an org's query embeddings, ``auto``
+    goes lexical-only for that org for this long instead of waiting again (then one request tries the
+    embedder again)."""
     embedder_max_in_flight: int = 2
     """``auto`` goes lexical-only while this many query embeddings are already running or queued
     (0 = never): under a burst the extra wait would only end in a timeout."""

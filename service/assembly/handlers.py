@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import structlog
 from litestar import Controller, Request, get, post
-from litestar.params import HeaderParameter, JSONBody, QueryParameter
+from litestar.params import HeaderParameter, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
 from service.assembly import metrics as assembly_metrics
@@ -22,7 +22,8 @@ from service.assembly.orchestrator import CallerDeadline, Orchestrator
 from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
 from service.deps import OrgId, ServicesDep
 from service.errors import DeadlineExceeded, ServiceUnavailable
-from service.memories.types import AgentId
+from service.memories.handlers import AgentIdQuery
+from service.memories.validation import check_agent_id
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -120,9 +121,10 @@ class HotMemoryController(Controller):
     tags = ["memories"]
 
     @get("/", summary="An agent's hot set (pinned, most important, most recently used)")
-    async def hot_set(self, services: ServicesDep, org_id: OrgId,
-                      agent_id: Annotated[AgentId, QueryParameter(description="the agent")]) -> HotSetOut:
-        """Served from Redis (``source: cache``) or read from Postgres on a miss, then cached."""
+    async def hot_set(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdQuery) -> HotSetOut:
+        """Served from Redis (``source: cache``) or read from Postgres on a miss, then cached (only for
+        agents that have memories of their own)."""
+        check_agent_id(agent_id)
         return await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
 
 

@@ -15,6 +15,11 @@ already sees as stale: invalidation never depends on winning a race. Invalidatio
 ``memories_changed`` hook, run after every committed create/patch/delete and after feedback)
 bumps the counters and deletes the agent's key to free memory at once.
 
+Only agents with live memories of their own get a key: the set of an agent that has none (an unknown
+``agent_id``, or one holding only org-wide memories) is read from Postgres and answered but never
+stored, so requests naming ever new agents cannot fill Redis and evict other orgs' keys. Every set
+is written with a TTL (``hot_ttl_s``).
+
 Fills are single-flight per (org, agent, stamps) and shielded: when a request stops waiting at its
 hot-branch deadline, the fill still finishes and caches the set, so the next request hits. A set
 older than ``hot_refresh_s`` (but with current stamps) is served while a background fill replaces
@@ -203,13 +208,20 @@ class HotSetStore:
 
     async def load(self, org_id: UUID, agent_id: str) -> list[HotItem]:
         """The hot set straight from Postgres (no cache involved)."""
+        return (await self._load(org_id, agent_id))[0]
+
+    async def _load(self, org_id: UUID, agent_id: str) -> tuple[list[HotItem], bool]:
+        """The hot set, and whether the agent has live memories of its own."""
         s = self.settings
         async with self.db.tenant(org_id, timeout_ms=s.hot_fill_timeout_ms, readonly=True) as tx:
             rows = await tx.fetch("hot.fill", org_id, agent_id, s.hot_set_size, s.hot_access_half_life_hours)
-        return [_item(r) for r in rows]
+        return [_item(r) for r in rows], bool(rows) and bool(rows[0]["agent_exists"])
 
     async def _fill(self, org_id: UUID, agent_id: str, gen: int, ver: int) -> HotBlob:
-        blob = HotBlob(gen, ver, datetime.now(UTC), await self.load(org_id, agent_id))
+        items, agent_exists = await self._load(org_id, agent_id)
+        blob = HotBlob(gen, ver, datetime.now(UTC), items)
+        if not agent_exists:
+            return blob  # no key per unknown agent (see the module docstring)
         try:
             await self.redis.set(hot_key(org_id, agent_id), msgspec.msgpack.encode(blob), ex=self.settings.hot_ttl_s)
         except RedisError as exc:

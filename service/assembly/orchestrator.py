@@ -440,7 +440,7 @@ class Orchestrator:
         directive_run, hot_run, cold_run = directive_branch.result(), hot_branch.result(), cold_branch.result()
 
         directive = directive_run.value[0] if directive_run.value is not None else None
-        query_vector = self.engine.cache.get(req.query)
+        query_vector = self.engine.cached_embedding(org_id, req.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
             candidates += _hot_candidates(hot_run.value, req.query, query_vector)

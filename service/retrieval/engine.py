@@ -66,6 +66,7 @@ class _Run:
 
     started: float = field(default_factory=time.perf_counter)
     embedding_ms: float | None = None
+    embedding_cached: bool | None = None
     lexical_ms: float | None = None
     semantic_ms: float | None = None
     lexical_candidates: int | None = None
@@ -87,6 +88,16 @@ class _Run:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
 
+EMBED_QUERY_CHARS = 1000
+"""Queries are cut to this many characters before embedding. all-MiniLM-L6-v2 reads at most 256 word
+pieces (the tokenizer drops the rest), which English prose reaches at ~1,000-1,300 characters: the cut
+loses little, and a 4,000-character query costs the embedder (and the shared query lane) no more than a
+1,000-character one (measured here: ~30 vs ~48 ms; a short query ~2 ms). Lexical search still uses the
+whole query."""
+
+MAX_TRACKED_ORGS = 10_000
+"""Orgs with recent embedding failures kept; past it, entries older than the cooldown are dropped."""
+
 DB_TIMEOUT_GRACE_MS = 3
 """A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
 
@@ -104,8 +115,10 @@ class RetrievalEngine:
         self.settings = settings
         self.max_limit = max_limit
         self.cache = QueryEmbeddingCache(settings.query_cache_size)
-        self._embedder_failed_at: float | None = None
-        self._embedder_failures = 0
+        self._embedder_failures: dict[UUID, tuple[int, float]] = {}
+        """Per org: consecutive query-embedding failures and the time of the last one. The circuit is
+        per org, so one org's failing (e.g. slow) queries never switch other orgs to lexical-only;
+        when the embedder itself is down each org pays ``embedder_failures_to_open`` failures."""
         self._embeds_in_flight = 0
         self.reranker = rerank.build_reranker(settings.rerank)
 
@@ -146,13 +159,14 @@ class RetrievalEngine:
             request = msgspec.structs.replace(request, limit=rerank.candidates(self.reranker, request.limit))
         ran: list[Mode] | None = None
         if request.modes is not None:
-            ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available())
+            ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available(org_id))
             used: UsedStrategy = "modes"
             results, fusion_ms = await self._modes(org_id, request, ran, run)
         else:
             if request.strategy == "auto":
-                plan = choose(request.query, request.filters, embedder_available=self.embedder_available(),
-                              embedder_busy=self.embedder_busy() and self.cache.get(request.query) is None)
+                busy = self.embedder_busy() and self.cached_embedding(org_id, request.query) is None
+                plan = choose(request.query, request.filters, embedder_available=self.embedder_available(org_id),
+                              embedder_busy=busy)
             else:
                 plan = Plan(request.strategy, "requested")
             runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
@@ -166,7 +180,8 @@ class RetrievalEngine:
                                                             limit=asked.limit, remaining_ms=remaining)
         request = asked  # the response reports what the caller asked for
         metrics = SearchMetrics(
-            total_ms=_ms(run.started), embedding_ms=run.embedding_ms, lexical_ms=run.lexical_ms,
+            total_ms=_ms(run.started), embedding_ms=run.embedding_ms, embedding_cached=run.embedding_cached,
+            lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
             semantic_candidates=run.semantic_candidates, final_count=len(results),
             modes=run.modes if ran is not None else None, rerank_ms=rerank_ms,
@@ -204,12 +219,26 @@ class RetrievalEngine:
             raise BadRequest("filters.kinds and filters.levels must not be empty lists (omit them instead)",
                              code="validation_error", details={"field": "filters"})
 
-    def embedder_available(self) -> bool:
-        """False for ``embedder_cooldown_s`` after ``embedder_failures_to_open`` consecutive failures."""
-        failed = self._embedder_failed_at
-        if failed is None or self._embedder_failures < self.settings.embedder_failures_to_open:
+    def embedder_available(self, org_id: UUID) -> bool:
+        """False for ``embedder_cooldown_s`` after ``embedder_failures_to_open`` consecutive failures of
+        this org's query embeddings."""
+        failures, failed_at = self._embedder_failures.get(org_id, (0, 0.0))
+        if failures < self.settings.embedder_failures_to_open:
             return True
-        return time.monotonic() - failed > self.settings.embedder_cooldown_s
+        return time.monotonic() - failed_at > self.settings.embedder_cooldown_s
+
+    def _embedder_failed(self, org_id: UUID) -> None:
+        now = time.monotonic()
+        if len(self._embedder_failures) >= MAX_TRACKED_ORGS and org_id not in self._embedder_failures:
+            cooldown = self.settings.embedder_cooldown_s
+            self._embedder_failures = {org: entry for org, entry in self._embedder_failures.items()
+                                       if now - entry[1] <= cooldown}
+        failures = self._embedder_failures.get(org_id, (0, 0.0))[0]
+        self._embedder_failures[org_id] = (failures + 1, now)
+
+    def cached_embedding(self, org_id: UUID, query: str) -> npt.NDArray[np.float32] | None:
+        """The org's cached embedding of ``query``, if any (no LRU touch, not counted as a hit or miss)."""
+        return self.cache.peek(org_id, query[:EMBED_QUERY_CHARS])
 
     def embedder_busy(self) -> bool:
         """``embedder_max_in_flight`` query embeddings are already running or queued."""
@@ -231,10 +260,13 @@ class RetrievalEngine:
             log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
             raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
-    async def embed_query(self, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
-        """The query's embedding, from the LRU or the embedder (under the embedding deadline)."""
+    async def embed_query(self, org_id: UUID, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
+        """The query's embedding, from the org's LRU entries or the embedder (under the embedding deadline)."""
         started = time.perf_counter()
-        cached = self.cache.get(query)
+        query = query[:EMBED_QUERY_CHARS]
+        cached = self.cache.get(org_id, query)
+        if run is not None:
+            run.embedding_cached = cached is not None
         if cached is not None:
             if run is not None:
                 run.embedding_ms = _ms(started)
@@ -248,16 +280,14 @@ class RetrievalEngine:
         try:
             vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed:
-            self._embedder_failed_at = time.monotonic()
-            self._embedder_failures += 1
+            self._embedder_failed(org_id)
             raise
         finally:
             self._embeds_in_flight -= 1
             if run is not None:
                 run.embedding_ms = _ms(started)
-        self._embedder_failed_at = None
-        self._embedder_failures = 0
-        self.cache.put(query, vector)
+        self._embedder_failures.pop(org_id, None)
+        self.cache.put(org_id, query, vector)
         return vector
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
@@ -314,7 +344,7 @@ class RetrievalEngine:
 
     async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:
-        vector = await (embedding if embedding is not None else self.embed_query(request.query, run))
+        vector = await (embedding if embedding is not None else self.embed_query(org_id, request.query, run))
         return await self._vector(org_id, request, vector, limit, run)
 
     # -- strategies: each returns (strategy used, results, fusion_ms) -------------------------------
@@ -383,7 +413,7 @@ class RetrievalEngine:
     async def _cascade(self, org_id: UUID, request: SearchRequest,
                        run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
         width = max(request.tuning.cascade_width, request.limit)
-        embedding = asyncio.ensure_future(self.embed_query(request.query, run))  # overlaps the lexical step
+        embedding = asyncio.ensure_future(self.embed_query(org_id, request.query, run))  # overlaps the lexical step
         try:
             try:
                 lexical = await self._lexical(org_id, request, width, run)
@@ -447,7 +477,7 @@ class RetrievalEngine:
                 postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b))
 
         async def semantic_mode() -> list[ModeHit]:
-            vector = await self.embed_query(request.query, run)
+            vector = await self.embed_query(org_id, request.query, run)
             limit, ef_search = max(tuning.semantic_candidates, request.limit), tuning.ef_search or s.ef_search
             return await self._branch("semantic", s.semantic_timeout_ms, org_id, run, lambda tx: modes.run_semantic(
                 tx, request, vector, limit=limit, ef_search=ef_search),

@@ -1,29 +1,51 @@
-"""A small in-process LRU of query embeddings: agents repeat queries, and embedding is the slowest step."""
+"""A small in-process LRU of query embeddings: agents repeat queries, and embedding is the slowest step.
+
+Entries are keyed by ``(org_id, text)``: an org's first search of a phrase is always a miss, even when
+another org searched it a moment ago, so the embedding time a search reports (``metrics.embedding_ms``,
+``metrics.embedding_cached``) says nothing about other orgs' queries. The bound (``capacity``) is one
+global LRU over all orgs: memory stays fixed however many orgs search; an org flooding distinct
+phrases can only push entries out (everyone's next search of them is a miss again), which reveals
+nothing about what anyone searched.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
+
+CacheKey = tuple[UUID, str]
 
 
 class QueryEmbeddingCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._items: OrderedDict[CacheKey, npt.NDArray[np.float32]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
 
-    def get(self, text: str) -> npt.NDArray[np.float32] | None:
-        vector = self._items.get(text)
-        if vector is not None:
-            self._items.move_to_end(text)
+    def peek(self, org_id: UUID, text: str) -> npt.NDArray[np.float32] | None:
+        """The cached vector without touching the LRU order or the counters."""
+        return self._items.get((org_id, text))
+
+    def get(self, org_id: UUID, text: str) -> npt.NDArray[np.float32] | None:
+        key = (org_id, text)
+        vector = self._items.get(key)
+        if vector is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+            self._items.move_to_end(key)
         return vector
 
-    def put(self, text: str, vector: npt.NDArray[np.float32]) -> None:
+    def put(self, org_id: UUID, text: str, vector: npt.NDArray[np.float32]) -> None:
         if self.capacity <= 0:
             return
-        self._items[text] = vector
-        self._items.move_to_end(text)
+        key = (org_id, text)
+        self._items[key] = vector
+        self._items.move_to_end(key)
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)
 

@@ -148,6 +148,9 @@ class SearchMetrics(msgspec.Struct, kw_only=True):
     modes: dict[str, ModeMetrics] | None = None
     """``modes`` search: time and candidate count per mode (``lexical_*``/``semantic_*`` above mirror
     those two modes)."""
+    embedding_cached: bool | None = None
+    """Whether the query's embedding came from this org's query cache (null when the search embedded
+    nothing). The cache is per org: another org's searches never make this true."""
     rerank_ms: float | None = None
     """Wall time of the reranker call (null when none is configured or it was skipped)."""
 

@@ -249,7 +249,7 @@ async def test_python_api_for_other_features(client: AsyncTestClient[Any], servi
         response = await engine.search(tenant.org_id, SearchRequest(query="airtight container", limit=2))
         assert response.strategy == "hybrid" and response.results[0].text == TEXTS[5]
         assert response.metrics.final_count == len(response.results) <= 2
-        cached = engine.cache.get("airtight container")  # the same text is not embedded twice
+        cached = engine.cache.peek(tenant.org_id, "airtight container")  # the same text is not embedded twice
         assert isinstance(cached, np.ndarray) and cached.shape == (384,)
     finally:
         await db.close()

@@ -159,16 +159,27 @@ def test_identifier_detection_ignores_long_prose() -> None:
 
 
 def test_query_cache_is_a_bounded_lru() -> None:
+    org = uuid4()
     cache = QueryEmbeddingCache(2)
     a, b, c = (np.full(3, i, dtype=np.float32) for i in range(3))
-    cache.put("a", a)
-    cache.put("b", b)
-    assert cache.get("a") is a  # touch: "b" is now the oldest
-    cache.put("c", c)
-    assert cache.get("b") is None and cache.get("a") is a and cache.get("c") is c and len(cache) == 2
+    cache.put(org, "a", a)
+    cache.put(org, "b", b)
+    assert cache.get(org, "a") is a  # touch: "b" is now the oldest
+    cache.put(org, "c", c)
+    assert cache.get(org, "b") is None and cache.get(org, "a") is a and cache.get(org, "c") is c and len(cache) == 2
+    assert (cache.hits, cache.misses) == (3, 1)
     disabled = QueryEmbeddingCache(0)
-    disabled.put("a", a)
-    assert disabled.get("a") is None
+    disabled.put(org, "a", a)
+    assert disabled.get(org, "a") is None
+
+
+def test_query_cache_is_per_org() -> None:
+    org_a, org_b = uuid4(), uuid4()
+    cache = QueryEmbeddingCache(8)
+    vector = np.ones(3, dtype=np.float32)
+    cache.put(org_a, "coffee", vector)
+    assert cache.get(org_b, "coffee") is None and cache.peek(org_b, "coffee") is None
+    assert cache.get(org_a, "coffee") is vector
 
 
 def test_source_prefix_is_literal() -> None:
