@@ -12,6 +12,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 
 from service.deps import OrgId, ServicesDep, parse_uuid
 from service.errors import BadRequest, NotFound
+from service.jsondepth import check_json_depth
 from service.memories import repo, write
 from service.memories.types import (
     CreatedMemories,
@@ -84,6 +85,7 @@ class MemoryController(Controller):
                              code="validation_error")
         contains = None
         if metadata is not None:
+            check_json_depth(metadata, field="metadata")
             try:
                 contains = msgspec.json.decode(metadata)
             except msgspec.DecodeError as exc:

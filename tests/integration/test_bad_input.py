@@ -1,0 +1,100 @@
+"""Hostile input answers 400/401 in the one error shape, never a 500/503, and writes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from service.jsondepth import MAX_JSON_DEPTH, json_depth
+from tests.conftest import Tenant
+
+DEEP = 1000
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+def deep_body(depth: int, **fields: Any) -> bytes:
+    """A JSON body with ``metadata`` (or another field) nested ``depth`` levels, built as text: Python's
+    own encoder would hit the recursion limit first."""
+    opener, closer = '{"k":' * (depth - 1), "}" * (depth - 1)
+    inner = f'{opener}{{"leaf":1}}{closer}'
+    head = json.dumps(fields)[:-1]
+    return f'{head}, "__DEEP__": {inner}}}'.encode()
+
+
+def assert_error(r: Any, status: int, code: str) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code, body
+
+
+def test_json_depth_counts_brackets_outside_strings() -> None:
+    assert json_depth(b'{"a": [1, {"b": "[[[{{{\\"["}]}') == 3
+    assert json_depth("[" * DEEP + "]" * DEEP) == DEEP
+    assert json_depth(b'"just a string"') == 0
+
+
+DEEP_CASES: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("memory create", "POST", "/v1/memories", {"text": "x", "agent_id": "a1"}),
+    ("memory batch", "POST", "/v1/memories", {"memories": []}),
+    ("search filters", "POST", "/v1/memories/search", {"query": "x"}),
+    ("assemble filters", "POST", "/v1/context/assemble",
+     {"agent_id": "a1", "query": "x", "model": "gpt-4o", "max_context_tokens": 1000}),
+    ("document files", "POST", "/v1/documents", {"files": []}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "fields"), [c[1:] for c in DEEP_CASES], ids=[c[0] for c in DEEP_CASES])
+async def test_deeply_nested_body_is_400(client: AsyncTestClient[Any], tenant: Tenant, method: str, path: str,
+                                         fields: dict[str, Any]) -> None:
+    for where in ("metadata", "filters"):
+        body = deep_body(DEEP, **fields).replace(b'"__DEEP__"', f'"{where}"'.encode())
+        r = await client.request(method, path, content=body,
+                                 headers={**tenant.headers, "Content-Type": "application/json"})
+        assert_error(r, 400, "validation_error")
+    listed = await client.get("/v1/memories", headers=tenant.headers)
+    assert listed.json()["items"] == []
+
+
+async def test_deep_metadata_patch_is_400_and_changes_nothing(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    created = await client.post("/v1/memories", json={"text": "kept", "metadata": {"a": 1}}, headers=tenant.headers)
+    assert created.status_code == 201, created.text
+    (mid,) = created.json()["ids"]
+    r = await client.patch(f"/v1/memories/{mid}", content=deep_body(DEEP).replace(b'"__DEEP__"', b'"metadata"'),
+                           headers={**tenant.headers, "Content-Type": "application/json"})
+    assert_error(r, 400, "validation_error")
+    assert (await client.get(f"/v1/memories/{mid}", headers=tenant.headers)).json()["metadata"] == {"a": 1}
+
+
+async def test_metadata_within_the_limit_is_stored(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", json={"text": "ok", "metadata": nested(MAX_JSON_DEPTH - 2)},
+                          headers=tenant.headers)
+    assert r.status_code == 201, r.text
+
+
+async def test_deep_metadata_list_filter_is_400(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    deep = '{"k":' * (DEEP - 1) + "{}" + "}" * (DEEP - 1)
+    r = await client.get("/v1/memories", params={"metadata": deep}, headers=tenant.headers)
+    assert_error(r, 400, "validation_error")
+
+
+@pytest.mark.parametrize("payload", [
+    b"[" * DEEP + b"]" * DEEP,
+    b'["default", ' + b"[" * DEEP + b"]" * DEEP + b"]",
+    b'["default", "a\\u0000b"]',
+    b"\xff\xfe not json",
+    b"{nope",
+], ids=["deep", "deep inside", "nul", "not utf-8", "malformed"])
+async def test_crafted_document_cursor_is_400(client: AsyncTestClient[Any], tenant: Tenant, payload: bytes) -> None:
+    cursor = base64.urlsafe_b64encode(payload).decode().rstrip("=")
+    r = await client.get("/v1/documents", params={"cursor": cursor}, headers=tenant.headers)
+    assert_error(r, 400, "bad_cursor")
