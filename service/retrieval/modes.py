@@ -29,7 +29,7 @@ import numpy.typing as npt
 from service.db import TenantTx
 from service.documents import lookup
 from service.documents.languages import split_lines
-from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
+from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes, compile_path
 from service.retrieval import branches
 from service.retrieval.filters import filter_args
 from service.retrieval.hits import Hit
@@ -82,6 +82,8 @@ def resolve_modes(request: SearchRequest, *, embedder_available: bool) -> tuple[
         return modes, f"modes: all that apply to the query ({', '.join(modes)}){note}"
     assert request.modes is not None
     modes = [m for m in MODES if m in set(request.modes)]
+    if "path" in modes:
+        compile_path(request.query)  # an invalid glob is the caller's 400, not a failed branch's 503
     return modes, f"modes requested ({', '.join(modes)})"
 
 

@@ -98,3 +98,60 @@ async def test_crafted_document_cursor_is_400(client: AsyncTestClient[Any], tena
     cursor = base64.urlsafe_b64encode(payload).decode().rstrip("=")
     r = await client.get("/v1/documents", params={"cursor": cursor}, headers=tenant.headers)
     assert_error(r, 400, "bad_cursor")
+
+
+async def ingest_one(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    files = [{"path": "pkg/a.py", "content": "def a():\n    return 1\n"}]
+    r = await client.post("/v1/documents", json={"files": files}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+
+
+async def test_reversed_glob_range_is_400_naming_the_glob(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await ingest_one(client, tenant)
+    r = await client.post("/v1/memories/search", json={"query": "[z-a].py", "modes": ["path"]},
+                          headers=tenant.headers)
+    assert_error(r, 400, "validation_error")
+    assert "[z-a].py" in r.json()["error"]["message"]
+    # "all" modes skips a path mode that cannot apply instead of failing the whole search
+    r = await client.post("/v1/memories/search", json={"query": "[z-a].py", "modes": "all"}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/memories/search", {"query": "a", "filters": {"source_prefix": "pkg\u0000"}}),
+    ("/v1/memories/search", {"query": "a", "modes": ["path", "exact"], "filters": {"source_prefix": "pkg\u0000"}}),
+    ("/v1/memories/search", {"query": "a", "filters": {"metadata": {"k": "v\u0000"}}}),
+    ("/v1/context/assemble", {"agent_id": "a1", "query": "a", "model": "gpt-4o", "max_context_tokens": 1000,
+                              "retrieval": {"filters": {"source_prefix": "pkg\u0000"}}}),
+], ids=["search", "search modes", "search metadata", "assemble"])
+async def test_nul_in_text_filters_is_400(client: AsyncTestClient[Any], tenant: Tenant, path: str,
+                                          body: dict[str, Any]) -> None:
+    await ingest_one(client, tenant)
+    r = await client.post(path, json=body, headers=tenant.headers)
+    assert_error(r, 400, "validation_error")
+
+
+@pytest.mark.parametrize(("path", "params"), [
+    ("/v1/memories", {"metadata": '{"k": "v\\u0000"}'}),
+    ("/v1/documents", {"path_prefix": "pkg\u0000"}),
+], ids=["memories metadata", "documents path_prefix"])
+async def test_nul_in_list_filters_is_400(client: AsyncTestClient[Any], tenant: Tenant, path: str,
+                                          params: dict[str, str]) -> None:
+    r = await client.get(path, params=params, headers=tenant.headers)
+    assert_error(r, 400, "validation_error")
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/memories/feedback"),
+    ("POST", "/v1/memories/search"),
+    ("POST", "/v1/context/assemble"),
+    ("PUT", "/v1/agents/a1/directive"),
+    ("PATCH", "/v1/memories/00000000-0000-7000-8000-000000000000"),
+    ("POST", "/v1/memories"),
+    ("POST", "/v1/documents"),
+])
+async def test_unauthenticated_malformed_body_is_401(client: AsyncTestClient[Any], method: str, path: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer pgc_nope"}):
+        r = await client.request(method, path, content=b"{nope" + b"[" * DEEP,
+                                 headers={**headers, "Content-Type": "application/json"})
+        assert_error(r, 401, "unauthorized")
