@@ -17,6 +17,7 @@ A ``kinds`` filter without ``document_chunk`` skips the lookup modes: they only 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -176,7 +177,8 @@ def first_lines(text: str, level: int | None, line_start: int | None,
 
 def from_branch(h: Hit, mode: Mode, rank: int, line_start: int | None, line_end: int | None) -> ModeHit:
     excerpt, ex_start, ex_end = first_lines(h.text, h.level, line_start, line_end)
-    return ModeHit(id=h.id, mode=mode, rank=rank, score=h.score, text=h.text, kind=h.kind, source=h.source,
+    score = h.score if math.isfinite(h.score) else 0.0  # a NaN would reach the response as null
+    return ModeHit(id=h.id, mode=mode, rank=rank, score=score, text=h.text, kind=h.kind, source=h.source,
                    level=h.level, breadcrumb=h.breadcrumb, line_start=line_start, line_end=line_end,
                    excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end,
                    agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at)

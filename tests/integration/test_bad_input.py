@@ -6,6 +6,7 @@ import base64
 import json
 from typing import Any
 
+import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -155,3 +156,43 @@ async def test_unauthenticated_malformed_body_is_401(client: AsyncTestClient[Any
         r = await client.request(method, path, content=b"{nope" + b"[" * DEEP,
                                  headers={**headers, "Content-Type": "application/json"})
         assert_error(r, 401, "unauthorized")
+
+
+@pytest.mark.parametrize("vector", [
+    [1e20] * 384,
+    [0.0] * 384,
+    [1e-40] * 384,
+    [1.0] * 383,
+    [1.0] * 385,
+], ids=["huge", "zero", "denormal", "short", "long"])
+async def test_unusable_caller_embedding_is_400_and_stores_nothing(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                   vector: list[float]) -> None:
+    good = {"text": "good", "embedding": [1.0] + [0.0] * 383}
+    r = await client.post("/v1/memories", json={"memories": [good, {"text": "bad", "embedding": vector}]},
+                          headers=tenant.headers)
+    assert_error(r, 400, "validation_error")
+    assert r.json()["error"]["details"] == {"field": "embedding"} or "dimensions" in r.json()["error"]["message"]
+    assert (await client.get("/v1/memories", headers=tenant.headers)).json()["items"] == []
+
+
+async def test_search_scores_are_numbers_even_over_a_zero_vector(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                 owner_dsn: str) -> None:
+    """A zero vector already stored (before embeddings were checked) gives pgvector a NaN cosine; the
+    response still carries numbers, never ``null``, where the schema says number."""
+    r = await client.post("/v1/memories", json={"memories": [{"text": "alpha beta gamma"}, {"text": "alpha delta"}]},
+                          headers=tenant.headers)
+    assert r.status_code == 201, r.text
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await conn.execute("UPDATE memories SET embedding = array_fill(0, ARRAY[384])::real[]::vector"
+                           " WHERE org_id = $1", tenant.org_id)
+    finally:
+        await conn.close()
+    for body in ({"query": "alpha", "strategy": "semantic"}, {"query": "alpha"}, {"query": "alpha", "modes": "all"}):
+        r = await client.post("/v1/memories/search", json=body, headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert results, body
+        for res in results:
+            assert isinstance(res["final_score"], float | int), res
+            assert res["semantic_score"] is None or isinstance(res["semantic_score"], float | int), res
