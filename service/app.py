@@ -31,7 +31,7 @@ from service.assembly import (
 from service.auth import KeyCache
 from service.db import Database, create_pool
 from service.db.errors import translate
-from service.deps import provide_org_id, provide_services
+from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
@@ -181,6 +181,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),
         },
+        before_request=before_request,
         exception_handlers={Exception: handle_exception},
         middleware=[request_id_middleware, prometheus.middleware],
         lifespan=[lifespan],

@@ -12,6 +12,7 @@ from litestar.params import SkipValidationMarker
 
 from service.auth import authenticate
 from service.errors import BadRequest
+from service.jsondepth import check_json_depth
 from service.runtime import Services
 
 ServicesDep = Annotated[Services, Dependency(kind="named"), SkipValidationMarker()]
@@ -27,7 +28,23 @@ def provide_services(state: State) -> Services:
 
 
 async def provide_org_id(request: Request[Any, Any, Any], services: ServicesDep) -> UUID:
-    return await authenticate(request, services)
+    org_id = request.state.get("org_id")  # set by ``before_request`` for every handler that needs it
+    return org_id if isinstance(org_id, UUID) else await authenticate(request, services)
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+async def before_request(request: Request[Any, Any, Any]) -> None:
+    """Runs before a handler's parameters and body are decoded: authenticate first (an anonymous
+    caller gets 401, whatever its body), then bound the body's JSON nesting (400, not a decoder's
+    ``RecursionError``)."""
+    if "org_id" in request.route_handler.parsed_fn_signature.parameters:
+        services = request.app.state.services
+        assert isinstance(services, Services)
+        request.state.org_id = await authenticate(request, services)
+    if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
+        check_json_depth(await request.body())
 
 
 def parse_uuid(value: str, what: str) -> UUID:

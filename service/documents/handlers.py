@@ -59,6 +59,9 @@ class DocumentController(Controller):
         most = services.settings.documents.max_list_page
         if limit > most:
             raise BadRequest(f"limit must be at most {most}", code="validation_error")
+        if path_prefix is not None and "\x00" in path_prefix:
+            raise BadRequest("path_prefix must not contain NUL characters", code="validation_error",
+                             details={"field": "path_prefix"})
         async with services.db.tenant(org_id, readonly=True) as tx:
             items, next_cursor = await index.list_page(tx, collection=collection, path_prefix=path_prefix,
                                                        cursor=cursor, limit=limit)

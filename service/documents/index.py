@@ -32,6 +32,7 @@ from service.documents.types import (
     SemanticStatus,
 )
 from service.errors import BadRequest
+from service.jsondepth import json_depth
 
 DIRTY_LIST_LIMIT = 100
 
@@ -47,10 +48,12 @@ def encode_cursor(collection: str, path: str) -> str:
 
 def decode_cursor(cursor: str) -> tuple[str, str]:
     try:
-        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw) if json_depth(raw) <= 1 else None  # ours are one flat list
     except ValueError as exc:
         raise BadRequest("cursor is not one this service issued", code="bad_cursor") from exc
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and "\x00" not in v
+                                                                for v in value)):
         raise BadRequest("cursor is not one this service issued", code="bad_cursor")
     return value[0], value[1]
 

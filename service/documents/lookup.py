@@ -68,6 +68,7 @@ from pgvector import Vector
 
 from service.db import TenantTx
 from service.documents.languages import split_lines
+from service.errors import BadRequest
 
 LookupMode = Literal["exact", "path", "symbol"]
 HitMode = Literal["exact", "path", "symbol", "semantic"]
@@ -252,6 +253,15 @@ def _re_escape(text: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in text)
 
 
+def _check_class(pattern: str, escaped: str) -> None:
+    """A ``[...]`` class PostgreSQL would reject (a reversed range such as ``[z-a]``) is the caller's error."""
+    try:
+        re.compile("[" + escaped + "]")
+    except re.error as exc:
+        raise BadRequest(f"path glob {pattern[:200]!r} has an invalid character class: {exc.msg}",
+                         code="validation_error", details={"field": "query", "glob": pattern[:200]}) from exc
+
+
 def compile_path(pattern: str) -> PathPattern | None:
     """Compile a glob/prefix (see the module docstring); None for an empty pattern."""
     p = pattern.strip()
@@ -298,6 +308,7 @@ def compile_path(pattern: str) -> PathPattern | None:
             body = p[i + (2 if negate else 1) : close]
             escaped = "".join("\\" + ch if ch in "\\]^[" else ch for ch in body)
             out.append(("[^" if negate else "[") + escaped + "]")
+            _check_class(pattern, escaped)
             i = close + 1
             continue
         else:
@@ -410,9 +421,17 @@ def applicable_modes(query: str) -> tuple[LookupMode, ...]:
     if _IDENTIFIER.match(normalise_symbol(q)):
         modes.append("symbol")
     if q and not any(c.isspace() for c in q) and _PATHLIKE.match(q) and (
-            "/" in q or any(c in q for c in "*?[") or _EXTENSION.search(q)):
+            "/" in q or any(c in q for c in "*?[") or _EXTENSION.search(q)) and _valid_glob(q):
         modes.append("path")
     return tuple(modes)
+
+
+def _valid_glob(query: str) -> bool:
+    try:
+        compile_path(query)
+    except BadRequest:
+        return False
+    return True
 
 
 async def run_mode(tx: TenantTx, mode: LookupMode, query: str, *, limit: int = 20,

@@ -12,6 +12,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 
 from service.deps import OrgId, ServicesDep, parse_uuid
 from service.errors import BadRequest, NotFound
+from service.jsondepth import check_json_depth
 from service.memories import repo, write
 from service.memories.types import (
     CreatedMemories,
@@ -20,7 +21,7 @@ from service.memories.types import (
     MemoryPage,
     MemoryPatch,
 )
-from service.memories.validation import check_agent_id
+from service.memories.validation import check_agent_id, check_metadata
 
 AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$",
                                              description="The agent (1-200 letters, digits and _.:@-).")]
@@ -84,12 +85,14 @@ class MemoryController(Controller):
                              code="validation_error")
         contains = None
         if metadata is not None:
+            check_json_depth(metadata, field="metadata")
             try:
                 contains = msgspec.json.decode(metadata)
             except msgspec.DecodeError as exc:
                 raise BadRequest("metadata must be a JSON object", code="validation_error") from exc
             if not isinstance(contains, dict):
                 raise BadRequest("metadata must be a JSON object", code="validation_error")
+            check_metadata(contains, services.settings.limits)
         for name, value in (("occurred_after", occurred_after), ("occurred_before", occurred_before)):
             if value is not None and value.tzinfo is None:
                 raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",

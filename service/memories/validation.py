@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
+import numpy as np
 
 from service.errors import BadRequest, PayloadTooLarge
 from service.memories.types import DOCUMENT_CHUNK_KIND
@@ -48,12 +49,28 @@ def check_metadata(metadata: dict[str, Any], limits: LimitSettings) -> None:
         raise BadRequest("metadata must not contain NUL characters", code="validation_error")
 
 
+MAX_EMBEDDING_VALUE: Final = 1e15
+"""Per-component bound: float32 squares of larger values overflow, and the stored vector comes out zero."""
+MIN_EMBEDDING_NORM: Final = 1e-6
+"""Below this (zero, or denormal components) normalising loses the direction and cosine scores are NaN."""
+
+
 def check_embedding(vector: list[float], dim: int) -> None:
     if len(vector) != dim:
         raise BadRequest(f"embedding has {len(vector)} dimensions; this service uses {dim}",
                          code="validation_error", details={"field": "embedding"})
     if not all(math.isfinite(x) for x in vector):
-        raise BadRequest("embedding values must be finite numbers", code="validation_error")
+        raise BadRequest("embedding values must be finite numbers", code="validation_error",
+                         details={"field": "embedding"})
+    vec = np.asarray(vector, dtype=np.float64)
+    if float(np.abs(vec).max(initial=0.0)) > MAX_EMBEDDING_VALUE:
+        raise BadRequest(f"embedding values must be at most {MAX_EMBEDDING_VALUE:g} in magnitude (stored as "
+                         "float32, larger values overflow to the zero vector)", code="validation_error",
+                         details={"field": "embedding"})
+    if float(np.linalg.norm(vec)) < MIN_EMBEDDING_NORM:
+        raise BadRequest(f"embedding must have a norm of at least {MIN_EMBEDDING_NORM:g} (a zero or denormal-tiny "
+                         "vector has no direction to compare)", code="validation_error",
+                         details={"field": "embedding"})
 
 
 OCCURRED_MIN: Final = datetime(1900, 1, 1, tzinfo=UTC)

@@ -42,7 +42,7 @@ def _merge(lexical: Sequence[Hit], semantic: Sequence[Hit]) -> dict[UUID, _Entry
     for rank, hit in enumerate(semantic, start=1):
         entry = entries.setdefault(hit.id, _Entry(hit))
         if entry.semantic_rank is None:
-            entry.semantic_rank, entry.semantic_score = rank, hit.score
+            entry.semantic_rank, entry.semantic_score = rank, hit.score if math.isfinite(hit.score) else 0.0
     return entries
 
 
@@ -54,6 +54,7 @@ def _ranked(entries: dict[UUID, _Entry], scores: dict[UUID, float], method: Resu
             limit: int) -> list[SearchResult]:
     # Ties (common in RRF: rank 3 lexical-only vs rank 3 semantic-only) break by best rank, then id,
     # so the order is deterministic.
+    scores = {i: s if math.isfinite(s) else 0.0 for i, s in scores.items()}  # never a NaN -> null score
     order = sorted(entries, key=lambda i: (-scores[i], _best_rank(entries[i]), str(i)))[:limit]
     return [_result(entries[i], scores[i], method) for i in order]
 

@@ -17,6 +17,7 @@ A ``kinds`` filter without ``document_chunk`` skips the lookup modes: they only 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from service.db import TenantTx
 from service.documents import lookup
 from service.documents.languages import split_lines
-from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
+from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes, compile_path
 from service.retrieval import branches
 from service.retrieval.filters import filter_args
 from service.retrieval.hits import Hit
@@ -82,6 +83,8 @@ def resolve_modes(request: SearchRequest, *, embedder_available: bool) -> tuple[
         return modes, f"modes: all that apply to the query ({', '.join(modes)}){note}"
     assert request.modes is not None
     modes = [m for m in MODES if m in set(request.modes)]
+    if "path" in modes:
+        compile_path(request.query)  # an invalid glob is the caller's 400, not a failed branch's 503
     return modes, f"modes requested ({', '.join(modes)})"
 
 
@@ -174,7 +177,8 @@ def first_lines(text: str, level: int | None, line_start: int | None,
 
 def from_branch(h: Hit, mode: Mode, rank: int, line_start: int | None, line_end: int | None) -> ModeHit:
     excerpt, ex_start, ex_end = first_lines(h.text, h.level, line_start, line_end)
-    return ModeHit(id=h.id, mode=mode, rank=rank, score=h.score, text=h.text, kind=h.kind, source=h.source,
+    score = h.score if math.isfinite(h.score) else 0.0  # a NaN would reach the response as null
+    return ModeHit(id=h.id, mode=mode, rank=rank, score=score, text=h.text, kind=h.kind, source=h.source,
                    level=h.level, breadcrumb=h.breadcrumb, line_start=line_start, line_end=line_end,
                    excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end,
                    agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at)

@@ -45,6 +45,13 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Rows whose ``source_path`` starts with this (a literal prefix, no wildcards)."""
     levels: list[Annotated[int, msgspec.Meta(ge=0, le=2)]] | None = None
 
+    def __post_init__(self) -> None:
+        """PostgreSQL text and jsonb cannot hold NUL: reject it here (a 400), not as a database error."""
+        if self.source_prefix is not None and "\x00" in self.source_prefix:
+            raise ValueError("filters.source_prefix must not contain NUL characters")
+        if self.metadata is not None and b"\\u0000" in msgspec.json.encode(self.metadata):
+            raise ValueError("filters.metadata must not contain NUL characters")
+
     def is_empty(self) -> bool:
         return all(getattr(self, name) is None for name in self.__struct_fields__)
 
