@@ -20,7 +20,7 @@ from service.embedded import EmbeddedPostgres, EmbeddedRedis
 from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
-from service.settings import Settings, load_settings
+from service.settings import Settings, SettingsError, load_settings
 
 
 @contextlib.contextmanager
@@ -338,7 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     configure_logs(settings.server.log_level)
     try:
         return int(args.func(settings, args))
