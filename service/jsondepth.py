@@ -18,7 +18,11 @@ MAX_JSON_DEPTH: Final = 32
 """Levels of ``[``/``{`` nesting allowed in any JSON the service accepts (a request body counts its
 own top-level object, so ``metadata`` inside a body may nest ~30 levels)."""
 
-_STRINGS: Final = re.compile(rb'"(?:[^"\\]+|\\.)*"', re.DOTALL)
+# A string runs to its closing quote or, unterminated, to the end of the input, and nothing is given
+# back once consumed (possessive): every start matches and every byte is read once, so hostile input
+# (an unterminated string, runs of escaped quotes) costs linear time -- the first version of this
+# pattern, ``"(?:[^"\\]+|\\.)*"``, backtracked exponentially on a 30-byte unterminated string.
+_STRINGS: Final = re.compile(rb'"(?:[^"\\]++|\\.|\\\Z)*+(?:"|\Z)', re.DOTALL)
 _NOT_BRACKETS: Final = re.compile(rb"[^\[\]{}]+")
 _STEP: Final = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 

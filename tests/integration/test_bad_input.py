@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from typing import Any
 
 import asyncpg
@@ -42,6 +44,20 @@ def test_json_depth_counts_brackets_outside_strings() -> None:
     assert json_depth(b'{"a": [1, {"b": "[[[{{{\\"["}]}') == 3
     assert json_depth("[" * DEEP + "]" * DEEP) == DEEP
     assert json_depth(b'"just a string"') == 0
+
+
+def test_json_depth_reads_hostile_strings_in_linear_time() -> None:
+    """Malformed bodies reach the depth check before any decoder: an unterminated string, runs of
+    escaped quotes and a trailing backslash must not make the string pattern backtrack (the first
+    pattern took 8.6 s on a 36-byte unterminated string and doubled per byte). Run in a child process
+    so a regression fails here instead of hanging the suite."""
+    probe = (
+        "from service.jsondepth import json_depth\n"
+        "assert json_depth(b'{\"a\": \"' + b'x' * 200_000) == 1\n"
+        "assert json_depth(b'{\"a\": \"' + b'\\\\\"' * 200_000 + b'[[') == 1\n"
+        "assert json_depth(b'[\"' + b'a\\\\\"' * 200_000 + b'\\\\') == 1\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
 
 
 DEEP_CASES: list[tuple[str, str, str, dict[str, Any]]] = [
