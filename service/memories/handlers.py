@@ -15,6 +15,8 @@ from service.errors import BadRequest, NotFound
 from service.jsondepth import check_json_depth
 from service.memories import repo, write
 from service.memories.types import (
+    AGENT_ID_MAX_LENGTH,
+    AGENT_ID_PATTERN,
     CreatedMemories,
     DeletedAgentMemories,
     MemoryOut,
@@ -23,7 +25,7 @@ from service.memories.types import (
 )
 from service.memories.validation import check_agent_id, check_metadata
 
-AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$",
+AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
                                              description="The agent (1-200 letters, digits and _.:@-).")]
 """A required ``agent_id`` query parameter, validated (and described in the schema) like the body field."""
 

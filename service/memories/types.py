@@ -8,7 +8,9 @@ from uuid import UUID
 
 import msgspec
 
-AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+AGENT_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
+AGENT_ID_MAX_LENGTH = 200
+AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN)]
 Kind = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
