@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -29,6 +30,8 @@ log = structlog.get_logger(__name__)
 
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; keep a margin for the socket's own name
 _PG_SYSTEM_USER = "embedded_postgres"
+_SECRET_FILE = "superuser.secret"
+"""The embedded superuser's generated password, mode 0600 in the data dir (beside ``pgdata``)."""
 
 
 def _socket_dir(preferred: Path, name: str) -> Path:
@@ -95,18 +98,31 @@ class EmbeddedPostgres:
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
 
+    @property
+    def secret_file(self) -> Path:
+        return self.data_dir / _SECRET_FILE
+
+    def _password(self) -> str:
+        try:
+            return self.secret_file.read_text().strip()
+        except FileNotFoundError:
+            raise RuntimeError(f"{self.secret_file} is missing: the embedded superuser's password is unknown") from None
+
     def dsn(self, user: str = "postgres", database: str = "postgres") -> str:
+        """The superuser's DSN over the Unix socket, with its password (SCRAM: no trust, even locally)."""
         assert self._socket_dir is not None, "server not started"
-        return f"postgresql://{user}@/{database}?host={self._socket_dir}"
+        port = f"&port={self.tcp_port}" if self.tcp_port else ""  # the socket's name carries the port
+        return f"postgresql://{user}:{self._password()}@/{database}?host={self._socket_dir}{port}"
 
     def tcp_dsn(self, user: str = "postgres", database: str = "postgres") -> str:
         assert self.tcp_port is not None
-        return f"postgresql://{user}@127.0.0.1:{self.tcp_port}/{database}"
+        return f"postgresql://{user}:{self._password()}@127.0.0.1:{self.tcp_port}/{database}"
 
-    def _run(self, args: list[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def _run(self, args: list[str], *, timeout: float = 60,
+             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [str(_pg_bin() / args[0]), *args[1:]]
         user = _PG_SYSTEM_USER if os.geteuid() == 0 else None
-        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, user=user)
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, user=user, input=stdin)
 
     def _prepare_root(self) -> None:
         """PostgreSQL refuses to run as root: run it as a dedicated system user, as the wheel does."""
@@ -127,8 +143,10 @@ class EmbeddedPostgres:
             for name in files:
                 os.chown(os.path.join(dirpath, name), entry.pw_uid, entry.pw_gid)
         assert self._socket_dir is not None
-        _make_parents_traversable(self._socket_dir)
-        self._socket_dir.chmod(0o777)
+        # The socket directory belongs to the server's user alone (root reaches it all the same):
+        # no other local OS user can even reach the socket.
+        os.chown(self._socket_dir, entry.pw_uid, entry.pw_gid)
+        self._socket_dir.chmod(0o700)
 
     def start(self) -> EmbeddedPostgres:
         """Start the server, attach to it while the process that started it lives, or adopt it (and so
@@ -136,6 +154,7 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
         self._socket_dir = _socket_dir(self.data_dir / "run", "pg")
+        self._socket_dir.chmod(0o700)
         if os.geteuid() == 0:
             self._prepare_root()
         with ownership.locked(self.data_dir):
@@ -147,15 +166,17 @@ class EmbeddedPostgres:
                 owner = ownership.live_owner(self.data_dir)
                 if owner is not None or not (self.data_dir / "owner.pid").exists():
                     # Started by a live `pgcontext serve` (or by hand): use it, leave it running.
-                    log.info("embedded_postgres_attached", dsn=self.dsn(), owner=owner and owner.pid)
+                    log.info("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
                     return self
                 ownership.claim(self.data_dir)
                 self._owned = True
-                log.info("embedded_postgres_adopted", dsn=self.dsn(), pid=postmaster.pid)
+                log.info("embedded_postgres_adopted", socket=str(self._socket_dir), pid=postmaster.pid)
+                self._require_passwords()
                 return self
             ownership.claim(self.data_dir)
             self._owned = True  # before pg_ctl: a signal while it waits must still stop the server
             self._start_server()
+            self._require_passwords()
         return self
 
     def _initdb(self) -> None:
@@ -167,13 +188,50 @@ class EmbeddedPostgres:
         staging = self.data_dir / "pgdata.initdb"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(mode=0o700)
+        password = self._new_secret()
+        pwfile = self.data_dir / "pgdata.pwfile"  # initdb's input, readable by the server's user only
+        _write_private(pwfile, password)
         if os.geteuid() == 0:
             import pwd
 
             entry = pwd.getpwnam(_PG_SYSTEM_USER)
             os.chown(staging, entry.pw_uid, entry.pw_gid)
-        self._run(["initdb", "-D", str(staging), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"])
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+        try:
+            self._run(["initdb", "-D", str(staging), "-U", "postgres", "--auth-local=scram-sha-256",
+                       "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--no-instructions"])
+        finally:
+            pwfile.unlink(missing_ok=True)
         staging.replace(self.pgdata)  # atomic; replaces the empty directory
+
+    def _new_secret(self) -> str:
+        """Generate the superuser's password and keep it 0600 in the data dir (before the cluster that
+        uses it exists: a start interrupted in between makes a new cluster with a new secret)."""
+        password = secrets.token_urlsafe(32)
+        _write_private(self.secret_file, password)
+        return password
+
+    def _require_passwords(self) -> None:
+        """Secure a cluster made by an older release (``--auth=trust``, no secret file): set a generated
+        superuser password over the socket while trust still lets us in, then switch every
+        ``pg_hba.conf`` rule to SCRAM and reload. Runs while this process owns the server."""
+        hba = self.pgdata / "pg_hba.conf"
+        lines = hba.read_text().splitlines(keepends=True)
+        rules = [i for i, line in enumerate(lines) if line.split() and not line.lstrip().startswith("#")]
+        if not any(lines[i].split()[-1] == "trust" for i in rules):
+            return
+        password = self.secret_file.read_text().strip() if self.secret_file.exists() else self._new_secret()
+        assert self._socket_dir is not None
+        # On stdin, not in argv, where any local user could read it; token_urlsafe needs no quoting.
+        self._run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self._socket_dir), "-U", "postgres",
+                   "-d", "postgres", "-f", "-"], stdin=f"ALTER ROLE postgres PASSWORD '{password}';\n")
+        for i in rules:
+            fields = lines[i].split()
+            if fields[-1] == "trust":
+                lines[i] = " ".join([*fields[:-1], "scram-sha-256"]) + "\n"
+        hba.write_text("".join(lines))
+        self._run(["pg_ctl", "-D", str(self.pgdata), "reload"])
+        log.info("embedded_postgres_secured", secret_file=str(self.secret_file))
 
     def restart(self) -> None:
         """Start the server again after it died (its clients reconnect to the same socket)."""
@@ -197,7 +255,8 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             tail = (self.pgdata / "log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"embedded PostgreSQL failed to start:\n{exc.stderr}\n{tail}") from exc
-        log.info("embedded_postgres_started", dsn=self.dsn(), ms=round((time.perf_counter() - started) * 1000))
+        log.info("embedded_postgres_started", socket=str(self._socket_dir),
+                 ms=round((time.perf_counter() - started) * 1000))
 
     def _pid_file_line(self, index: int) -> str | None:
         try:
@@ -259,6 +318,16 @@ class EmbeddedPostgres:
                 log.info("embedded_postgres_stopped")
             ownership.release(self.data_dir)
         self._owned = False
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a secret readable by its owner alone (created 0600, never briefly wider)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)
 
 
 def _shm_attachments(shmid: str) -> int:

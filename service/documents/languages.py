@@ -30,7 +30,7 @@ import ast
 import importlib
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import PurePosixPath
@@ -190,6 +190,12 @@ class Section:
         return len(self.trail) - 1
 
 
+MAX_OUTLINE_DEPTH: Final = 32
+"""Sections nested deeper than this are not sections of their own (their lines stay in their
+ancestors' text): real code rarely nests a tenth as deep, and a hostile file nested a thousand levels
+must cost neither recursion nor a thousand overlapping section chunks."""
+
+
 def outline(language: str, content: str, lines: Sequence[str]) -> list[Section]:
     """The sections of a file, sorted by (line_start, depth); spans are clamped to the file."""
     line_count = len(lines)
@@ -217,6 +223,8 @@ def _normalise(sections: list[Section], line_count: int) -> list[Section]:
     """
     clamped: list[Section] = []
     for s in sections:
+        if len(s.trail) > MAX_OUTLINE_DEPTH:
+            continue
         start = min(max(s.line_start, 1), line_count)
         end = min(max(s.line_end, start), line_count)
         if (start, end) != (s.line_start, s.line_end):
@@ -529,24 +537,28 @@ def _tree_sitter_sections(language: str, content: str) -> list[Section] | None:
     parser = tree_sitter.Parser(ts_language)
     tree = parser.parse(content.encode("utf-8"))
     out: list[Section] = []
-    _ts_visit(tree.root_node, _TREE_SITTER_SPECS[language], (), (), None, out)
+    _ts_visit(tree.root_node, _TREE_SITTER_SPECS[language], out)
     return out
 
 
-def _ts_visit(
-    node: Any,
-    spec: _TreeSitterSpec,
-    trail: tuple[str, ...],
-    qual: tuple[str, ...],
-    wrapper_row: int | None,
-    out: list[Section],
-) -> None:
-    for child in node.named_children:
+def _ts_visit(root: Any, spec: _TreeSitterSpec, out: list[Section]) -> None:
+    """Symbols in source order, depth first, with an explicit stack: a file nested a thousand levels
+    deep (blocks, namespaces, modules, classes) must not exhaust Python's recursion limit."""
+    # (children still to visit, breadcrumb trail, qualified name, row of an enclosing wrapper)
+    stack: list[tuple[Iterator[Any], tuple[str, ...], tuple[str, ...], int | None]] = [
+        (iter(root.named_children), (), (), None)
+    ]
+    while stack:
+        children, trail, qual, wrapper_row = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            continue
         kind = spec.symbols.get(child.type)
         if kind is None:
             if child.type in spec.descend:
                 row = child.start_point.row if child.type in _WRAPPERS else None
-                _ts_visit(child, spec, trail, qual, row if wrapper_row is None else wrapper_row, out)
+                stack.append((iter(child.named_children), trail, qual, row if wrapper_row is None else wrapper_row))
             continue
         named = _ts_name(child, kind)
         if named is None:
@@ -564,10 +576,10 @@ def _ts_visit(
             end -= 1  # a node ending at column 0 ends with the previous line's newline
         symbol = spec.separator.join((*qual, name))
         out.append(Section(kind.kind, label, start + 1, end + 1, (*trail, label), symbol=symbol))
-        if kind.container:
+        if kind.container and len(trail) + 1 < MAX_OUTLINE_DEPTH:
             body = child.child_by_field_name("body")
             if body is not None:
-                _ts_visit(body, spec, (*trail, label), (*qual, name), None, out)
+                stack.append((iter(body.named_children), (*trail, label), (*qual, name), None))
 
 
 def _ts_text(node: Any) -> str:
@@ -600,14 +612,13 @@ def _ts_name(node: Any, kind: _SymbolKind) -> tuple[str, str] | None:
 
 
 def _first_descendant(node: Any, node_type: str) -> Any | None:
-    if node is None:
-        return None
-    if node.type == node_type:
-        return node
-    for child in node.named_children:
-        found = _first_descendant(child, node_type)
-        if found is not None:
-            return found
+    """The first node of ``node_type`` in pre-order under ``node`` (itself included)."""
+    stack = [] if node is None else [node]
+    while stack:
+        current = stack.pop()
+        if current.type == node_type:
+            return current
+        stack.extend(reversed(current.named_children))
     return None
 
 
@@ -654,12 +665,15 @@ def _heuristic_sections(language: str, lines: Sequence[str]) -> list[Section]:
                 found.append((i, 0, "function", c.group("name"), False))
     out: list[Section] = []
     stack: list[tuple[int, tuple[str, ...], tuple[str, ...], bool]] = []  # (end idx, trail, qual, cont.)
+    indents: list[int | None] = [None] * len(lines)  # each line's indent, measured once (deep files)
     for i, indent, keyword, name, container in found:
         while stack and stack[-1][0] < i:
             stack.pop()
         if stack and not stack[-1][3]:
             continue  # inside a function: nested helpers are part of their parent
-        end = _block_end(lines, i, indent)
+        if len(stack) >= MAX_OUTLINE_DEPTH:
+            continue  # too deep to be a section of its own (see MAX_OUTLINE_DEPTH)
+        end = _block_end(lines, i, indent, indents)
         if stack:
             end = min(end, stack[-1][0])
         start = _with_preceding_attributes(lines, i, indent)
@@ -673,17 +687,22 @@ def _heuristic_sections(language: str, lines: Sequence[str]) -> list[Section]:
     return out
 
 
-def _block_end(lines: Sequence[str], i: int, indent: int) -> int:
-    """Index of the last line of the block opened at ``lines[i]`` (see the module docstring)."""
+def _block_end(lines: Sequence[str], i: int, indent: int, indents: list[int | None]) -> int:
+    """Index of the last line of the block opened at ``lines[i]`` (see the module docstring);
+    ``indents`` caches each line's indent width across calls."""
     end = i
     first = True
     for j in range(i + 1, len(lines)):
+        width = indents[j]
+        if width is None:
+            width = indents[j] = _indent_width(lines[j])
+        if width > indent:
+            if lines[j].strip():
+                end = j
+                first = False
+            continue
         stripped = lines[j].strip()
         if not stripped:
-            continue
-        if _indent_width(lines[j]) > indent:
-            end = j
-            first = False
             continue
         if first and stripped.startswith("{"):
             end = j  # K&R/Allman brace on its own line under the signature

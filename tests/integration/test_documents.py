@@ -364,3 +364,17 @@ async def test_another_org_never_sees_the_documents(
                                 headers=tenant.headers)).status_code == 200
     async with db.tenant(other_tenant.org_id, readonly=True) as tx:
         assert len(await lookup.path(tx, "secret/plan.py", filters=LookupFilters(collection="default"))) == 1
+
+
+async def test_deeply_nested_sources_do_not_fail_the_batch(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """Sources nested a thousand levels (TS namespaces, Rust mods, Java classes) answered 500 and
+    failed the whole batch; now each is indexed beside an ordinary file in the same request."""
+    depth = 1000
+    nested = {
+        "deep.ts": "".join(f"namespace N{i} {{\n" for i in range(depth)) + "let x = 1;\n" + "}\n" * depth,
+        "deep.rs": "".join(f"mod m{i} {{\n" for i in range(depth)) + "fn f() {}\n" + "}\n" * depth,
+        "Deep.java": "".join(f"class C{i} {{\n" for i in range(depth)) + "void f() {}\n" + "}\n" * depth,
+    }
+    await post(client, tenant, {**nested, "ok.py": PY})
+    summary = await index(client, tenant)
+    assert summary["files"] == 4, summary

@@ -137,6 +137,7 @@ def data_dir(tmp_path: Path, settings: Settings, migrated_pgdata: Path) -> Itera
     data = tmp_path / "data"
     copy_models(settings.data_dir / "models", data / "models")
     shutil.copytree(migrated_pgdata, data / "postgres" / "pgdata", symlinks=True)
+    shutil.copy2(migrated_pgdata.parent / "superuser.secret", data / "postgres")  # the cluster's password
     try:
         yield data
     finally:

@@ -11,7 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.documents.chunking import Chunk, FileChunks, chunk_file, content_hash
-from service.documents.languages import detect_language, outline, split_lines, tree_sitter_available
+from service.documents.languages import (
+    MAX_OUTLINE_DEPTH,
+    detect_language,
+    outline,
+    split_lines,
+    tree_sitter_available,
+)
 
 Counter = Callable[[str], int]
 
@@ -480,3 +486,30 @@ def test_python_lone_carriage_return_keeps_line_numbers() -> None:
     content = 'x = "a\rb"\n\n@dec\ndef f():\n    pass\n'
     f = by_symbol(chunk("cr.py", content))["f"]
     assert (f.line_start, f.line_end) == (3, 5)
+
+
+# --------------------------------------------------------------------- hostile nesting (issue 13)
+
+DEPTH = 1000
+DEEPLY_NESTED = {
+    "blocks.js": "function f() {\n" + "{\n" * DEPTH + "  g();\n" + "}\n" * DEPTH + "}\n",
+    "closures.js": "".join(f"const f{i} = () => {{\n" for i in range(DEPTH)) + "g();\n" + "};\n" * DEPTH,
+    "spaces.ts": "".join(f"namespace N{i} {{\n" for i in range(DEPTH)) + "let x = 1;\n" + "}\n" * DEPTH,
+    "mods.rs": "".join(f"mod m{i} {{\n" for i in range(DEPTH)) + "fn f() {}\n" + "}\n" * DEPTH,
+    "Classes.java": "".join(f"class C{i} {{\n" for i in range(DEPTH)) + "void f() {}\n" + "}\n" * DEPTH,
+    "classes.py": "".join("    " * i + f"class C{i}:\n" for i in range(DEPTH)) + "    " * DEPTH + "pass\n",
+}
+
+
+@pytest.mark.parametrize("path", sorted(DEEPLY_NESTED))
+def test_source_nested_a_thousand_levels_is_chunked(path: str) -> None:
+    """A thousand nested blocks/namespaces/modules/classes raised RecursionError (a 500 failing the
+    whole ingest batch) and indentation-nested code took ~18 s: now sections stop at
+    MAX_OUTLINE_DEPTH, the file is still tiled exactly and its outline is bounded."""
+    content = DEEPLY_NESTED[path]
+    result = chunk_file(path, content, count_tokens=lambda s: len(s) // 4, max_chunk_tokens=200)
+    assert "".join(c.text for c in result.at_level(2)) == content
+    sections = outline(detect_language(path), content, split_lines(content))
+    assert sections, "the outer levels are still sections"
+    assert max(s.depth for s in sections) <= MAX_OUTLINE_DEPTH
+    assert len(result.at_level(1)) <= MAX_OUTLINE_DEPTH + 1
