@@ -91,9 +91,8 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
         exc = mapped
     if exc.status >= 500:
         log.warning("request_failed", code=exc.code, message=exc.message)
-    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
     return Response(error_body(exc.status, exc.code, exc.message, exc.details, rid), status_code=exc.status,
-                    headers=headers)
+                    headers=exc.headers() or None)
 
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
