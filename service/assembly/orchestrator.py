@@ -497,6 +497,10 @@ class Orchestrator:
         ]
         dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
                                  composite=round(d.scores.composite, 4)) for d in ranked.result.dropped]
+        if req.explain:
+            offered = {c.candidate.id: c.candidate for c in ranked.scored}
+            for out, d in zip(dropped, ranked.result.dropped, strict=True):
+                out.text, out.origin, out.scores = offered[d.id].text, offered[d.id].origin, _scores(d.scores)
         budget = BudgetOut(
             mode=b.mode, max_context_tokens=b.total, directive_tokens=b.directive, history_tokens=b.history,
             reserve_tokens=b.reserve, overhead_tokens=b.overhead, memories_budget_tokens=b.memories_available,

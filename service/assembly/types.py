@@ -53,6 +53,9 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reserve_tokens: Tokens | None = None
     """Kept free for the answer (default: the service's ``default_reserve_tokens``)."""
     retrieval: RetrievalOptions = msgspec.field(default_factory=RetrievalOptions)
+    explain: bool = False
+    """Also return each dropped candidate's text, origin and score breakdown (the explain page asks for
+    them); off by default, which keeps the response small."""
 
 
 class DirectiveUsed(msgspec.Struct):
@@ -94,6 +97,12 @@ class DroppedMemory(msgspec.Struct):
     tokens: int
     """Tokens of its memory line without a tag."""
     composite: float
+    text: str | None = None
+    """With ``explain: true``: the memory's text."""
+    origin: Literal["hot", "cold"] | None = None
+    """With ``explain: true``: the branch that offered it."""
+    scores: Scores | None = None
+    """With ``explain: true``: its score breakdown when it was dropped."""
 
 
 class BudgetOut(msgspec.Struct):

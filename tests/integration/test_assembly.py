@@ -290,6 +290,13 @@ async def test_tight_budget_drops_with_reasons(settings: Settings, endpoints: En
         b = body["budget"]
         assert b["memories_tokens"] <= b["memories_budget_tokens"]
         assert recount(settings, "o200k_base", body["context"]) <= 600 - 540 - b["overhead_tokens"]
+        assert all(d["text"] is None and d["scores"] is None for d in body["dropped"])  # not asked for
+        explained = (await assemble(client, tenant, max_context_tokens=600, reserve_tokens=540, explain=True)).json()
+    texts = {m[0] for m in [*MEMORIES, *twins]}
+    assert [d["id"] for d in explained["dropped"]] == [d["id"] for d in body["dropped"]]
+    for d in explained["dropped"]:
+        assert d["text"] in texts and d["origin"] in ("hot", "cold")
+        assert set(d["scores"]) == SCORES and d["scores"]["composite"] == d["composite"]
 
 
 async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
