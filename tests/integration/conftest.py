@@ -20,6 +20,11 @@ from tests.conftest import Tenant
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
 
 
+GENEROUS_DEADLINES = {"PGCONTEXT_DEADLINE_MS": "5000", "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": "2000",
+                      "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS": "2000", "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS": "3000"}
+"""What these tests check must not depend on how loaded the machine is (40 ms is the default wall)."""
+
+
 @dataclass
 class LiveService:
     base: str
@@ -54,7 +59,7 @@ def serving(data_dir: Path, settings: Settings, app_dsn: str, redis_url: str, *a
     copy_models(settings.data_dir / "models", data_dir / "models")
     port = free_port()
     env = clean_env(PGCONTEXT_DATA_DIR=str(data_dir), PGCONTEXT_PORT=str(port), PGCONTEXT_APP_DATABASE_URL=app_dsn,
-                    PGCONTEXT_REDIS_URL=redis_url, PGCONTEXT_AUTH_CACHE_TTL_S="0")
+                    PGCONTEXT_REDIS_URL=redis_url, PGCONTEXT_AUTH_CACHE_TTL_S="0", **GENEROUS_DEADLINES)
     proc = subprocess.Popen([*PGCONTEXT, "serve", "--no-migrate", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     live = LiveService(f"http://127.0.0.1:{port}", proc, Output(proc), data_dir)
