@@ -19,7 +19,6 @@ from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
 
-
 GENEROUS_DEADLINES = {"PGCONTEXT_DEADLINE_MS": "5000", "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": "2000",
                       "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS": "2000", "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS": "3000"}
 """What these tests check must not depend on how loaded the machine is (40 ms is the default wall)."""
