@@ -16,14 +16,17 @@ start. A worker that exits marks itself dead, so its live gauges stop counting.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.ownership import ProcessId
+
+if TYPE_CHECKING:
+    from litestar import Litestar
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -52,11 +55,15 @@ def multiprocess_metrics(data_dir: Path) -> Iterator[Path]:
         shutil.rmtree(own, ignore_errors=True)
 
 
-def mark_dead_at_exit() -> None:
-    """In a worker: when it exits, drop its live gauges from the merged view (a worker killed outright
-    cannot, and is cleared with the directory when ``serve`` stops)."""
-    if not os.environ.get(MULTIPROC_ENV):
-        return
-    from prometheus_client import multiprocess
+def mark_dead_on_shutdown(app: Litestar) -> Litestar:
+    """In a worker: once its app has shut down, drop its live gauges from the merged view.
 
-    atexit.register(multiprocess.mark_process_dead, os.getpid())
+    An app shutdown hook, not ``atexit``: uvicorn ends a worker by raising the stop signal again
+    with the default action, so the interpreter's exit handlers never run. A worker killed outright
+    cannot mark itself; its files go with the directory when ``serve`` stops."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        pid = os.getpid()
+        app.on_shutdown.append(lambda: multiprocess.mark_process_dead(pid))  # type: ignore[no-untyped-call]
+    return app

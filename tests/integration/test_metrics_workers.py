@@ -3,7 +3,10 @@ answers it, shows the requests of both workers summed (prometheus-client's multi
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -68,5 +71,21 @@ def test_metrics_sum_every_worker(tmp_path: Path, settings: Settings, app_dsn: s
             assert r.status_code == 200
             assert healthz_count(r.text) == sent, (split, r.text[:2000])
         # The in-progress gauge is merged over live workers (livesum): the scrape itself is the one.
+        assert sample(r.text, "litestar_requests_in_progress", "/metrics") == 1.0, r.text[:3000]
+
+        # A worker that stops (SIGTERM: uvicorn's supervisor then starts another) marks itself dead, so
+        # its live gauge drops out, while the counts it made stay in the totals.
+        livesum = {f.stem.rsplit("_", 1)[1] for f in metrics_dir.glob("gauge_livesum_*.db")}
+        assert livesum == set(split), (livesum, split)
+        stopped = min(split)
+        os.kill(int(stopped), signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while (metrics_dir / f"gauge_livesum_{stopped}.db").exists():
+            assert time.monotonic() < deadline, (sorted(p.name for p in metrics_dir.iterdir()), live.output.text())
+            time.sleep(0.2)
+        assert (metrics_dir / f"counter_{stopped}.db").exists()
+        live.wait_ready()
+        r = httpx.get(f"{live.base}/metrics", headers={"Connection": "close"})
+        assert healthz_count(r.text) == sent, r.text[:2000]
         assert sample(r.text, "litestar_requests_in_progress", "/metrics") == 1.0, r.text[:3000]
     assert not metrics_dir.exists()  # removed when serve stops
