@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from litestar.testing import AsyncTestClient
 
 from tests.conftest import Tenant
 from tests.integration.conftest import LiveService
@@ -76,6 +77,23 @@ def seeded(live_service: LiveService, live_tenant: Tenant) -> Tenant:
                   json={"content": "You are the office barista. Keep answers short."})
     assert r.status_code in (200, 201), r.text
     return live_tenant
+
+
+async def test_the_page_is_static_open_and_outside_the_api_schema(client: AsyncTestClient[Any]) -> None:
+    """Served without a key (it holds no data), under a CSP that lets no inline or foreign code run."""
+    for path, media in (("/explain", "text/html"), ("/explain/explain.js", "text/javascript"),
+                        ("/explain/explain.css", "text/css")):
+        r = await client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(media), (path, r.headers)
+        assert r.headers["content-security-policy"].startswith("default-src 'none'; script-src 'self';")
+        assert r.headers["x-content-type-options"] == "nosniff"
+    page = (await client.get("/explain")).text
+    assert "http://" not in page and "https://" not in page  # no CDN: every asset from this origin
+    assert "<script>" not in page and " style=" not in page
+    script = (await client.get("/explain/explain.js")).text
+    assert "innerHTML" not in script and "sessionStorage" in script and "localStorage" not in script
+    schema = (await client.get("/schema/openapi.json")).json()
+    assert not [p for p in schema["paths"] if p.startswith("/explain")]
 
 
 def cell_texts(page: Any, selector: str) -> list[str]:
