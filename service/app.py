@@ -36,6 +36,7 @@ from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
 from service.errors import AppError, ServiceUnavailable
+from service.explain import explain_routes
 from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
@@ -91,9 +92,8 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
         exc = mapped
     if exc.status >= 500:
         log.warning("request_failed", code=exc.code, message=exc.message)
-    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
     return Response(error_body(exc.status, exc.code, exc.message, exc.details, rid), status_code=exc.status,
-                    headers=headers)
+                    headers=exc.headers() or None)
 
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
@@ -176,7 +176,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     return Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, metrics_controller(settings.server.metrics_token)],
+                        ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),

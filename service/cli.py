@@ -21,6 +21,7 @@ from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
 from service.settings import Settings, SettingsError, load_settings
+from service.worker_metrics import multiprocess_metrics
 
 
 @contextlib.contextmanager
@@ -106,8 +107,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             os.environ.update({"PGCONTEXT_APP_DATABASE_URL": app_dsn, "PGCONTEXT_REDIS_URL": redis_url,
                                SERVE_PID_ENV: str(os.getpid()),
                                **({"PGCONTEXT_DATABASE_URL": owner_dsn} if owner_dsn else {})})
-            uvicorn.run("service.lifecycle:worker_app", factory=True, workers=workers, host=host, port=port,
-                        log_level=settings.server.log_level, access_log=False)
+            with multiprocess_metrics(settings.data_dir):  # /metrics sums every worker's counts
+                uvicorn.run("service.lifecycle:worker_app", factory=True, workers=workers, host=host, port=port,
+                            log_level=settings.server.log_level, access_log=False)
         else:
             uvicorn.run(create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url)),
                         host=host, port=port, log_level=settings.server.log_level, access_log=False)

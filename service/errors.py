@@ -22,6 +22,10 @@ class AppError(Exception):
         if code is not None:
             self.code = code
 
+    def headers(self) -> dict[str, str]:
+        """Response headers this error adds to the one error body."""
+        return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s is not None else {}
+
 
 class BadRequest(AppError):
     status = 400
@@ -31,6 +35,18 @@ class BadRequest(AppError):
 class Unauthorized(AppError):
     status = 401
     code = "unauthorized"
+
+    challenge = 'Bearer realm="pgcontext"'
+    """RFC 6750 section 3: a 401 names the scheme the client must use."""
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "WWW-Authenticate": self.challenge}
+
+
+class InvalidToken(Unauthorized):
+    """A key was sent but is unknown or revoked (a missing key gets the bare challenge)."""
+
+    challenge = 'Bearer realm="pgcontext", error="invalid_token"'
 
 
 class NotFound(AppError):

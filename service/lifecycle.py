@@ -75,8 +75,9 @@ def worker_app() -> Litestar:
         if str(os.getppid()) != os.environ.get(SERVE_PID_ENV, str(os.getppid())):
             os.kill(os.getpid(), signal.SIGTERM)  # the parent died before the line above took effect
     from service.app import app_from_env
+    from service.worker_metrics import mark_dead_on_shutdown
 
-    return app_from_env()
+    return mark_dead_on_shutdown(app_from_env())
 
 
 class Supervised(Protocol):

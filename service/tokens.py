@@ -35,6 +35,10 @@ from typing import Final
 
 import tiktoken
 
+from service.model_families import ENCODINGS as ENCODINGS
+from service.model_families import UnknownModelError as UnknownModelError
+from service.model_families import resolve_model
+
 MESSAGE_OVERHEAD: Final = 3
 """Tokens of chat framing per message (OpenAI chat format)."""
 REPLY_PRIMING: Final = 3
@@ -48,52 +52,19 @@ _BPE_SHA256: Final[dict[str, str]] = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
 }
-ENCODINGS: Final[tuple[str, ...]] = tuple(_BPE_URLS)
-"""Encodings available offline."""
-
-# Checked in order, so "gpt-4o"/"gpt-4.1" must come before "gpt-4".
-_MODEL_PREFIXES: Final[tuple[tuple[str, str], ...]] = (
-    ("gpt-4o", "o200k_base"),
-    ("gpt-4.1", "o200k_base"),
-    ("gpt-4.5", "o200k_base"),
-    ("gpt-5", "o200k_base"),
-    ("chatgpt-4o", "o200k_base"),
-    ("o1", "o200k_base"),
-    ("o3", "o200k_base"),
-    ("o4", "o200k_base"),
-    ("gpt-4", "cl100k_base"),
-    ("gpt-3.5", "cl100k_base"),
-    ("gpt-35", "cl100k_base"),
-    ("text-embedding-3", "cl100k_base"),
-    ("text-embedding-ada-002", "cl100k_base"),
-)
+assert tuple(_BPE_URLS) == ENCODINGS, "model_families.ENCODINGS lists the bundled files"
 
 _load_lock = threading.Lock()
 _env_lock = threading.Lock()
 
 
-class UnknownModelError(ValueError):
-    """A model name that maps to no known encoding."""
-
-
 def encoding_for_model(model: str) -> str:
     """The tiktoken encoding name for ``model`` (or ``model`` itself if it is an encoding name).
 
-    Raises :class:`UnknownModelError` listing what is accepted.
+    Raises :class:`UnknownModelError` listing what is accepted; see :mod:`service.model_families`
+    for the families and their safety margins.
     """
-    name = model.strip().lower()
-    if name in _BPE_URLS:
-        return name
-    # Gateways prefix providers ("openai/gpt-4o") and fine-tunes are "ft:<base>:<org>:...".
-    name = name.rsplit("/", 1)[-1].removeprefix("ft:")
-    for prefix, encoding in _MODEL_PREFIXES:
-        # A separator after the prefix keeps "o1" from claiming names that merely start with it.
-        if name == prefix or name.startswith((prefix + "-", prefix + ".", prefix + ":")):
-            return encoding
-    accepted = ", ".join(f"{p}*" for p, _ in _MODEL_PREFIXES)
-    raise UnknownModelError(
-        f"unknown model {model!r}: expected one of {accepted} or an encoding name ({', '.join(ENCODINGS)})"
-    )
+    return resolve_model(model).encoding
 
 
 def _bpe_cache_path(cache_dir: Path, encoding_name: str) -> Path:

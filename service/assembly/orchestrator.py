@@ -92,11 +92,12 @@ from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
+from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
-from service.tokens import TokenCounter, Tokenizers, UnknownModelError
+from service.tokens import TokenCounter, Tokenizers
 
 log = structlog.get_logger(__name__)
 
@@ -233,11 +234,13 @@ class Orchestrator:
 
     # -- validation --------------------------------------------------------------------------------
 
-    def counter_for(self, model: str) -> TokenCounter:
+    def counter_for(self, req: AssembleRequest) -> tuple[TokenCounter, ModelTokens]:
         try:
-            return self.tokenizers.for_model(model)
+            tokens = resolve_model(req.model, req.encoding)
         except UnknownModelError as exc:
-            raise BadRequest(str(exc), code="unknown_model", details={"field": "model"}) from exc
+            raise BadRequest(str(exc), code="unknown_model",
+                             details={"field": "model", "accepted": accepted_choices()}) from exc
+        return self.tokenizers.get(tokens.encoding), tokens
 
     def _validate(self, req: AssembleRequest) -> None:
         s = self.settings
@@ -361,18 +364,19 @@ class Orchestrator:
 
     def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
                           directive: str | None, history: list[tuple[str, str]], req: AssembleRequest,
-                          reserve: int) -> _Ranked:
+                          reserve: int, window: int | None) -> _Ranked:
         started = time.perf_counter()
         budget, kept = plan_budget(counter, directive=directive, history=history, reserve_tokens=reserve,
-                                   max_context_tokens=req.max_context_tokens,
+                                   max_context_tokens=window,
                                    selective=sel if req.selective else None)
         if budget.overflow > 0:
             raise Unprocessable(
                 f"the directive, the reserve and the chat envelope alone need {budget.overflow} tokens more than "
-                f"max_context_tokens ({req.max_context_tokens}), even with every recent message left out",
+                f"max_context_tokens ({window} {counter.encoding_name} tokens), even with every recent message "
+                "left out",
                 code="context_budget_too_small",
                 details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
-                         "overhead_tokens": budget.overhead, "max_context_tokens": req.max_context_tokens})
+                         "overhead_tokens": budget.overhead, "max_context_tokens": window})
         budgeted = time.perf_counter()
         scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
                                   show_dates=sel.temporal)
@@ -392,19 +396,21 @@ class Orchestrator:
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
         """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble."""
         self._validate(req)
-        counter = self.counter_for(req.model)
+        counter, model = self.counter_for(req)
         # Selective mode sizes the cold search by its budget, so it is planned first; otherwise the
         # plan is made while the branches' I/O is in flight.
         sel = plan_selective_budget(req.query) if req.selective else None
         search, keep = self._search_request(org_id, req, sel)
         async with self.admission.admit(caller.remaining_ms()) as queued_ms:
-            return await self._assemble(org_id, req, caller, counter, search, keep, queued_ms, sel)
+            return await self._assemble(org_id, req, caller, (counter, model), search, keep, queued_ms, sel)
 
-    async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline, counter: TokenCounter,
+    async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline,
+                        counting: tuple[TokenCounter, ModelTokens],
                         search: SearchRequest, keep: int, queued_ms: float,
                         planned: SelectiveBudget | None) -> AssembleResponse:
         started = time.perf_counter()
         s = self.settings
+        counter, model = counting
         if caller.passed():
             raise DeadlineExceeded("the caller's deadline passed before assembly started", code="deadline_exceeded",
                                    details={"level": "L3"})
@@ -446,9 +452,13 @@ class Orchestrator:
             candidates += _hot_candidates(hot_run.value, req.query, query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
-        reserve = req.reserve_tokens if req.reserve_tokens is not None else s.default_reserve_tokens
+        # A model counted with another family's encoding budgets only a share of its window (see
+        # service.model_families): the window rounds down, the reserve kept free rounds up.
+        reserve = model.scale(req.reserve_tokens if req.reserve_tokens is not None else s.default_reserve_tokens,
+                              round_up=True)
+        window = None if req.max_context_tokens is None else model.scale(req.max_context_tokens)
         directive_text = directive.content if directive is not None else None
-        work = (candidates, sel, counter, directive_text, history, req, reserve)
+        work = (candidates, sel, counter, directive_text, history, req, reserve, window)
         if len(candidates) > s.inline_cpu_candidates:
             ranked = await asyncio.get_running_loop().run_in_executor(self._cpu, self._rank_pack_format, *work)
         else:
@@ -462,7 +472,7 @@ class Orchestrator:
         level: Level = "L0" if len(usable) == 2 else "L1" if usable else "L2"
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = self._response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
-                                  budget_pre_ms, started, counter, sel)
+                                  budget_pre_ms, started, counting, sel)
         response.metrics.queued_ms = queued_ms
         self.access.record(org_id, [m.id for m in response.memories_used])
         self._log(org_id, req, response)
@@ -471,9 +481,11 @@ class Orchestrator:
 
     def _response(self, req: AssembleRequest, ranked: _Ranked, directive: DirectiveOut | None, level: Level,
                   sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
-                  cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float, counter: TokenCounter,
-                  sel: SelectiveBudget) -> AssembleResponse:
+                  cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float,
+                  counting: tuple[TokenCounter, ModelTokens], sel: SelectiveBudget) -> AssembleResponse:
         shaping = time.perf_counter()
+        counter, model = counting
+        margin = model.reason()
         b = ranked.budget
         memories = [
             MemoryUsed(id=UUID(p.id), tag=p.tag, text=p.candidate.text, tokens=p.tokens, origin=p.candidate.origin,
@@ -485,6 +497,10 @@ class Orchestrator:
         ]
         dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
                                  composite=round(d.scores.composite, 4)) for d in ranked.result.dropped]
+        if req.explain:
+            offered = {c.candidate.id: c.candidate for c in ranked.scored}
+            for out, d in zip(dropped, ranked.result.dropped, strict=True):
+                out.text, out.origin, out.scores = offered[d.id].text, offered[d.id].origin, _scores(d.scores)
         budget = BudgetOut(
             mode=b.mode, max_context_tokens=b.total, directive_tokens=b.directive, history_tokens=b.history,
             reserve_tokens=b.reserve, overhead_tokens=b.overhead, memories_budget_tokens=b.memories_available,
@@ -492,7 +508,8 @@ class Orchestrator:
             context_tokens=ranked.context_tokens, history_messages=b.history_messages,
             history_messages_dropped=b.history_dropped, intent=str(sel.intent), complexity=str(sel.complexity),
             tier=b.tier, multiplier=b.multiplier, encoding=counter.encoding_name,
-            reasons=list(sel.reasons) if req.selective else [],
+            reasons=(list(sel.reasons) if req.selective else []) + ([margin] if margin else []),
+            model_family=model.family, safety_factor=model.safety_factor,
         )
         hot_value, cold_value = hot_run.value, cold_run.value
         branches = Branches(

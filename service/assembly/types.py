@@ -39,7 +39,11 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent_id: AgentId
     query: str
     model: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    """Selects the tiktoken encoding (gpt-4o*, gpt-4.1*, o1/o3/o4*, gpt-4*, gpt-3.5*, or an encoding name)."""
+    """Selects the tiktoken encoding: OpenAI models (gpt-4o*, gpt-4.1*, gpt-5*, o1/o3/o4*, gpt-4*,
+    gpt-3.5*) exactly; claude*, gemini*/gemma*, llama*, mistral*/mixtral*/codestral*..., qwen* with
+    cl100k_base and a safety margin on the window (``budget.safety_factor``); or an encoding name."""
+    encoding: Literal["cl100k_base", "o200k_base"] | None = None
+    """Count with this encoding, trusted as exact (no margin); ``model`` is then only a label."""
     recent_messages: list[Message] = msgspec.field(default_factory=list)
     max_context_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """The whole window the block must fit (with ``reserve_tokens`` kept free). Omit for selective mode."""
@@ -49,6 +53,9 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reserve_tokens: Tokens | None = None
     """Kept free for the answer (default: the service's ``default_reserve_tokens``)."""
     retrieval: RetrievalOptions = msgspec.field(default_factory=RetrievalOptions)
+    explain: bool = False
+    """Also return each dropped candidate's text, origin and score breakdown (the explain page asks for
+    them); off by default, which keeps the response small."""
 
 
 class DirectiveUsed(msgspec.Struct):
@@ -90,6 +97,12 @@ class DroppedMemory(msgspec.Struct):
     tokens: int
     """Tokens of its memory line without a tag."""
     composite: float
+    text: str | None = None
+    """With ``explain: true``: the memory's text."""
+    origin: Literal["hot", "cold"] | None = None
+    """With ``explain: true``: the branch that offered it."""
+    scores: Scores | None = None
+    """With ``explain: true``: its score breakdown when it was dropped."""
 
 
 class BudgetOut(msgspec.Struct):
@@ -122,7 +135,13 @@ class BudgetOut(msgspec.Struct):
     multiplier: float
     encoding: str
     reasons: list[str]
-    """Selective mode's explanation (intent, complexity, tier, multiplier)."""
+    """How the budget was reached: selective mode's intent, complexity, tier and multiplier, and the
+    model family's safety margin when its tokens are estimated."""
+    model_family: str = "openai"
+    """openai, claude, gemini, llama, mistral, qwen, or the encoding named by the request."""
+    safety_factor: float = 1.0
+    """The share of the request's window and reserve budgeted in ``encoding`` tokens (1: exact count);
+    ``max_context_tokens`` and ``reserve_tokens`` above are already multiplied by it."""
 
 
 class Branch(msgspec.Struct):

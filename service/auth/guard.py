@@ -8,7 +8,7 @@ from uuid import UUID
 from litestar import Request
 
 from service.auth.keys import hash_key
-from service.errors import Unauthorized
+from service.errors import InvalidToken, Unauthorized
 from service.runtime import Services
 
 
@@ -46,6 +46,6 @@ async def authenticate(request: Request, services: Services) -> UUID:  # type: i
     if org_id is None:
         org_id = await services.db.resolve_api_key(key_hash)
         if org_id is None:
-            raise Unauthorized("invalid or revoked API key")
+            raise InvalidToken("invalid or revoked API key")
         cache.put(key_hash, org_id)
     return org_id

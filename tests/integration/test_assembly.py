@@ -136,6 +136,29 @@ async def test_full_response(settings: Settings, endpoints: Endpoints, embedder:
     assert b["intent"] in ("factual", "conceptual", "detailed", "complex")
 
 
+async def test_other_model_families_budget_a_share_of_the_window(settings: Settings, endpoints: Endpoints,
+                                                                 embedder: Embedder, tenant: Tenant) -> None:
+    """claude-3-5-sonnet was a 400 unknown_model; now it is counted with cl100k_base and 75% of its
+    window and reserve, unless the caller names the encoding (then the count is trusted as exact)."""
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        r = await assemble(client, tenant, model="claude-3-5-sonnet", reserve_tokens=512)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        exact = (await assemble(client, tenant, model="claude-3-5-sonnet", encoding="cl100k_base",
+                                reserve_tokens=512)).json()
+    b = body["budget"]
+    assert (b["encoding"], b["model_family"], b["safety_factor"]) == ("cl100k_base", "claude", 0.75)
+    assert (b["max_context_tokens"], b["reserve_tokens"]) == (1500, 384)
+    assert any("safety margin" in reason and "0.75" in reason for reason in b["reasons"]), b["reasons"]
+    assert b["memories_budget_tokens"] == (1500 - b["directive_tokens"] - b["history_tokens"] - 384
+                                           - b["overhead_tokens"])
+    assert recount(settings, "cl100k_base", body["context"]) == b["context_tokens"] <= 1500 - 384 - b["overhead_tokens"]
+    e = exact["budget"]
+    assert (e["encoding"], e["model_family"], e["safety_factor"]) == ("cl100k_base", "cl100k_base", 1.0)
+    assert (e["max_context_tokens"], e["reserve_tokens"], e["reasons"]) == (2000, 512, [])
+
+
 def metric_sample(text: str, name: str, labels: str) -> float:
     line = next((x for x in text.splitlines() if x.startswith(f"{name}{{{labels}}} ")), None)
     return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
@@ -267,14 +290,25 @@ async def test_tight_budget_drops_with_reasons(settings: Settings, endpoints: En
         b = body["budget"]
         assert b["memories_tokens"] <= b["memories_budget_tokens"]
         assert recount(settings, "o200k_base", body["context"]) <= 600 - 540 - b["overhead_tokens"]
+        assert all(d["text"] is None and d["scores"] is None for d in body["dropped"])  # not asked for
+        explained = (await assemble(client, tenant, max_context_tokens=600, reserve_tokens=540, explain=True)).json()
+    texts = {m[0] for m in [*MEMORIES, *twins]}
+    assert [d["id"] for d in explained["dropped"]] == [d["id"] for d in body["dropped"]]
+    for d in explained["dropped"]:
+        assert d["text"] in texts and d["origin"] in ("hot", "cold")
+        assert set(d["scores"]) == SCORES and d["scores"]["composite"] == d["composite"]
 
 
 async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
         await seed(client, tenant)
-        r = await assemble(client, tenant, model="llama-3-70b")
+        r = await assemble(client, tenant, model="deepseek-v3")
         assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_model"
-        assert "gpt-4o" in r.json()["error"]["message"]
+        error = r.json()["error"]
+        assert "gpt-4o*" in error["message"] and "claude*" in error["message"] and "cl100k_base" in error["message"]
+        assert error["details"]["field"] == "model" and "qwen*" in error["details"]["accepted"]
+        r = await assemble(client, tenant, model="deepseek-v3", encoding="p50k_base")
+        assert r.status_code == 400
         r = await assemble(client, tenant, max_context_tokens=None)
         assert r.status_code == 400 and r.json()["error"]["code"] == "validation_error"
         r = await assemble(client, tenant, retrieval={"filters": {"agent_id": "someone-else"}})

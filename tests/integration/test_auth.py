@@ -40,6 +40,10 @@ async def test_bad_credentials_are_401(client: AsyncTestClient[Any], method: str
     r = await client.request(method, path, headers=headers, json=body if method in ("POST", "PUT", "PATCH") else None)
     assert r.status_code == 401, r.text
     assert r.json()["error"]["code"] == "unauthorized"
+    # RFC 6750: the challenge names the scheme; a key that was sent and refused is an invalid_token.
+    sent_a_key = headers.get("Authorization", "").lower().startswith("bearer pgc_")
+    assert r.headers["WWW-Authenticate"] == (
+        'Bearer realm="pgcontext", error="invalid_token"' if sent_a_key else 'Bearer realm="pgcontext"')
 
 
 async def test_scheme_is_case_insensitive(client: AsyncTestClient[Any], tenant: Tenant) -> None:
@@ -61,6 +65,7 @@ async def test_revoked_key_is_401(client: AsyncTestClient[Any], tenant: Tenant, 
         await conn.close()
     r = await client.get("/v1/memories", headers=tenant.headers)  # the settings fixture caches keys for 0 s
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+    assert r.headers["WWW-Authenticate"] == 'Bearer realm="pgcontext", error="invalid_token"'
     r = await client.get("/v1/memories", headers={"Authorization": f"Bearer {second.key}"})
     assert r.status_code == 200 and len(r.json()["items"]) == 1
 

@@ -29,6 +29,7 @@ async def test_metrics_need_the_token_when_one_is_set(settings: Settings, endpoi
                         {"Authorization": f"Basic {token}"}, {"Authorization": f"Bearer {token}x"}):
             r = await http.get("/metrics", headers=headers)
             assert r.status_code == 401, (headers, r.text)
+            assert r.headers["WWW-Authenticate"].startswith("Bearer "), r.headers
             error: dict[str, Any] = r.json()["error"]
             assert error["code"] == "unauthorized" and "metrics" in error["message"], error
             assert error["request_id"] == r.headers["x-request-id"]

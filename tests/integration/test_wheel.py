@@ -119,6 +119,9 @@ def test_wheel_installs_and_serves_outside_the_repository(tmp_path: Path, settin
         r = httpx.get(f"{base}/v1/memories/{memory_id}", headers=headers, timeout=10)
         assert r.status_code == 200, r.text
         assert r.json()["text"] == text and r.json()["agent_id"] == "wheel"
+        for asset in ("/explain", "/explain/explain.js", "/explain/explain.css"):  # package data in the wheel
+            r = httpx.get(f"{base}{asset}", timeout=10)
+            assert r.status_code == 200 and len(r.content) > 1000, (asset, r.status_code)
 
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 from pathlib import Path
 
 import pytest
 
+from service.model_families import resolve_model
 from service.tokens import (
     ENCODINGS,
     MESSAGE_OVERHEAD,
@@ -128,12 +130,60 @@ def test_encoding_for_model(model: str, encoding: str) -> None:
     assert encoding_for_model(model) == encoding
 
 
-@pytest.mark.parametrize("model", ["claude-3-opus", "llama-3", "o10", "gpt-2", "", "p50k_base"])
+@pytest.mark.parametrize("model", ["o10", "gpt-2", "", "p50k_base", "claudette", "llamas", "geminis", "phi-3",
+                                   "deepseek-v3", "command-r"])
 def test_unknown_models_are_refused_with_the_accepted_list(model: str) -> None:
     with pytest.raises(UnknownModelError) as info:
         encoding_for_model(model)
     assert isinstance(info.value, ValueError)
-    assert "gpt-4o*" in str(info.value) and "cl100k_base" in str(info.value)
+    message = str(info.value)
+    assert all(choice in message for choice in ("gpt-4o*", "claude*", "gemini*", "llama*", "mistral*", "qwen*",
+                                                "cl100k_base", "o200k_base")), message
+
+
+@pytest.mark.parametrize(
+    ("model", "family", "factor"),
+    [
+        ("claude-3-5-sonnet", "claude", 0.75),
+        ("claude-sonnet-4-5-20250929", "claude", 0.75),
+        ("anthropic/claude-3-opus", "claude", 0.75),
+        ("anthropic.claude-3-5-sonnet-20240620-v1:0", "claude", 0.75),
+        ("us.anthropic.claude-3-7-sonnet-20250219-v1:0", "claude", 0.75),
+        ("gemini-1.5-pro", "gemini", 0.85),
+        ("gemini-2.5-flash", "gemini", 0.85),
+        ("publishers/google/models/gemini-2.0-flash", "gemini", 0.85),
+        ("gemma-2-9b-it", "gemini", 0.85),
+        ("llama-3.1-70b-instruct", "llama", 0.8),
+        ("meta-llama/Llama-3.3-70B-Instruct", "llama", 0.8),
+        ("llama3", "llama", 0.8),
+        ("meta.llama3-70b-instruct-v1:0", "llama", 0.8),
+        ("codellama-34b", "llama", 0.8),
+        ("mistral-large-latest", "mistral", 0.75),
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistral", 0.75),
+        ("open-mistral-nemo", "mistral", 0.75),
+        ("codestral-2501", "mistral", 0.75),
+        ("qwen2.5-72b-instruct", "qwen", 0.9),
+        ("Qwen/Qwen3-32B", "qwen", 0.9),
+        ("qwq-32b", "qwen", 0.9),
+        ("gpt-4o", "openai", 1.0),
+        ("gpt-4", "openai", 1.0),
+    ],
+)
+def test_model_families_count_with_a_margin(model: str, family: str, factor: float) -> None:
+    tokens = resolve_model(model)
+    assert (tokens.family, tokens.safety_factor) == (family, factor)
+    assert tokens.encoding == ("o200k_base" if model == "gpt-4o" else "cl100k_base")
+    # The window is multiplied down (what surely fits), the reserve kept free up.
+    assert tokens.scale(1000) == int(1000 * factor) and tokens.scale(999, round_up=True) == math.ceil(999 * factor)
+    assert (tokens.reason() is None) == (factor == 1.0)
+
+
+def test_an_explicit_encoding_wins_and_is_exact() -> None:
+    tokens = resolve_model("my-house-model", "o200k_base")
+    assert (tokens.encoding, tokens.family, tokens.safety_factor) == ("o200k_base", "o200k_base", 1.0)
+    assert resolve_model("claude-3-opus", "cl100k_base").safety_factor == 1.0
+    with pytest.raises(UnknownModelError, match="cl100k_base, o200k_base"):
+        resolve_model("gpt-4o", "p50k_base")
 
 
 def test_tokenizers_share_one_counter_per_encoding(tokenizers: Tokenizers) -> None:

@@ -1,0 +1,265 @@
+// pgcontext explain page: plain browser JavaScript, no dependencies, no build step.
+// Everything shown comes from the public API, and every value is written with textContent
+// (never as markup): memory texts are user data.
+"use strict";
+
+const KEY_SLOT = "pgcontext.explain.key"; // sessionStorage only: gone when the tab closes
+const SCORE_NAMES = ["relevance", "recency", "usefulness", "informativeness", "uniqueness", "composite"];
+const TIMINGS = ["budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",
+                 "ranking_ms", "packing_ms", "formatting_ms", "queued_ms", "total_ms"];
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null) continue;
+    if (name === "text") node.textContent = String(value);
+    else if (name === "className") node.className = value;
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function fmt(value, digits = 3) {
+  if (value === null || value === undefined) return "—";
+  return typeof value === "number" && !Number.isInteger(value) ? value.toFixed(digits) : String(value);
+}
+
+function table(node, headers, rows) {
+  node.replaceChildren(
+    el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", { text: h })))),
+    el("tbody", {}, ...rows));
+}
+
+function keyValues(node, pairs) {
+  node.replaceChildren(el("tbody", {}, ...pairs.map(([k, v]) =>
+    el("tr", { "data-key": k }, el("th", { text: k }), el("td", { text: fmt(v) })))));
+}
+
+// -- the key ---------------------------------------------------------------------------------------
+
+function apiKey() {
+  return sessionStorage.getItem(KEY_SLOT);
+}
+
+function showKeyState() {
+  const key = apiKey();
+  $("key-state").textContent = key
+    ? "Key set for this tab; it is forgotten when the tab closes."
+    : "No key yet: it stays in this tab only (sessionStorage).";
+}
+
+async function api(method, path, body) {
+  const key = apiKey();
+  if (!key) throw { code: "no_key", message: "enter an API key first" };
+  const response = await fetch(path, {
+    method,
+    headers: { "Authorization": `Bearer ${key}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const payload = await response.json().catch(() => null);
+  if (!response.ok) {
+    const error = (payload && payload.error) || {};
+    throw { status: response.status, code: error.code || `http_${response.status}`,
+            message: error.message || response.statusText, request_id: error.request_id };
+  }
+  return payload;
+}
+
+function showError(node, error) {
+  node.hidden = false;
+  const where = error.status ? `${error.status} ` : "";
+  const rid = error.request_id ? ` (request ${error.request_id})` : "";
+  node.textContent = `${where}${error.code || "error"}: ${error.message || error}${rid}`;
+}
+
+async function loadAgents() {
+  // One page of the org's memories is enough to suggest agent ids; typing any id works too.
+  try {
+    const page = await api("GET", "/v1/memories?limit=200");
+    const agents = [...new Set(page.items.map((m) => m.agent_id).filter(Boolean))].sort();
+    $("agents").replaceChildren(...agents.map((a) => el("option", { value: a })));
+  } catch (_) {
+    $("agents").replaceChildren();
+  }
+}
+
+// -- assemble --------------------------------------------------------------------------------------
+
+function assembleRequest() {
+  const mode = document.querySelector("input[name=mode]:checked").value;
+  const body = {
+    agent_id: $("agent").value.trim(),
+    query: $("query").value,
+    model: $("model").value.trim(),
+    retrieval: { strategy: $("strategy").value },
+    explain: true,
+  };
+  if (mode !== "fixed") body.selective = true;
+  if (mode !== "selective") body.max_context_tokens = Number($("max-tokens").value);
+  if ($("reserve-tokens").value !== "") body.reserve_tokens = Number($("reserve-tokens").value);
+  const messages = $("messages").value.split("\n").map((line) => line.trim()).filter(Boolean);
+  if (messages.length) {
+    body.recent_messages = messages.map((line) => {
+      const at = line.indexOf(":");
+      return at > 0 ? { role: line.slice(0, at).trim(), content: line.slice(at + 1).trim() }
+                    : { role: "user", content: line };
+    });
+  }
+  return body;
+}
+
+function scoreCells(scores) {
+  const show = (v) => (typeof v === "number" ? v.toFixed(3) : "—");
+  return SCORE_NAMES.map((name) => el("td", { className: "num", "data-score": name, text: show(scores && scores[name]) }));
+}
+
+function renderAssembly(r) {
+  $("level").textContent = r.degradation_level;
+  $("level").className = `badge level-${r.degradation_level}`;
+  $("sources").textContent = `sources: ${r.sources_available.join(", ") || "none"}`;
+  $("totals").textContent = `${fmt(r.metrics.total_ms, 1)} ms · ${r.metrics.candidates_evaluated} candidates · `
+    + `${r.memories_used.length} packed · ${r.dropped.length} dropped`;
+
+  table($("used"), ["#", "memory", "origin", "tokens", ...SCORE_NAMES, "justification"],
+    r.memories_used.map((m) => el("tr", { "data-id": m.id },
+      el("td", { text: m.tag }),
+      el("td", { className: "text", "data-field": "text", text: m.text }),
+      el("td", { text: m.origin + (m.in_hot_and_cold ? " + cold" : "") }),
+      el("td", { className: "num", text: m.tokens }),
+      ...scoreCells(m.scores),
+      el("td", { className: "why", "data-field": "justification", text: m.justification }))));
+
+  table($("dropped"), ["memory", "reason", "detail", "tokens", ...SCORE_NAMES],
+    r.dropped.map((d) => el("tr", { "data-id": d.id },
+      el("td", { className: "text", "data-field": "text", text: d.text ?? d.id }),
+      el("td", {}, el("span", { className: `reason reason-${d.reason}`, "data-field": "reason", text: d.reason })),
+      el("td", { className: "why", text: d.detail }),
+      el("td", { className: "num", text: d.tokens }),
+      ...scoreCells(d.scores || { composite: d.composite }))));
+  if (!r.dropped.length) table($("dropped"), ["nothing was dropped"], []);
+
+  const b = r.budget;
+  keyValues($("budget"), [
+    ["mode", b.mode], ["model_family", b.model_family], ["encoding", b.encoding], ["safety_factor", b.safety_factor],
+    ["max_context_tokens", b.max_context_tokens], ["reserve_tokens", b.reserve_tokens],
+    ["directive_tokens", b.directive_tokens], ["history_tokens", b.history_tokens],
+    ["overhead_tokens", b.overhead_tokens], ["memories_budget_tokens", b.memories_budget_tokens],
+    ["memories_tokens", b.memories_tokens], ["tag_tokens", b.tag_tokens], ["context_tokens", b.context_tokens],
+    ["history_messages", b.history_messages], ["history_messages_dropped", b.history_messages_dropped],
+    ["intent", b.intent], ["complexity", b.complexity], ["tier", b.tier], ["multiplier", b.multiplier],
+  ]);
+  const reasons = [...b.reasons];
+  if (b.max_context_tokens !== null) {
+    const room = b.max_context_tokens - b.directive_tokens - b.history_tokens - b.reserve_tokens - b.overhead_tokens;
+    reasons.push(`window ${b.max_context_tokens} − directive ${b.directive_tokens} − history ${b.history_tokens}`
+      + ` − reserve ${b.reserve_tokens} − envelope ${b.overhead_tokens} = ${room} tokens for memories`
+      + (b.mode === "selective" ? ` (the smaller of this and the selective budget wins: ${b.memories_budget_tokens})` : ""));
+  }
+  reasons.push(`memories took ${b.memories_tokens} of ${b.memories_budget_tokens} tokens (${b.tag_tokens} of them tags);`
+    + ` the context is ${b.context_tokens} ${b.encoding} tokens`);
+  $("reasons").replaceChildren(...reasons.map((reason) => el("li", { text: reason })));
+
+  table($("branches"), ["branch", "outcome", "ms", "count", "source", "detail"],
+    ["directive", "hot", "cold"].map((name) => {
+      const br = r.branches[name];
+      return el("tr", { "data-branch": name },
+        el("td", { text: name }),
+        el("td", {}, el("span", { className: `outcome outcome-${br.outcome}`, text: br.outcome })),
+        el("td", { className: "num", text: fmt(br.ms, 1) }),
+        el("td", { className: "num", text: fmt(br.count) }),
+        el("td", { text: fmt(br.source) }),
+        el("td", { className: "why", text: br.detail || "" }));
+    }));
+
+  keyValues($("timings"), [...TIMINGS.map((name) => [name, r.metrics[name]]),
+                           ["candidates_evaluated", r.metrics.candidates_evaluated]]);
+  $("context").textContent = r.context;
+  $("assemble-result").hidden = false;
+}
+
+async function runAssemble(event) {
+  event.preventDefault();
+  $("assemble-error").hidden = true;
+  try {
+    renderAssembly(await api("POST", "/v1/context/assemble", assembleRequest()));
+  } catch (error) {
+    $("assemble-result").hidden = true;
+    showError($("assemble-error"), error);
+  }
+}
+
+// -- search ----------------------------------------------------------------------------------------
+
+function renderSearch(r) {
+  const m = r.metrics;
+  $("search-summary").textContent = `strategy ${r.strategy} (asked ${r.requested_strategy}): ${r.reason}`
+    + (r.fallback_reason ? ` · fallback: ${r.fallback_reason}` : "")
+    + ` · ${fmt(m.total_ms, 1)} ms (lexical ${fmt(m.lexical_ms, 1)}, semantic ${fmt(m.semantic_ms, 1)},`
+    + ` fusion ${fmt(m.fusion_ms, 1)}) · candidates lexical ${fmt(m.lexical_candidates)}, semantic ${fmt(m.semantic_candidates)}`;
+  table($("results"), ["#", "memory", "agent", "kind", "final score", "lexical rank", "lexical score",
+                       "semantic rank", "semantic score", "fusion"],
+    r.results.map((hit, i) => el("tr", { "data-id": hit.id },
+      el("td", { text: i + 1 }),
+      el("td", { className: "text", "data-field": "text", text: hit.text }),
+      el("td", { text: fmt(hit.agent_id) }),
+      el("td", { text: hit.kind }),
+      el("td", { className: "num", "data-field": "final_score", text: fmt(hit.final_score) }),
+      el("td", { className: "num", "data-field": "lexical_rank", text: fmt(hit.lexical_rank) }),
+      el("td", { className: "num", text: fmt(hit.lexical_score) }),
+      el("td", { className: "num", "data-field": "semantic_rank", text: fmt(hit.semantic_rank) }),
+      el("td", { className: "num", text: fmt(hit.semantic_score) }),
+      el("td", { text: hit.fusion_method }))));
+  $("search-result").hidden = false;
+}
+
+async function runSearch(event) {
+  event.preventDefault();
+  $("search-error").hidden = true;
+  const agent = $("search-agent").value.trim();
+  const body = { query: $("search-query").value, strategy: $("search-strategy").value,
+                 limit: Number($("search-limit").value) };
+  if (agent) body.filters = { agent_id: agent };
+  try {
+    renderSearch(await api("POST", "/v1/memories/search", body));
+  } catch (error) {
+    $("search-result").hidden = true;
+    showError($("search-error"), error);
+  }
+}
+
+// -- wiring ----------------------------------------------------------------------------------------
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = $("api-key").value.trim();
+    if (key) sessionStorage.setItem(KEY_SLOT, key);
+    $("api-key").value = "";
+    showKeyState();
+    loadAgents();
+  });
+  $("forget-key").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY_SLOT);
+    showKeyState();
+  });
+  for (const tab of document.querySelectorAll(".tab")) {
+    tab.addEventListener("click", () => {
+      for (const other of document.querySelectorAll(".tab")) other.classList.toggle("active", other === tab);
+      for (const view of document.querySelectorAll(".view")) view.hidden = view.id !== tab.dataset.tab;
+    });
+  }
+  const syncBudget = () => {
+    $("max-tokens").disabled = document.querySelector("input[name=mode]:checked").value === "selective";
+  };
+  for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", syncBudget);
+  $("assemble-form").addEventListener("submit", runAssemble);
+  $("search-form").addEventListener("submit", runSearch);
+  showKeyState();
+  if (apiKey()) loadAgents();
+});

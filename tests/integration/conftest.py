@@ -1,0 +1,82 @@
+"""A live service: ``pgcontext serve`` as a real process on a real port, against the session's
+Postgres and Redis (the docs' examples and the explain page's browser talk to it over HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.embedded import free_port
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
+
+GENEROUS_DEADLINES = {"PGCONTEXT_DEADLINE_MS": "5000", "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": "2000",
+                      "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS": "2000", "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS": "3000"}
+"""What these tests check must not depend on how loaded the machine is (40 ms is the default wall)."""
+
+
+@dataclass
+class LiveService:
+    base: str
+    proc: subprocess.Popen[str]
+    output: Output
+    data_dir: Path
+
+    def wait_ready(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert self.proc.poll() is None, f"serve exited early:\n{self.output.text()}"
+            assert time.monotonic() < deadline, f"serve was not ready in time:\n{self.output.text()}"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def serving(data_dir: Path, settings: Settings, app_dsn: str, redis_url: str, *args: str) -> Iterator[LiveService]:
+    """``pgcontext serve --no-migrate ARGS`` with the service role's DSN (the schema is already at head)."""
+    copy_models(settings.data_dir / "models", data_dir / "models")
+    port = free_port()
+    env = clean_env(PGCONTEXT_DATA_DIR=str(data_dir), PGCONTEXT_PORT=str(port), PGCONTEXT_APP_DATABASE_URL=app_dsn,
+                    PGCONTEXT_REDIS_URL=redis_url, PGCONTEXT_AUTH_CACHE_TTL_S="0", **GENEROUS_DEADLINES)
+    proc = subprocess.Popen([*PGCONTEXT, "serve", "--no-migrate", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    live = LiveService(f"http://127.0.0.1:{port}", proc, Output(proc), data_dir)
+    try:
+        live.wait_ready()
+        yield live
+    finally:
+        live.stop()
+
+
+@pytest.fixture(scope="session")
+def live_service(tmp_path_factory: pytest.TempPathFactory, settings: Settings, app_dsn: str,
+                 redis_url: str) -> Iterator[LiveService]:
+    with serving(tmp_path_factory.mktemp("live"), settings, app_dsn, redis_url) as live:
+        yield live
+
+
+@pytest.fixture(scope="session")
+def live_tenant(make_tenant: Callable[[str], Awaitable[Tenant]]) -> Tenant:
+    """An org of its own for the live service's tests (created as the owner, outside any event loop)."""
+    return asyncio.run(make_tenant("live"))  # type: ignore[arg-type]
