@@ -34,6 +34,10 @@ class AssembleRequest(In):
     selective: bool | None = None
     reserve_tokens: int | None = None
     retrieval: RetrievalOptions | None = None
+    encoding: str | None = None
+    """Count with this tiktoken encoding (``cl100k_base``, ``o200k_base``), trusted as exact."""
+    explain: bool | None = None
+    """Also return each dropped candidate's text, origin and scores."""
 
 
 class DirectiveUsed(msgspec.Struct, kw_only=True):
@@ -69,6 +73,9 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     detail: str
     tokens: int
     composite: float
+    text: str | None = None
+    origin: str | None = None
+    scores: Scores | None = None
 
 
 class Budget(msgspec.Struct, kw_only=True):
@@ -90,6 +97,8 @@ class Budget(msgspec.Struct, kw_only=True):
     multiplier: float
     encoding: str
     reasons: list[str]
+    model_family: str = "openai"
+    safety_factor: float = 1.0
 
 
 class Branch(msgspec.Struct, kw_only=True):
