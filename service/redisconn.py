@@ -12,6 +12,10 @@ compare-and-set) and pipelines work unchanged on a cluster (``tests/integration/
 redis-py raises some cluster failures (no reachable node, a slot nobody serves) as
 ``RedisClusterException``, which is not a ``RedisError``; every fallback in the service catches
 ``RedisError`` (Redis is a cache), so the cluster client re-raises those as :class:`ClusterUnavailable`.
+So it does with the ``AttributeError`` / ``TypeError`` / ``RuntimeError`` ("the handler is closed")
+redis-py 8.1 lets out of asyncio when a node's connection is torn down under a command
+(redis/redis-py#4287; all three seen here while a killed master's connections were reset during a
+failover): without it a directive read or a write's hot-set invalidation would answer 500.
 """
 
 from __future__ import annotations
@@ -42,10 +46,16 @@ class ClusterUnavailable(RedisConnectionError):
     """A cluster-level failure (no reachable node, a slot no node serves) as a ``RedisError``."""
 
 
-def _as_redis_error(exc: RedisClusterException) -> RedisError:
+_LEAKED = (AttributeError, TypeError, RuntimeError)
+"""What redis-py's async connections raise when their transport was closed under them (see above)."""
+
+
+def as_redis_error(exc: Exception) -> RedisError:
+    message = str(exc)
+    if isinstance(exc, _LEAKED):
+        return ClusterUnavailable(f"connection torn down mid-command: {exc!r}")
     # Keys of one command in several slots is a bug (every key is tagged by org), not an outage: keep it
     # recognisable; it is still a RedisError, so the request degrades instead of failing.
-    message = str(exc)
     if "same" in message and "slot" in message:
         return ClusterCrossSlotError(message)
     return ClusterUnavailable(message)
@@ -55,8 +65,8 @@ class _Pipeline(ClusterPipeline):
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
         try:
             return await super().execute(raise_on_error, allow_redirections)
-        except RedisClusterException as exc:
-            raise _as_redis_error(exc) from exc
+        except (RedisClusterException, *_LEAKED) as exc:
+            raise as_redis_error(exc) from exc
 
 
 class Cluster(RedisCluster):
@@ -65,8 +75,8 @@ class Cluster(RedisCluster):
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().execute_command(*args, **kwargs)
-        except RedisClusterException as exc:
-            raise _as_redis_error(exc) from exc
+        except (RedisClusterException, *_LEAKED) as exc:
+            raise as_redis_error(exc) from exc
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         if shard_hint:

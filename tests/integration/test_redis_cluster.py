@@ -156,11 +156,14 @@ async def _assemblies(http: httpx.AsyncClient, stop: asyncio.Event, seen: Observ
 
 
 async def _writes(http: httpx.AsyncClient, stop: asyncio.Event, seen: Observed) -> int:
+    """Directive PUT and GET, hot-set GET and a memory POST in turn (every Redis path outside assembly)."""
     n = 0
     while not stop.is_set():
         n += 1
         try:
             for r in (await http.put(f"/v1/agents/{AGENT}/directive", json={"content": f"Directive {n}."}),
+                      await http.get(f"/v1/agents/{AGENT}/directive"),
+                      await http.get("/v1/memories/hot", params={"agent_id": AGENT}),
                       await http.post("/v1/memories", json={"text": f"Write number {n} during the failover.",
                                                             "agent_id": AGENT})):
                 seen.statuses[r.status_code] += 1

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from service.redisconn import Cluster, connect, startup_nodes
+from service.redisconn import Cluster, ClusterUnavailable, as_redis_error, connect, startup_nodes
 from service.settings import SettingsError, load_settings
 
 
@@ -44,3 +45,14 @@ def test_settings_refuse_a_cluster_without_a_url_or_with_a_socket() -> None:
     with pytest.raises(SettingsError, match="TCP"):
         load_settings({"PGCONTEXT_REDIS_URL": "unix:///tmp/r.sock", "PGCONTEXT_REDIS_CLUSTER": "true"})
     assert not load_settings({"PGCONTEXT_REDIS_URL": "unix:///tmp/r.sock"}).redis.cluster
+
+
+def test_cluster_failures_outside_redis_error_become_redis_errors() -> None:
+    """Every cache fallback catches RedisError: what redis-py raises otherwise must become one."""
+    assert isinstance(as_redis_error(RedisClusterException("Redis Cluster cannot be connected")), ClusterUnavailable)
+    assert isinstance(as_redis_error(AttributeError("'NoneType' object has no attribute 'writelines'")),
+                      ClusterUnavailable)
+    assert isinstance(as_redis_error(RuntimeError("unable to perform operation on <TCPTransport closed=True>")),
+                      ClusterUnavailable)
+    assert isinstance(as_redis_error(RedisClusterException("MGET - all keys must map to the same key slot")),
+                      ClusterCrossSlotError)
