@@ -14,8 +14,8 @@ redis-py raises some cluster failures (no reachable node, a slot nobody serves) 
 ``RedisError`` (Redis is a cache), so the cluster client re-raises those as :class:`ClusterUnavailable`.
 So it does with the ``AttributeError`` / ``TypeError`` / ``RuntimeError`` ("the handler is closed")
 redis-py 8.1 lets out of asyncio when a node's connection is torn down under a command
-(redis/redis-py#4287; all three seen here while a killed master's connections were reset during a
-failover): without it a directive read or a write's hot-set invalidation would answer 500.
+(redis/redis-py#4287; the first and the last seen here while a killed master's connections were reset
+during a failover): without it a directive read or a write's hot-set invalidation would answer 500.
 """
 
 from __future__ import annotations
