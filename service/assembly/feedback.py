@@ -125,7 +125,8 @@ class AccessRecorder:
     async def flush(self) -> None:
         pending, self._pending, self._size = self._pending, defaultdict(dict), 0
         for org_id, items in pending.items():
-            ids = list(items)
+            # Sorted: flushes of several instances lock the same rows in the same order (no deadlock).
+            ids = sorted(items)
             try:
                 async with self.db.tenant(org_id) as tx:
                     await tx.execute("assembly.record_access", org_id, ids, [items[i][0] for i in ids],

@@ -44,11 +44,11 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.assembly.types import HotMemoryOut, HotSetOut
 from service.db import Database
+from service.redisconn import RedisClient
 from service.settings import AssemblySettings
 
 log = structlog.get_logger(__name__)
@@ -181,7 +181,7 @@ class SingleFlight(Generic[K, V]):
 
 
 class HotSetStore:
-    def __init__(self, db: Database, redis: Redis, settings: AssemblySettings, circuit: RedisCircuit) -> None:
+    def __init__(self, db: Database, redis: RedisClient, settings: AssemblySettings, circuit: RedisCircuit) -> None:
         self.db = db
         self.redis = redis
         self.settings = settings

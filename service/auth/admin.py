@@ -57,8 +57,11 @@ async def revoke_key(conn: asyncpg.Connection, key_or_id: str) -> UUID:
 
 
 async def ensure_default_org(conn: asyncpg.Connection) -> IssuedKey | None:
-    """On a first start (no orgs at all), create the ``default`` org and a key for it."""
-    if await conn.fetchval(query("admin.any_org")):
-        return None
-    await create_org(conn, "default")
-    return await create_key(conn, "default", "initial key")
+    """On a first start (no orgs at all), create the ``default`` org and a key for it (once, also when
+    several instances start together)."""
+    async with conn.transaction():
+        await conn.execute(query("admin.first_start_lock"))
+        if await conn.fetchval(query("admin.any_org")):
+            return None
+        await create_org(conn, "default")
+        return await create_key(conn, "default", "initial key")

@@ -13,11 +13,11 @@ from uuid import UUID
 
 import msgspec
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.db import Database
 from service.directives.types import DirectiveOut
+from service.redisconn import RedisClient
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,7 @@ def cache_key(org_id: UUID, agent_id: str) -> str:
 
 
 class DirectiveStore:
-    def __init__(self, db: Database, redis: Redis) -> None:
+    def __init__(self, db: Database, redis: RedisClient) -> None:
         self.db = db
         self.redis = redis
         self._set_if_newer = redis.register_script(_SET_IF_NEWER)

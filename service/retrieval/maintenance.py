@@ -10,7 +10,8 @@ loss. Small orgs do not need one: a few thousand exact distances are cheap, and 
 with iterative scan covers the middle.
 
 Run by the owner role (DDL), outside transactions (``CREATE/DROP INDEX CONCURRENTLY`` so writers are
-never blocked), periodically or after bulk imports. Idempotent: a second run does nothing.
+never blocked), periodically or after bulk imports. Idempotent: a second run does nothing; runs started
+together (cron on every instance) take turns.
 
 * create when an org has at least ``threshold`` memories (counted from the sharded BM25 counters,
   not a scan of ``memories``);
@@ -21,6 +22,7 @@ never blocked), periodically or after bulk imports. Idempotent: a second run doe
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -37,6 +39,7 @@ DEFAULT_THRESHOLD = 10_000
 """Memories above which an org gets its own HNSW graph (see docs/retrieval.md for the measurement)."""
 DEFAULT_DROP_RATIO = 0.5
 INDEX_PREFIX = "memories_hnsw_org_"
+LOCK_POLL_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +113,14 @@ async def apply(conn: asyncpg.Connection, actions: list[Action], *,
 async def maintain(conn: asyncpg.Connection, *, threshold: int = DEFAULT_THRESHOLD,
                    drop_ratio: float = DEFAULT_DROP_RATIO, dry_run: bool = False,
                    maintenance_work_mem: str | None = None) -> list[Action]:
-    """Plan and (unless ``dry_run``) apply; returns the actions."""
-    actions = await plan(conn, threshold=threshold, drop_ratio=drop_ratio)
-    if not dry_run:
-        await apply(conn, actions, maintenance_work_mem=maintenance_work_mem)
+    """Plan and (unless ``dry_run``) apply; returns the actions. Runs take turns (a session advisory
+    lock): a run that waited plans from what the previous one left, so it finds nothing to redo."""
+    while not await conn.fetchval(query("maintenance.lock")):  # noqa: ASYNC110  # another process holds it
+        await asyncio.sleep(LOCK_POLL_S)
+    try:
+        actions = await plan(conn, threshold=threshold, drop_ratio=drop_ratio)
+        if not dry_run:
+            await apply(conn, actions, maintenance_work_mem=maintenance_work_mem)
+    finally:
+        await conn.execute(query("maintenance.unlock"))
     return actions

@@ -92,7 +92,8 @@ def _probe(doc: SettingDoc, current: Any) -> tuple[str, Any]:
 
 # Variables whose other values need a companion to be valid (load_settings checks them together).
 COMPANIONS = {"PGCONTEXT_RERANK_PROVIDER": {"PGCONTEXT_RERANK_API_BASE": "http://127.0.0.1:9",
-                                            "PGCONTEXT_RERANK_MODEL": "probe-model"}}
+                                            "PGCONTEXT_RERANK_MODEL": "probe-model"},
+              "PGCONTEXT_REDIS_CLUSTER": {"PGCONTEXT_REDIS_URL": "redis://127.0.0.1:7000"}}
 
 
 @pytest.mark.parametrize("doc", [d for d in reference() if d.env], ids=lambda d: d.env[0])

@@ -1,0 +1,137 @@
+"""The one place a Redis client is built: a single server, or a Redis Cluster (redis-py's cluster client).
+
+A cluster is asked for by the URL scheme — ``redis+cluster://host:port,host:port/`` (``rediss+cluster``
+for TLS), every listed node a startup node — or by ``PGCONTEXT_REDIS_CLUSTER=true`` with a plain
+``redis://host:port`` of any one node. Either way the client discovers the rest of the topology and
+follows it through failovers and resharding.
+
+Every key the service writes is hash-tagged by org (``{<org_id>}:...``), so an org's keys share one
+slot: multi-key commands (``MGET`` of a hot set and its stamps), Lua scripts (the directive
+compare-and-set) and pipelines work unchanged on a cluster (``tests/integration/test_redis_cluster.py``).
+
+redis-py raises some cluster failures (no reachable node, a slot nobody serves) as
+``RedisClusterException``, which is not a ``RedisError``; every fallback in the service catches
+``RedisError`` (Redis is a cache), so the cluster client re-raises those as :class:`ClusterUnavailable`.
+So it does with the ``AttributeError`` / ``TypeError`` / ``RuntimeError`` ("the handler is closed")
+redis-py 8.1 lets out of asyncio when a node's connection is torn down under a command
+(redis/redis-py#4287; the first and the last seen here while a killed master's connections were reset
+during a failover): without it a directive read or a write's hot-set invalidation would answer 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.connection import SSLConnection, parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ClusterCrossSlotError, RedisClusterException, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+RedisClient: TypeAlias = Redis | RedisCluster
+"""What the service holds: both kinds answer the same commands, scripts and (non-transactional) pipelines."""
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+HEALTH_CHECK_INTERVAL_S = 30
+CLUSTER_RETRIES = 3
+"""Attempts after a connection error / CLUSTERDOWN, each after re-reading the topology. redis-py's
+default (10, and a 0.25 s pause per pipeline retry) would hold a write's hot-set invalidation for
+seconds during a failover; the reads have their own short deadlines anyway."""
+
+
+class ClusterUnavailable(RedisConnectionError):
+    """A cluster-level failure (no reachable node, a slot no node serves) as a ``RedisError``."""
+
+
+_LEAKED = (AttributeError, TypeError, RuntimeError)
+"""What redis-py's async connections raise when their transport was closed under them (see above)."""
+
+
+def as_redis_error(exc: Exception) -> RedisError:
+    message = str(exc)
+    if isinstance(exc, _LEAKED):
+        return ClusterUnavailable(f"connection torn down mid-command: {exc!r}")
+    # Keys of one command in several slots is a bug (every key is tagged by org), not an outage: keep it
+    # recognisable; it is still a RedisError, so the request degrades instead of failing.
+    if "same" in message and "slot" in message:
+        return ClusterCrossSlotError(message)
+    return ClusterUnavailable(message)
+
+
+class _Pipeline(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except (RedisClusterException, *_LEAKED) as exc:
+            raise as_redis_error(exc) from exc
+
+
+class Cluster(RedisCluster):
+    """redis-py's async cluster client whose cluster failures are ``RedisError`` like any other."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (RedisClusterException, *_LEAKED) as exc:
+            raise as_redis_error(exc) from exc
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            raise RedisClusterException("shard_hint is not supported by the cluster pipeline")
+        return _Pipeline(self, transaction)  # type: ignore[abstract]  # redis-py builds its own the same way
+
+
+def is_cluster_url(url: str) -> bool:
+    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
+
+
+def startup_nodes(url: str) -> tuple[list[tuple[str, int]], str]:
+    """The ``(host, port)`` of every node in a cluster URL, and the URL of the first as plain ``redis(s)://``
+    (credentials and query options kept) for redis-py's own parsing."""
+    parts = urlsplit(url)
+    scheme = CLUSTER_SCHEMES.get(parts.scheme.lower(), parts.scheme.lower())
+    if scheme not in ("redis", "rediss"):
+        raise ValueError(f"a Redis Cluster is reached over TCP (redis:// or rediss://), not {parts.scheme}://")
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep:
+            host, port = item.strip(), "6379"
+        host = host.strip("[]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad cluster node {item!r} in the Redis URL (expected host:port)")
+        nodes.append((unquote(host), int(port)))
+    if parts.path not in ("", "/", "/0"):
+        raise ValueError("a Redis Cluster has only database 0")
+    first_host, first_port = nodes[0]
+    netloc = (f"{userinfo}@" if userinfo else "") + (f"[{first_host}]" if ":" in first_host else first_host)
+    return nodes, urlunsplit((scheme, f"{netloc}:{first_port}", "", parts.query, ""))
+
+
+def check_url(url: str, *, cluster: bool) -> None:
+    """Raise ValueError for a URL the client could not use (at start, not at the first request)."""
+    if cluster or is_cluster_url(url):
+        startup_nodes(url)
+
+
+def connect(url: str, *, cluster: bool = False, timeout_s: float) -> RedisClient:
+    """The service's Redis client for ``url``: a cluster client when ``cluster`` or the scheme says so.
+
+    Connections are made lazily (at the first command), so building a client never blocks or fails on
+    an unreachable server; ``timeout_s`` bounds every socket read and connect (Redis is a cache)."""
+    common: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
+                              "health_check_interval": HEALTH_CHECK_INTERVAL_S}
+    if not (cluster or is_cluster_url(url)):
+        return Redis.from_url(url, **common)
+    nodes, first = startup_nodes(url)
+    options: dict[str, Any] = dict(parse_url(first))  # credentials, TLS and query options of the URL
+    options.pop("host", None)
+    options.pop("port", None)
+    if options.pop("connection_class", None) is SSLConnection:
+        options["ssl"] = True
+    return Cluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes], **{**common, **options},
+                   retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), retries=CLUSTER_RETRIES))

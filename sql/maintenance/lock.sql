@@ -1,0 +1,2 @@
+-- Try to take the session lock held for a whole maintenance run (true when taken): runs from several instances or cron jobs at once take turns (the next then finds nothing to do) instead of racing concurrent index builds on one table. A try, polled by the caller: a session waiting inside pg_advisory_lock is a transaction the running CREATE INDEX CONCURRENTLY would wait for (a deadlock).
+SELECT pg_try_advisory_lock(hashtext('pgcontext:maintain'))
