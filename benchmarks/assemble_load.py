@@ -137,6 +137,8 @@ def service(data_dir: Path, port: int, workers: int = 1) -> Iterator[tuple[str, 
             target.symlink_to((shared / cache).resolve(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
     env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers)})
+    # One org at full speed is what this benchmark measures: no per-org limit unless asked for.
+    env["PGCONTEXT_RATE_LIMIT_RPS"] = os.environ.get("PGCONTEXT_RATE_LIMIT_RPS", "0")
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,

@@ -39,6 +39,7 @@ from service.errors import AppError, ServiceUnavailable
 from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
+from service.ratelimit import RateLimiter
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
@@ -129,7 +130,8 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
         # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
         await embedder.embed(["warm-up query"])
     db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms)
-    services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
+    services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
+                        rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
     services.extras["directives"] = DirectiveStore(db, redis)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,

@@ -109,6 +109,26 @@ class ServerSettings:
     is open, which suits a loopback-only service; set it wherever the port is reachable by others."""
 
 
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
+    """Per-org request quotas: a token bucket per org in Redis, shared by every worker and instance."""
+
+    rps: float = 200.0
+    """Tokens added to an org's bucket per second, i.e. its sustained rate of light requests
+    (0 = no limit). Past it a request answers 429 ``rate_limited`` with ``Retry-After``."""
+    burst: int = 400
+    """Size of the bucket: what an org that has been idle may send at once."""
+    heavy_cost: int = 4
+    """Tokens a heavy request takes (context assembly, search, memory and document writes, export);
+    every other authenticated request takes 1. Default: 50 heavy requests/s per org, 100 at once."""
+    timeout_ms: int = 20
+    """Longest wait for Redis's answer. Past it, or on any Redis error, the request is let through
+    (fail open: Redis is a cache, an outage must not become an outage of the API) and the limiter
+    is skipped for ``retry_s``."""
+    retry_s: float = 2.0
+    """After a Redis failure the limiter lets requests through without asking Redis this long."""
+
+
 RerankProvider = Literal["none", "tei", "cohere", "jina"]
 RERANK_DEFAULT_API_BASE: dict[str, str] = {"cohere": "https://api.cohere.com/v2", "jina": "https://api.jina.ai/v1"}
 
@@ -298,6 +318,7 @@ class Settings:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     documents: DocumentSettings = field(default_factory=DocumentSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
@@ -407,6 +428,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             auth_cache_ttl_s=_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
             workers=_int(env, "PGCONTEXT_WORKERS", 1),
             metrics_token=_get(env, "PGCONTEXT_METRICS_TOKEN"),
+        ),
+        rate_limit=RateLimitSettings(
+            rps=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RPS", 200.0)),
+            burst=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_BURST", 400)),
+            heavy_cost=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_HEAVY_COST", 4)),
+            timeout_ms=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_TIMEOUT_MS", 20)),
+            retry_s=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RETRY_S", 2.0)),
         ),
         retrieval=RetrievalSettings(
             lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),
