@@ -300,6 +300,10 @@ class AssemblySettings:
     inline_cpu_candidates: int = 96
     """Up to this many candidates scoring + packing run on the event loop (a few ms); above, in a
     worker thread so one big request cannot stall every other request's I/O."""
+    inline_history_chars: int = 16_000
+    """Up to this many characters of ``recent_messages`` are counted on the event loop (a few ms at
+    most); a longer history is counted in a worker thread, and only as far back as could fit
+    ``max_context_tokens``, so one request with a huge history cannot stall the others."""
     access_flush_s: float = 2.0
     """Access statistics (last_accessed_at, access_count) of packed memories are batched in-process
     and written this often, off the request path."""
@@ -489,6 +493,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             max_messages=_int(env, "PGCONTEXT_ASSEMBLY_MAX_MESSAGES", 200),
             max_message_chars=_int(env, "PGCONTEXT_ASSEMBLY_MAX_MESSAGE_CHARS", 32_000),
             inline_cpu_candidates=_int(env, "PGCONTEXT_ASSEMBLY_INLINE_CPU_CANDIDATES", 96),
+            inline_history_chars=max(0, _int(env, "PGCONTEXT_ASSEMBLY_INLINE_HISTORY_CHARS", 16_000)),
             access_flush_s=_float(env, "PGCONTEXT_ASSEMBLY_ACCESS_FLUSH_S", 2.0),
             feedback_alpha=_float(env, "PGCONTEXT_ASSEMBLY_FEEDBACK_ALPHA", 0.3),
             tiktoken_dir=Path(raw).expanduser().resolve() if (raw := _get(env, "PGCONTEXT_TIKTOKEN_DIR")) else None,
