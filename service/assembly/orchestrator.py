@@ -415,7 +415,7 @@ class Orchestrator:
         # plan is made while the branches' I/O is in flight.
         sel = plan_selective_budget(req.query) if req.selective else None
         search, keep = self._search_request(org_id, req, sel)
-        async with self.admission.admit(caller.remaining_ms()) as queued_ms:
+        async with self.admission.admit(caller.remaining_ms(), org=org_id) as queued_ms:
             return await self._assemble(org_id, req, caller, counter, search, keep, queued_ms, sel)
 
     async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline, counter: TokenCounter,
