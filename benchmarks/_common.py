@@ -74,7 +74,8 @@ async def app_client(settings: Settings, owner_dsn: str, redis_url: str) -> Asyn
     """The real app (migrated database, configured embedder) behind an in-process ASGI client."""
     app_dsn = await asyncio.to_thread(prepare_database, settings, owner_dsn)  # it runs its own event loop
     if "PGCONTEXT_RATE_LIMIT_RPS" not in os.environ:  # these benchmarks measure one org at full speed
-        settings = dataclasses.replace(settings, rate_limit=dataclasses.replace(settings.rate_limit, rps=0))
+        settings = dataclasses.replace(settings, rate_limit=dataclasses.replace(settings.rate_limit, rps=0,
+                                                                                max_in_flight=0))
     app = create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url))
     async with AsyncTestClient(app=app, timeout=120) as client:
         yield client

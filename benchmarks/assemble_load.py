@@ -141,6 +141,7 @@ def service(data_dir: Path, port: int, workers: int = 1,
     env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers)})
     # One org at full speed is what this benchmark measures: no per-org limit unless asked for.
     env["PGCONTEXT_RATE_LIMIT_RPS"] = os.environ.get("PGCONTEXT_RATE_LIMIT_RPS", "0")
+    env["PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT"] = os.environ.get("PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", "0")
     env.update(extra_env or {})
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:

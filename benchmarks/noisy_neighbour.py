@@ -191,7 +191,8 @@ async def run(url: str, key_a: str, key_b: str, args: argparse.Namespace, querie
     print(f"\np99 flood / solo = {ratio:.2f}; largest level-share difference = {shift:.1%} "
           f"(acceptance: p99 ratio <= 1.20 and level shares within 20 points: "
           f"{'PASS' if ratio <= 1.2 and shift <= 0.2 else 'FAIL'})")
-    print(f"rate limit: {limits.rps:g} tokens/s, burst {limits.burst}, heavy cost {limits.heavy_cost}; "
+    print(f"rate limit: {limits.rps:g} tokens/s, burst {limits.burst}, heavy cost {limits.heavy_cost}, "
+          f"{limits.max_in_flight} requests in flight per org; "
           f"B sent {args.flood_factor:g}x that ({args.flood_kinds}); A at {args.a_rate:g} assemblies/s")
 
 
@@ -215,8 +216,11 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="pgc-noisy-") as tmp:
         data_dir = Path(tmp)
-        limits = {k: v for k, v in os.environ.items() if k.startswith("PGCONTEXT_RATE_LIMIT_")}
-        with service(data_dir, free_port(), extra_env={"PGCONTEXT_RATE_LIMIT_RPS": "200", **limits}) as (url, key_a):
+        defaults = load_settings().rate_limit  # the service's defaults, unless PGCONTEXT_RATE_LIMIT_* say otherwise
+        limits = {"PGCONTEXT_RATE_LIMIT_RPS": str(defaults.rps),
+                  "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT": str(defaults.max_in_flight),
+                  **{k: v for k, v in os.environ.items() if k.startswith("PGCONTEXT_RATE_LIMIT_")}}
+        with service(data_dir, free_port(), extra_env=limits) as (url, key_a):
             assert key_a is not None, "the first start prints the default org's key"
             headers = {"Authorization": f"Bearer {key_a}"}
             seconds = asyncio.run(load_org(url, headers, texts, vectors, args.agents, 10))

@@ -39,7 +39,7 @@ from service.errors import AppError, ServiceUnavailable
 from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
-from service.ratelimit import RateLimiter
+from service.ratelimit import RateLimiter, in_flight_middleware
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
@@ -185,7 +185,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[request_id_middleware, prometheus.middleware],
+        middleware=[request_id_middleware, prometheus.middleware, in_flight_middleware],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="pgcontext", version=__version__, path="/schema",
                                      render_plugins=[SwaggerRenderPlugin()]),

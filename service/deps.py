@@ -14,6 +14,7 @@ from litestar.params import SkipValidationMarker
 from service.auth import authenticate
 from service.errors import BadRequest
 from service.jsondepth import check_json_depth
+from service.ratelimit import SLOT_STATE
 from service.runtime import Services
 
 ServicesDep = Annotated[Services, Dependency(kind="named"), SkipValidationMarker()]
@@ -46,8 +47,11 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         assert isinstance(services, Services)
         org_id = request.state.org_id = await authenticate(request, services)
         limiter = services.rate_limiter
-        if limiter is not None and limiter.enabled:
-            await limiter.check(org_id, limiter.cost(request.method, route_template(request)))
+        if limiter is not None:
+            limiter.enter(org_id)
+            request.scope["state"][SLOT_STATE] = org_id  # given back by in_flight_middleware
+            if limiter.enabled:
+                await limiter.check(org_id, limiter.cost(request.method, route_template(request)))
     if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
         check_json_depth(await request.body())
 

@@ -9,9 +9,11 @@ TTL, which ``volatile-lru`` eviction may take: an evicted bucket is simply full 
 
 Each authenticated request takes 1 token, a heavy one (:data:`HEAVY_ROUTES`) ``heavy_cost``; an
 empty bucket answers 429 ``rate_limited`` with ``Retry-After`` (whole seconds, at least 1) until
-enough tokens are back. Redis failing or slower than ``timeout_ms`` lets the request through (fail
-open, counted in ``pgcontext_rate_limit_fail_open_total``) and the limiter is skipped for
-``retry_s`` so a dead Redis costs nothing per request.
+enough tokens are back. Each org may also have at most ``max_in_flight`` requests in progress per
+process (429 at once beyond): request rates do not bound what expensive requests hold of the
+shared lanes. Redis failing or slower than ``timeout_ms`` lets the request through (fail open,
+counted in ``pgcontext_rate_limit_fail_open_total``) and the limiter is skipped for ``retry_s``
+so a dead Redis costs nothing per request.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Final
 from uuid import UUID
 
 import structlog
+from litestar.types import ASGIApp, Receive, Scope, Send
 from prometheus_client import Counter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -76,6 +79,12 @@ return {allowed, wait_ms}
 """
 
 
+IN_FLIGHT_REFUSED = Counter("pgcontext_rate_limit_in_flight_refused_total",
+                            "Requests refused with 429 because their org had max_in_flight requests in progress")
+SLOT_STATE = "org_slot"
+"""``scope["state"]`` key holding the org whose in-flight slot the request took (released by the middleware)."""
+
+
 def bucket_key(org_id: UUID) -> str:
     return f"{{{org_id}}}:ratelimit"
 
@@ -85,6 +94,7 @@ class RateLimiter:
         self.settings = settings
         self._take = redis.register_script(_TAKE)
         self._skip_until = 0.0
+        self._in_flight: dict[UUID, int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -94,6 +104,27 @@ class RateLimiter:
         # A cost above the bucket could never be paid: cap it so a small burst still lets heavy calls through.
         heavy = (method, route) in HEAVY_ROUTES
         return min(self.settings.heavy_cost if heavy else 1, self.settings.burst)
+
+    def enter(self, org_id: UUID) -> None:
+        """Take one of the org's in-flight slots (this process), or raise :class:`TooManyRequests`.
+        :func:`in_flight_middleware` gives it back when the response is done, whatever happened."""
+        cap = self.settings.max_in_flight
+        if cap <= 0:
+            return
+        held = self._in_flight.get(org_id, 0)
+        if held >= cap:
+            IN_FLIGHT_REFUSED.inc()
+            raise TooManyRequests(f"this org already has {held} requests in progress (at most {cap} at once); "
+                                  "retry in 1 s", retry_after_s=1,
+                                  details={"retry_after_s": 1, "in_flight": held, "max_in_flight": cap})
+        self._in_flight[org_id] = held + 1
+
+    def leave(self, org_id: UUID) -> None:
+        held = self._in_flight.get(org_id, 0) - 1
+        if held > 0:
+            self._in_flight[org_id] = held
+        else:
+            self._in_flight.pop(org_id, None)
 
     async def check(self, org_id: UUID, cost: int) -> None:
         """Take ``cost`` tokens from the org's bucket or raise :class:`TooManyRequests`."""
@@ -118,3 +149,20 @@ class RateLimiter:
                 f"this org is over its rate limit ({s.rps:g} requests/s, bursts of {s.burst}); "
                 f"retry in {retry_after} s", retry_after_s=retry_after,
                 details={"retry_after_s": retry_after, "rate_per_s": s.rps, "burst": s.burst, "cost": cost})
+
+
+def in_flight_middleware(app: ASGIApp) -> ASGIApp:
+    """Gives back the org's in-flight slot (:meth:`RateLimiter.enter`, taken after authentication)
+    once the whole request is done: response sent, stream ended, error or client gone."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            org_id = scope.get("state", {}).pop(SLOT_STATE, None)
+            if org_id is not None:
+                limiter = getattr(scope["app"].state, "services", None)
+                if limiter is not None and limiter.rate_limiter is not None:
+                    limiter.rate_limiter.leave(org_id)
+
+    return middleware

@@ -128,12 +128,17 @@ class RateLimitSettings:
     heavy_cost: int = 4
     """Tokens a heavy request takes (context assembly, search, memory and document writes, export);
     every other authenticated request takes 1. Default: 50 heavy requests/s per org, 100 at once."""
-    timeout_ms: int = 20
+    timeout_ms: int = 50
     """Longest wait for Redis's answer. Past it, or on any Redis error, the request is let through
     (fail open: Redis is a cache, an outage must not become an outage of the API) and the limiter
     is skipped for ``retry_s``."""
     retry_s: float = 2.0
     """After a Redis failure the limiter lets requests through without asking Redis this long."""
+    max_in_flight: int = field(default_factory=lambda: 4 * usable_cpus())
+    """Requests one org may have in progress at once, per worker process (0 = no cap); one more
+    answers 429 ``rate_limited`` (``Retry-After: 1``) at once. Bounds what one org's expensive
+    requests can hold of the shared lanes (database pool, embedder, event loop) whatever their cost,
+    which the request rate alone does not. Default: 4 per CPU core."""
 
 
 RerankProvider = Literal["none", "tei", "cohere", "jina"]
@@ -446,8 +451,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             rps=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RPS", 200.0)),
             burst=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_BURST", 400)),
             heavy_cost=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_HEAVY_COST", 4)),
-            timeout_ms=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_TIMEOUT_MS", 20)),
+            timeout_ms=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_TIMEOUT_MS", 50)),
             retry_s=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RETRY_S", 2.0)),
+            max_in_flight=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", 4 * usable_cpus())),
         ),
         retrieval=RetrievalSettings(
             lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),

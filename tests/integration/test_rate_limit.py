@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from uuid import uuid4
 
+import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
@@ -24,12 +25,15 @@ from service.ratelimit import FAIL_OPEN, HEAVY_ROUTES, RateLimiter, bucket_key
 from service.runtime import Endpoints
 from service.settings import RateLimitSettings, Settings
 from tests.conftest import Tenant
+from tests.integration.test_assembly_faults import served
 
 
 @contextlib.asynccontextmanager
 async def limited_client(settings: Settings, endpoints: Endpoints, embedder: Embedder,
                          **limits: Any) -> AsyncIterator[AsyncTestClient[Any]]:
-    custom = dataclasses.replace(settings, rate_limit=RateLimitSettings(**limits))
+    # A generous Redis timeout: on a loaded test machine 20 ms can pass and the limiter would fail open
+    # (what test_redis_down_or_hung_fails_open_quickly pins down).
+    custom = dataclasses.replace(settings, rate_limit=RateLimitSettings(**{"timeout_ms": 1000, **limits}))
     async with AsyncTestClient(app=create_app(custom, endpoints, embedder=embedder)) as client:
         yield client
 
@@ -157,3 +161,32 @@ def test_every_heavy_route_exists(settings: Settings, endpoints: Endpoints, embe
     routes = {(method, strip_param_types(route.path)) for route in app.routes
               for method in getattr(route, "methods", ())}
     assert routes >= HEAVY_ROUTES, HEAVY_ROUTES - routes
+
+
+async def test_in_flight_cap_per_org(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                     tenant: Tenant, other_tenant: Tenant) -> None:
+    """Org B's slow requests hold at most ``max_in_flight`` at once; more answer 429 at once, org A
+    is not affected, and every slot comes back (after errors too)."""
+    custom = dataclasses.replace(
+        settings, rate_limit=RateLimitSettings(rps=100_000, burst=100_000, max_in_flight=2, timeout_ms=1000),
+        retrieval=dataclasses.replace(settings.retrieval, branch_delay_ms=400))
+    with served(create_app(custom, endpoints, embedder=embedder)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            slow = [asyncio.create_task(http.post("/v1/memories/search", headers=other_tenant.headers,
+                                                  json={"query": "tea", "strategy": "lexical"}))
+                    for _ in range(6)]
+            await asyncio.sleep(0.15)  # all six sent; two are inside, sleeping in Postgres
+            a = await http.get("/v1/memories", headers=tenant.headers)
+            answers = await asyncio.gather(*slow)
+            statuses = sorted(r.status_code for r in answers)
+            assert a.status_code == 200
+            assert statuses == [200, 200, 429, 429, 429, 429], statuses
+            refused = next(r for r in answers if r.status_code == 429)
+            assert refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["details"]["max_in_flight"] == 2
+            for _ in range(5):  # errors give their slot back too
+                r = await http.get(f"/v1/memories/{uuid4()}", headers=other_tenant.headers)
+                assert r.status_code == 404
+            r = await http.post("/v1/memories/search", headers=other_tenant.headers,
+                                json={"query": "tea", "strategy": "lexical"})
+            assert r.status_code == 200, r.text
