@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import math
 import os
@@ -72,6 +73,9 @@ async def new_tenant(owner_dsn: str, name: str) -> tuple[str, dict[str, str]]:
 async def app_client(settings: Settings, owner_dsn: str, redis_url: str) -> AsyncIterator[AsyncTestClient[Any]]:
     """The real app (migrated database, configured embedder) behind an in-process ASGI client."""
     app_dsn = await asyncio.to_thread(prepare_database, settings, owner_dsn)  # it runs its own event loop
+    if "PGCONTEXT_RATE_LIMIT_RPS" not in os.environ:  # these benchmarks measure one org at full speed
+        settings = dataclasses.replace(settings, rate_limit=dataclasses.replace(settings.rate_limit, rps=0,
+                                                                                max_in_flight=0))
     app = create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url))
     async with AsyncTestClient(app=app, timeout=120) as client:
         yield client

@@ -125,8 +125,10 @@ def load_queries(root: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def service(data_dir: Path, port: int, workers: int = 1) -> Iterator[tuple[str, str | None]]:
-    """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None)."""
+def service(data_dir: Path, port: int, workers: int = 1,
+            extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, str | None]]:
+    """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None).
+    ``extra_env``: more ``PGCONTEXT_*`` settings for the service."""
     from service.settings import load_settings
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +139,10 @@ def service(data_dir: Path, port: int, workers: int = 1) -> Iterator[tuple[str, 
             target.symlink_to((shared / cache).resolve(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
     env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers)})
+    # One org at full speed is what this benchmark measures: no per-org limit unless asked for.
+    env["PGCONTEXT_RATE_LIMIT_RPS"] = os.environ.get("PGCONTEXT_RATE_LIMIT_RPS", "0")
+    env["PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT"] = os.environ.get("PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", "0")
+    env.update(extra_env or {})
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,

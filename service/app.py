@@ -39,6 +39,7 @@ from service.explain import explain_routes
 from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
+from service.ratelimit import RateLimiter, in_flight_middleware
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
@@ -128,9 +129,10 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
         # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
         await embedder.embed(["warm-up query"])
     db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms)
-    services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
+    services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
+                        rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
-    services.extras["directives"] = DirectiveStore(db, redis)
+    services.extras["directives"] = DirectiveStore(db, redis, settings.redis.org_directive_bytes)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,
                                                    max_limit=settings.limits.max_page_size)
     orchestrator = await build_orchestrator(services)
@@ -182,7 +184,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[request_id_middleware, prometheus.middleware],
+        middleware=[request_id_middleware, prometheus.middleware, in_flight_middleware],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="pgcontext", version=__version__, path="/schema",
                                      render_plugins=[SwaggerRenderPlugin()]),

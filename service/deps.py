@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -13,6 +14,7 @@ from litestar.params import SkipValidationMarker
 from service.auth import authenticate
 from service.errors import BadRequest
 from service.jsondepth import check_json_depth
+from service.ratelimit import SLOT_STATE
 from service.runtime import Services
 
 ServicesDep = Annotated[Services, Dependency(kind="named"), SkipValidationMarker()]
@@ -32,19 +34,35 @@ async def provide_org_id(request: Request[Any, Any, Any], services: ServicesDep)
     return org_id if isinstance(org_id, UUID) else await authenticate(request, services)
 
 
+_PARAM_TYPE = re.compile(r":[^}]*}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 async def before_request(request: Request[Any, Any, Any]) -> None:
     """Runs before a handler's parameters and body are decoded: authenticate first (an anonymous
-    caller gets 401, whatever its body), then bound the body's JSON nesting (400, not a decoder's
-    ``RecursionError``)."""
+    caller gets 401, whatever its body), take the request's cost from its org's rate limit (429),
+    then bound the body's JSON nesting (400, not a decoder's ``RecursionError``)."""
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:
         services = request.app.state.services
         assert isinstance(services, Services)
-        request.state.org_id = await authenticate(request, services)
+        org_id = request.state.org_id = await authenticate(request, services)
+        limiter = services.rate_limiter
+        if limiter is not None:
+            limiter.enter(org_id)
+            request.scope["state"][SLOT_STATE] = org_id  # given back by in_flight_middleware
+            if limiter.enabled:
+                await limiter.check(org_id, limiter.cost(request.method, route_template(request)))
     if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
         check_json_depth(await request.body())
+
+
+def route_template(request: Request[Any, Any, Any]) -> str:
+    """The matched route with its parameters' types left out: ``/v1/memories/{memory_id}``."""
+    return strip_param_types(str(request.scope.get("path_template") or request.url.path))
+
+
+def strip_param_types(path: str) -> str:
+    return _PARAM_TYPE.sub("}", path)
 
 
 def parse_uuid(value: str, what: str) -> UUID:

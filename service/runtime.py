@@ -10,6 +10,7 @@ from uuid import UUID
 if TYPE_CHECKING:
     from service.db import Database
     from service.embeddings import Embedder
+    from service.ratelimit import RateLimiter
     from service.redisconn import RedisClient
     from service.settings import Settings
 
@@ -34,6 +35,8 @@ class Services:
     db: Database
     redis: RedisClient
     embedder: Embedder
+    rate_limiter: RateLimiter | None = None
+    """Per-org request quotas, checked after authentication (None: no limits, e.g. in tools)."""
     extras: dict[str, object] = field(default_factory=dict)
     memory_hooks: list[MemoryChangeHook] = field(default_factory=list)
 

@@ -54,6 +54,13 @@ class RedisSettings:
     node's ``redis://host:port`` with ``PGCONTEXT_REDIS_CLUSTER`` (docs/scaling.md)."""
     socket_timeout_s: float = 0.25
     """Client socket timeout; Redis is a cache, so a slow Redis must not stall requests."""
+    org_hot_set_bytes: int = 16 * 1024 * 1024
+    """Most bytes of hot sets one org may keep in Redis; past it the org's least recently filled
+    sets are deleted (its own, never another org's). Hot sets also expire (``hot_ttl_s``)."""
+    org_directive_bytes: int = 16 * 1024 * 1024
+    """Most bytes of directive envelopes one org may keep in Redis (least recently stored deleted
+    first; a deleted envelope is read from Postgres and cached again). Envelopes have no TTL, so
+    Redis's ``volatile-lru`` eviction never takes them (docs/operations.md, "Redis memory")."""
     cluster: bool = False
     """The Redis URL names a node of a Redis Cluster: use redis-py's cluster client (implied by a
     ``redis+cluster://`` URL)."""
@@ -123,6 +130,31 @@ class ServerSettings:
     metrics_token: str | None = None
     """Bearer token that ``/metrics`` requires (``Authorization: Bearer <token>``). Unset: ``/metrics``
     is open, which suits a loopback-only service; set it wherever the port is reachable by others."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
+    """Per-org request quotas: a token bucket per org in Redis, shared by every worker and instance."""
+
+    rps: float = 200.0
+    """Tokens added to an org's bucket per second, i.e. its sustained rate of light requests
+    (0 = no limit). Past it a request answers 429 ``rate_limited`` with ``Retry-After``."""
+    burst: int = 400
+    """Size of the bucket: what an org that has been idle may send at once."""
+    heavy_cost: int = 4
+    """Tokens a heavy request takes (context assembly, search, memory and document writes, export);
+    every other authenticated request takes 1. Default: 50 heavy requests/s per org, 100 at once."""
+    timeout_ms: int = 50
+    """Longest wait for Redis's answer. Past it, or on any Redis error, the request is let through
+    (fail open: Redis is a cache, an outage must not become an outage of the API) and the limiter
+    is skipped for ``retry_s``."""
+    retry_s: float = 2.0
+    """After a Redis failure the limiter lets requests through without asking Redis this long."""
+    max_in_flight: int = field(default_factory=lambda: 4 * usable_cpus())
+    """Requests one org may have in progress at once, per worker process (0 = no cap); one more
+    answers 429 ``rate_limited`` (``Retry-After: 1``) at once. Bounds what one org's expensive
+    requests can hold of the shared lanes (database pool, embedder, event loop) whatever their cost,
+    which the request rate alone does not. Default: 4 per CPU core."""
 
 
 RerankProvider = Literal["none", "tei", "cohere", "jina"]
@@ -296,6 +328,10 @@ class AssemblySettings:
     inline_cpu_candidates: int = 96
     """Up to this many candidates scoring + packing run on the event loop (a few ms); above, in a
     worker thread so one big request cannot stall every other request's I/O."""
+    inline_history_chars: int = 16_000
+    """Up to this many characters of ``recent_messages`` are counted on the event loop (a few ms at
+    most); a longer history is counted in a worker thread, and only as far back as could fit
+    ``max_context_tokens``, so one request with a huge history cannot stall the others."""
     access_flush_s: float = 2.0
     """Access statistics (last_accessed_at, access_count) of packed memories are batched in-process
     and written this often, off the request path."""
@@ -314,6 +350,7 @@ class Settings:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     documents: DocumentSettings = field(default_factory=DocumentSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
@@ -401,6 +438,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             url=_get(env, "PGCONTEXT_REDIS_URL"),
             socket_timeout_s=_float(env, "PGCONTEXT_REDIS_TIMEOUT_S", 0.25),
             cluster=_bool(env, "PGCONTEXT_REDIS_CLUSTER", False),
+            org_hot_set_bytes=max(0, _int(env, "PGCONTEXT_REDIS_ORG_HOT_SET_BYTES", 16 * 1024 * 1024)),
+            org_directive_bytes=max(0, _int(env, "PGCONTEXT_REDIS_ORG_DIRECTIVE_BYTES", 16 * 1024 * 1024)),
         ),
         embedding=EmbeddingSettings(
             provider=provider,  # type: ignore[arg-type]
@@ -424,6 +463,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             auth_cache_ttl_s=_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
             workers=_int(env, "PGCONTEXT_WORKERS", 1),
             metrics_token=_get(env, "PGCONTEXT_METRICS_TOKEN"),
+        ),
+        rate_limit=RateLimitSettings(
+            rps=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RPS", 200.0)),
+            burst=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_BURST", 400)),
+            heavy_cost=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_HEAVY_COST", 4)),
+            timeout_ms=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_TIMEOUT_MS", 50)),
+            retry_s=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RETRY_S", 2.0)),
+            max_in_flight=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", 4 * usable_cpus())),
         ),
         retrieval=RetrievalSettings(
             lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),
@@ -478,6 +525,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             max_messages=_int(env, "PGCONTEXT_ASSEMBLY_MAX_MESSAGES", 200),
             max_message_chars=_int(env, "PGCONTEXT_ASSEMBLY_MAX_MESSAGE_CHARS", 32_000),
             inline_cpu_candidates=_int(env, "PGCONTEXT_ASSEMBLY_INLINE_CPU_CANDIDATES", 96),
+            inline_history_chars=max(0, _int(env, "PGCONTEXT_ASSEMBLY_INLINE_HISTORY_CHARS", 16_000)),
             access_flush_s=_float(env, "PGCONTEXT_ASSEMBLY_ACCESS_FLUSH_S", 2.0),
             feedback_alpha=_float(env, "PGCONTEXT_ASSEMBLY_FEEDBACK_ALPHA", 0.3),
             tiktoken_dir=Path(raw).expanduser().resolve() if (raw := _get(env, "PGCONTEXT_TIKTOKEN_DIR")) else None,

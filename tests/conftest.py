@@ -76,7 +76,11 @@ def app_dsn(owner_dsn: str) -> str:
 def settings() -> Settings:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
     env.update({"PGCONTEXT_DATA_DIR": str(CACHE_DIR), "PGCONTEXT_AUTH_CACHE_TTL_S": "0",
-                "PGCONTEXT_DB_POOL_MIN": "2"})
+                "PGCONTEXT_DB_POOL_MIN": "2",
+                # The limiter runs on every request, but only tests/integration/test_rate_limit.py
+                # (its own app, small buckets and caps) runs into it: other tests send bursts of one org's requests.
+                "PGCONTEXT_RATE_LIMIT_RPS": "100000", "PGCONTEXT_RATE_LIMIT_BURST": "100000",
+                "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT": "1000"})
     return load_settings(env)
 
 

@@ -8,6 +8,12 @@ caller sees the same latency, now with full context. The wait is reported
 (``metrics.queued_ms``), counts against the caller's own deadline (``X-Deadline-Ms`` /
 ``X-Timeout-Ms``: passing it in line is an L3, a 504), and the line is bounded: beyond
 ``max_queued`` a request is refused at once (503 ``overloaded`` with ``Retry-After``).
+
+The line is fair between orgs: each org waits in its own line, first come first served within it,
+and a freed slot goes to the next org in turn (round robin), so an org that queued a hundred
+assemblies delays another org's next one by at most one assembly per busy slot, not by its whole
+backlog; and no org may hold more than half of the line (``max_queued // 2``), so one org cannot
+fill it and have every other org's assemblies refused.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Hashable
 
 from service.errors import DeadlineExceeded, ServiceUnavailable
 
@@ -24,41 +31,77 @@ class Admission:
     def __init__(self, limit: int, max_queued: int) -> None:
         self.limit = limit
         self.max_queued = max_queued
-        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
+        self.max_queued_per_org = max(1, max_queued // 2)
+        self.in_flight = 0
         self.waiting = 0
-        """Assemblies in line right now."""
+        """Assemblies in line right now (all orgs)."""
+        self._lines: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
+        """Per org, its waiters in arrival order; the dict's order is the round robin's."""
 
     @contextlib.asynccontextmanager
-    async def admit(self, caller_left_ms: float | None = None) -> AsyncIterator[float]:
+    async def admit(self, caller_left_ms: float | None = None, org: Hashable = None) -> AsyncIterator[float]:
         """Hold a slot for the body; yields the ms spent waiting for it. ``caller_left_ms``: the
-        caller's remaining time (None: no caller deadline)."""
-        slots = self._slots
-        if slots is None:
+        caller's remaining time (None: no caller deadline); ``org``: whose line to wait in."""
+        if self.limit <= 0:
             yield 0.0
             return
         queued_ms = 0.0
-        if slots.locked():
-            started = time.perf_counter()
-            if self.waiting >= self.max_queued:
-                raise ServiceUnavailable(
-                    f"{self.limit} assemblies are running and {self.waiting} waiting: try again shortly",
-                    code="overloaded", details={"in_flight": self.limit, "queued": self.waiting}, retry_after_s=1)
-            self.waiting += 1
-            try:
-                timeout = None if caller_left_ms is None else max(0.0, caller_left_ms) / 1000
-                # asyncio.timeout, not wait_for: on 3.11 wait_for runs acquire() as a task of its own,
-                # which costs two event-loop turns (each behind every other ready callback) per admission.
-                async with asyncio.timeout(timeout):
-                    await slots.acquire()
-            except TimeoutError as exc:
-                raise DeadlineExceeded("the caller's deadline passed while the assembly waited to be admitted",
-                                       code="deadline_exceeded", details={"level": "L3"}) from exc
-            finally:
-                self.waiting -= 1
-            queued_ms = round((time.perf_counter() - started) * 1000, 3)
+        if self.in_flight < self.limit and not self.waiting:
+            self.in_flight += 1  # a free slot: does not wait
         else:
-            await slots.acquire()  # a free slot: does not wait
+            started = time.perf_counter()
+            await self._wait(caller_left_ms, org)
+            queued_ms = round((time.perf_counter() - started) * 1000, 3)
         try:
             yield queued_ms
         finally:
-            slots.release()
+            self._release()
+
+    async def _wait(self, caller_left_ms: float | None, org: Hashable) -> None:
+        line = self._lines.get(org)
+        if self.waiting >= self.max_queued or (line is not None and len(line) >= self.max_queued_per_org):
+            raise ServiceUnavailable(
+                f"{self.limit} assemblies are running and {self.waiting} waiting: try again shortly",
+                code="overloaded", details={"in_flight": self.limit, "queued": self.waiting}, retry_after_s=1)
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if line is None:
+            line = self._lines[org] = deque()
+        line.append(turn)
+        self.waiting += 1
+        try:
+            timeout = None if caller_left_ms is None else max(0.0, caller_left_ms) / 1000
+            async with asyncio.timeout(timeout):
+                await turn
+        except BaseException as exc:  # the caller's deadline, or its client went away
+            if turn.done() and not turn.cancelled():
+                self._release()  # the slot was handed over just now: pass it on
+            else:
+                turn.cancel()
+                self._leave(org, turn)
+            if isinstance(exc, TimeoutError):
+                raise DeadlineExceeded("the caller's deadline passed while the assembly waited to be admitted",
+                                       code="deadline_exceeded", details={"level": "L3"}) from exc
+            raise
+
+    def _leave(self, org: Hashable, turn: asyncio.Future[None]) -> None:
+        line = self._lines.get(org)
+        if line is not None and turn in line:
+            line.remove(turn)
+            self.waiting -= 1
+            if not line:
+                del self._lines[org]
+
+    def _release(self) -> None:
+        """Hand the slot to the first waiter of the next org in turn, or free it."""
+        while self._lines:
+            org, line = next(iter(self._lines.items()))
+            turn = line.popleft()
+            self.waiting -= 1
+            if line:
+                self._lines.move_to_end(org)  # its next waiter goes after the other orgs' first
+            else:
+                del self._lines[org]
+            if not turn.done():
+                turn.set_result(None)  # in_flight is unchanged: the slot changes hands
+                return
+        self.in_flight -= 1

@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from service.assembly.format import format_directive, format_history
+from service.assembly.format import (
+    HISTORY_CLOSE,
+    HISTORY_OPEN,
+    format_directive,
+    format_history,
+    format_history_line,
+)
 from service.assembly.intent import Complexity, Intent, SelectiveBudget
 from service.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 
@@ -147,21 +153,77 @@ def compute_budget(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryCost:
+    """What the newest messages cost, each message counted once (:func:`measure_history`).
+
+    By the exact join arithmetic of :mod:`service.assembly.format`, the history section of the
+    newest ``n`` messages costs its tags plus the sum of their lines, and as chat messages the sum
+    of their per-message costs: every suffix's :func:`history_tokens` is two prefix sums, so
+    trimming needs no recount. Counting stops at the first message past ``limit``, so a huge
+    history costs only what could ever be kept.
+    """
+
+    messages: int
+    """Messages in the history (counted or not)."""
+    limit: int | None
+    """Counting stopped once the newest messages cost more than this (None: all counted)."""
+    section_tags: int
+    """Tokens of the history section's open and close tags."""
+    line_sums: tuple[int, ...]
+    """``line_sums[n]``: tokens of the newest ``n`` messages' lines in the section (``[0]`` is 0)."""
+    message_sums: tuple[int, ...]
+    """``message_sums[n]``: tokens of the newest ``n`` messages sent as chat messages."""
+
+    @property
+    def counted(self) -> int:
+        return len(self.line_sums) - 1
+
+    def section(self, n: int) -> int:
+        """Tokens of the history section holding the newest ``n`` (counted) messages."""
+        return self.section_tags + self.line_sums[n] if n else 0
+
+    def cost(self, n: int) -> int:
+        """:func:`history_tokens` of the newest ``n`` (counted) messages."""
+        return max(self.section(n), self.message_sums[n])
+
+    def fit(self, max_tokens: int) -> int:
+        """The most newest messages whose cost fits ``max_tokens`` (which must not exceed ``limit``)."""
+        if self.limit is not None and max_tokens > self.limit:
+            raise ValueError(f"counted up to {self.limit} tokens, asked to fit {max_tokens}")
+        n = 0
+        while n < self.counted and self.cost(n + 1) <= max_tokens:  # costs only grow with n
+            n += 1
+        return n
+
+
+def measure_history(counter: TokenCounter, history: Sequence[tuple[str, str]], limit: int | None = None) -> HistoryCost:
+    """Count the history from its newest message back, stopping after the first message that takes
+    the cost past ``limit`` (None: count every message)."""
+    tags = counter.count(HISTORY_OPEN) + counter.count(HISTORY_CLOSE)
+    line_sums, message_sums = [0], [0]
+    for role, content in reversed(history):
+        line_sums.append(line_sums[-1] + counter.count(format_history_line(role, content)))
+        message_sums.append(message_sums[-1] + MESSAGE_OVERHEAD + counter.count(role) + counter.count(content))
+        if limit is not None and max(tags + line_sums[-1], message_sums[-1]) > limit:
+            break
+    return HistoryCost(len(history), limit, tags, tuple(line_sums), tuple(message_sums))
+
+
 def fit_history(
     counter: TokenCounter, history: Sequence[tuple[str, str]], max_tokens: int
 ) -> tuple[tuple[tuple[str, str], ...], int]:
     """The newest messages whose cost (:func:`history_tokens`) fits ``max_tokens``, and how many
     of the oldest were left out. Messages are kept whole, never cut."""
-    # Cost grows with every older message added, so the longest fitting suffix is found by
-    # bisection: a handful of exact counts instead of one per message.
-    lo, hi = 0, len(history)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if history_tokens(counter, history[len(history) - mid :]) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    return tuple(history[len(history) - lo :]), len(history) - lo
+    kept = measure_history(counter, history, max_tokens).fit(max_tokens)
+    return tuple(history[len(history) - kept :]), len(history) - kept
+
+
+def history_limit(max_context_tokens: int | None, reserve_tokens: int, counter: TokenCounter) -> int | None:
+    """Most history tokens that could fit whatever the directive (:func:`measure_history`'s ``limit``)."""
+    if max_context_tokens is None:
+        return None
+    return max(0, max_context_tokens - reserve_tokens - envelope_tokens(counter))
 
 
 def plan_budget(
@@ -173,8 +235,11 @@ def plan_budget(
     max_context_tokens: int | None = None,
     selective: SelectiveBudget | None = None,
     trim_history: bool = True,
+    measured: HistoryCost | None = None,
 ) -> tuple[Budget, tuple[tuple[str, str], ...]]:
     """Measure the fixed parts and compute the budget; returns it with the history to format.
+    ``measured`` is the history's :func:`measure_history` when it was counted ahead (e.g. in a
+    worker thread, with ``limit`` :func:`history_limit` or None); otherwise it is counted here.
 
     With ``trim_history`` and a ``max_context_tokens``, the oldest messages are left out when the
     directive, the history, the reserve and the envelope would not fit otherwise (the count is in
@@ -182,20 +247,28 @@ def plan_budget(
     """
     d_tokens = directive_tokens(counter, directive)
     overhead = envelope_tokens(counter)
-    kept: tuple[tuple[str, str], ...] = tuple(history)
-    dropped = 0
-    if trim_history and max_context_tokens is not None:
-        room = max_context_tokens - d_tokens - reserve_tokens - overhead
-        if history_tokens(counter, kept) > room:
-            kept, dropped = fit_history(counter, kept, max(0, room))
+    trim = trim_history and max_context_tokens is not None
+    if measured is None:
+        measured = measure_history(counter, history, history_limit(max_context_tokens, reserve_tokens, counter)
+                                   if trim else None)
+    if measured.messages != len(history):
+        raise ValueError("measured is the measure of another history")
+    n = measured.counted
+    if trim:
+        assert max_context_tokens is not None
+        room = max(0, max_context_tokens - d_tokens - reserve_tokens - overhead)
+        if n < len(history) or measured.cost(n) > room:
+            n = measured.fit(room)
+    elif n < len(history):
+        raise ValueError("an untrimmed history must be measured whole")
     budget = compute_budget(
         max_context_tokens=max_context_tokens,
         directive_tokens=d_tokens,
-        history_tokens=history_tokens(counter, kept),
+        history_tokens=measured.cost(n),
         reserve_tokens=reserve_tokens,
         overhead_tokens=overhead,
         selective=selective,
-        history_messages=len(kept),
-        history_dropped=dropped,
+        history_messages=n,
+        history_dropped=len(history) - n,
     )
-    return budget, kept
+    return budget, tuple(history[len(history) - n :])

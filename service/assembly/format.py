@@ -129,8 +129,14 @@ def format_history(history: Sequence[tuple[str, str]]) -> str:
     """The history section, one ``role: content`` line (plus indented continuations) per message."""
     if not history:
         return ""
-    lines = [f"{clean_role(role)}: {_indent_continuations(clean_text(content))}\n" for role, content in history]
-    return HISTORY_OPEN + "".join(lines) + HISTORY_CLOSE
+    return HISTORY_OPEN + "".join(format_history_line(role, content) for role, content in history) + HISTORY_CLOSE
+
+
+def format_history_line(role: str, content: str) -> str:
+    """One message of the history section: ``role: content`` (continuations indented), then ``\n``.
+    Each line starts with a role word and ends with ``\n``, so the section costs exactly its tags
+    plus the sum of its lines (see the module docstring)."""
+    return f"{clean_role(role)}: {_indent_continuations(clean_text(content))}\n"
 
 
 def format_memories(memories: Sequence[FormattedMemory]) -> str:

@@ -18,7 +18,9 @@ bumps the counters and deletes the agent's key to free memory at once.
 Only agents with live memories of their own get a key: the set of an agent that has none (an unknown
 ``agent_id``, or one holding only org-wide memories) is read from Postgres and answered but never
 stored, so requests naming ever new agents cannot fill Redis and evict other orgs' keys. Every set
-is written with a TTL (``hot_ttl_s``).
+is written with a TTL (``hot_ttl_s``), and an org's sets together stay under
+``RedisSettings.org_hot_set_bytes``: storing one deletes the org's least recently filled sets past
+it (:mod:`service.cachebound`; ``{org_id}:hot_lru`` and ``{org_id}:hot_bytes`` keep the account).
 
 Fills are single-flight per (org, agent, stamps) and shielded: when a request stops waiting at its
 hot-branch deadline, the fill still finishes and caches the set, so the next request hits. A set
@@ -47,6 +49,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from service.assembly.types import HotMemoryOut, HotSetOut
+from service.cachebound import BOUND_LUA, lru_key, sizes_key
 from service.db import Database
 from service.redisconn import RedisClient
 from service.settings import AssemblySettings
@@ -67,6 +70,19 @@ def generation_key(org_id: UUID) -> str:
 def version_key(org_id: UUID, agent_id: str) -> str:
     return f"{{{org_id}}}:hot_ver:{agent_id}"
 
+
+HOT_CACHE = "hot"
+"""Name of the org's bounded hot-set cache (:mod:`service.cachebound`): ``{org_id}:hot_lru``, ``{org_id}:hot_bytes``."""
+
+# KEYS[1] hot set, KEYS[2] the org's lru, KEYS[3] its sizes; ARGV[1] agent, ARGV[2] blob, ARGV[3] ttl ms,
+# ARGV[4] the org's byte bound, ARGV[5] hot-set key prefix. The bookkeeping lives as long as the sets.
+_STORE = BOUND_LUA + """
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+local total = bound(KEYS[2], KEYS[3], ARGV[1], string.len(ARGV[2]), tonumber(ARGV[4]), ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return total
+"""
 
 COUNTER_TTL_S = 7 * 24 * 3600
 """Counters outlive any hot set (an expired counter reads 0, which no newer set carries: still a miss)."""
@@ -181,11 +197,15 @@ class SingleFlight(Generic[K, V]):
 
 
 class HotSetStore:
-    def __init__(self, db: Database, redis: RedisClient, settings: AssemblySettings, circuit: RedisCircuit) -> None:
+    def __init__(self, db: Database, redis: RedisClient, settings: AssemblySettings, circuit: RedisCircuit,
+                 org_bytes: int = 16 * 1024 * 1024) -> None:
         self.db = db
         self.redis = redis
         self.settings = settings
         self.circuit = circuit
+        self.org_bytes = org_bytes
+        """Most bytes of hot sets one org keeps in Redis (``RedisSettings.org_hot_set_bytes``)."""
+        self._store = redis.register_script(_STORE)
         self._fills: SingleFlight[tuple[UUID, str, int, int], HotBlob] = SingleFlight()
 
     async def get(self, org_id: UUID, agent_id: str) -> HotRead:
@@ -222,8 +242,13 @@ class HotSetStore:
         blob = HotBlob(gen, ver, datetime.now(UTC), items)
         if not agent_exists:
             return blob  # no key per unknown agent (see the module docstring)
+        encoded = msgspec.msgpack.encode(blob)
+        if len(encoded) > self.org_bytes:
+            return blob  # larger than the org's whole share: served from Postgres, never cached
         try:
-            await self.redis.set(hot_key(org_id, agent_id), msgspec.msgpack.encode(blob), ex=self.settings.hot_ttl_s)
+            keys = [hot_key(org_id, agent_id), lru_key(org_id, HOT_CACHE), sizes_key(org_id, HOT_CACHE)]
+            await self._store(keys=keys, args=[agent_id, encoded, self.settings.hot_ttl_s * 1000, self.org_bytes,
+                                    hot_key(org_id, "")])
         except RedisError as exc:
             self.circuit.failed()
             log.warning("hot_set_cache_write_failed", error=str(exc))

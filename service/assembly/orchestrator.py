@@ -35,7 +35,10 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
   in ``branches.directive`` and ``directive`` is null.
 * **CPU work.** Scoring and packing take a few ms for typical candidate counts and run on the
   event loop; above ``inline_cpu_candidates`` they move to a worker thread so one large request
-  cannot stall every other request's I/O.
+  cannot stall every other request's I/O. ``recent_messages`` are counted once per message, newest
+  first and only as far back as could fit (:func:`~service.assembly.budget.measure_history`); a
+  history longer than ``inline_history_chars`` is counted in its own thread while the branches run
+  (tiktoken releases the GIL while it encodes).
 """
 
 from __future__ import annotations
@@ -59,10 +62,10 @@ from redis.exceptions import RedisError
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, elapsed_ms, settle
-from service.assembly.budget import Budget, plan_budget
+from service.assembly.budget import Budget, HistoryCost, history_limit, measure_history, plan_budget
 from service.assembly.cold_limit import ColdLimit, memories_budget_bound
 from service.assembly.feedback import AccessRecorder
-from service.assembly.format import format_context, format_directive, format_history
+from service.assembly.format import format_context, format_directive
 from service.assembly.hot import HotItem, HotRead, HotSetStore, RedisCircuit, SingleFlight, as_array
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import PackResult, pack
@@ -228,6 +231,7 @@ class Orchestrator:
         self.scoring = ScoringRules(recency_half_life_hours=settings.recency_half_life_hours)
         self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
+        self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
         self._cold_in_flight = 0
         self.cold_limits = ColdLimit(settings)
         self.admission = Admission(settings.max_in_flight, settings.max_queued)
@@ -363,12 +367,12 @@ class Orchestrator:
     # -- the pipeline ------------------------------------------------------------------------------
 
     def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
-                          directive: str | None, history: list[tuple[str, str]], req: AssembleRequest,
-                          reserve: int, window: int | None) -> _Ranked:
+                          directive: str | None, history: list[tuple[str, str]], measured: HistoryCost,
+                          req: AssembleRequest, reserve: int, window: int | None) -> _Ranked:
         started = time.perf_counter()
         budget, kept = plan_budget(counter, directive=directive, history=history, reserve_tokens=reserve,
                                    max_context_tokens=window,
-                                   selective=sel if req.selective else None)
+                                   selective=sel if req.selective else None, measured=measured)
         if budget.overflow > 0:
             raise Unprocessable(
                 f"the directive, the reserve and the chat envelope alone need {budget.overflow} tokens more than "
@@ -388,10 +392,24 @@ class Orchestrator:
         context = format_context(directive, result.chosen, kept)
         # Exact by construction (see service.assembly.format): the sections' counts add up.
         context_tokens = (counter.count(format_directive(directive)) + result.tokens_used
-                          + counter.count(format_history(kept)))
+                          + measured.section(len(kept)))
         done = time.perf_counter()
         return _Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
                        elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
+
+    def _measure_history(self, counter: TokenCounter, history: list[tuple[str, str]],
+                         limit: int | None) -> asyncio.Future[HistoryCost]:
+        """Count the recent messages (only as far back as could fit, :func:`measure_history`): on the
+        event loop when short, else in the history thread while the branches' I/O is in flight. A
+        long history is megabytes of BPE work (200 messages of 32,000 characters took ~2 s and
+        stalled every other request on the loop); one thread keeps such requests from taking
+        more than one core between them."""
+        loop = asyncio.get_running_loop()
+        if sum(len(content) for _, content in history) <= self.settings.inline_history_chars:
+            done: asyncio.Future[HistoryCost] = loop.create_future()
+            done.set_result(measure_history(counter, history, limit))
+            return done
+        return loop.run_in_executor(self._history_cpu, measure_history, counter, history, limit)
 
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
         """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble."""
@@ -401,7 +419,7 @@ class Orchestrator:
         # plan is made while the branches' I/O is in flight.
         sel = plan_selective_budget(req.query) if req.selective else None
         search, keep = self._search_request(org_id, req, sel)
-        async with self.admission.admit(caller.remaining_ms()) as queued_ms:
+        async with self.admission.admit(caller.remaining_ms(), org=org_id) as queued_ms:
             return await self._assemble(org_id, req, caller, (counter, model), search, keep, queued_ms, sel)
 
     async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline,
@@ -437,9 +455,15 @@ class Orchestrator:
             budget_started = time.perf_counter()
             sel = planned or plan_selective_budget(req.query)
             history = [(m.role, m.content) for m in req.recent_messages]
-            counter.count_messages(history, prime_reply=False)  # warms the count cache while I/O is in flight
+            # A model counted with another family's encoding budgets only a share of its window (see
+            # service.model_families): the window rounds down, the reserve kept free rounds up.
+            reserve = model.scale(req.reserve_tokens if req.reserve_tokens is not None else s.default_reserve_tokens,
+                                  round_up=True)
+            window = None if req.max_context_tokens is None else model.scale(req.max_context_tokens)
+            measuring = self._measure_history(counter, history, history_limit(window, reserve, counter))
             budget_pre_ms = elapsed_ms(budget_started)
             await settle(branches)
+            measured = await measuring
         finally:
             for branch in branches:
                 branch.cancel()  # only does something when we are being cancelled or failed before settling
@@ -452,13 +476,8 @@ class Orchestrator:
             candidates += _hot_candidates(hot_run.value, req.query, query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
-        # A model counted with another family's encoding budgets only a share of its window (see
-        # service.model_families): the window rounds down, the reserve kept free rounds up.
-        reserve = model.scale(req.reserve_tokens if req.reserve_tokens is not None else s.default_reserve_tokens,
-                              round_up=True)
-        window = None if req.max_context_tokens is None else model.scale(req.max_context_tokens)
         directive_text = directive.content if directive is not None else None
-        work = (candidates, sel, counter, directive_text, history, req, reserve, window)
+        work = (candidates, sel, counter, directive_text, history, measured, req, reserve, window)
         if len(candidates) > s.inline_cpu_candidates:
             ranked = await asyncio.get_running_loop().run_in_executor(self._cpu, self._rank_pack_format, *work)
         else:
@@ -558,6 +577,7 @@ class Orchestrator:
         await self.hot.aclose()
         await self.access.aclose()
         self._cpu.shutdown(wait=False, cancel_futures=True)
+        self._history_cpu.shutdown(wait=False, cancel_futures=True)
 
 
 def _scores(s: ScoreBreakdown) -> Scores:
@@ -588,6 +608,7 @@ async def build_orchestrator(services: Services) -> Orchestrator:
         s = dataclasses.replace(s, light_cold_in_flight=share(s.light_cold_in_flight),
                                 max_in_flight=share(s.max_in_flight))
     return Orchestrator(db=services.db, directives=directives,
-                        hot=HotSetStore(services.db, services.redis, s, circuit), engine=engine,
+                        hot=HotSetStore(services.db, services.redis, s, circuit,
+                                        services.settings.redis.org_hot_set_bytes), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
                         circuit=circuit)

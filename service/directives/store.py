@@ -5,6 +5,10 @@ Reads go Redis first, Postgres on a miss (then fill the cache); writes commit to
 refresh the envelope, so the next read sees the write. Envelopes are only ever replaced by a newer
 version (a Lua compare-and-set), so two racing writers cannot leave an older directive cached.
 Redis being down only costs latency: every path falls back to Postgres.
+
+Envelopes are stored without a TTL, so a Redis run with ``maxmemory-policy volatile-lru`` (the
+embedded one; docs/operations.md for others) never evicts them under memory pressure; instead each
+org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`service.cachebound`).
 """
 
 from __future__ import annotations
@@ -15,16 +19,21 @@ import msgspec
 import structlog
 from redis.exceptions import RedisError
 
+from service.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
 from service.db import Database
 from service.directives.types import DirectiveOut
 from service.redisconn import RedisClient
 
 log = structlog.get_logger(__name__)
 
-CACHE_TTL_S = 3600
+DIRECTIVE_CACHE = "directive"
+"""Name of the org's bounded envelope cache (:mod:`service.cachebound`): ``{org_id}:directive_lru``, ``..._bytes``."""
 
-# KEYS[1] envelope key; ARGV[1] envelope JSON; ARGV[2] its version; ARGV[3] ttl seconds.
-_SET_IF_NEWER = """
+# KEYS[1] envelope key, KEYS[2] the org's lru, KEYS[3] its sizes; ARGV[1] envelope JSON; ARGV[2] its
+# version; ARGV[3] agent id; ARGV[4] the org's byte bound; ARGV[5] envelope key prefix.
+# No TTL, on the envelope or its bookkeeping: Redis's volatile-lru eviction never takes them (only
+# the org's own bound does, least recently stored first).
+_SET_IF_NEWER = BOUND_LUA + """
 local current = redis.call('GET', KEYS[1])
 if current then
   local ok, decoded = pcall(cjson.decode, current)
@@ -32,7 +41,8 @@ if current then
     return 0
   end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[3]))
+redis.call('SET', KEYS[1], ARGV[1])
+bound(KEYS[2], KEYS[3], ARGV[3], string.len(ARGV[1]), tonumber(ARGV[4]), ARGV[5])
 return 1
 """
 
@@ -42,15 +52,25 @@ def cache_key(org_id: UUID, agent_id: str) -> str:
 
 
 class DirectiveStore:
-    def __init__(self, db: Database, redis: RedisClient) -> None:
+    def __init__(self, db: Database, redis: RedisClient, org_bytes: int = 16 * 1024 * 1024) -> None:
         self.db = db
         self.redis = redis
+        self.org_bytes = org_bytes
+        """Most bytes of envelopes one org keeps in Redis (``RedisSettings.org_directive_bytes``)."""
         self._set_if_newer = redis.register_script(_SET_IF_NEWER)
+        self._untrack = redis.register_script(UNTRACK)
+
+    def _keys(self, org_id: UUID, agent_id: str) -> list[str]:
+        return [cache_key(org_id, agent_id), lru_key(org_id, DIRECTIVE_CACHE), sizes_key(org_id, DIRECTIVE_CACHE)]
 
     async def _cache(self, org_id: UUID, directive: DirectiveOut) -> None:
+        envelope = msgspec.json.encode(directive)
+        if len(envelope) > self.org_bytes:
+            return  # larger than the org's whole share: read from Postgres every time
         try:
-            await self._set_if_newer(keys=[cache_key(org_id, directive.agent_id)],
-                                     args=[msgspec.json.encode(directive), directive.version, CACHE_TTL_S])
+            await self._set_if_newer(keys=self._keys(org_id, directive.agent_id),
+                                     args=[envelope, directive.version, directive.agent_id, self.org_bytes,
+                                           cache_key(org_id, "")])
         except RedisError as exc:
             log.warning("directive_cache_write_failed", error=str(exc))
 
@@ -90,7 +110,7 @@ class DirectiveStore:
         async with self.db.tenant(org_id) as tx:
             version = await tx.fetchval("directives.delete", org_id, agent_id)
         try:
-            await self.redis.delete(cache_key(org_id, agent_id))
+            await self._untrack(keys=self._keys(org_id, agent_id), args=[agent_id])
         except RedisError as exc:
             # A stale envelope would outlive the delete: make sure it expires soon.
             log.warning("directive_cache_delete_failed", error=str(exc))

@@ -51,7 +51,7 @@ async def test_put_get_delete_and_versions(client: AsyncTestClient[Any], tenant:
     assert env is not None
     assert env["content"] == "You plan trips on a budget." and env["version"] == 2
     assert env["updated_at"] == second["updated_at"]
-    assert await redis.ttl(key(tenant, "planner")) > 0
+    assert await redis.ttl(key(tenant, "planner")) == -1  # no TTL: volatile-lru eviction never takes it
 
     assert (await client.delete(path, headers=tenant.headers)).status_code == 204
     assert await envelope(redis, tenant, "planner") is None

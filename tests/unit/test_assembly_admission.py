@@ -87,3 +87,50 @@ async def test_no_limit_admits_everything_at_once() -> None:
     admission = Admission(limit=0, max_queued=0)
     async with admission.admit() as a, admission.admit() as b, admission.admit() as c:
         assert (a, b, c) == (0.0, 0.0, 0.0)
+
+
+async def test_a_freed_slot_goes_to_the_next_org_in_turn() -> None:
+    """Org B's backlog does not stand in front of org A's next assembly (round robin between orgs)."""
+    admission = Admission(limit=1, max_queued=20)
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def one(org: str, i: int) -> None:
+        async with admission.admit(org=org):
+            order.append(f"{org}{i}")
+            await asyncio.sleep(0.005)
+
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    tasks = [asyncio.ensure_future(one("b", i)) for i in range(5)]
+    await asyncio.sleep(0)
+    tasks += [asyncio.ensure_future(one("a", i)) for i in range(2)]
+    await asyncio.sleep(0)
+    assert admission.waiting == 7
+    release.set()
+    await asyncio.gather(holder, *tasks)
+    assert order == ["b0", "a0", "b1", "a1", "b2", "b3", "b4"]
+    assert admission.waiting == 0 and admission.in_flight == 0
+
+
+async def test_one_org_cannot_fill_the_whole_line() -> None:
+    admission = Admission(limit=1, max_queued=4)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    waiters = [asyncio.ensure_future(holding_as(admission, release, "b")) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(ServiceUnavailable):  # B already holds half the line
+        async with admission.admit(org="b"):
+            pass
+    waiters.append(asyncio.ensure_future(holding_as(admission, release, "a")))  # A still gets in line
+    await asyncio.sleep(0)
+    assert admission.waiting == 3
+    release.set()
+    await asyncio.gather(holder, *waiters)
+    assert admission.waiting == 0 and admission.in_flight == 0
+
+
+async def holding_as(admission: Admission, release: asyncio.Event, org: str) -> None:
+    async with admission.admit(org=org):
+        await release.wait()

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.assembly.budget import plan_budget
-from service.assembly.format import format_context, format_memories
+from service.assembly.budget import history_tokens, measure_history, plan_budget
+from service.assembly.format import format_context, format_history, format_memories
 from service.assembly.intent import Intent, plan_selective_budget
 from service.assembly.packing import select_memories
 from service.assembly.scoring import Candidate
@@ -179,3 +179,21 @@ def test_trimmed_history_fits_and_keeps_the_newest(
     assert budget.history_dropped == len(history) - len(kept)
     if budget.overflow == 0:
         assert budget.history + budget.overhead <= limit
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(encoding=st.sampled_from(["cl100k_base", "o200k_base"]), history=histories, limit=st.integers(0, 400))
+def test_history_counted_once_per_message_costs_what_the_whole_does(
+    counters: dict[str, TokenCounter], encoding: str, history: list[tuple[str, str]], limit: int
+) -> None:
+    """Each message counted once gives every suffix's exact cost, and counting stops past ``limit``."""
+    counter = counters[encoding]
+    whole = measure_history(counter, history)
+    assert whole.counted == len(history)
+    for n in range(len(history) + 1):
+        suffix = history[len(history) - n :]
+        assert whole.cost(n) == history_tokens(counter, suffix)
+        assert whole.section(n) == (counter.count(format_history(suffix)) if n else 0)
+    bounded = measure_history(counter, history, limit)
+    assert bounded.counted == len(history) or bounded.cost(bounded.counted) > limit
+    assert bounded.fit(limit) == whole.fit(limit)

@@ -1,0 +1,192 @@
+"""Per-org rate limits (issue 13): a token bucket per org in Redis, 429 + Retry-After past it, other
+orgs untouched, refilled over time, and a dead or hung Redis lets requests through quickly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from litestar.testing import AsyncTestClient
+from redis.asyncio import Redis
+
+from service.app import create_app
+from service.deps import strip_param_types
+from service.embedded import free_port
+from service.embeddings import Embedder
+from service.errors import TooManyRequests
+from service.ratelimit import FAIL_OPEN, HEAVY_ROUTES, RateLimiter, bucket_key
+from service.runtime import Endpoints
+from service.settings import RateLimitSettings, Settings
+from tests.conftest import Tenant
+from tests.integration.test_assembly_faults import served
+
+
+@contextlib.asynccontextmanager
+async def limited_client(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                         **limits: Any) -> AsyncIterator[AsyncTestClient[Any]]:
+    # A generous Redis timeout: on a loaded test machine 20 ms can pass and the limiter would fail open
+    # (what test_redis_down_or_hung_fails_open_quickly pins down).
+    custom = dataclasses.replace(settings, rate_limit=RateLimitSettings(**{"timeout_ms": 1000, **limits}))
+    async with AsyncTestClient(app=create_app(custom, endpoints, embedder=embedder)) as client:
+        yield client
+
+
+async def _get(client: AsyncTestClient[Any], tenant: Tenant) -> Any:
+    return await client.get("/v1/memories", headers=tenant.headers)
+
+
+async def test_over_the_limit_answers_429_with_retry_after(settings: Settings, endpoints: Endpoints,
+                                                           embedder: Embedder, tenant: Tenant) -> None:
+    async with limited_client(settings, endpoints, embedder, rps=0.5, burst=3) as client:
+        for _ in range(3):
+            assert (await _get(client, tenant)).status_code == 200
+        r = await _get(client, tenant)
+        assert r.status_code == 429, r.text
+        error = r.json()["error"]
+        assert error["code"] == "rate_limited" and error["request_id"] and "rate limit" in error["message"]
+        retry_after = int(r.headers["retry-after"])
+        assert retry_after == 2 and error["details"]["retry_after_s"] == retry_after  # one token at 0.5/s
+
+
+async def test_one_orgs_flood_does_not_limit_another(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                                     tenant: Tenant, other_tenant: Tenant) -> None:
+    async with limited_client(settings, endpoints, embedder, rps=1, burst=5) as client:
+        statuses = [(await _get(client, tenant)).status_code for _ in range(20)]
+        assert statuses[:5] == [200] * 5 and set(statuses[5:]) == {429}
+        assert [(await _get(client, other_tenant)).status_code for _ in range(5)] == [200] * 5
+
+
+async def test_bucket_refills_over_time(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                        tenant: Tenant) -> None:
+    async with limited_client(settings, endpoints, embedder, rps=5, burst=2) as client:
+        while (await _get(client, tenant)).status_code == 200:
+            pass
+        await asyncio.sleep(0.25)  # 5 tokens/s: one back after 0.2 s
+        assert (await _get(client, tenant)).status_code == 200
+        assert (await _get(client, tenant)).status_code == 429
+
+
+async def test_heavy_requests_cost_more(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                        tenant: Tenant) -> None:
+    async with limited_client(settings, endpoints, embedder, rps=0.1, burst=5, heavy_cost=4) as client:
+        r = await client.post("/v1/memories/search", json={"query": "tea", "strategy": "lexical"},
+                              headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        assert (await _get(client, tenant)).status_code == 200  # 4 + 1 = the whole bucket
+        r = await client.post("/v1/memories/search", json={"query": "tea"}, headers=tenant.headers)
+        assert r.status_code == 429 and r.json()["error"]["details"]["cost"] == 4
+        assert int(r.headers["retry-after"]) >= 1
+
+
+async def test_bucket_key_is_hash_tagged_and_expires(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                                     redis_url: str, tenant: Tenant) -> None:
+    async with limited_client(settings, endpoints, embedder, rps=10, burst=20) as client:
+        assert (await _get(client, tenant)).status_code == 200
+    redis = Redis.from_url(redis_url)
+    try:
+        key = bucket_key(tenant.org_id)
+        assert key.startswith(f"{{{tenant.org_id}}}:")
+        assert 0 < await redis.pttl(key) <= 20 / 10 * 1000 + 1000  # gone once it would be full again
+    finally:
+        await redis.aclose()
+
+
+async def test_unauthenticated_and_health_requests_are_not_counted(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    async with limited_client(settings, endpoints, embedder, rps=0.1, burst=1) as client:
+        for _ in range(3):
+            assert (await client.get("/healthz")).status_code == 200
+            assert (await client.get("/v1/memories")).status_code == 401
+        assert (await _get(client, tenant)).status_code == 200
+
+
+async def _blackhole() -> tuple[asyncio.Server, int]:
+    """A TCP server that accepts connections and never answers: a hung Redis."""
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client gives up
+        writer.close()
+
+    port = free_port()
+    return await asyncio.start_server(swallow, "127.0.0.1", port), port
+
+
+@pytest.mark.parametrize("fault", ["refused", "hung"])
+async def test_redis_down_or_hung_fails_open_quickly(fault: str) -> None:
+    if fault == "hung":
+        server, port = await _blackhole()
+    else:
+        server, port = None, free_port()  # nothing listens there
+    redis = Redis(host="127.0.0.1", port=port, socket_timeout=5, socket_connect_timeout=5)
+    limiter = RateLimiter(redis, RateLimitSettings(rps=1, burst=1, timeout_ms=20, retry_s=30))
+    try:
+        before = FAIL_OPEN._value.get()
+        started = time.perf_counter()
+        for _ in range(50):
+            await limiter.check(uuid4(), 1)  # would be 429 from the second call if Redis answered
+        elapsed = time.perf_counter() - started
+        assert FAIL_OPEN._value.get() - before == 50
+        assert elapsed < 0.5, elapsed  # one short timeout, then skipped: no per-request wait
+    finally:
+        await redis.aclose()
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+
+async def test_limit_applies_across_app_instances(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                                  tenant: Tenant) -> None:
+    """Two service instances (two apps, as behind a load balancer) share one bucket per org."""
+    async with limited_client(settings, endpoints, embedder, rps=0.1, burst=4) as one, \
+            limited_client(settings, endpoints, embedder, rps=0.1, burst=4) as two:
+        statuses = [(await _get(client, tenant)).status_code for client in (one, two, one, two, one, two)]
+        assert statuses == [200, 200, 200, 200, 429, 429]
+
+
+def test_too_many_requests_is_the_one_error_shape() -> None:
+    exc = TooManyRequests("slow down", retry_after_s=3)
+    assert (exc.status, exc.code, exc.retry_after_s) == (429, "rate_limited", 3)
+
+
+def test_every_heavy_route_exists(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> None:
+    """A renamed route must not silently become light."""
+    app = create_app(settings, endpoints, embedder=embedder)
+    routes = {(method, strip_param_types(route.path)) for route in app.routes
+              for method in getattr(route, "methods", ())}
+    assert routes >= HEAVY_ROUTES, HEAVY_ROUTES - routes
+
+
+async def test_in_flight_cap_per_org(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                     tenant: Tenant, other_tenant: Tenant) -> None:
+    """Org B's slow requests hold at most ``max_in_flight`` at once; more answer 429 at once, org A
+    is not affected, and every slot comes back (after errors too)."""
+    custom = dataclasses.replace(
+        settings, rate_limit=RateLimitSettings(rps=100_000, burst=100_000, max_in_flight=2, timeout_ms=1000),
+        retrieval=dataclasses.replace(settings.retrieval, branch_delay_ms=400))
+    with served(create_app(custom, endpoints, embedder=embedder)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            slow = [asyncio.create_task(http.post("/v1/memories/search", headers=other_tenant.headers,
+                                                  json={"query": "tea", "strategy": "lexical"}))
+                    for _ in range(6)]
+            await asyncio.sleep(0.15)  # all six sent; two are inside, sleeping in Postgres
+            a = await http.get("/v1/memories", headers=tenant.headers)
+            answers = await asyncio.gather(*slow)
+            statuses = sorted(r.status_code for r in answers)
+            assert a.status_code == 200
+            assert statuses == [200, 200, 429, 429, 429, 429], statuses
+            refused = next(r for r in answers if r.status_code == 429)
+            assert refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["details"]["max_in_flight"] == 2
+            for _ in range(5):  # errors give their slot back too
+                r = await http.get(f"/v1/memories/{uuid4()}", headers=other_tenant.headers)
+                assert r.status_code == 404
+            r = await http.post("/v1/memories/search", headers=other_tenant.headers,
+                                json={"query": "tea", "strategy": "lexical"})
+            assert r.status_code == 200, r.text
