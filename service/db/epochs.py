@@ -25,10 +25,16 @@ import time
 from uuid import UUID
 
 import structlog
+from prometheus_client import Counter
 
 from service.db.tenant import Database
 
 log = structlog.get_logger(__name__)
+
+EPOCH_READS = Counter("pgcontext_cache_epoch_reads", "Reads of an org's cache epoch from Postgres, by outcome",
+                      ["outcome"])
+EPOCH_BUMPS = Counter("pgcontext_cache_epoch_bumps",
+                      "Cache epochs bumped after a failed Redis write or invalidation, by outcome", ["outcome"])
 
 MAX_ORGS = 10_000
 """Epochs kept in memory; past it, the oldest readings are dropped (they are simply read again)."""
@@ -88,7 +94,9 @@ class CacheEpochs:
         if self._reads.get(org_id) is task:
             del self._reads[org_id]
         if task.cancelled() or task.exception() is not None:
+            EPOCH_READS.labels("failed").inc()
             return
+        EPOCH_READS.labels("ok").inc()
         self._remember(org_id, task.result())
 
     def _remember(self, org_id: UUID, epoch: int) -> None:
@@ -109,6 +117,7 @@ class CacheEpochs:
         try:
             await self._record(org_id)
         except Exception as exc:
+            EPOCH_BUMPS.labels("failed").inc()
             log.warning("cache_epoch_bump_failed", org_id=str(org_id), error=repr(exc)[:300])
             retry = asyncio.ensure_future(self._retry(org_id))
             self._unrecorded[org_id] = retry
@@ -118,6 +127,7 @@ class CacheEpochs:
         async with self.db.tenant(org_id) as tx:
             epoch = int(await tx.fetchval("cache.bump_epoch", org_id))
         self._remember(org_id, epoch)
+        EPOCH_BUMPS.labels("ok").inc()
         log.info("cache_epoch_bumped", org_id=str(org_id), epoch=epoch)
 
     async def _retry(self, org_id: UUID) -> None:
@@ -127,6 +137,7 @@ class CacheEpochs:
                 await self._record(org_id)
                 return
             except Exception as exc:
+                EPOCH_BUMPS.labels("failed").inc()
                 log.warning("cache_epoch_bump_failed", org_id=str(org_id), error=repr(exc)[:300])
 
     async def aclose(self) -> None:

@@ -197,13 +197,12 @@ class Database:
         started = time.monotonic()
         with _translated():
             conn = await self._acquire(budget_s)
-            clean = False
             try:
-                result = await work(conn, max(0.001, budget_s - (time.monotonic() - started)))
-                clean = True
-                return result
+                return await work(conn, max(0.001, budget_s - (time.monotonic() - started)))
             finally:
-                self._release_soon(conn, clean=clean)
+                # No transaction to end: the pool's release waits (bounded) for the cancellation of a
+                # statement cut short, or terminates the connection.
+                self._release_soon(conn)
 
     async def close(self) -> None:
         if self._releasing:
