@@ -40,7 +40,7 @@ def translate(exc: BaseException) -> AppError | None:
             return cls(message, code=code, details=details)
         if state.startswith(_UNAVAILABLE_CLASSES):
             return ServiceUnavailable("the database is unavailable", code="database_unavailable",
-                                      details={"sqlstate": state})
+                                      details={"sqlstate": state}, retry_after_s=1)
         return None
     if isinstance(exc, TimeoutError):
         # A client-side bound (acquire, BEGIN, a statement's statement_timeout plus grace): the server
