@@ -271,8 +271,8 @@ class AssemblySettings:
     hot_set_size: int = 16
     """Most memories in an agent's hot set (pinned first, then importance and recent use)."""
     hot_ttl_s: int = 300
-    """Lifetime of a cached hot set; bounds how long "recently used" can lag, and staleness if an
-    invalidation was lost while Redis was down."""
+    """Lifetime of a cached hot set; bounds how long "recently used" can lag. (A set that missed a
+    write while Redis was unreachable is not served once Redis is back: see ``PGCONTEXT_REDIS_EPOCH_CHECK_S``.)"""
     hot_refresh_s: int = 60
     """A cached set older than this is still served, and rebuilt in the background (single flight):
     an agent in use never waits for a fill because its set aged, only after a write changed it."""
