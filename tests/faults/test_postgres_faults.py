@@ -26,6 +26,10 @@ ACQUIRE_MS = 1000
 STATEMENT_MS = 1500
 SLACK_S = 0.5
 """HTTP, scheduling and a loaded 2-core machine, on top of the bound under test."""
+WALL = {"deadline_ms": 400, "processing_reserve_ms": 100}
+"""Assembly's wall and the part of it kept for ranking and packing: a caller deadline of 200-300 ms
+leaves the branches 100-200 ms and the CPU work 100 ms, which a loaded machine always meets (with
+the default 6 ms reserve an overrun there is a 504, the ladder's L3, not what these tests pin)."""
 
 
 def fault_settings(settings: Settings, **groups: dict[str, Any]) -> Settings:
@@ -39,6 +43,18 @@ async def timed(request: Any) -> tuple[httpx.Response | Exception, float]:
         return await request, time.monotonic() - started
     except httpx.TransportError as exc:  # the client gave up: the service held nothing back
         return exc, time.monotonic() - started
+
+
+def ladder(response: httpx.Response, *, caller_deadline: bool) -> None:
+    """An assembly that lost its cold search: L1 or L2 — or, only when the caller sent a deadline,
+    the ladder's L3 (504 ``deadline_exceeded``) if that passed. Never a 500 or a 503."""
+    if caller_deadline and response.status_code == 504:
+        assert response.json()["error"]["code"] == "deadline_exceeded", response.text
+        return
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["degradation_level"] in ("L1", "L2"), body["branches"]
+    assert body["branches"]["cold"]["outcome"] in ("timeout", "error"), body["branches"]
 
 
 async def recovered(http: httpx.AsyncClient, timeout_s: float = 20) -> None:
@@ -56,8 +72,9 @@ async def test_postgres_stopped_holds_every_deadline_and_recovers_without_restar
         fault_tenant: Tenant, loop_errors: LoopErrors) -> None:
     # Two instances: one looks every API key up (cache TTL 0, as right after the key cache expired),
     # one has the key cached (the assembly then runs, and the ladder shows the fault).
+    # A processing reserve a loaded 2-core machine always meets: the level, not an overrun, is under test.
     looks_up = fault_settings(settings, server={"auth_cache_ttl_s": 0.0})
-    cached = fault_settings(settings, server={"auth_cache_ttl_s": 600.0})
+    cached = fault_settings(settings, server={"auth_cache_ttl_s": 600.0}, assembly=WALL)
     with service(looks_up, fault_endpoints, embedder) as a, service(cached, fault_endpoints, embedder) as b:
         async with client(a, fault_tenant, timeout_s=8) as on_a, client(b, fault_tenant, timeout_s=8) as on_b:
             await seed(on_a)
@@ -79,12 +96,11 @@ async def test_postgres_stopped_holds_every_deadline_and_recovers_without_restar
             assert isinstance(a_assemble, httpx.Response) and a_assemble.status_code == 504, a_assemble
             assert a_assemble.json()["error"]["code"] == "deadline_exceeded" and a_ms < 0.2 + SLACK_S, a_ms
             # With the key cached the assembly runs: hot set and directive from Redis, cold search lost.
-            for response, took_s, wall_s in ((b_assemble, b_ms, 0.2), (b_default, b_default_s, 0.04)):
-                assert isinstance(response, httpx.Response) and response.status_code == 200, response
-                body = response.json()
-                assert body["degradation_level"] in ("L1", "L2"), body["branches"]
-                assert body["branches"]["cold"]["outcome"] in ("timeout", "error"), body["branches"]
-                assert took_s < wall_s + SLACK_S, took_s
+            # Within the caller's deadline, or else its 504 (L3) when the machine's load ate the reserve.
+            assert isinstance(b_assemble, httpx.Response) and b_ms < 0.2 + SLACK_S, (b_assemble, b_ms)
+            ladder(b_assemble, caller_deadline=True)
+            assert isinstance(b_default, httpx.Response) and b_default_s < 0.4 + SLACK_S, (b_default, b_default_s)
+            ladder(b_default, caller_deadline=False)
             # Everything else: 503 database_unavailable within the acquire bound, never a hang or 500.
             for response, took_s in ((got, got_s), (wrote, wrote_s)):
                 assert isinstance(response, httpx.Response) and response.status_code == 503, response
@@ -110,7 +126,7 @@ async def test_postgres_stopped_holds_every_deadline_and_recovers_without_restar
 async def test_a_locked_table_answers_503_not_500_keeps_the_deadline_and_recovers(
         settings: Settings, fault_endpoints: Endpoints, embedder: Embedder, cluster: Cluster,
         fault_tenant: Tenant, loop_errors: LoopErrors) -> None:
-    s = fault_settings(settings, server={"auth_cache_ttl_s": 600.0}, assembly=GENEROUS)
+    s = fault_settings(settings, server={"auth_cache_ttl_s": 600.0}, assembly={**GENEROUS, **WALL})
     with service(s, fault_endpoints, embedder) as url:
         async with client(url, fault_tenant, timeout_s=10) as http:
             await seed(http)
@@ -131,9 +147,8 @@ async def test_a_locked_table_answers_503_not_500_keeps_the_deadline_and_recover
             finally:
                 await owner.close()
             (assembled, assembled_s), (got, got_s), (wrote, wrote_s) = results
-            assert isinstance(assembled, httpx.Response) and assembled.status_code == 200, assembled
-            body = assembled.json()
-            assert body["degradation_level"] in ("L1", "L2") and assembled_s < 0.3 + SLACK_S, (body, assembled_s)
+            assert isinstance(assembled, httpx.Response) and assembled_s < 0.3 + SLACK_S, (assembled, assembled_s)
+            ladder(assembled, caller_deadline=True)
             for response, took_s in ((got, got_s), (wrote, wrote_s)):
                 assert isinstance(response, httpx.Response) and response.status_code == 503, response
                 assert response.json()["error"]["code"] == "query_timeout", response.text
