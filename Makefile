@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint docs bench-ingest bench-retrieval bench-assemble clean
+.PHONY: help install run test faults lint docs bench-ingest bench-retrieval bench-assemble clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ run: $(STAMP) ## install, then serve on 127.0.0.1:8080 with embedded Postgres + 
 
 test: $(STAMP) ## install, then run the whole test suite against real Postgres + Redis
 	$(BIN)/pytest -q -p no:cacheprovider
+
+faults: $(STAMP) ## only the fault-injection suite (tests/faults: Postgres/Redis stopped, locked, killed; kill -9, SIGTERM)
+	$(BIN)/pytest -q -p no:cacheprovider tests/faults
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check service tests benchmarks migrations client

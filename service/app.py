@@ -29,6 +29,7 @@ from service.assembly import (
 )
 from service.auth import KeyCache
 from service.db import Database, create_pool
+from service.db.epochs import CacheEpochs
 from service.db.errors import translate
 from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
@@ -128,11 +129,14 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     if embedder.name.startswith("local:"):
         # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
         await embedder.embed(["warm-up query"])
-    db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms)
+    d = settings.database
+    db = Database(pool, statement_timeout_ms=d.statement_timeout_ms, acquire_timeout_ms=d.acquire_timeout_ms,
+                  client_grace_ms=d.client_grace_ms, cleanup_timeout_ms=d.cleanup_timeout_ms)
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
                         rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
-    services.extras["directives"] = DirectiveStore(db, redis, settings.redis.org_directive_bytes)
+    epochs = CacheEpochs(db, check_s=settings.redis.epoch_check_s)
+    services.extras["directives"] = DirectiveStore(db, redis, epochs, settings.redis.org_directive_bytes)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,
                                                    max_limit=settings.limits.max_page_size)
     orchestrator = await build_orchestrator(services)
@@ -148,6 +152,9 @@ async def close_services(services: Services, *, close_embedder: bool) -> None:
     retrieval = services.extras.get("retrieval")
     if isinstance(retrieval, RetrievalEngine):
         await retrieval.aclose()
+    directives = services.extras.get("directives")
+    if isinstance(directives, DirectiveStore):
+        await directives.epochs.aclose()
     await services.db.close()
     await services.redis.aclose()
     if close_embedder:

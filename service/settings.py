@@ -40,6 +40,17 @@ class DatabaseSettings:
     """Upper bound on pooled connections (hybrid search uses two per request)."""
     statement_timeout_ms: int = 5000
     """Default per-transaction statement timeout for tenant work."""
+    acquire_timeout_ms: int = 2000
+    """Longest wait for a pooled connection plus its BEGIN, and for an API-key lookup (which a
+    caller's ``X-Timeout-Ms`` / ``X-Deadline-Ms`` can shorten). Past it: 503 ``database_unavailable``
+    (a stopped or unreachable Postgres is found out here, not after the whole outage)."""
+    client_grace_ms: int = 1000
+    """Client-side bound of every statement = its ``statement_timeout`` + this. Postgres ends slow
+    statements itself; this bound is for a server that does not answer at all (503 ``database_unavailable``)."""
+    cleanup_timeout_ms: int = 5000
+    """A connection left inside a transaction (error, timeout, cancelled task) is rolled back in the
+    background; if the cancelled statement or the ROLLBACK is not acknowledged within this, it is
+    terminated instead of going back to the pool."""
     migrate_on_start: bool = True
     """``serve`` upgrades the schema to head before serving (as the owner). False (or ``serve
     --no-migrate``): it only checks the schema is at head and refuses to start otherwise; with
@@ -54,6 +65,11 @@ class RedisSettings:
     node's ``redis://host:port`` with ``PGCONTEXT_REDIS_CLUSTER`` (docs/scaling.md)."""
     socket_timeout_s: float = 0.25
     """Client socket timeout; Redis is a cache, so a slow Redis must not stall requests."""
+    epoch_check_s: float = 1.0
+    """How old an instance's reading of an org's cache epoch may get before it reads it again. A
+    writer that could not refresh or invalidate Redis bumps the epoch in Postgres; this bounds how
+    long another instance may still serve a directive envelope or hot set that missed the write,
+    once Redis answers again (the writer's own instance: not at all)."""
     org_hot_set_bytes: int = 16 * 1024 * 1024
     """Most bytes of hot sets one org may keep in Redis; past it the org's least recently filled
     sets are deleted (its own, never another org's). Hot sets also expire (``hot_ttl_s``)."""
@@ -303,8 +319,8 @@ class AssemblySettings:
     hot_set_size: int = 16
     """Most memories in an agent's hot set (pinned first, then importance and recent use)."""
     hot_ttl_s: int = 300
-    """Lifetime of a cached hot set; bounds how long "recently used" can lag, and staleness if an
-    invalidation was lost while Redis was down."""
+    """Lifetime of a cached hot set; bounds how long "recently used" can lag. (A set that missed a
+    write while Redis was unreachable is not served once Redis is back: see ``PGCONTEXT_REDIS_EPOCH_CHECK_S``.)"""
     hot_refresh_s: int = 60
     """A cached set older than this is still served, and rebuilt in the background (single flight):
     an agent in use never waits for a fill because its set aged, only after a write changed it."""
@@ -432,6 +448,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             pool_min=_int(env, "PGCONTEXT_DB_POOL_MIN", 4),
             pool_max=_int(env, "PGCONTEXT_DB_POOL_MAX", 20),
             statement_timeout_ms=_int(env, "PGCONTEXT_STATEMENT_TIMEOUT_MS", 5000),
+            acquire_timeout_ms=max(1, _int(env, "PGCONTEXT_DB_ACQUIRE_TIMEOUT_MS", 2000)),
+            client_grace_ms=max(0, _int(env, "PGCONTEXT_DB_CLIENT_GRACE_MS", 1000)),
+            cleanup_timeout_ms=max(1, _int(env, "PGCONTEXT_DB_CLEANUP_TIMEOUT_MS", 5000)),
             migrate_on_start=_bool(env, "PGCONTEXT_MIGRATE_ON_START", True),
         ),
         redis=RedisSettings(
@@ -440,6 +459,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cluster=_bool(env, "PGCONTEXT_REDIS_CLUSTER", False),
             org_hot_set_bytes=max(0, _int(env, "PGCONTEXT_REDIS_ORG_HOT_SET_BYTES", 16 * 1024 * 1024)),
             org_directive_bytes=max(0, _int(env, "PGCONTEXT_REDIS_ORG_DIRECTIVE_BYTES", 16 * 1024 * 1024)),
+            epoch_check_s=max(0.0, _float(env, "PGCONTEXT_REDIS_EPOCH_CHECK_S", 1.0)),
         ),
         embedding=EmbeddingSettings(
             provider=provider,  # type: ignore[arg-type]

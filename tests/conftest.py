@@ -119,19 +119,23 @@ class Tenant:
         return {"Authorization": f"Bearer {self.key}"}
 
 
+async def create_tenant(owner_dsn: str, name: str) -> Tenant:
+    """A new org and an API key for it, made as the owner (what the CLI does)."""
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await admin.create_org(conn, name)
+        issued = await admin.create_key(conn, name)
+    finally:
+        await conn.close()
+    return Tenant(name=name, org_id=issued.org_id, key=issued.key)
+
+
 @pytest.fixture(scope="session")
 def make_tenant(owner_dsn: str) -> Callable[[str], Awaitable[Tenant]]:
     counter = iter(range(1_000_000))
 
     async def make(prefix: str = "org") -> Tenant:
-        name = f"{prefix}-{next(counter)}-{os.getpid()}"
-        conn = await asyncpg.connect(owner_dsn)
-        try:
-            await admin.create_org(conn, name)
-            issued = await admin.create_key(conn, name)
-        finally:
-            await conn.close()
-        return Tenant(name=name, org_id=issued.org_id, key=issued.key)
+        return await create_tenant(owner_dsn, f"{prefix}-{next(counter)}-{os.getpid()}")
 
     return make
 

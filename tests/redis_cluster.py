@@ -83,13 +83,7 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for _ in range(self.masters * (1 + self.replicas)):
-            port = cluster_port()
-            node = Node(port, self.workdir / f"node-{port}")
-            node.data_dir.mkdir()
-            self.nodes.append(node)
-            self._spawn(node)
-        for node in self.nodes:
-            self._wait_answers(node)
+            self.nodes.append(self._start_node())
         _, cli = binaries()
         create = [cli, "--cluster", "create", *(n.address for n in self.nodes),
                   "--cluster-replicas", str(self.replicas), "--cluster-yes"]
@@ -98,6 +92,22 @@ class LocalCluster:
             raise RuntimeError(f"cluster create failed: {done.stdout}\n{done.stderr}")
         self.wait_ok()
         return self
+
+    def _start_node(self, tries: int = 3) -> Node:
+        """A node on a fresh free port pair; another process may take the port between the check and
+        the bind (other test runs share the machine), so a node that exits at once is tried again."""
+        for attempt in range(tries):
+            port = cluster_port()
+            node = Node(port, self.workdir / f"node-{port}")
+            node.data_dir.mkdir()
+            self._spawn(node)
+            try:
+                self._wait_answers(node)
+                return node
+            except RuntimeError:
+                if (node.proc is not None and node.proc.poll() is None) or attempt == tries - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _spawn(self, node: Node) -> None:
         server, _ = binaries()

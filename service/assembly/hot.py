@@ -9,9 +9,12 @@ Keys (the braces are a Redis Cluster hash tag, so one org's keys share a slot an
 * ``{org_id}:hot_ver:{agent_id}`` — the agent's version, bumped when one of its memories changes.
 
 A read is one ``MGET`` of the three keys; the set is used only if its stamps equal the current
-generation and version. A miss reads Postgres and stores the set stamped with the counters read
-*before* the Postgres query, so a fill racing a write can at worst store a set that the next read
-already sees as stale: invalidation never depends on winning a race. Invalidation (the
+generation and version, and its epoch the org's cache epoch (:mod:`service.db.epochs`: bumped in
+Postgres when an invalidation could not reach Redis, so a set that missed a write while Redis was
+unreachable is not served once Redis is back, whatever its counters say). A miss reads Postgres
+and stores the set stamped with the counters (and epoch) read *before* the Postgres query, so a
+fill racing a write can at worst store a set that the next read already sees as stale:
+invalidation never depends on winning a race. Invalidation (the
 ``memories_changed`` hook, run after every committed create/patch/delete and after feedback)
 bumps the counters and deletes the agent's key to free memory at once.
 
@@ -51,6 +54,7 @@ from redis.exceptions import RedisError
 from service.assembly.types import HotMemoryOut, HotSetOut
 from service.cachebound import BOUND_LUA, lru_key, sizes_key
 from service.db import Database
+from service.db.epochs import CacheEpochs
 from service.redisconn import RedisClient
 from service.settings import AssemblySettings
 
@@ -119,6 +123,8 @@ class HotBlob(msgspec.Struct, array_like=True):
     version: int
     built_at: datetime
     items: list[HotItem]
+    epoch: int = -1
+    """The org's cache epoch when the fill began (-1: a set cached before epochs existed, never current)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +204,7 @@ class SingleFlight(Generic[K, V]):
 
 class HotSetStore:
     def __init__(self, db: Database, redis: RedisClient, settings: AssemblySettings, circuit: RedisCircuit,
-                 org_bytes: int = 16 * 1024 * 1024) -> None:
+                 epochs: CacheEpochs | None = None, org_bytes: int = 16 * 1024 * 1024) -> None:
         self.db = db
         self.redis = redis
         self.settings = settings
@@ -206,24 +212,28 @@ class HotSetStore:
         self.org_bytes = org_bytes
         """Most bytes of hot sets one org keeps in Redis (``RedisSettings.org_hot_set_bytes``)."""
         self._store = redis.register_script(_STORE)
-        self._fills: SingleFlight[tuple[UUID, str, int, int], HotBlob] = SingleFlight()
+        self.epochs = epochs if epochs is not None else CacheEpochs(db)
+        self._fills: SingleFlight[tuple[UUID, str, int, int, int | None], HotBlob] = SingleFlight()
 
     async def get(self, org_id: UUID, agent_id: str) -> HotRead:
         """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
+        epoch = await self.epochs.current(org_id)  # None: the org's cached sets are not trusted now
         raw, generation, version = await self.redis.mget(
             [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)])
         gen, ver = int(generation or 0), int(version or 0)
-        if raw is not None:
+        if raw is not None and epoch is not None:
             try:
                 blob = msgspec.msgpack.decode(raw if isinstance(raw, bytes) else raw.encode(), type=HotBlob)
             except msgspec.DecodeError:
                 blob = None  # written by another version of the service: rebuild it
-            if blob is not None and blob.generation == gen and blob.version == ver:
+            if blob is not None and blob.generation == gen and blob.version == ver and blob.epoch == epoch:
                 if (datetime.now(UTC) - blob.built_at).total_seconds() > self.settings.hot_refresh_s:
                     # Aged, not changed: serve it and rebuild it behind this request (nobody waits).
-                    self._fills.start((org_id, agent_id, gen, ver), lambda: self._fill(org_id, agent_id, gen, ver))
+                    self._fills.start((org_id, agent_id, gen, ver, epoch),
+                                      lambda: self._fill(org_id, agent_id, gen, ver, epoch))
                 return HotRead(blob.items, "cache", blob.built_at)
-        blob = await self._fills.run((org_id, agent_id, gen, ver), lambda: self._fill(org_id, agent_id, gen, ver))
+        blob = await self._fills.run((org_id, agent_id, gen, ver, epoch),
+                                     lambda: self._fill(org_id, agent_id, gen, ver, epoch))
         return HotRead(blob.items, "postgres", blob.built_at)
 
     async def load(self, org_id: UUID, agent_id: str) -> list[HotItem]:
@@ -237,11 +247,11 @@ class HotSetStore:
             rows = await tx.fetch("hot.fill", org_id, agent_id, s.hot_set_size, s.hot_access_half_life_hours)
         return [_item(r) for r in rows], bool(rows) and bool(rows[0]["agent_exists"])
 
-    async def _fill(self, org_id: UUID, agent_id: str, gen: int, ver: int) -> HotBlob:
+    async def _fill(self, org_id: UUID, agent_id: str, gen: int, ver: int, epoch: int | None) -> HotBlob:
         items, agent_exists = await self._load(org_id, agent_id)
-        blob = HotBlob(gen, ver, datetime.now(UTC), items)
-        if not agent_exists:
-            return blob  # no key per unknown agent (see the module docstring)
+        blob = HotBlob(gen, ver, datetime.now(UTC), items, -1 if epoch is None else epoch)
+        if not agent_exists or epoch is None:
+            return blob  # no key per unknown agent (see the module docstring), nor while untrusted
         encoded = msgspec.msgpack.encode(blob)
         if len(encoded) > self.org_bytes:
             return blob  # larger than the org's whole share: served from Postgres, never cached
@@ -279,9 +289,11 @@ class HotSetStore:
         try:
             await pipe.execute()
         except RedisError as exc:
-            # The write is committed; a cached set may now lag it until its TTL (hot_ttl_s) ends.
+            # The write is committed and a cached set may lag it: when Redis comes back with that set
+            # and its old counters, the new epoch is what keeps it from being served.
             self.circuit.failed()
             log.warning("hot_set_invalidation_failed", org_id=str(org_id), error=str(exc))
+            await self.epochs.bump(org_id)
 
     async def aclose(self) -> None:
         await self._fills.drain()

@@ -608,7 +608,7 @@ async def build_orchestrator(services: Services) -> Orchestrator:
         s = dataclasses.replace(s, light_cold_in_flight=share(s.light_cold_in_flight),
                                 max_in_flight=share(s.max_in_flight))
     return Orchestrator(db=services.db, directives=directives,
-                        hot=HotSetStore(services.db, services.redis, s, circuit,
+                        hot=HotSetStore(services.db, services.redis, s, circuit, directives.epochs,
                                         services.settings.redis.org_hot_set_bytes), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
                         circuit=circuit)

@@ -40,8 +40,15 @@ def translate(exc: BaseException) -> AppError | None:
             return cls(message, code=code, details=details)
         if state.startswith(_UNAVAILABLE_CLASSES):
             return ServiceUnavailable("the database is unavailable", code="database_unavailable",
-                                      details={"sqlstate": state})
+                                      details={"sqlstate": state}, retry_after_s=1)
         return None
-    if isinstance(exc, (asyncpg.InterfaceError, ConnectionError, OSError)):
-        return ServiceUnavailable("the database is unavailable", code="database_unavailable")
+    if isinstance(exc, TimeoutError):
+        # A client-side bound (acquire, BEGIN, a statement's statement_timeout plus grace): the server
+        # did not answer at all, or every pooled connection stayed busy.
+        return ServiceUnavailable("the database did not answer in time", code="database_unavailable",
+                                  details={"timed_out": True}, retry_after_s=1)
+    if isinstance(exc, (asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError, OSError)):
+        # InternalClientError: asyncpg's protocol state machine after the server died mid-statement
+        # ("cannot switch to state 15; another operation (2) is in progress" at COMMIT).
+        return ServiceUnavailable("the database is unavailable", code="database_unavailable", retry_after_s=1)
     return None

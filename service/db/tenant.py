@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -23,6 +24,7 @@ from service.db.errors import translate
 from service.db.queries import query
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 _GUC_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
 
@@ -45,39 +47,38 @@ def _begin(org_id: UUID, timeout_ms: int, readonly: bool, settings: Mapping[str,
     return f"BEGIN{' READ ONLY' if readonly else ''}; SELECT {calls}"
 
 
-async def _rollback(conn: asyncpg.Connection) -> None:
-    # Best effort: if it cannot run (the connection broke, or a cancelled query is still unwinding),
-    # the pool's release rolls the open transaction back before the connection is reused.
-    with contextlib.suppress(Exception):
-        if not conn.is_closed() and conn.is_in_transaction():
-            await conn.execute("ROLLBACK")
-
-
 class TenantTx:
-    """A connection inside an org-scoped transaction; runs named queries from ``sql/``."""
+    """A connection inside an org-scoped transaction; runs named queries from ``sql/``.
 
-    __slots__ = ("conn", "org_id", "preset")
+    Every statement also has a client-side timeout (``timeout_s``: the transaction's
+    ``statement_timeout`` plus ``DatabaseSettings.client_grace_ms``). Postgres normally ends a slow
+    statement itself; the client-side bound is for a server that does not answer at all (stopped,
+    hung, cut off), where ``statement_timeout`` never fires."""
 
-    def __init__(self, conn: asyncpg.Connection, org_id: UUID, preset: Mapping[str, str] | None = None) -> None:
+    __slots__ = ("conn", "org_id", "preset", "timeout_s")
+
+    def __init__(self, conn: asyncpg.Connection, org_id: UUID, preset: Mapping[str, str] | None = None,
+                 timeout_s: float | None = None) -> None:
         self.conn = conn
         self.org_id = org_id
         self.preset = dict(preset or {})
         """Settings already applied when the transaction began (``Database.tenant(settings=...)``)."""
+        self.timeout_s = timeout_s
 
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
-        return list(await self.conn.fetch(query(name), *args))
+        return list(await self.conn.fetch(query(name), *args, timeout=self.timeout_s))
 
     async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        return await self.conn.fetchrow(query(name), *args)
+        return await self.conn.fetchrow(query(name), *args, timeout=self.timeout_s)
 
     async def fetchval(self, name: str, *args: Any) -> Any:
-        return await self.conn.fetchval(query(name), *args)
+        return await self.conn.fetchval(query(name), *args, timeout=self.timeout_s)
 
     async def execute(self, name: str, *args: Any) -> str:
-        return str(await self.conn.execute(query(name), *args))
+        return str(await self.conn.execute(query(name), *args, timeout=self.timeout_s))
 
     async def executemany(self, name: str, args: Iterable[Sequence[Any]]) -> None:
-        await self.conn.executemany(query(name), args)
+        await self.conn.executemany(query(name), args, timeout=self.timeout_s)
 
     async def set_local(self, settings: Mapping[str, str]) -> None:
         """Set planner/executor GUCs for this transaction only (``{"hnsw.ef_search": "100"}``), in one
@@ -88,32 +89,68 @@ class TenantTx:
             return
         calls = ", ".join(f"set_config(${2 * i + 1}, ${2 * i + 2}, true)" for i in range(len(wanted)))
         args = [part for name, value in wanted.items() for part in (name, value)]
-        await self.conn.execute(f"SELECT {calls}", *args)
+        await self.conn.execute(f"SELECT {calls}", *args, timeout=self.timeout_s)
         self.preset.update(wanted)
 
 
 class Database:
-    def __init__(self, pool: asyncpg.Pool, *, statement_timeout_ms: int) -> None:
+    """The pool behind one door: org-scoped transactions, the API-key lookup and the readiness ping.
+
+    Nothing here waits on Postgres without a bound: getting a connection and BEGIN together take at
+    most ``acquire_timeout_ms``, every statement at most its ``statement_timeout`` plus
+    ``client_grace_ms`` (a stopped or unreachable server never answers, so Postgres's own timeout
+    cannot fire); past either the caller gets 503 ``database_unavailable``. A connection whose
+    transaction did not end cleanly (an error, a timeout, a cancelled task) is handed to a background
+    task that waits for asyncpg's cancellation of the running statement, rolls back and returns it to
+    the pool, or terminates it when that cannot finish within ``cleanup_timeout_ms``: the caller never
+    waits for the clean-up (with a hung server it would wait for the whole outage), and the pool never
+    receives a connection still inside a transaction (asyncpg logs "Resetting connection with an
+    active transaction" when it does).
+    """
+
+    def __init__(self, pool: asyncpg.Pool, *, statement_timeout_ms: int, acquire_timeout_ms: int = 2000,
+                 client_grace_ms: int = 1000, cleanup_timeout_ms: int = 5000) -> None:
         self._pool = pool
         self.statement_timeout_ms = statement_timeout_ms
+        self.acquire_timeout_ms = acquire_timeout_ms
+        self.client_grace_ms = client_grace_ms
+        self.cleanup_timeout_ms = cleanup_timeout_ms
         self._releasing: set[asyncio.Future[None]] = set()
 
-    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy, *, clean: bool = True) -> None:
         """Give ``conn`` back to the pool without making the caller wait for it.
 
         asyncpg's ``release`` runs in a shielded task of its own; awaiting it costs the caller two
         event-loop turns, each behind every other ready callback (milliseconds under load), for
         bookkeeping that normally needs no round trip here (the transaction has ended and ``reset``
-        is a no-op, see ``service.db.pool``). If a rollback after an error could not run, ``release``
-        rolls back itself; if the connection broke, it terminates it."""
-        releasing = asyncio.ensure_future(self._pool.release(conn))
+        is a no-op, see ``service.db.pool``). ``clean=False``: the transaction (or a statement) may
+        still be open, see :meth:`_end_and_release`."""
+        work = self._pool.release(conn, timeout=self.cleanup_timeout_ms / 1000) if clean \
+            else self._end_and_release(conn)
+        releasing = asyncio.ensure_future(work)
         self._releasing.add(releasing)
         releasing.add_done_callback(self._released)
+
+    async def _end_and_release(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        """Roll back what a failed or cancelled transaction left open, then release; terminate the
+        connection if that does not finish in time. asyncpg's next statement first waits for the
+        cancellation of one a timeout or a task cancel interrupted (bounded here by the timeout)."""
+        timeout_s = self.cleanup_timeout_ms / 1000
+        try:
+            if not conn.is_closed():
+                await conn.execute("ROLLBACK", timeout=timeout_s)  # a no-op warning outside a transaction
+        except (Exception, asyncio.CancelledError):
+            if not conn.is_closed():
+                conn.terminate()  # release() then hands the slot back without touching the socket
+        await self._pool.release(conn, timeout=timeout_s)
 
     def _released(self, releasing: asyncio.Future[None]) -> None:
         self._releasing.discard(releasing)
         if not releasing.cancelled() and releasing.exception() is not None:
             log.warning("pool_release_failed", error=repr(releasing.exception())[:300])
+
+    async def _acquire(self, timeout_s: float) -> asyncpg.pool.PoolConnectionProxy:
+        return await self._pool.acquire(timeout=timeout_s)
 
     @contextlib.asynccontextmanager
     async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None, readonly: bool = False,
@@ -124,37 +161,68 @@ class Database:
         when a caller's branch deadline passes, not only the client. ``settings``: more GUCs set
         LOCAL in the same round trip as BEGIN (e.g. ``{"hnsw.ef_search": "100"}``).
         """
-        begin = _begin(org_id, timeout_ms if timeout_ms is not None else self.statement_timeout_ms, readonly,
-                       settings or {})
-        try:
-            conn = await self._pool.acquire()
+        statement_ms = timeout_ms if timeout_ms is not None else self.statement_timeout_ms
+        begin = _begin(org_id, statement_ms, readonly, settings or {})
+        statement_s = (statement_ms + self.client_grace_ms) / 1000
+        with _translated():
+            started = time.monotonic()
+            conn = await self._acquire(self.acquire_timeout_ms / 1000)
+            clean = False
             try:
-                await conn.execute(begin)
-                try:
-                    yield TenantTx(conn, org_id, settings)
-                except BaseException:
-                    await _rollback(conn)
-                    raise
-                await conn.execute("COMMIT")
+                # BEGIN is the first round trip on a connection that may have sat idle in the pool:
+                # it shares the acquire bound (a hung server is found out here, within it).
+                left_s = max(0.001, self.acquire_timeout_ms / 1000 - (time.monotonic() - started))
+                await conn.execute(begin, timeout=left_s)
+                yield TenantTx(conn, org_id, settings, statement_s)
+                await conn.execute("COMMIT", timeout=statement_s)
+                clean = True
             finally:
-                self._release_soon(conn)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            mapped = translate(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+                self._release_soon(conn, clean=clean)
 
-    async def resolve_api_key(self, key_hash: bytes) -> UUID | None:
-        """Map a key hash to its org, through the SECURITY DEFINER lookup (no tenant scope yet)."""
-        async with self._pool.acquire() as conn:
-            row = await conn.fetchrow(query("auth.resolve_key"), key_hash)
+    async def resolve_api_key(self, key_hash: bytes, timeout_s: float | None = None) -> UUID | None:
+        """Map a key hash to its org, through the SECURITY DEFINER lookup (no tenant scope yet).
+
+        Bounded by ``timeout_s`` (default ``acquire_timeout_ms``) in all: connection and query."""
+        budget_s = self.acquire_timeout_ms / 1000 if timeout_s is None else timeout_s
+        row = await self._run(lambda conn, left_s: conn.fetchrow(query("auth.resolve_key"), key_hash,
+                                                                   timeout=left_s), budget_s)
         return None if row is None else UUID(str(row["org_id"]))
 
-    async def ping(self) -> bool:
-        async with self._pool.acquire() as conn:
-            return bool(await conn.fetchval("SELECT 1"))
+    async def ping(self, timeout_s: float = 1.0) -> bool:
+        return bool(await self._run(lambda conn, left_s: conn.fetchval("SELECT 1", timeout=left_s), timeout_s))
+
+    async def _run(self, work: Callable[[asyncpg.pool.PoolConnectionProxy, float], Awaitable[T]],
+                   budget_s: float) -> T:
+        """One statement outside a tenant transaction, connection included, within ``budget_s``."""
+        started = time.monotonic()
+        with _translated():
+            conn = await self._acquire(budget_s)
+            try:
+                return await work(conn, max(0.001, budget_s - (time.monotonic() - started)))
+            finally:
+                # No transaction to end: the pool's release waits (bounded) for the cancellation of a
+                # statement cut short, or terminates the connection.
+                self._release_soon(conn)
 
     async def close(self) -> None:
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
         await self._pool.close()
+
+
+_CLIENT_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError)
+"""What talking to Postgres can raise, translated by :func:`service.db.errors.translate` (``TimeoutError``:
+a client-side bound; ``InternalClientError``: asyncpg's protocol state after the server died mid-way,
+e.g. "cannot switch to state 15; another operation (2) is in progress" at COMMIT)."""
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """Database errors raised inside become domain errors (503 for an unavailable server, ...)."""
+    try:
+        yield
+    except _CLIENT_ERRORS as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc

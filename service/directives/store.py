@@ -6,6 +6,11 @@ refresh the envelope, so the next read sees the write. Envelopes are only ever r
 version (a Lua compare-and-set), so two racing writers cannot leave an older directive cached.
 Redis being down only costs latency: every path falls back to Postgres.
 
+Each envelope also carries the org's cache epoch (:mod:`service.db.epochs`) read before the Postgres
+read or write it caches, and is used only while that is still the org's epoch. A write whose Redis
+step fails bumps the epoch, so when Redis comes back with the old envelope no instance serves it
+(an instance learns the new epoch within ``PGCONTEXT_REDIS_EPOCH_CHECK_S``; the writer's own at once).
+
 Envelopes are stored without a TTL, so a Redis run with ``maxmemory-policy volatile-lru`` (the
 embedded one; docs/operations.md for others) never evicts them under memory pressure; instead each
 org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`service.cachebound`).
@@ -21,6 +26,7 @@ from redis.exceptions import RedisError
 
 from service.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
 from service.db import Database
+from service.db.epochs import CacheEpochs
 from service.directives.types import DirectiveOut
 from service.redisconn import RedisClient
 
@@ -30,19 +36,24 @@ DIRECTIVE_CACHE = "directive"
 """Name of the org's bounded envelope cache (:mod:`service.cachebound`): ``{org_id}:directive_lru``, ``..._bytes``."""
 
 # KEYS[1] envelope key, KEYS[2] the org's lru, KEYS[3] its sizes; ARGV[1] envelope JSON; ARGV[2] its
-# version; ARGV[3] agent id; ARGV[4] the org's byte bound; ARGV[5] envelope key prefix.
-# No TTL, on the envelope or its bookkeeping: Redis's volatile-lru eviction never takes them (only
-# the org's own bound does, least recently stored first).
+# version; ARGV[3] its epoch; ARGV[4] agent id; ARGV[5] the org's byte bound; ARGV[6] envelope key
+# prefix. Newer is (epoch, version) compared in that order; an envelope without an epoch is the
+# oldest. No TTL, on the envelope or its bookkeeping: Redis's volatile-lru eviction never takes them
+# (only the org's own bound does, least recently stored first).
 _SET_IF_NEWER = BOUND_LUA + """
 local current = redis.call('GET', KEYS[1])
 if current then
   local ok, decoded = pcall(cjson.decode, current)
-  if ok and decoded['version'] and tonumber(decoded['version']) > tonumber(ARGV[2]) then
-    return 0
+  if ok and decoded['version'] then
+    local epoch = tonumber(decoded['epoch'] or -1)
+    local new_epoch = tonumber(ARGV[3])
+    if epoch > new_epoch or (epoch == new_epoch and tonumber(decoded['version']) > tonumber(ARGV[2])) then
+      return 0
+    end
   end
 end
 redis.call('SET', KEYS[1], ARGV[1])
-bound(KEYS[2], KEYS[3], ARGV[3], string.len(ARGV[1]), tonumber(ARGV[4]), ARGV[5])
+bound(KEYS[2], KEYS[3], ARGV[4], string.len(ARGV[1]), tonumber(ARGV[5]), ARGV[6])
 return 1
 """
 
@@ -51,10 +62,23 @@ def cache_key(org_id: UUID, agent_id: str) -> str:
     return f"{{{org_id}}}:directive:{agent_id}"
 
 
+class Envelope(DirectiveOut, kw_only=True):
+    """What Redis holds: the directive and the org's cache epoch it was read or written under."""
+
+    epoch: int = -1
+    """-1: an envelope from before epochs existed (never current)."""
+
+    def directive(self) -> DirectiveOut:
+        return DirectiveOut(agent_id=self.agent_id, content=self.content, version=self.version,
+                            updated_at=self.updated_at)
+
+
 class DirectiveStore:
-    def __init__(self, db: Database, redis: RedisClient, org_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, db: Database, redis: RedisClient, epochs: CacheEpochs | None = None,
+                 org_bytes: int = 16 * 1024 * 1024) -> None:
         self.db = db
         self.redis = redis
+        self.epochs = epochs if epochs is not None else CacheEpochs(db)
         self.org_bytes = org_bytes
         """Most bytes of envelopes one org keeps in Redis (``RedisSettings.org_directive_bytes``)."""
         self._set_if_newer = redis.register_script(_SET_IF_NEWER)
@@ -63,30 +87,52 @@ class DirectiveStore:
     def _keys(self, org_id: UUID, agent_id: str) -> list[str]:
         return [cache_key(org_id, agent_id), lru_key(org_id, DIRECTIVE_CACHE), sizes_key(org_id, DIRECTIVE_CACHE)]
 
-    async def _cache(self, org_id: UUID, directive: DirectiveOut) -> None:
-        envelope = msgspec.json.encode(directive)
+    async def _cache(self, org_id: UUID, directive: DirectiveOut, epoch: int | None) -> bool:
+        """Store the envelope (unless ``epoch`` is None: the org's cache is not trusted now); False if
+        Redis failed."""
+        if epoch is None:
+            return True
+        envelope = msgspec.json.encode(Envelope(agent_id=directive.agent_id, content=directive.content,
+                                                version=directive.version, updated_at=directive.updated_at,
+                                                epoch=epoch))
         if len(envelope) > self.org_bytes:
-            return  # larger than the org's whole share: read from Postgres every time
+            # Larger than the org's whole share: read from Postgres every time. An older envelope may
+            # be cached: drop it (a failure to is a failed cache write like any other).
+            try:
+                await self._untrack(keys=self._keys(org_id, directive.agent_id), args=[directive.agent_id])
+            except RedisError:
+                return False
+            return True
         try:
             await self._set_if_newer(keys=self._keys(org_id, directive.agent_id),
-                                     args=[envelope, directive.version, directive.agent_id, self.org_bytes,
+                                     args=[envelope, directive.version, epoch, directive.agent_id, self.org_bytes,
                                            cache_key(org_id, "")])
         except RedisError as exc:
             log.warning("directive_cache_write_failed", error=str(exc))
+            return False
+        return True
 
     async def read_cached(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
-        """The cached envelope only (raises RedisError when Redis is unreachable)."""
+        """The cached envelope if it is of the org's current cache epoch (raises RedisError when Redis
+        is unreachable)."""
+        epoch = await self.epochs.current(org_id)
+        if epoch is None:
+            return None
         raw = await self.redis.get(cache_key(org_id, agent_id))
-        return None if raw is None else msgspec.json.decode(raw, type=DirectiveOut)
+        if raw is None:
+            return None
+        envelope = msgspec.json.decode(raw, type=Envelope)
+        return envelope.directive() if envelope.epoch == epoch else None
 
     async def load(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
+        epoch = await self.epochs.current(org_id)  # before the read: a bump after it makes the stamp old
         async with self.db.tenant(org_id, readonly=True) as tx:
             row = await tx.fetchrow("directives.get", org_id, agent_id)
         if row is None:
             return None
         directive = DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
                                  updated_at=row["updated_at"])
-        await self._cache(org_id, directive)
+        await self._cache(org_id, directive, epoch)
         return directive
 
     async def get(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
@@ -98,12 +144,14 @@ class DirectiveStore:
         return cached if cached is not None else await self.load(org_id, agent_id)
 
     async def put(self, org_id: UUID, agent_id: str, content: str) -> DirectiveOut:
+        epoch = await self.epochs.current(org_id)
         async with self.db.tenant(org_id) as tx:
             row = await tx.fetchrow("directives.upsert", org_id, agent_id, content)
         assert row is not None
         directive = DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
                                  updated_at=row["updated_at"])
-        await self._cache(org_id, directive)
+        if not await self._cache(org_id, directive, epoch):
+            await self.epochs.bump(org_id)  # the old envelope may still be in Redis: stop trusting it
         return directive
 
     async def delete(self, org_id: UUID, agent_id: str) -> bool:
@@ -112,8 +160,9 @@ class DirectiveStore:
         try:
             await self._untrack(keys=self._keys(org_id, agent_id), args=[agent_id])
         except RedisError as exc:
-            # A stale envelope would outlive the delete: make sure it expires soon.
+            # The deleted directive's envelope may still be in Redis: stop trusting it.
             log.warning("directive_cache_delete_failed", error=str(exc))
+            await self.epochs.bump(org_id)
         return version is not None
 
 

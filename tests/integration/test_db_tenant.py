@@ -4,7 +4,11 @@ into the next use of its pooled connection — not after an error, not after a c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -108,3 +112,131 @@ async def test_the_connection_goes_back_after_the_block_without_the_caller_waiti
     finally:
         await db.close()  # waits for the release in flight, then closes the pool
     assert pool.is_closing()
+
+
+# -- a server that stops answering (issue 14, failures 2, 3 and 7) -----------------------------------
+
+
+async def backend_pid(pool: asyncpg.Pool) -> int:
+    async with pool.acquire() as conn:
+        return int(conn.get_server_pid())
+
+
+@contextlib.asynccontextmanager
+async def backend_stopped(pid: int, safety_s: float = 4.0) -> AsyncIterator[Callable[[], None]]:
+    """SIGSTOP the server process ``pid`` (the backend of a pool's only connection: a hung server for
+    that connection alone, the rest of the shared test cluster runs on). Yields ``resume``; resumed
+    after ``safety_s`` at the latest (so a regression fails the test instead of hanging it) and on exit."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def resume() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+    safety = asyncio.get_running_loop().call_later(safety_s, resume)
+    try:
+        yield resume
+    finally:
+        safety.cancel()
+        resume()
+
+
+async def _returned(db: Database, pool: asyncpg.Pool, timeout_s: float = 10) -> None:
+    """Wait until the background clean-up has given the connection back (or terminated it)."""
+    deadline = time.monotonic() + timeout_s
+    while db._releasing or pool.get_idle_size() < 1:
+        assert time.monotonic() < deadline, "the connection did not come back to the pool"
+        await asyncio.sleep(0.02)
+
+
+def _resetting(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "Resetting connection with an active" in r.getMessage()]
+
+
+async def test_a_task_cancelled_while_begin_is_in_flight_leaves_no_open_transaction(
+        app_dsn: str, tenant: Tenant, caplog: pytest.LogCaptureFixture) -> None:
+    """Failure 7: a branch's timeout cancelled its task while BEGIN was in flight; the connection went
+    back to the pool inside the transaction and asyncpg logged "Resetting connection with an active
+    transaction". The server is paused so BEGIN is surely in flight when the task is cancelled."""
+    pool = await create_pool(app_dsn, min_size=1, max_size=1)
+    db = Database(pool, statement_timeout_ms=5000, cleanup_timeout_ms=3000)
+    try:
+        async with backend_stopped(await backend_pid(pool)) as resume:
+            async def work() -> None:
+                async with db.tenant(tenant.org_id) as tx:
+                    await tx.fetchval("directives.get", tenant.org_id, "x")
+
+            task = asyncio.ensure_future(work())
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 1.0)  # the caller is not held by the clean-up
+            resume()
+            await _returned(db, pool)
+        await _clean(pool)
+        await asyncio.sleep(0.1)
+        assert not _resetting(caplog)
+    finally:
+        await db.close()
+
+
+async def test_a_hung_server_answers_503_within_the_client_bounds(app_dsn: str, tenant: Tenant,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Failure 2: with the server stopped, acquire + BEGIN, a statement, the API-key lookup and the
+    readiness ping each end within their client-side bound with 503 database_unavailable."""
+    pool = await create_pool(app_dsn, min_size=1, max_size=1)
+    db = Database(pool, statement_timeout_ms=300, acquire_timeout_ms=300, client_grace_ms=200,
+                  cleanup_timeout_ms=3000)
+    try:
+        async with db.tenant(tenant.org_id) as tx:  # warm: the connection exists
+            await tx.fetchval("directives.get", tenant.org_id, "x")
+        await _returned(db, pool)
+        async with backend_stopped(await backend_pid(pool)):
+            started = time.monotonic()
+            with pytest.raises(ServiceUnavailable) as caught:
+                async with db.tenant(tenant.org_id) as tx:
+                    await tx.fetchval("directives.get", tenant.org_id, "x")
+            assert caught.value.code == "database_unavailable" and caught.value.details.get("timed_out")
+            assert time.monotonic() - started < 0.3 + 0.4  # the acquire bound (BEGIN never answered)
+            for probe in (db.resolve_api_key(b"\x00" * 32, 0.2), db.ping(0.2)):
+                started = time.monotonic()
+                with pytest.raises(ServiceUnavailable):
+                    await probe  # the only connection is still being cleaned up, or the server is stopped
+                assert time.monotonic() - started < 0.2 + 0.4
+        await _returned(db, pool)
+        async with db.tenant(tenant.org_id) as tx:  # recovered, no restart
+            assert await tx.fetchval("directives.get", tenant.org_id, "x") is None
+        await _clean(pool)
+        assert await db.ping(1.0)
+
+        # A statement begun on a live server, which then stops: statement_timeout + grace, then 503.
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable) as caught:
+            async with db.tenant(tenant.org_id) as tx, backend_stopped(tx.conn.get_server_pid()):
+                started = time.monotonic()
+                await tx.fetchval("directives.get", tenant.org_id, "x")
+        assert caught.value.code == "database_unavailable"
+        assert 0.3 + 0.2 - 0.05 < time.monotonic() - started < 0.3 + 0.2 + 0.4
+        await _returned(db, pool)
+        await _clean(pool)
+        assert not _resetting(caplog)
+    finally:
+        await db.close()
+
+
+async def test_asyncpg_client_state_errors_are_503(one_connection: tuple[Database, asyncpg.Pool],
+                                                   tenant: Tenant) -> None:
+    """Failure 3: asyncpg's own state errors after the server died mid-statement (seen at COMMIT:
+    "cannot switch to state 15; another operation (2) is in progress") are 503, not 500."""
+    db, pool = one_connection
+    for error in (asyncpg.InternalClientError("cannot switch to state 15; another operation (2) is in progress"),
+                  asyncpg.InterfaceError("connection was closed in the middle of operation"),
+                  asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+                  ConnectionResetError("reset by peer")):
+        with pytest.raises(ServiceUnavailable) as caught:
+            async with db.tenant(tenant.org_id) as tx:
+                await tx.fetchval("directives.get", tenant.org_id, "x")
+                raise error
+        assert caught.value.code == "database_unavailable", error
+    await _returned(db, pool)
+    await _clean(pool)

@@ -74,8 +74,10 @@ async def test_read_through_on_miss(client: AsyncTestClient[Any], tenant: Tenant
 async def test_get_is_served_from_the_envelope(client: AsyncTestClient[Any], tenant: Tenant, redis: Redis) -> None:
     """A hit is answered by Redis alone (shown by planting a recognisable envelope)."""
     path = "/v1/agents/cached/directive"
-    put = (await client.put(path, json={"content": "From Postgres."}, headers=tenant.headers)).json()
-    planted = {**put, "content": "From the Redis envelope."}
+    await client.put(path, json={"content": "From Postgres."}, headers=tenant.headers)
+    cached = await envelope(redis, tenant, "cached")
+    assert cached is not None and cached["epoch"] == 0  # the org's cache epoch (no failed cache write yet)
+    planted = {**cached, "content": "From the Redis envelope."}
     await redis.set(key(tenant, "cached"), json.dumps(planted))
     assert (await client.get(path, headers=tenant.headers)).json()["content"] == "From the Redis envelope."
 
@@ -96,7 +98,7 @@ async def test_older_version_never_overwrites_newer(client: AsyncTestClient[Any]
     for n in range(3):
         await client.put(path, json={"content": f"v{n + 1}"}, headers=tenant.headers)
     newer = {"agent_id": "racer", "content": "v9 from a newer writer", "version": 9,
-             "updated_at": "2030-01-01T00:00:00Z"}
+             "updated_at": "2030-01-01T00:00:00Z", "epoch": 0}
     await redis.set(key(tenant, "racer"), json.dumps(newer))
     # A store of its own (the app's pool lives on the test client's loop), as another replica would have.
     pool = await create_pool(app_dsn, min_size=1, max_size=1)

@@ -127,7 +127,7 @@ async def test_a_fill_racing_a_write_cannot_leave_a_stale_set(
             gen, ver = int(raw[0] or 0), int(raw[1] or 0)
             await create(client, tenant, {"text": "after the write", "agent_id": "racer"})
             # ... and stores its now-stale result after the write's invalidation.
-            stale = await store._fill(tenant.org_id, "racer", gen, ver)
+            stale = await store._fill(tenant.org_id, "racer", gen, ver, 0)
             assert await redis.exists(hot_key(tenant.org_id, "racer"))
             assert len(stale.items) == 2  # (it happens to see both here; the stamps are what matter)
             body = await hot(client, tenant, "racer")

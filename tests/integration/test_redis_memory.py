@@ -34,8 +34,8 @@ async def stores(endpoints: Endpoints, redis_url: str, settings: Settings,
     redis = Redis.from_url(redis_url)
     db = Database(pool, statement_timeout_ms=5000)
     try:
-        yield (HotSetStore(db, redis, settings.assembly, RedisCircuit(1.0), org_bytes),
-               DirectiveStore(db, redis, org_bytes), redis)
+        yield (HotSetStore(db, redis, settings.assembly, RedisCircuit(1.0), org_bytes=org_bytes),
+               DirectiveStore(db, redis, org_bytes=org_bytes), redis)
     finally:
         await redis.aclose()
         await pool.close()

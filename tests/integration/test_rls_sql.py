@@ -144,7 +144,7 @@ async def test_every_table_with_an_org_id_forces_rls(app_conn: asyncpg.Connectio
         "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'org_id' AND NOT a.attisdropped "
         "WHERE c.relkind IN ('r', 'p')")
     names = {r["relname"] for r in rows}
-    assert {*TENANT_TABLES, "memory_access", "memory_postings", "documents"} - {"orgs"} <= names
+    assert {*TENANT_TABLES, "memory_access", "memory_postings", "documents", "cache_epochs"} - {"orgs"} <= names
     assert [r["relname"] for r in rows if not (r["relrowsecurity"] and r["relforcerowsecurity"])] == []
 
 
