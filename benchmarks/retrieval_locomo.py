@@ -72,6 +72,8 @@ ASSEMBLIES: dict[str, dict[str, Any]] = {
     "assemble_2000": {"max_context_tokens": 2000},
     "assemble_selective": {"selective": True},
 }
+_ASSEMBLY_NAME = re.compile(r"assemble_(\d+)")
+"""Any ``assemble_N`` runs with ``max_context_tokens`` N (e.g. ``assemble_1500`` for a trade-off curve)."""
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
                  "%Y-%m-%d %H:%M", "%Y-%m-%d")
 _TAG = re.compile(r"\[[^\]\n]*\]|\d+(?= )")
@@ -146,6 +148,20 @@ def load_dir(root: Path, categories: set[str] | None) -> tuple[list[Turn], list[
                 continue
             queries.append(Query(str(q["_id"]), q["text"], str(meta.get("sample_id", "all")), category))
     return turns, queries, qrels
+
+
+def assembly_fields(name: str) -> dict[str, Any]:
+    """The request fields of an assembly line: a named one, or ``assemble_N`` at N tokens."""
+    if name in ASSEMBLIES:
+        return ASSEMBLIES[name]
+    if (m := _ASSEMBLY_NAME.fullmatch(name)) and int(m.group(1)) > 0:
+        return {"max_context_tokens": int(m.group(1))}
+    raise argparse.ArgumentTypeError(f"{name!r}: give one of {', '.join(ASSEMBLIES)} or assemble_N (N tokens)")
+
+
+def assembly_name(name: str) -> str:
+    assembly_fields(name)
+    return name
 
 
 def by_category(queries: Sequence[Query], values: Sequence[float]) -> dict[str, list[float]]:
@@ -265,7 +281,7 @@ async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: 
     for q in queries:
         headers, by_memory = orgs[q.group]
         body = {"agent_id": AGENT, "query": q.text, "model": MODEL, "reserve_tokens": 0,
-                "retrieval": {"use_hot": use_hot}, **ASSEMBLIES[name]}
+                "retrieval": {"use_hot": use_hot}, **assembly_fields(name)}
         r = await client.post("/v1/context/assemble", headers=headers, json=body)
         r.raise_for_status()
         out = r.json()
@@ -332,7 +348,8 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=0, help="0 = every question")
     parser.add_argument("--strategies", nargs="*", default=list(SEARCH_STRATEGIES), choices=list(SEARCH_STRATEGIES),
                         help="search strategies to score (none given: only the assembly lines)")
-    parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), choices=list(ASSEMBLIES))
+    parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), type=assembly_name,
+                        help=f"assembly lines: {', '.join(ASSEMBLIES)}, or assemble_N for N tokens")
     parser.add_argument("--use-hot", action="store_true", help="let assembly use the agent's hot set")
     args = parser.parse_args()
     configure_logs("warning")

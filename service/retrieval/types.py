@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 import msgspec
@@ -25,7 +25,8 @@ ResultFusion = Literal["zscore", "rrf", "convex", "cascade", "none"]
 """How a result's ``final_score`` was made: fused (zscore/rrf/convex), cascade (exact vector rank of
 lexical candidates) or none (a single branch's own score)."""
 
-Candidates = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+MAX_CANDIDATES: Final = 1000
+Candidates = Annotated[int, msgspec.Meta(ge=1, le=MAX_CANDIDATES)]
 
 
 class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -59,9 +60,9 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     rrf_k: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 60
     lexical_candidates: Candidates = 50
-    """How many rows the lexical branch contributes to fusion."""
+    """Fewest rows the lexical branch contributes to fusion (a search ranks at least twice ``limit``)."""
     semantic_candidates: Candidates = 50
-    """How many rows the semantic branch contributes to fusion."""
+    """Fewest rows the semantic branch contributes to fusion (a search ranks at least twice ``limit``)."""
     cascade_width: Annotated[int, msgspec.Meta(ge=1, le=2000)] = 200
     """lexical_first: how many lexical ids the exact vector step ranks."""
     fusion: FusionMethod = "auto"

@@ -253,3 +253,29 @@ async def test_python_api_for_other_features(client: AsyncTestClient[Any], servi
         assert isinstance(cached, np.ndarray) and cached.shape == (384,)
     finally:
         await db.close()
+
+
+async def test_hybrid_fuses_at_least_twice_the_limit_from_each_branch(
+        client: AsyncTestClient[Any], tenant: Tenant, endpoints: Endpoints, settings: Settings,
+        embedder: Embedder) -> None:
+    # 80 notes that all match the query's words, so each branch can offer every row.
+    topics = ["garden", "invoice", "backup", "recipe", "flight", "meeting", "printer", "budget"]
+    await seed(client, tenant, [f"Project note {i}: the {topics[i % 8]} list item {i}." for i in range(80)])
+    deep = await search(client, tenant, query="project note item", strategy="hybrid", limit=30)
+    assert (deep["metrics"]["lexical_candidates"], deep["metrics"]["semantic_candidates"]) == (60, 60)
+    assert len(deep["results"]) == 30
+    default = await search(client, tenant, query="project note item", strategy="hybrid", limit=10)
+    assert (default["metrics"]["lexical_candidates"], default["metrics"]["semantic_candidates"]) == (50, 50)
+    floor = await search(client, tenant, query="project note item", strategy="hybrid", limit=30,
+                         tuning={"lexical_candidates": 70, "semantic_candidates": 20})
+    assert (floor["metrics"]["lexical_candidates"], floor["metrics"]["semantic_candidates"]) == (70, 60)
+    # Context assembly's search (rows with their scoring fields) keeps max(candidates, limit) per branch.
+    db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
+    try:
+        engine = RetrievalEngine(db, embedder, settings.retrieval, max_limit=200)
+        response, rows = await engine.search_rows(
+            tenant.org_id, SearchRequest(query="project note item", strategy="hybrid", limit=60), ("someone", True))
+        assert (response.metrics.lexical_candidates, response.metrics.semantic_candidates) == (60, 60)
+        assert len(response.results) == 60 and set(rows) >= {r.id for r in response.results}
+    finally:
+        await db.close()
