@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint docs bench-ingest bench-retrieval bench-assemble clean
+.PHONY: help install run test fuzz lint docs bench-ingest bench-retrieval bench-assemble clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -25,6 +25,10 @@ run: $(STAMP) ## install, then serve on 127.0.0.1:8080 with embedded Postgres + 
 
 test: $(STAMP) ## install, then run the whole test suite against real Postgres + Redis
 	$(BIN)/pytest -q -p no:cacheprovider
+
+fuzz: $(STAMP) ## schemathesis, all checks, 100 examples per operation (random seed) against a live service
+	PGCONTEXT_FUZZ_EXAMPLES=$${PGCONTEXT_FUZZ_EXAMPLES:-100} PGCONTEXT_FUZZ_SEED=$${PGCONTEXT_FUZZ_SEED:-random} \
+		$(BIN)/pytest -q -p no:cacheprovider -s tests/integration/test_openapi_fuzz.py
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check service tests benchmarks migrations
