@@ -28,6 +28,7 @@ test: $(STAMP) ## install, then run the whole test suite against real Postgres +
 
 fuzz: $(STAMP) ## schemathesis, all checks, 100 examples per operation (random seed) against a live service
 	PGCONTEXT_FUZZ_EXAMPLES=$${PGCONTEXT_FUZZ_EXAMPLES:-100} PGCONTEXT_FUZZ_SEED=$${PGCONTEXT_FUZZ_SEED:-random} \
+		PGCONTEXT_FUZZ_PHASES=$${PGCONTEXT_FUZZ_PHASES:-examples,coverage,fuzzing} \
 		$(BIN)/pytest -q -p no:cacheprovider -s tests/integration/test_openapi_fuzz.py
 
 lint: $(STAMP) ## ruff and mypy

@@ -331,8 +331,8 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     from service.memories.validation import MAX_EMBEDDING_VALUE, MIN_EMBEDDING_COMPONENT, OCCURRED_PATTERN
 
     lim, docs, asm = settings.limits, settings.documents, settings.assembly
-    text = {"max_length": lim.max_text_chars, "min_length": 1, "pattern": NOT_BLANK}
-    query = {"max_length": settings.retrieval.max_query_chars, "min_length": 1, "pattern": NOT_BLANK}
+    text = _text(lim.max_text_chars, NOT_BLANK)
+    query = _text(settings.retrieval.max_query_chars, NOT_BLANK)
     dim = settings.embedding.dim
     kind = {"schema_not": Schema(const=DOCUMENT_CHUNK_KIND)}  # written only through /v1/documents
     return {
@@ -346,7 +346,7 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
             type=OpenAPIType.NUMBER, minimum=-MAX_EMBEDDING_VALUE, maximum=MAX_EMBEDDING_VALUE), "contains": Schema(
             any_of=[Schema(minimum=MIN_EMBEDDING_COMPONENT), Schema(maximum=-MIN_EMBEDDING_COMPONENT)])},
         ("MemoryBatchIn", "memories"): {"min_items": 1, "max_items": lim.max_batch},
-        ("DirectiveIn", "content"): {"max_length": lim.max_directive_chars, "min_length": 1, "pattern": NOT_BLANK},
+        ("DirectiveIn", "content"): _text(lim.max_directive_chars, NOT_BLANK),
         ("SearchRequest", "query"): query,
         ("SearchRequest", "limit"): {"maximum": lim.max_page_size},
         ("SearchRequest", "modes"): {"min_items": 1},
@@ -358,14 +358,20 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("AssembleRequest", "recent_messages"): {"max_items": asm.max_messages},
         ("AssembleRequest", "max_context_tokens"): {"maximum": asm.max_context_tokens},
         ("AssembleRequest", "reserve_tokens"): {"maximum": asm.max_context_tokens},
-        ("Message", "content"): {"max_length": asm.max_message_chars, "pattern": NO_NUL},
+        ("Message", "content"): _text(asm.max_message_chars, NO_NUL),
         ("Message", "role"): {"pattern": NO_NUL},
         ("FeedbackIn", "items"): {"min_items": 1, "max_items": MAX_FEEDBACK_ITEMS},
         ("FeedbackIn", "memory_ids"): {"min_items": 1, "max_items": MAX_FEEDBACK_ITEMS},
         ("IngestRequest", "files"): {"min_items": 1, "max_items": docs.max_files_per_request},
-        ("FileIn", "path"): {"max_length": docs.max_path_chars, "min_length": 1, "pattern": DOCUMENT_PATH},
+        ("FileIn", "path"): _text(docs.max_path_chars, DOCUMENT_PATH),
         ("FileIn", "content"): {"pattern": NO_NUL},
     }
+
+
+def _text(max_length: int, pattern: str) -> dict[str, Any]:
+    """A pattern and a length limit; the limit in an ``allOf`` of its own, which means the same and lets
+    a generator (schemathesis) draw matching strings ~5x faster than from both side by side."""
+    return {"pattern": pattern, "all_of": [Schema(max_length=max_length)]}
 
 
 def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
@@ -375,8 +381,8 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     from service.memories.write import IDEMPOTENCY_KEY_MAX
 
     agent = {"min_length": 1, "max_length": AGENT_ID_MAX_LENGTH, "pattern": AGENT_ID_PATTERN}
-    path = Schema(type=OpenAPIType.STRING, min_length=1, max_length=settings.documents.max_path_chars,
-                  pattern=DOCUMENT_PATH)
+    path = Schema(type=OpenAPIType.STRING, pattern=DOCUMENT_PATH,
+                  all_of=[Schema(max_length=settings.documents.max_path_chars)])
     deadline = {"replace": Schema(type=OpenAPIType.NUMBER)}
     return {
         ("/v1/memories", "limit"): {"maximum": settings.limits.max_page_size},

@@ -47,6 +47,14 @@ def resolve(schema: Schema, node: Schema) -> Schema:
     return node
 
 
+def max_length(node: Schema) -> int:
+    """A string's maxLength, beside its pattern or in an ``allOf`` of its own."""
+    found = [node.get("maxLength"), *(part.get("maxLength") for part in node.get("allOf", []))]
+    lengths = [n for n in found if n is not None]
+    assert len(lengths) == 1, node
+    return int(lengths[0])
+
+
 def non_null(node: Schema) -> Schema:
     """A nullable property's non-null alternative (the property itself otherwise)."""
     for alternative in node.get("oneOf", []):
@@ -207,8 +215,8 @@ async def test_documented_limits_are_the_enforced_ones(small: AsyncTestClient[An
         return non_null(params[name]["schema"])
 
     h = tenant.headers
-    text = prop("MemoryIn", "text")["maxLength"]
-    assert text == SMALL["max_text_chars"] == prop("MemoryPatch", "text")["maxLength"]
+    text = max_length(prop("MemoryIn", "text"))
+    assert text == SMALL["max_text_chars"] == max_length(prop("MemoryPatch", "text"))
     assert (await small.post("/v1/memories", json={"text": "t" * text}, headers=h)).status_code == 201
     assert (await small.post("/v1/memories", json={"text": "t" * (text + 1)}, headers=h)).status_code == 413
     batch = prop("MemoryBatchIn", "memories")["maxItems"]
@@ -223,19 +231,19 @@ async def test_documented_limits_are_the_enforced_ones(small: AsyncTestClient[An
     assert (await small.get(f"/v1/memories?limit={int(page) + 1}", headers=h)).status_code == 400
     assert (await small.post("/v1/memories/search", json={"query": "b", "limit": int(page) + 1},
                              headers=h)).status_code == 400
-    directive = prop("DirectiveIn", "content")["maxLength"]
+    directive = max_length(prop("DirectiveIn", "content"))
     assert directive == SMALL["max_directive_chars"]
     assert (await small.put("/v1/agents/a/directive", json={"content": "d" * directive}, headers=h)).status_code == 200
     assert (await small.put("/v1/agents/a/directive", json={"content": "d" * (directive + 1)},
                             headers=h)).status_code == 413
-    q = prop("SearchRequest", "query")["maxLength"]
-    assert q == 25 == prop("AssembleRequest", "query")["maxLength"]
+    q = max_length(prop("SearchRequest", "query"))
+    assert q == 25 == max_length(prop("AssembleRequest", "query"))
     r = await small.post("/v1/memories/search", json={"query": "q" * q, "limit": 5}, headers=h)
     assert r.status_code == 200, r.text
     r = await small.post("/v1/memories/search", json={"query": "q" * (q + 1), "limit": 5}, headers=h)
     assert r.status_code == 400, r.text
     messages = prop("AssembleRequest", "recent_messages")["maxItems"]
-    chars = prop("Message", "content")["maxLength"]
+    chars = max_length(prop("Message", "content"))
     assert (messages, chars) == (2, 20)
     base = {"agent_id": "a", "query": "q", "model": "gpt-4o", "max_context_tokens": 4000}
     ok = [{"role": "user", "content": "m" * chars}] * messages
@@ -245,7 +253,7 @@ async def test_documented_limits_are_the_enforced_ones(small: AsyncTestClient[An
         r = await small.post("/v1/context/assemble", json={**base, "recent_messages": bad}, headers=h)
         assert r.status_code == 400, r.text
     files = prop("IngestRequest", "files")["maxItems"]
-    path_chars = prop("FileIn", "path")["maxLength"]
+    path_chars = max_length(prop("FileIn", "path"))
     assert (files, path_chars) == (2, 12)
     docs = [{"path": f"p{i}".ljust(path_chars, "x"), "content": "c"} for i in range(files)]
     assert (await small.post("/v1/documents", json={"files": docs}, headers=h)).status_code == 200
