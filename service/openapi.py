@@ -271,7 +271,7 @@ def finish_schema(app: Litestar, settings: Settings) -> OpenAPI:
                 schema=Schema(type=OpenAPIType.STRING, description="The HTTP server's own refusal of a request "
                               "line over 64 KiB: `Invalid HTTP request received.`"))
     apply_limits(openapi, settings)
-    apply_rules(openapi)
+    apply_rules(openapi, settings)
     return openapi
 
 

@@ -168,7 +168,7 @@ def constrain(schema: Schema | Reference, constraints: dict[str, Any]) -> None:
             setattr(target, name, copy.copy(value))
 
 
-def apply_rules(openapi: OpenAPI) -> None:
+def apply_rules(openapi: OpenAPI, settings: Settings) -> None:
     """Rules across fields and inside free-form JSON, checked in code, stated in the schema."""
     from service.documents.ingest import RESERVED_METADATA
 
@@ -186,7 +186,7 @@ def apply_rules(openapi: OpenAPI) -> None:
         names = Schema(type=OpenAPIType.STRING, pattern=NO_NUL,
                        schema_not=Schema(enum=list(reserved)) if reserved else None)
         return Schema(type=OpenAPIType.OBJECT, property_names=names, additional_properties=value, description=(
-            "A JSON object: at most 16,384 bytes encoded (PGCONTEXT_MAX_METADATA_BYTES, else 413), nested at most "
+            f"A JSON object: at most {settings.limits.max_metadata_bytes:,} bytes encoded (else 413), nested at most "
             f"{MAX_JSON_DEPTH} levels with the body, no NUL in any key or string"
             + (f"; reserved keys: {', '.join(reserved)}" if reserved else "") + "."))
 
