@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test faults lint docs bench-ingest bench-retrieval bench-assemble clean
+.PHONY: help install run test faults fuzz lint docs bench-ingest bench-retrieval bench-assemble clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -29,6 +29,11 @@ test: $(STAMP) ## install, then run the whole test suite against real Postgres +
 
 faults: $(STAMP) ## only the fault-injection suite (tests/faults: Postgres/Redis stopped, locked, killed; kill -9, SIGTERM)
 	$(BIN)/pytest -q -p no:cacheprovider tests/faults
+
+fuzz: $(STAMP) ## schemathesis, all checks, 100 examples per operation (random seed) against a live service
+	PGCONTEXT_FUZZ_EXAMPLES=$${PGCONTEXT_FUZZ_EXAMPLES:-100} PGCONTEXT_FUZZ_SEED=$${PGCONTEXT_FUZZ_SEED:-random} \
+		PGCONTEXT_FUZZ_PHASES=$${PGCONTEXT_FUZZ_PHASES:-examples,coverage,fuzzing} \
+		$(BIN)/pytest -q -p no:cacheprovider -s tests/integration/test_openapi_fuzz.py
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check service tests benchmarks migrations client

@@ -13,13 +13,11 @@ import structlog
 from litestar import Litestar, Request, Response
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, ValidationException
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from redis.exceptions import RedisError
 
-from service import __version__, redisconn
+from service import redisconn
 from service.assembly import (
     AssemblyController,
     FeedbackController,
@@ -40,6 +38,7 @@ from service.explain import explain_routes
 from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
+from service.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
 from service.ratelimit import RateLimiter, in_flight_middleware
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
@@ -181,7 +180,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
             gc.unfreeze()  # collectable again (several apps can come and go in one process, e.g. tests)
 
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
-    return Litestar(
+    app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, AssemblyController, HotMemoryController, FeedbackController,
                         ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
@@ -191,13 +190,15 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[request_id_middleware, prometheus.middleware, in_flight_middleware],
+        middleware=[request_id_middleware, allow_header_middleware, prometheus.middleware, in_flight_middleware],
         lifespan=[lifespan],
-        openapi_config=OpenAPIConfig(title="pgcontext", version=__version__, path="/schema",
-                                     render_plugins=[SwaggerRenderPlugin()]),
+        openapi_config=openapi_config(),
+        plugins=[StrictStructs()],
         request_max_body_size=settings.limits.max_request_bytes,
         debug=False,
     )
+    finish_schema(app, settings)
+    return app
 
 
 def app_from_env() -> Litestar:

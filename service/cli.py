@@ -100,7 +100,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         host = args.host or settings.server.host
         port = args.port or settings.server.port
         workers = args.workers or settings.server.workers
-        print(f"pgcontext serving on http://{host}:{port} with {workers} worker(s) (docs: /schema/swagger)",
+        print(f"pgcontext serving on http://{host}:{port} with {workers} worker(s) (docs: /schema)",
               flush=True)
         if workers > 1:
             # Worker processes rebuild the app from the environment: hand them the servers resolved here.

@@ -6,6 +6,7 @@ import re
 from typing import Annotated, Any
 from uuid import UUID
 
+import msgspec
 from litestar import Request
 from litestar.datastructures import State
 from litestar.di import Dependency
@@ -53,7 +54,35 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
             if limiter.enabled:
                 await limiter.check(org_id, limiter.cost(request.method, route_template(request)))
     if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
-        check_json_depth(await request.body())
+        body = await request.body()
+        check_json_depth(body)
+        data = request.route_handler.parsed_fn_signature.parameters.get("data")
+        if data is not None and body:
+            check_types_strictly(body, data.annotation)
+
+
+def check_types_strictly(body: bytes, annotation: Any) -> None:
+    """Litestar converts a JSON body leniently (``"5"`` for an int, ``0``/``1`` for a bool); the OpenAPI
+    schema promises JSON Schema's types, which take ``5.0`` as an integer and nothing else across types.
+    So: 400 for a value of another JSON type, before the handler's lenient decoding runs."""
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return  # malformed JSON: Litestar's own decoding answers it, as before
+    try:
+        msgspec.convert(_integral_floats_as_ints(value), annotation, strict=True)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"invalid body: {exc}", code="validation_error") from exc
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**63 else value
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+    return value
 
 
 def route_template(request: Request[Any, Any, Any]) -> str:

@@ -89,7 +89,10 @@ FAMILIES: Final[tuple[Family, ...]] = (
 
 # Bedrock ids put the vendor before a dot ("anthropic.claude-3-5-sonnet-20240620-v1:0"), cross-region
 # profiles a region before that ("us.anthropic...."); gateways put it before a slash ("openai/gpt-4o").
-_VENDOR_DOT: Final = re.compile(r"^(?:(?:us|eu|apac|global)\.)?(?:anthropic|meta|mistral|google|qwen)\.")
+VENDORS: Final[tuple[tuple[str, ...], tuple[str, ...]]] = (
+    ("us", "eu", "apac", "global"), ("anthropic", "meta", "mistral", "google", "qwen"))
+"""(cross-region prefixes, vendors) of Bedrock ids (also in the OpenAPI schema's model pattern)."""
+_VENDOR_DOT: Final = re.compile(rf"^(?:(?:{'|'.join(VENDORS[0])})\.)?(?:{'|'.join(VENDORS[1])})\.")
 
 
 class UnknownModelError(ValueError):
@@ -123,6 +126,6 @@ def resolve_model(model: str, encoding: str | None = None) -> ModelTokens:
             # from claiming names that merely start with it.
             rest = name[len(prefix):]
             if name.startswith(prefix) and (not rest or rest[0] in "-.:_" or
-                                            (rest[0].isdigit() and family.name != "openai")):
+                                            (rest[0] in "0123456789" and family.name != "openai")):
                 return ModelTokens(family.encoding, family.name, family.safety_factor)
     raise UnknownModelError(f"unknown model {model!r}: expected one of {accepted_choices()}")

@@ -24,6 +24,7 @@ from service.deps import OrgId, ServicesDep
 from service.errors import DeadlineExceeded, ServiceUnavailable
 from service.memories.handlers import AgentIdQuery
 from service.memories.validation import check_agent_id
+from service.openapi import errors
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -79,7 +80,8 @@ class AssemblyController(Controller):
     path = "/v1/context"
     tags = ["context"]
 
-    @post("/assemble", status_code=HTTP_200_OK, summary="Assemble an agent's context for one model call")
+    @post("/assemble", status_code=HTTP_200_OK, summary="Assemble an agent's context for one model call",
+          responses=errors(422, 504))
     async def assemble(
         self, request: Request[Any, Any, Any], services: ServicesDep, org_id: OrgId, data: JSONBody[AssembleRequest],
         x_deadline_ms: Annotated[str | None, HeaderParameter(name="X-Deadline-Ms")] = None,

@@ -12,6 +12,7 @@ from service.deps import OrgId, ServicesDep
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveIn, DirectiveOut
 from service.errors import BadRequest, NotFound, PayloadTooLarge
+from service.openapi import errors
 from service.runtime import Services
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -47,14 +48,14 @@ class DirectiveController(Controller):
             raise BadRequest("content must not contain NUL characters", code="validation_error")
         return await _store(services).put(org_id, agent_id, data.content)
 
-    @get("/", summary="Get an agent's directive (Redis envelope, Postgres on a miss)")
+    @get("/", summary="Get an agent's directive (Redis envelope, Postgres on a miss)", responses=errors(404))
     async def get_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str]) -> DirectiveOut:
         directive = await _store(services).get(org_id, check_agent_id(agent_id))
         if directive is None:
             raise NotFound(f"agent {agent_id!r} has no directive")
         return directive
 
-    @delete("/", status_code=HTTP_204_NO_CONTENT, summary="Delete an agent's directive")
+    @delete("/", status_code=HTTP_204_NO_CONTENT, summary="Delete an agent's directive", responses=errors(404))
     async def delete_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str]) -> None:
         if not await _store(services).delete(org_id, check_agent_id(agent_id)):
             raise NotFound(f"agent {agent_id!r} has no directive")

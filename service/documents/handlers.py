@@ -14,9 +14,11 @@ from service.documents.types import (
     DeleteResponse,
     DocumentPage,
     IndexSummary,
+    IngestRequest,
     IngestResponse,
 )
 from service.errors import BadRequest, NotFound
+from service.openapi import errors
 
 COLLECTION_PATTERN = r"^[A-Za-z0-9_.:@/-]+$"
 MAX_DELETE_PATHS = 256
@@ -29,7 +31,8 @@ class DocumentController(Controller):
     path = "/v1/documents"
     tags = ["documents"]
 
-    @post("/", status_code=200, summary="Ingest files (created / updated / unchanged per file)")
+    @post("/", status_code=200, summary="Ingest files (created / updated / unchanged per file)",
+          opt={"body": IngestRequest}, responses=errors(422))
     async def ingest_files(self, request: Request[Any, Any, Any], services: ServicesDep,
                            org_id: OrgId) -> IngestResponse:
         """Body: ``{"files": [{"path", "content", "metadata"?}], "agent_id"?, "collection"?}``.
@@ -67,7 +70,7 @@ class DocumentController(Controller):
                                                        cursor=cursor, limit=limit)
         return DocumentPage(items=items, next_cursor=next_cursor)
 
-    @delete("/", status_code=200, summary="Delete documents and their chunks by path")
+    @delete("/", status_code=200, summary="Delete documents and their chunks by path", responses=errors(404))
     async def delete_documents(
         self, services: ServicesDep, org_id: OrgId,
         path: Annotated[list[str], QueryParameter(description="Repeat for several paths (at most 256).")],

@@ -47,7 +47,7 @@ from service.documents.types import (
     IngestResponse,
     IngestTimings,
 )
-from service.errors import BadRequest, PayloadTooLarge
+from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_agent_id, check_metadata
 from service.memories.write import embed_texts
@@ -110,7 +110,8 @@ def validate(request: IngestRequest, docs: DocumentSettings, limits: LimitSettin
         where = f"files[{index}]"
         check_path(item.path, docs.max_path_chars, field=f"{where}.path")
         if item.path in seen:
-            raise BadRequest(f"{where}.path {item.path!r} appears twice in the request", code="duplicate_path",
+            # 422, not 400: each item matches the schema; only their combination cannot be stored.
+            raise Unprocessable(f"{where}.path {item.path!r} appears twice in the request", code="duplicate_path",
                              details={"field": f"{where}.path"})
         seen.add(item.path)
         if "\x00" in item.content:

@@ -17,13 +17,17 @@ from service.memories import repo, write
 from service.memories.types import (
     AGENT_ID_MAX_LENGTH,
     AGENT_ID_PATTERN,
+    KIND_PATTERN,
     CreatedMemories,
     DeletedAgentMemories,
+    MemoryBatchIn,
+    MemoryIn,
     MemoryOut,
     MemoryPage,
     MemoryPatch,
 )
 from service.memories.validation import check_agent_id, check_metadata
+from service.openapi import errors
 
 AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
                                              description="The agent (1-200 letters, digits and _.:@-).")]
@@ -38,11 +42,27 @@ DELETE_AGENT_DESCRIPTION = (
 )
 
 
+def _timestamp(name: str, value: str | None) -> datetime | None:
+    """An RFC 3339 timestamp, strictly (a bare number is not one); ``occurred_*`` with a timezone."""
+    if value is None:
+        return None
+    try:
+        parsed = msgspec.convert(value, datetime)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"{name} must be an RFC 3339 timestamp, e.g. 2024-05-01T14:30:00Z", code="validation_error",
+                         details={"field": name}) from exc
+    if name.startswith("occurred") and parsed.tzinfo is None:
+        raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
+                         code="validation_error", details={"field": name})
+    return parsed
+
+
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
 
-    @post("/", status_code=HTTP_201_CREATED, summary="Create one memory or a batch")
+    @post("/", status_code=HTTP_201_CREATED, summary="Create one memory or a batch",
+          opt={"body": MemoryIn | MemoryBatchIn}, responses=errors(409, 422))
     async def create(
         self, request: Request[Any, Any, Any], services: ServicesDep, org_id: OrgId,
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
@@ -57,7 +77,7 @@ class MemoryController(Controller):
         headers = {"Idempotent-Replayed": "true"} if replayed else {}
         return Response(result, status_code=HTTP_201_CREATED, headers=headers)
 
-    @get("/{memory_id:str}", summary="Get one memory")
+    @get("/{memory_id:str}", summary="Get one memory", responses=errors(404))
     async def get_one(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str]) -> MemoryOut:
         ident = parse_uuid(memory_id, "memory id")
         async with services.db.tenant(org_id, readonly=True) as tx:
@@ -69,15 +89,19 @@ class MemoryController(Controller):
     @get("/", summary="List memories (newest first, cursor-paginated)")
     async def list_memories(
         self, services: ServicesDep, org_id: OrgId,
-        agent_id: FromQuery[str | None] = None,
-        kind: FromQuery[str | None] = None,
+        agent_id: Annotated[str | None, QueryParameter(
+            min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
+            description="Only this agent's memories (1-200 letters, digits and _.:@-).")] = None,
+        kind: Annotated[str | None, QueryParameter(pattern=KIND_PATTERN, description="Only this kind.")] = None,
         metadata: Annotated[
             str | None, QueryParameter(description="JSON object; rows whose metadata contains it")] = None,
-        created_after: FromQuery[datetime | None] = None,
-        created_before: FromQuery[datetime | None] = None,
-        occurred_after: Annotated[datetime | None, QueryParameter(
+        created_after: Annotated[str | None, QueryParameter(
+            description="Inclusive lower bound on created_at (RFC 3339)")] = None,
+        created_before: Annotated[str | None, QueryParameter(
+            description="Exclusive upper bound on created_at (RFC 3339)")] = None,
+        occurred_after: Annotated[str | None, QueryParameter(
             description="Inclusive lower bound on occurred_at (RFC 3339 with timezone)")] = None,
-        occurred_before: Annotated[datetime | None, QueryParameter(
+        occurred_before: Annotated[str | None, QueryParameter(
             description="Exclusive upper bound on occurred_at (RFC 3339 with timezone)")] = None,
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
@@ -85,6 +109,7 @@ class MemoryController(Controller):
         if limit > services.settings.limits.max_page_size:
             raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
                              code="validation_error")
+        check_agent_id(agent_id)
         contains = None
         if metadata is not None:
             check_json_depth(metadata, field="metadata")
@@ -95,18 +120,16 @@ class MemoryController(Controller):
             if not isinstance(contains, dict):
                 raise BadRequest("metadata must be a JSON object", code="validation_error")
             check_metadata(contains, services.settings.limits)
-        for name, value in (("occurred_after", occurred_after), ("occurred_before", occurred_before)):
-            if value is not None and value.tzinfo is None:
-                raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
-                                 code="validation_error", details={"field": name})
+        times = {name: _timestamp(name, value) for name, value in (
+            ("created_after", created_after), ("created_before", created_before),
+            ("occurred_after", occurred_after), ("occurred_before", occurred_before))}
         async with services.db.tenant(org_id, readonly=True) as tx:
             items, next_cursor = await repo.list_page(
-                tx, agent_id=agent_id, kind=kind, metadata=contains, created_after=created_after,
-                created_before=created_before, cursor=cursor, limit=limit,
-                occurred_after=occurred_after, occurred_before=occurred_before)
+                tx, agent_id=agent_id, kind=kind, metadata=contains, cursor=cursor, limit=limit, **times)
         return MemoryPage(items=items, next_cursor=next_cursor)
 
-    @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)")
+    @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)",
+           responses=errors(404, 409, 422))
     async def update(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str],
                      data: JSONBody[MemoryPatch]) -> MemoryOut:
         return await write.patch(services, org_id, parse_uuid(memory_id, "memory id"), data)
@@ -118,6 +141,7 @@ class MemoryController(Controller):
         check_agent_id(agent_id)
         return DeletedAgentMemories(agent_id=agent_id, deleted=await write.delete_agent(services, org_id, agent_id))
 
-    @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, summary="Delete a memory")
+    @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, summary="Delete a memory",
+            responses=errors(404, 409))
     async def remove(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str]) -> None:
         await write.delete(services, org_id, parse_uuid(memory_id, "memory id"))

@@ -11,7 +11,8 @@ import msgspec
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
 AGENT_ID_MAX_LENGTH = 200
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN)]
-Kind = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
+KIND_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+Kind = Annotated[str, msgspec.Meta(pattern=KIND_PATTERN)]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 """An RFC 3339 timestamp with its timezone (``Z`` or an offset): a naive time would be ambiguous."""

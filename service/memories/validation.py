@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 import msgspec
@@ -51,8 +51,10 @@ def check_metadata(metadata: dict[str, Any], limits: LimitSettings) -> None:
 
 MAX_EMBEDDING_VALUE: Final = 1e15
 """Per-component bound: float32 squares of larger values overflow, and the stored vector comes out zero."""
-MIN_EMBEDDING_NORM: Final = 1e-6
-"""Below this (zero, or denormal components) normalising loses the direction and cosine scores are NaN."""
+MIN_EMBEDDING_COMPONENT: Final = 1e-6
+"""At least one component must be this large in magnitude: a zero or denormal-tiny vector has no direction
+(normalising it loses it, and cosine scores come out NaN). Stated per component, not as a norm, so the
+OpenAPI schema can say it exactly (``contains``)."""
 
 
 def check_embedding(vector: list[float], dim: int) -> None:
@@ -67,23 +69,25 @@ def check_embedding(vector: list[float], dim: int) -> None:
         raise BadRequest(f"embedding values must be at most {MAX_EMBEDDING_VALUE:g} in magnitude (stored as "
                          "float32, larger values overflow to the zero vector)", code="validation_error",
                          details={"field": "embedding"})
-    if float(np.linalg.norm(vec)) < MIN_EMBEDDING_NORM:
-        raise BadRequest(f"embedding must have a norm of at least {MIN_EMBEDDING_NORM:g} (a zero or denormal-tiny "
-                         "vector has no direction to compare)", code="validation_error",
+    if float(np.abs(vec).max(initial=0.0)) < MIN_EMBEDDING_COMPONENT:
+        raise BadRequest(f"embedding must have a component of magnitude at least {MIN_EMBEDDING_COMPONENT:g} (a zero "
+                         "or denormal-tiny vector has no direction to compare)", code="validation_error",
                          details={"field": "embedding"})
 
 
-OCCURRED_MIN: Final = datetime(1900, 1, 1, tzinfo=UTC)
-OCCURRED_MAX: Final = datetime(2200, 1, 1, tzinfo=UTC)
-"""``occurred_at`` bounds: wide enough for any real event time, narrow enough to catch a unit slip
-(milliseconds read as seconds, a zero date) that would otherwise sink or float a memory's recency."""
+OCCURRED_MIN: Final = datetime(1900, 1, 1)
+OCCURRED_MAX: Final = datetime(2200, 1, 1)
+"""``occurred_at`` bounds, on the time as written (its own offset): the years 1900-2199. Wide enough for
+any real event time, narrow enough to catch a unit slip (milliseconds read as seconds, a zero date)
+that would otherwise sink or float a memory's recency; and exactly what the schema's pattern says."""
+OCCURRED_PATTERN: Final = r"^(?:19|20|21)[0-9]{2}-"
 
 
 def check_occurred_at(value: datetime, *, field: str = "occurred_at") -> None:
     if value.tzinfo is None:  # the request types already require it; callers in Python may not
         raise BadRequest(f"{field} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                          code="validation_error", details={"field": field})
-    if not OCCURRED_MIN <= value < OCCURRED_MAX:
+    if not OCCURRED_MIN <= value.replace(tzinfo=None) < OCCURRED_MAX:
         raise BadRequest(f"{field} must be from {OCCURRED_MIN:%Y-%m-%d} up to (not including) "
                          f"{OCCURRED_MAX:%Y-%m-%d}, got {value.isoformat()}",
                          code="validation_error", details={"field": field})

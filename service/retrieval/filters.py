@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.errors import BadRequest
+from service.errors import Unprocessable
 from service.retrieval.types import SearchFilters
 
 
@@ -15,11 +15,12 @@ def like_prefix(prefix: str) -> str:
 
 
 def check_time_ranges(filters: SearchFilters) -> None:
-    """400 for an empty time range (``*_after`` not before ``*_before``)."""
+    """422 for an empty time range (``*_after`` not before ``*_before``): well-formed fields that no
+    JSON schema can relate to each other, so not a 400 (which means "does not match the schema")."""
     for name in ("created", "occurred"):
         after, before = getattr(filters, f"{name}_after"), getattr(filters, f"{name}_before")
         if after is not None and before is not None and after >= before:
-            raise BadRequest(f"filters.{name}_after must be before filters.{name}_before",
+            raise Unprocessable(f"filters.{name}_after must be before filters.{name}_before",
                              code="validation_error", details={"field": "filters"})
 
 

@@ -7,6 +7,7 @@ from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
 from service.deps import OrgId, ServicesDep
+from service.openapi import errors
 from service.retrieval.engine import RetrievalEngine
 from service.retrieval.types import SearchRequest, SearchResponse
 from service.runtime import Services
@@ -22,7 +23,8 @@ class SearchController(Controller):
     path = "/v1/memories/search"
     tags = ["search"]
 
-    @post("/", status_code=HTTP_200_OK, summary="Search memories (hybrid, lexical, semantic or cascade)")
+    @post("/", status_code=HTTP_200_OK, summary="Search memories (hybrid, lexical, semantic or cascade)",
+          responses=errors(422))
     async def search(self, services: ServicesDep, org_id: OrgId, data: JSONBody[SearchRequest]) -> SearchResponse:
         """One request shape for every strategy; ``auto`` (default) picks one and says why.
 

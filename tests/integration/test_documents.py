@@ -252,7 +252,7 @@ async def test_limits_and_content_checks(client: AsyncTestClient[Any], tenant: T
     assert nul["error"]["code"] == "binary_content"
     r = await client.post("/v1/documents", headers=tenant.headers,
                           json={"files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "duplicate_path"
+    assert r.status_code == 422 and r.json()["error"]["code"] == "duplicate_path"
     r = await client.post("/v1/documents", headers=tenant.headers,
                           json={"files": [{"path": "a", "content": "1", "metadata": {"collection": "x"}}]})
     assert r.status_code == 400
