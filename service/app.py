@@ -35,6 +35,7 @@ from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
+from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
@@ -132,7 +133,7 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
     services.extras["directives"] = DirectiveStore(db, redis)
-    services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,
+    services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval, lanes=lanes_of(services),
                                                    max_limit=settings.limits.max_page_size)
     orchestrator = await build_orchestrator(services)
     services.extras["assembly"] = orchestrator

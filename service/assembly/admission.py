@@ -1,64 +1,169 @@
-"""Admission: at most ``limit`` assemblies at once per process; the rest wait in line.
+"""Admission: at most ``limit`` assemblies at once per process; the rest wait briefly, or are refused.
 
 When the cores are the limit (the service and a co-located Postgres share them), interleaving more
 assemblies does not finish more of them per second: it stretches every one of them, so their
-branches miss the wall together (L1/L2) and the server's own ``total_ms`` runs past the deadline
-with event-loop lag. Waiting in line first keeps each admitted assembly inside its wall; the
-caller sees the same latency, now with full context. The wait is reported
-(``metrics.queued_ms``), counts against the caller's own deadline (``X-Deadline-Ms`` /
-``X-Timeout-Ms``: passing it in line is an L3, a 504), and the line is bounded: beyond
-``max_queued`` a request is refused at once (503 ``overloaded`` with ``Retry-After``).
+branches miss the wall together (L1/L2). Waiting in line first keeps each admitted assembly inside
+its wall; the wait is reported (``metrics.queued_ms``).
+
+A line is only useful while it is short. Under sustained overload a first-come-first-served line
+grows to its bound, every request in it waits seconds (the callers have long given up) and the
+service spends its cores on answers nobody reads. So the line sheds work before it costs anything
+(CoDel with adaptive LIFO, as in Facebook's "Fail at Scale", plus deadline awareness):
+
+* **Service time** is measured: an EWMA of how long admitted assemblies hold a slot.
+* **Deadline.** A request whose caller's deadline (``X-Deadline-Ms`` / ``X-Timeout-Ms``) leaves
+  less than one service time is refused on arrival; one that waits is dropped from the line as soon
+  as the deadline would leave less than a service time once admitted.
+* **CoDel.** While the line has not been empty for ``interval_ms`` (a standing queue, not a burst),
+  a request may wait at most ``target_ms``; otherwise at most ``interval_ms``. A burst is absorbed,
+  a standing queue is drained to what the slots can serve within ``target_ms``.
+* **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
+  most likely to still be wanted); otherwise to the oldest.
+* The line is bounded (``max_queued``); beyond it a request is refused at once.
+
+Every refusal is a 503 ``overloaded`` with ``Retry-After`` (seconds until the line should have
+drained, at least 1); passing the caller's own deadline is still an L3 504. Refused work never
+touched Postgres, Redis or the embedder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import prometheus_client
 
 from service.errors import DeadlineExceeded, ServiceUnavailable
 
+SHED = prometheus_client.Counter(
+    "pgcontext_assembly_shed_total", "Assemblies refused by admission (503 overloaded) by reason", ["reason"])
+QUEUE_WAIT = prometheus_client.Histogram(
+    "pgcontext_assembly_queue_seconds", "Time admitted assemblies waited for a slot",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
+
+SERVICE_EWMA_WEIGHT = 0.05
+"""Weight of one finished assembly in the service-time average (~20 assemblies of memory)."""
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[None]
+    arrived: float
+
 
 class Admission:
-    def __init__(self, limit: int, max_queued: int) -> None:
+    def __init__(self, limit: int, max_queued: int, *, target_ms: float = 50.0, interval_ms: float = 250.0,
+                 initial_service_ms: float = 40.0) -> None:
         self.limit = limit
         self.max_queued = max_queued
-        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
-        self.waiting = 0
+        self.target_ms = target_ms
+        self.interval_ms = interval_ms
+        self.service_ms = initial_service_ms
+        """Measured: EWMA of the time an admitted assembly holds its slot."""
+        self.in_flight = 0
+        self._line: deque[_Waiter] = deque()
+        self._empty_since = time.monotonic()
+        """When the line was last seen empty (CoDel: a line not empty for ``interval_ms`` is standing)."""
+
+    @property
+    def waiting(self) -> int:
         """Assemblies in line right now."""
+        return len(self._line)
+
+    def standing(self, now: float | None = None) -> bool:
+        """The line has not been empty for ``interval_ms``: overload, not a burst."""
+        if not self._line:
+            return False
+        return ((now or time.monotonic()) - self._empty_since) * 1000 >= self.interval_ms
+
+    def retry_after_s(self) -> int:
+        """Seconds until the current line should have drained (at least 1)."""
+        drain_ms = (len(self._line) + 1) * self.service_ms / max(self.limit, 1)
+        return max(1, math.ceil(drain_ms / 1000))
+
+    def _refuse(self, reason: str, message: str) -> ServiceUnavailable:
+        SHED.labels(reason).inc()
+        return ServiceUnavailable(message, code="overloaded", retry_after_s=self.retry_after_s(),
+                                  details={"in_flight": self.in_flight, "queued": len(self._line), "reason": reason})
 
     @contextlib.asynccontextmanager
     async def admit(self, caller_left_ms: float | None = None) -> AsyncIterator[float]:
         """Hold a slot for the body; yields the ms spent waiting for it. ``caller_left_ms``: the
         caller's remaining time (None: no caller deadline)."""
-        slots = self._slots
-        if slots is None:
+        if self.limit <= 0:
             yield 0.0
             return
         queued_ms = 0.0
-        if slots.locked():
-            started = time.perf_counter()
-            if self.waiting >= self.max_queued:
-                raise ServiceUnavailable(
-                    f"{self.limit} assemblies are running and {self.waiting} waiting: try again shortly",
-                    code="overloaded", details={"in_flight": self.limit, "queued": self.waiting}, retry_after_s=1)
-            self.waiting += 1
-            try:
-                timeout = None if caller_left_ms is None else max(0.0, caller_left_ms) / 1000
-                # asyncio.timeout, not wait_for: on 3.11 wait_for runs acquire() as a task of its own,
-                # which costs two event-loop turns (each behind every other ready callback) per admission.
-                async with asyncio.timeout(timeout):
-                    await slots.acquire()
-            except TimeoutError as exc:
-                raise DeadlineExceeded("the caller's deadline passed while the assembly waited to be admitted",
-                                       code="deadline_exceeded", details={"level": "L3"}) from exc
-            finally:
-                self.waiting -= 1
-            queued_ms = round((time.perf_counter() - started) * 1000, 3)
+        if self.in_flight < self.limit and not self._line:
+            self.in_flight += 1  # a free slot: does not wait
         else:
-            await slots.acquire()  # a free slot: does not wait
+            queued_ms = await self._wait(caller_left_ms)
+        started = time.monotonic()
         try:
             yield queued_ms
         finally:
-            slots.release()
+            held_ms = (time.monotonic() - started) * 1000
+            self.service_ms += SERVICE_EWMA_WEIGHT * (held_ms - self.service_ms)
+            self._release()
+
+    async def _wait(self, caller_left_ms: float | None) -> float:
+        now = time.monotonic()
+        if len(self._line) >= self.max_queued:
+            raise self._refuse("queue_full", f"{self.limit} assemblies are running and {len(self._line)} waiting: "
+                                             "try again shortly")
+        if caller_left_ms is not None and caller_left_ms < self.service_ms:
+            raise self._refuse("deadline", f"the caller's deadline ({caller_left_ms:.0f} ms left) is shorter than "
+                                           f"an assembly takes under this load (~{self.service_ms:.0f} ms)")
+        if not self._line:
+            self._empty_since = now
+        # How long this request may wait: CoDel's limit, and the caller's deadline less one service time.
+        limit_ms = self.target_ms if self.standing(now) else self.interval_ms
+        if caller_left_ms is not None:
+            limit_ms = min(limit_ms, caller_left_ms - self.service_ms)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
+        self._line.append(waiter)
+        try:
+            async with asyncio.timeout(limit_ms / 1000):
+                await waiter.future
+        except BaseException as exc:
+            granted = waiter.future.done() and not waiter.future.cancelled()
+            if not isinstance(exc, TimeoutError):
+                if granted:  # cancelled (client gone, shutdown) just as a slot was handed over: pass it on
+                    self._release()
+                raise
+            if not granted:
+                self._leave(waiter)
+                if caller_left_ms is not None and (time.monotonic() - now) * 1000 >= caller_left_ms:
+                    raise DeadlineExceeded("the caller's deadline passed while the assembly waited to be admitted",
+                                           code="deadline_exceeded", details={"level": "L3"}) from None
+                raise self._refuse("queue_timeout", f"waited {limit_ms:.0f} ms for one of {self.limit} assembly "
+                                                    "slots: try again shortly") from None
+            # the slot arrived together with the timeout: take it
+        finally:
+            self._leave(waiter)
+        waited = time.monotonic() - now
+        QUEUE_WAIT.observe(waited)
+        return round(waited * 1000, 3)
+
+    def _leave(self, waiter: _Waiter) -> None:
+        with contextlib.suppress(ValueError):
+            self._line.remove(waiter)
+        if not self._line:
+            self._empty_since = time.monotonic()
+
+    def _release(self) -> None:
+        """Hand the slot to a waiter (newest first while the line is standing), or free it."""
+        lifo = self.standing()
+        while self._line:
+            waiter = self._line.pop() if lifo else self._line.popleft()
+            if not waiter.future.done():
+                waiter.future.set_result(None)  # the slot passes on: in_flight is unchanged
+                if not self._line:
+                    self._empty_since = time.monotonic()
+                return
+        self.in_flight -= 1
