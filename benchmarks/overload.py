@@ -12,10 +12,11 @@ other) and each client count (``--clients``, default 64,400) runs two phases of 
 * **polite**: a client sleeps ``Retry-After`` (with ±20% jitter) after a 503.
 
 Each client gives up on a request after ``--patience`` seconds (it disconnects) and sends the next.
-A **useful** answer is a 200 that arrived within the client's patience; goodput is useful answers
-per second. Reported per phase: goodput, the level mix of useful answers (L0/L1/L2), 503s per second,
-abandoned requests, client p50/p99 of the useful answers and the server's ``metrics.queued_ms``
-p50/p99. The load generator shares the machine with the service: compare rows of the same run.
+A **useful** answer is a 200 with memories in its context (level L0 or L1: an L2 holds only
+the directive and the history) that arrived within the client's patience; goodput is useful
+answers per second. Reported per phase: goodput, answers/s (every 200 within patience) and their
+level mix, 503s per second, abandoned requests, client p50/p99 of those answers and the server's
+``metrics.queued_ms`` p50/p99. The load generator shares the machine with the service: compare rows of the same run.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Phase:
     retry: str
     seconds: float = 0.0
     useful_ms: list[float] = field(default_factory=list)
+    """Client latency of every 200 that arrived within the client's patience."""
     queued_ms: list[float] = field(default_factory=list)
     levels: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
@@ -72,6 +74,11 @@ class Phase:
 
     @property
     def goodput(self) -> float:
+        useful = self.levels["L0"] + self.levels["L1"]
+        return useful / self.seconds if self.seconds else 0.0
+
+    @property
+    def answers(self) -> float:
         return len(self.useful_ms) / self.seconds if self.seconds else 0.0
 
     def row(self, peak: float | None) -> str:
@@ -80,14 +87,16 @@ class Phase:
         ratio = f"{self.goodput / peak:.2f}" if peak else "-"
         queued = (f"{percentile(self.queued_ms, 50):.0f} / {percentile(self.queued_ms, 99):.0f}"
                   if self.queued_ms else "-")
-        return (f"| {self.tree} | {self.clients} | {self.retry} | {self.goodput:.0f} | {ratio} | {mix} | "
+        return (f"| {self.tree} | {self.clients} | {self.retry} | {self.goodput:.1f} | {ratio} | "
+                f"{self.answers:.1f} | {mix} | "
                 f"{self.statuses['503'] / self.seconds:.0f} | {self.statuses['abandoned']} | "
                 f"{sum(v for k, v in self.statuses.items() if k not in ('200', '503', 'abandoned'))} | "
                 f"{percentile(self.useful_ms, 50):.0f} / {percentile(self.useful_ms, 99):.0f} | {queued} |")
 
 
-HEADER = ("| code | clients | after 503 | goodput/s | vs peak | levels (useful) | 503/s | abandoned | other errors "
-          "| useful p50 / p99 ms | server queued p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| code | clients | after 503 | goodput/s (L0+L1) | vs peak | answers/s | levels | 503/s | abandoned "
+          "| other errors | answer p50 / p99 ms | server queued p50 / p99 ms |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 async def run_phase(url: str, key: str, queries: list[str], agents: int, phase: Phase, seconds: float,
@@ -121,7 +130,7 @@ async def run_phase(url: str, key: str, queries: list[str], agents: int, phase: 
                 phase.statuses[str(status)] += 1
                 if status == 200:
                     out = _decode(raw)
-                    if elapsed <= patience:
+                    if elapsed <= patience:  # (each 200 inside the patience, whatever its level)
                         phase.useful_ms.append(elapsed * 1000)
                         phase.levels[out.degradation_level] += 1
                         phase.queued_ms.append(out.metrics.queued_ms or 0.0)

@@ -28,6 +28,7 @@ from service.assembly import (
     Orchestrator,
     build_orchestrator,
 )
+from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
 from service.db import Database, create_pool
 from service.db.errors import translate
@@ -184,7 +185,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[request_id_middleware, prometheus.middleware],
+        middleware=[request_id_middleware, prometheus.middleware, shedding_middleware],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="pgcontext", version=__version__, path="/schema",
                                      render_plugins=[SwaggerRenderPlugin()]),

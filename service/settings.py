@@ -266,6 +266,10 @@ class AssemblySettings:
     """Longest wait for a slot when the line is not standing (a burst), and how long the line must
     have been non-empty to count as standing. A request whose caller deadline leaves less than the
     measured assembly time is refused on arrival, and waits at most until it would."""
+    refusal_hold_ms: int = 1000
+    """A refused assembly (503 ``overloaded``) is answered no sooner than this after it arrived (or
+    just before the caller's deadline): a held refusal costs a timer, while clients that ignore
+    ``Retry-After`` and retry at once would spend the cores on refusals (0 = answer at once)."""
     light_cold_in_flight: int = 4
     """From this many cold searches already running, or assemblies waiting to be admitted, and
     whenever the assembly itself had to wait to be admitted (0 = never), a new one is light:
@@ -479,6 +483,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             max_queued=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_QUEUED", 256)),
             queue_target_ms=max(1, _int(env, "PGCONTEXT_ASSEMBLY_QUEUE_TARGET_MS", 100)),
             queue_interval_ms=max(1, _int(env, "PGCONTEXT_ASSEMBLY_QUEUE_INTERVAL_MS", 500)),
+            refusal_hold_ms=max(0, _int(env, "PGCONTEXT_ASSEMBLY_REFUSAL_HOLD_MS", 1000)),
             light_cold_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_IN_FLIGHT", 4)),
             light_cold_postings_per_term=max(1, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_POSTINGS_PER_TERM", 200)),
             hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),

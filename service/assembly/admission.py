@@ -19,11 +19,16 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   a standing queue is drained to what the slots can serve within ``target_ms``.
 * **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
   most likely to still be wanted); otherwise to the oldest.
-* The line is bounded (``max_queued``); beyond it a request is refused at once.
+* The line is short: at most what the open slots serve within CoDel's current wait limit at the
+  measured service time (and never more than ``max_queued``). Beyond it a request is refused, and
+  :mod:`service.assembly.shedding` refuses it at the edge, before its body is read.
 
 Every refusal is a 503 ``overloaded`` with ``Retry-After`` (seconds until the line should have
-drained, at least 1); passing the caller's own deadline is still an L3 504. Refused work never
-touched Postgres, Redis or the embedder.
+drained, at least 1), answered no sooner than ``hold_ms`` after the request arrived (or just
+before the caller's deadline): a held refusal costs a timer, while clients that ignore
+``Retry-After`` and retry at once would otherwise spend the cores on refusals (the collapse of
+issue 14: 41,846 refusals, and the admitted assemblies' branches starved into L2). Passing the
+caller's own deadline is still an L3 504. Refused work never touched Postgres, Redis or the embedder.
 """
 
 from __future__ import annotations
@@ -57,10 +62,11 @@ class _Waiter:
 
 
 class Admission:
-    def __init__(self, limit: int, max_queued: int, *, target_ms: float = 50.0, interval_ms: float = 250.0,
-                 initial_service_ms: float = 40.0) -> None:
+    def __init__(self, limit: int, max_queued: int, *, target_ms: float = 100.0, interval_ms: float = 500.0,
+                 initial_service_ms: float = 40.0, hold_ms: float = 0.0) -> None:
         self.limit = limit
         self.max_queued = max_queued
+        self.hold_ms = hold_ms
         self.target_ms = target_ms
         self.interval_ms = interval_ms
         self.service_ms = initial_service_ms
@@ -81,15 +87,38 @@ class Admission:
             return False
         return ((now or time.monotonic()) - self._empty_since) * 1000 >= self.interval_ms
 
+    def line_cap(self, now: float | None = None) -> int:
+        """The longest useful line: what the open slots serve within CoDel's wait limit (the target
+        while the line is standing, the interval for a burst) at the measured service time."""
+        wait_ms = self.target_ms if self.standing(now) else self.interval_ms
+        return min(self.max_queued, max(1, math.ceil(self.limit * wait_ms / max(self.service_ms, 1.0))))
+
+    def full(self) -> bool:
+        """A new request would be refused for want of room in line (checked at the edge as well)."""
+        return self.limit > 0 and self.in_flight >= self.limit and len(self._line) >= self.line_cap()
+
     def retry_after_s(self) -> int:
         """Seconds until the current line should have drained (at least 1)."""
         drain_ms = (len(self._line) + 1) * self.service_ms / max(self.limit, 1)
         return max(1, math.ceil(drain_ms / 1000))
 
-    def _refuse(self, reason: str, message: str) -> ServiceUnavailable:
+    def refusal(self, reason: str, message: str) -> ServiceUnavailable:
         SHED.labels(reason).inc()
         return ServiceUnavailable(message, code="overloaded", retry_after_s=self.retry_after_s(),
                                   details={"in_flight": self.in_flight, "queued": len(self._line), "reason": reason})
+
+    async def hold(self, arrived: float, caller_left_ms: float | None) -> None:
+        """Wait until ``hold_ms`` after ``arrived`` (not past the caller's deadline) before refusing."""
+        hold_ms = self.hold_ms if caller_left_ms is None else min(self.hold_ms, caller_left_ms - 1)
+        pause = hold_ms / 1000 - (time.monotonic() - arrived)
+        if pause > 0:
+            await asyncio.sleep(pause)
+
+    async def _refused(self, reason: str, message: str, arrived: float, caller_left_ms: float | None
+                       ) -> ServiceUnavailable:
+        refusal = self.refusal(reason, message)
+        await self.hold(arrived, caller_left_ms)
+        return refusal
 
     @contextlib.asynccontextmanager
     async def admit(self, caller_left_ms: float | None = None) -> AsyncIterator[float]:
@@ -113,12 +142,13 @@ class Admission:
 
     async def _wait(self, caller_left_ms: float | None) -> float:
         now = time.monotonic()
-        if len(self._line) >= self.max_queued:
-            raise self._refuse("queue_full", f"{self.limit} assemblies are running and {len(self._line)} waiting: "
-                                             "try again shortly")
+        if len(self._line) >= self.line_cap(now):
+            raise await self._refused("queue_full", f"{self.in_flight} assemblies are running and {len(self._line)} "
+                                                    "waiting: try again shortly", now, caller_left_ms)
         if caller_left_ms is not None and caller_left_ms < self.service_ms:
-            raise self._refuse("deadline", f"the caller's deadline ({caller_left_ms:.0f} ms left) is shorter than "
-                                           f"an assembly takes under this load (~{self.service_ms:.0f} ms)")
+            raise await self._refused("deadline", f"the caller's deadline ({caller_left_ms:.0f} ms left) is shorter "
+                                                  f"than an assembly takes under this load (~{self.service_ms:.0f} ms)",
+                                      now, caller_left_ms)
         if not self._line:
             self._empty_since = now
         # How long this request may wait: CoDel's limit, and the caller's deadline less one service time.
@@ -141,8 +171,9 @@ class Admission:
                 if caller_left_ms is not None and (time.monotonic() - now) * 1000 >= caller_left_ms:
                     raise DeadlineExceeded("the caller's deadline passed while the assembly waited to be admitted",
                                            code="deadline_exceeded", details={"level": "L3"}) from None
-                raise self._refuse("queue_timeout", f"waited {limit_ms:.0f} ms for one of {self.limit} assembly "
-                                                    "slots: try again shortly") from None
+                raise await self._refused("queue_timeout", f"waited {limit_ms:.0f} ms for one of {self.limit} "
+                                                           "assembly slots: try again shortly",
+                                          now, caller_left_ms) from None
             # the slot arrived together with the timeout: take it
         finally:
             self._leave(waiter)
@@ -158,6 +189,10 @@ class Admission:
 
     def _release(self) -> None:
         """Hand the slot to a waiter (newest first while the line is standing), or free it."""
+        if not self._hand_over():
+            self.in_flight -= 1
+
+    def _hand_over(self) -> bool:
         lifo = self.standing()
         while self._line:
             waiter = self._line.pop() if lifo else self._line.popleft()
@@ -165,5 +200,5 @@ class Admission:
                 waiter.future.set_result(None)  # the slot passes on: in_flight is unchanged
                 if not self._line:
                     self._empty_since = time.monotonic()
-                return
-        self.in_flight -= 1
+                return True
+        return False

@@ -107,7 +107,7 @@ async def test_the_callers_deadline_passing_in_line_is_L3_and_leaks_nothing() ->
 
 
 async def test_a_standing_line_sheds_after_the_target_and_serves_the_newest_first() -> None:
-    admission = Admission(limit=1, max_queued=100, target_ms=30, interval_ms=60)
+    admission = Admission(limit=1, max_queued=100, target_ms=30, interval_ms=60, initial_service_ms=5)
     release = asyncio.Event()
     holder = asyncio.ensure_future(holding(admission, release))
     await asyncio.sleep(0)
@@ -176,3 +176,19 @@ async def test_no_limit_admits_everything_at_once() -> None:
     admission = Admission(limit=0, max_queued=0)
     async with admission.admit() as a, admission.admit() as b, admission.admit() as c:
         assert (a, b, c) == (0.0, 0.0, 0.0)
+
+
+async def test_a_refusal_is_held_but_never_past_the_callers_deadline() -> None:
+    admission = Admission(limit=1, max_queued=0, hold_ms=150)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    for caller_left_ms, least, most in ((None, 140, 400), (60, 50, 140)):
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable) as refused:
+            async with admission.admit(caller_left_ms=caller_left_ms):
+                pass
+        took_ms = (time.monotonic() - started) * 1000
+        assert refused.value.details["reason"] == "queue_full" and least <= took_ms < most
+    release.set()
+    await holder
