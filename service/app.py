@@ -185,7 +185,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[request_id_middleware, prometheus.middleware, shedding_middleware],
+        middleware=[shedding_middleware, request_id_middleware, prometheus.middleware],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="pgcontext", version=__version__, path="/schema",
                                      render_plugins=[SwaggerRenderPlugin()]),

@@ -15,13 +15,13 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   less than one service time is refused on arrival; one that waits is dropped from the line as soon
   as the deadline would leave less than a service time once admitted.
 * **CoDel.** While the line has not been empty for ``interval_ms`` (a standing queue, not a burst),
-  a request may wait at most ``target_ms``; otherwise at most ``interval_ms``. A burst is absorbed,
-  a standing queue is drained to what the slots can serve within ``target_ms``.
+  it holds what the slots serve within ``target_ms``, otherwise within ``interval_ms``, and a
+  request waits at most twice that. A burst is absorbed, a standing queue is drained to what the
+  slots serve within ``target_ms``.
 * **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
   most likely to still be wanted); otherwise to the oldest.
-* The line is short: at most what the open slots serve within CoDel's current wait limit at the
-  measured service time (and never more than ``max_queued``). Beyond it a request is refused, and
-  :mod:`service.assembly.shedding` refuses it at the edge, before its body is read.
+* Beyond that length (and never more than ``max_queued``) a request is refused, by
+  :mod:`service.assembly.shedding` at the edge, before its body is read.
 
 Every refusal is a 503 ``overloaded`` with ``Retry-After`` (seconds until the line should have
 drained, at least 1), answered no sooner than ``hold_ms`` after the request arrived (or just
@@ -88,8 +88,10 @@ class Admission:
         return ((now or time.monotonic()) - self._empty_since) * 1000 >= self.interval_ms
 
     def line_cap(self, now: float | None = None) -> int:
-        """The longest useful line: what the open slots serve within CoDel's wait limit (the target
-        while the line is standing, the interval for a burst) at the measured service time."""
+        """The longest useful line: what the slots serve within ``target_ms`` while the line is
+        standing (``interval_ms`` for a burst) at the measured service time. Whoever is let into
+        the line is then almost always served (refusing after the body was read and parsed wastes
+        that work); whoever is not is refused at the edge, cheaply."""
         wait_ms = self.target_ms if self.standing(now) else self.interval_ms
         return min(self.max_queued, max(1, math.ceil(self.limit * wait_ms / max(self.service_ms, 1.0))))
 
@@ -151,8 +153,10 @@ class Admission:
                                       now, caller_left_ms)
         if not self._line:
             self._empty_since = now
-        # How long this request may wait: CoDel's limit, and the caller's deadline less one service time.
-        limit_ms = self.target_ms if self.standing(now) else self.interval_ms
+        # How long this request may wait: twice what the line was sized for (so the few refused
+        # after waiting are the ones passed over by newer arrivals), and the caller's deadline less
+        # one service time.
+        limit_ms = 2 * (self.target_ms if self.standing(now) else self.interval_ms)
         if caller_left_ms is not None:
             limit_ms = min(limit_ms, caller_left_ms - self.service_ms)
         waiter = _Waiter(asyncio.get_running_loop().create_future(), now)

@@ -3,17 +3,18 @@ answered 503 ``overloaded`` before its body is read, parsed or authenticated.
 
 Under overload most requests are refusals, and clients that ignore ``Retry-After`` send them as
 fast as they are answered. Refused through the whole stack (routing, API-key lookup, JSON decoding,
-validation) each cost a millisecond or so of the event loop that the admitted assemblies' branches
-need; here a refusal costs a header scan and a timer. It is held like every admission refusal
-(``refusal_hold_ms`` from arrival, not past the caller's ``X-Timeout-Ms`` / ``X-Deadline-Ms``),
+validation, the request-id and metrics middleware) each cost a millisecond or so of the event loop
+that the admitted assemblies' branches need; here a refusal costs a header scan and a timer. It is
+held like every admission refusal (``refusal_hold_ms`` from arrival, not past the caller's
+``X-Timeout-Ms`` / ``X-Deadline-Ms``),
 so a client that retries at once still retries at most about once per hold.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
@@ -48,7 +49,19 @@ def caller_left_ms(headers: Iterable[tuple[bytes, bytes]]) -> float | None:
     return left
 
 
+def request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The caller's ``X-Request-ID`` (first 64 characters) or a new one, as the request-id middleware
+    gives every other response (this one answers before it runs)."""
+    for name, value in headers:
+        if name == b"x-request-id" and value:
+            return value.decode("latin-1")[:64]
+    return uuid.uuid4().hex
+
+
 def shedding_middleware(app: ASGIApp) -> ASGIApp:
+    """Outermost: a refusal here skips the request-id binding and the per-route HTTP metrics too (it
+    is counted in ``pgcontext_assembly_shed_total{reason="line_full"}``)."""
+
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or scope["path"] != ASSEMBLE_PATH  # type: ignore[comparison-overlap]
                 or scope.get("method") != "POST"):
@@ -61,14 +74,15 @@ def shedding_middleware(app: ASGIApp) -> ASGIApp:
         arrived = time.monotonic()
         refusal = admission.refusal("line_full", f"{admission.in_flight} assemblies are running and "
                                                  f"{admission.waiting} waiting: try again shortly")
-        await admission.hold(arrived, caller_left_ms(scope["headers"]))
-        rid: Any = scope.get("state", {}).get("request_id")
+        headers = scope["headers"]
+        await admission.hold(arrived, caller_left_ms(headers))
+        rid = request_id(headers)
         body = msgspec.json.encode({"error": {"code": refusal.code, "message": refusal.message,
                                               "details": refusal.details, "request_id": rid}})
         start: HTTPResponseStartEvent = {
             "type": "http.response.start", "status": refusal.status, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(refusal.retry_after_s).encode())]}
+                (b"retry-after", str(refusal.retry_after_s).encode()), (b"x-request-id", rid.encode())]}
         await send(start)
         end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
         await send(end)
