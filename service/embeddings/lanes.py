@@ -84,7 +84,7 @@ class FairGate:
             try:
                 yield
             finally:
-                self._release()
+                self._release(key)
         finally:
             self._load[key] -= 1
             if self._load[key] <= 0:
@@ -99,7 +99,7 @@ class FairGate:
             await future
         except BaseException:
             if future.done() and not future.cancelled():
-                self._release()  # handed a turn just as it was cancelled: pass it on
+                self._release(key)  # handed a turn just as it was cancelled: pass it on
             else:
                 line = self._waiting.get(key)
                 if line is not None:
@@ -109,9 +109,11 @@ class FairGate:
                         del self._waiting[key]
             raise
 
-    def _release(self) -> None:
+    def _release(self, releasing: Hashable) -> None:
+        """Hand the slot to the next key in turn: the first waiting one other than the key that just
+        had it (unless it alone waits)."""
         while self._waiting:
-            key = next(iter(self._waiting))
+            key = next((k for k in self._waiting if k != releasing), releasing)
             line = self._waiting.pop(key)
             future = line.popleft()
             if line:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import cast
 from uuid import UUID, uuid4
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from service.db import Database
 from service.embeddings.lanes import BulkCapable, EmbeddingLanes, FairGate
-from service.settings import EmbeddingSettings
+from service.retrieval import RetrievalEngine
+from service.settings import EmbeddingSettings, RetrievalSettings
 
 
 async def test_waiters_are_served_one_org_at_a_time_in_turn() -> None:
@@ -33,8 +36,8 @@ async def test_waiters_are_served_one_org_at_a_time_in_turn() -> None:
     assert gate.load("a") == 4 and gate.load() == 6
     release.set()
     await asyncio.gather(holder, *tasks)
-    # b and c are served after one more of a's, not after all of them.
-    assert order == ["a0", "a1", "b1", "c1", "a2", "a3"]
+    # b and c are served between a's, not after all of them.
+    assert order == ["a0", "b1", "a1", "c1", "a2", "a3"]
     assert gate.active == 0 and gate.load() == 0
 
 
@@ -117,3 +120,24 @@ async def test_a_bulk_turn_waits_for_queries_at_most_the_yield_time() -> None:
     assert out.shape == (1, 4) and embedder.calls == ["query:stuck", "bulk:x"]
     embedder.query_release.set()
     await query
+
+
+async def test_the_query_embedder_counts_as_busy_per_org() -> None:
+    embedder = _Recorder()
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings())
+    engine = RetrievalEngine(cast(Database, None), embedder, RetrievalSettings(embedder_max_in_flight=2),
+                             max_limit=10, lanes=lanes)
+    a, b = uuid4(), uuid4()
+    calls = [asyncio.ensure_future(lanes.embed_query(a, [f"long query {i}"])) for i in range(2)]
+    await asyncio.sleep(0)
+    assert engine.embedder_busy(a)  # org a holds both slots ...
+    assert not engine.embedder_busy(b)  # ... but org b, with none in flight, still gets one
+    calls.append(asyncio.ensure_future(lanes.embed_query(b, ["short"])))
+    await asyncio.sleep(0)
+    assert engine.embedder_busy(b)  # now b has one while the lane is full
+    assert embedder.calls == ["query:long query 0"]  # one at a time on the local model's lane ...
+    embedder.query_release.set()
+    await asyncio.gather(*calls)
+    # ... and b's query ran right after a's first, not behind all of a's.
+    assert embedder.calls == ["query:long query 0", "query:short", "query:long query 1"]
+    assert not engine.embedder_busy(a) and not engine.embedder_busy(b)
