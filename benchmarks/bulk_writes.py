@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import percentile  # noqa: E402
 from benchmarks.assemble_load import assemble_body, build_texts, load_queries, prepare_org, service  # noqa: E402
+from benchmarks.overload import deadline_env  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 
@@ -120,13 +121,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="per phase")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--deadline-ms", type=int, default=40,
+                        help="PGCONTEXT_DEADLINE_MS of both services (hot / directive timeouts scale with it)")
     parser.add_argument("--baseline-tree", type=Path, help="another checkout to measure in the same run")
     parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
     parser.add_argument("--scifact", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
     parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
     args = parser.parse_args()
     print(f"# bulk writes: {platform.platform()}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}, {args.memories} memories, {args.seconds:.0f} s per phase",
+          f"load average {os.getloadavg()[0]:.1f}, {args.memories} memories, deadline {args.deadline_ms} ms, "
+          f"{args.seconds:.0f} s per phase",
           flush=True)
     queries = load_queries(args.scifact)
     texts = build_texts(args.scifact / "corpus.jsonl", args.memories + 20_000)[args.memories:]
@@ -139,7 +143,7 @@ def main() -> None:
         offset = 0
         for _ in range(args.rounds):
             for name, tree in trees:
-                with service(data_dir, free_port(), source=tree) as (url, _):
+                with service(data_dir, free_port(), source=tree, env_extra=deadline_env(args.deadline_ms)) as (url, _):
                     asyncio.run(run_phase(url, key, queries, args.agents, texts, Phase(name, 0), 10, offset))
                     for writers in (0, args.writers):
                         offset += 100_000
