@@ -69,8 +69,8 @@ class EmbeddingSettings:
     bulk_batch: int = 16
     """Texts per write-path embedding turn: memory batches and document ingests are embedded this
     many at a time, orgs in turn, each turn after the query embeddings waiting (see
-    ``service/embeddings/lanes.py``). Also bounds the model's working memory (attention grows with
-    batch × tokens²: 64 texts of 256 tokens took ~1.6 GB, 16 ~0.4 GB)."""
+    ``service/embeddings/lanes.py``). Also bounds the model's working memory, which grows with
+    batch × tokens² (measured: 64 texts of 256 tokens peaked at ~1.6 GB, 16 at ~0.4 GB)."""
     bulk_yield_ms: int = 200
     """Longest a bulk turn waits for query embeddings to finish first (then it runs anyway)."""
     bulk_nice: int = 10

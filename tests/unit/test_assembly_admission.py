@@ -77,7 +77,7 @@ async def test_a_deadline_shorter_than_the_service_time_is_refused_on_arrival() 
         async with admission.admit(caller_left_ms=80):
             pass
     waited_ms = (time.monotonic() - started) * 1000
-    assert dropped.value.details["reason"] == "queue_timeout" and 40 <= waited_ms < 75
+    assert dropped.value.details["reason"] == "queue_timeout" and 40 <= waited_ms < 200  # not the 1 s limit
     release.set()
     await holder
 
