@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import percentile  # noqa: E402
 from benchmarks.assemble_load import assemble_body, build_texts, load_queries, prepare_org, service  # noqa: E402
-from benchmarks.overload import deadline_env  # noqa: E402
+from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 
@@ -116,17 +116,10 @@ async def run_phase(url: str, key: str, queries: list[str], agents: int, texts: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--memories", type=int, default=20_000)
-    parser.add_argument("--agents", type=int, default=20)
+    add_same_run_args(parser)
     parser.add_argument("--seconds", type=float, default=30.0, help="per phase")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--writers", type=int, default=2)
-    parser.add_argument("--deadline-ms", type=int, default=40,
-                        help="PGCONTEXT_DEADLINE_MS of both services (hot / directive timeouts scale with it)")
-    parser.add_argument("--baseline-tree", type=Path, help="another checkout to measure in the same run")
-    parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
-    parser.add_argument("--scifact", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
-    parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
     args = parser.parse_args()
     print(f"# bulk writes: {platform.platform()}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}, {args.memories} memories, deadline {args.deadline_ms} ms, "

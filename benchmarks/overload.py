@@ -162,14 +162,10 @@ def deadline_env(deadline_ms: int) -> dict[str, str]:
             "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": str(max(1, deadline_ms * 5 // 40))}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--memories", type=int, default=20_000)
+def add_same_run_args(parser: argparse.ArgumentParser, memories: int = 20_000) -> None:
+    """The options every same-run (old vs new) benchmark here shares."""
+    parser.add_argument("--memories", type=int, default=memories)
     parser.add_argument("--agents", type=int, default=20)
-    parser.add_argument("--clients", default="64,400")
-    parser.add_argument("--seconds", type=float, default=30.0, help="per phase")
-    parser.add_argument("--patience", type=float, default=2.0, help="client timeout per request, seconds")
-    parser.add_argument("--retry", default="impatient,polite")
     parser.add_argument("--deadline-ms", type=int, default=40,
                         help="PGCONTEXT_DEADLINE_MS of both services (hot / directive timeouts scale with it): "
                              "a machine shared with other work may not hold 40 ms for anyone")
@@ -177,6 +173,15 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
     parser.add_argument("--scifact", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
     parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_same_run_args(parser)
+    parser.add_argument("--clients", default="64,400")
+    parser.add_argument("--seconds", type=float, default=30.0, help="per phase")
+    parser.add_argument("--patience", type=float, default=2.0, help="client timeout per request, seconds")
+    parser.add_argument("--retry", default="impatient,polite")
     args = parser.parse_args()
     queries = load_queries(args.scifact)
     clients = [int(c) for c in args.clients.split(",")]

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.assemble_load import assemble_body, build_texts, load_queries, prepare_org, service  # noqa: E402
+from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 
@@ -202,15 +203,10 @@ HEADER = ("| code | service RSS MB: start / after warm-up / peak / end | Postgre
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_same_run_args(parser)
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
-    parser.add_argument("--memories", type=int, default=20_000)
-    parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--doc-chunks", type=int, default=171)
-    parser.add_argument("--baseline-tree", type=Path, help="another checkout to soak first, same data directory")
-    parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
-    parser.add_argument("--scifact", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
-    parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
     args = parser.parse_args()
     print(f"# soak: {platform.platform()}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}, {args.minutes:g} min per code, {args.memories} memories",
@@ -225,7 +221,7 @@ def main() -> None:
         key = prepare_org(data_dir, args.memories, args.agents, 10, args.scifact, args.random_vectors)
         for name, tree in trees:
             port = free_port()
-            with service(data_dir, port, source=tree) as (url, _):
+            with service(data_dir, port, source=tree, env_extra=deadline_env(args.deadline_ms)) as (url, _):
                 run = Run(name)
                 asyncio.run(soak(url, key, run, args.minutes, args.every, port, data_dir, queries, texts,
                                  args.agents, args.doc_chunks))

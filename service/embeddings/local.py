@@ -8,7 +8,7 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,25 +65,22 @@ class LocalEmbedder:
         self._closed = False
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        check_texts(texts)
-        if self._closed:
-            raise EmbeddingError(f"{self.name}: embedder is closed")
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        loop = asyncio.get_running_loop()
-        if len(texts) <= QUERY_BATCH:
-            return await loop.run_in_executor(self._query_executor, self._embed_with, self._query_session, list(texts))
-        return await self.embed_bulk(texts)
+        if len(texts) > QUERY_BATCH:
+            return await self.embed_bulk(texts)
+        return await self._run(texts, self._query_executor, lambda rows: self._embed_with(self._query_session, rows))
 
     async def embed_bulk(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed on the low-priority bulk thread, whatever the count (write paths: memories, documents)."""
+        return await self._run(texts, self._executor, self._embed_bulk)
+
+    async def _run(self, texts: Sequence[str], executor: ThreadPoolExecutor,
+                   work: Callable[[list[str]], npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
         check_texts(texts)
         if self._closed:
             raise EmbeddingError(f"{self.name}: embedder is closed")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._embed_bulk, list(texts))
+        return await asyncio.get_running_loop().run_in_executor(executor, work, list(texts))
 
     def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Blocking variant for benchmarks and offline tools; the service uses :meth:`embed`."""
