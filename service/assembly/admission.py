@@ -15,8 +15,8 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   less than one service time is refused on arrival; one that waits is dropped from the line as soon
   as the deadline would leave less than a service time once admitted.
 * **CoDel.** While the line has not been empty for ``interval_ms`` (a standing queue, not a burst),
-  it holds what the slots serve within ``target_ms``, otherwise within ``interval_ms``, and a
-  request waits at most twice that. A burst is absorbed, a standing queue is drained to what the
+  it holds what the slots serve within ``target_ms``, otherwise within ``interval_ms`` (at least
+  one round of the slots), and a request waits at most twice that (or two service times). A burst is absorbed, a standing queue is drained to what the
   slots serve within ``target_ms``.
 * **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
   most likely to still be wanted); otherwise to the oldest.
@@ -93,7 +93,9 @@ class Admission:
         the line is then almost always served (refusing after the body was read and parsed wastes
         that work); whoever is not is refused at the edge, cheaply."""
         wait_ms = self.target_ms if self.standing(now) else self.interval_ms
-        return min(self.max_queued, max(1, math.ceil(self.limit * wait_ms / max(self.service_ms, 1.0))))
+        # At least one round of the slots: when assemblies are slow (a busy machine), a line shorter
+        # than the slots would refuse even a closed loop of 2 x limit clients.
+        return min(self.max_queued, max(self.limit, math.ceil(self.limit * wait_ms / max(self.service_ms, 1.0))))
 
     def full(self) -> bool:
         """A new request would be refused for want of room in line (checked at the edge as well)."""
@@ -153,10 +155,10 @@ class Admission:
                                       now, caller_left_ms)
         if not self._line:
             self._empty_since = now
-        # How long this request may wait: twice what the line was sized for (so the few refused
-        # after waiting are the ones passed over by newer arrivals), and the caller's deadline less
-        # one service time.
-        limit_ms = 2 * (self.target_ms if self.standing(now) else self.interval_ms)
+        # How long this request may wait: twice what the line was sized for, or two service times
+        # (so the few refused after waiting are the ones passed over by newer arrivals), and the
+        # caller's deadline less one service time.
+        limit_ms = 2 * max(self.target_ms if self.standing(now) else self.interval_ms, self.service_ms)
         if caller_left_ms is not None:
             limit_ms = min(limit_ms, caller_left_ms - self.service_ms)
         waiter = _Waiter(asyncio.get_running_loop().create_future(), now)

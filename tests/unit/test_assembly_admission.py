@@ -62,22 +62,22 @@ async def test_a_full_line_refuses_at_once_with_retry_after() -> None:
 
 
 async def test_a_deadline_shorter_than_the_service_time_is_refused_on_arrival() -> None:
-    admission = Admission(limit=1, max_queued=10, initial_service_ms=30)
+    admission = Admission(limit=1, max_queued=10, initial_service_ms=100)
     release = asyncio.Event()
     holder = asyncio.ensure_future(holding(admission, release))
     await asyncio.sleep(0)
     with pytest.raises(ServiceUnavailable) as refused:
-        async with admission.admit(caller_left_ms=20):
+        async with admission.admit(caller_left_ms=90):
             pass
     assert refused.value.code == "overloaded" and refused.value.details["reason"] == "deadline"
     assert admission.waiting == 0
     # With time for one assembly it waits, but only until the deadline would leave less than that.
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable) as dropped:
-        async with admission.admit(caller_left_ms=80):
+        async with admission.admit(caller_left_ms=300):
             pass
     waited_ms = (time.monotonic() - started) * 1000
-    assert dropped.value.details["reason"] == "queue_timeout" and 40 <= waited_ms < 200  # not the 1 s limit
+    assert dropped.value.details["reason"] == "queue_timeout" and 190 <= waited_ms < 300  # not the 1 s limit
     release.set()
     await holder
 
