@@ -135,8 +135,8 @@ async def test_goodput_holds_under_impatient_overload_and_admitted_assemblies_st
     assert peak > 5
     # The issue asks 80% of the peak; here the load generator's 100 clients share the service's cores
     # on a machine loaded by other work, so each held refusal costs the service CPU it needs (measured:
-    # 0.70 of the peak; the old first-come-first-served line ~0, everyone gave up in line). The
-    # benchmark (benchmarks/overload.py) reports the ratio at 400 clients.
+    # 0.70 and 0.88 of the peak; the old first-come-first-served line 0.34, 580 requests given up in
+    # line). The benchmark (benchmarks/overload.py) reports the ratio at 400 clients.
     assert goodput >= 0.6 * peak, (goodput, peak, statuses)
     assert levels["L0"] >= 0.95 * sum(levels.values()), levels
     assert set(statuses) <= {"200", "503", "abandoned"}, statuses
