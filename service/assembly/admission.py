@@ -16,8 +16,8 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   as the deadline would leave less than a service time once admitted.
 * **CoDel.** While the line has not been empty for ``interval_ms`` (a standing queue, not a burst),
   it holds what the slots serve within ``target_ms``, otherwise within ``interval_ms`` (at least
-  one round of the slots), and a request waits at most twice that (or two service times). A burst is absorbed, a standing queue is drained to what the
-  slots serve within ``target_ms``.
+  one round of the slots), and a request waits at most twice that (or two service times). A burst
+  is absorbed, a standing queue is drained to what the slots serve within ``target_ms``.
 * **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
   most likely to still be wanted); otherwise to the oldest.
 * Beyond that length (and never more than ``max_queued``) a request is refused, by
