@@ -63,14 +63,17 @@ class _Waiter:
 
 class Admission:
     def __init__(self, limit: int, max_queued: int, *, target_ms: float = 100.0, interval_ms: float = 500.0,
-                 initial_service_ms: float = 40.0, hold_ms: float = 0.0) -> None:
+                 initial_service_ms: float = 10.0, hold_ms: float = 0.0) -> None:
         self.limit = limit
         self.max_queued = max_queued
         self.hold_ms = hold_ms
         self.target_ms = target_ms
         self.interval_ms = interval_ms
         self.service_ms = initial_service_ms
-        """Measured: EWMA of the time an admitted assembly holds its slot."""
+        """Measured: EWMA of the time an admitted assembly holds its slot. It starts optimistic (a
+        long line, no early refusals) and the first assemblies replace it (a running mean until
+        the EWMA's own weight takes over)."""
+        self._measured = 0
         self.in_flight = 0
         self._line: deque[_Waiter] = deque()
         self._empty_since = time.monotonic()
@@ -141,7 +144,8 @@ class Admission:
             yield queued_ms
         finally:
             held_ms = (time.monotonic() - started) * 1000
-            self.service_ms += SERVICE_EWMA_WEIGHT * (held_ms - self.service_ms)
+            self._measured += 1
+            self.service_ms += max(SERVICE_EWMA_WEIGHT, 1 / self._measured) * (held_ms - self.service_ms)
             self._release()
 
     async def _wait(self, caller_left_ms: float | None) -> float:

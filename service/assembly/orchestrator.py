@@ -231,8 +231,7 @@ class Orchestrator:
         self._cold_in_flight = 0
         self.cold_limits = ColdLimit(settings)
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
-                                   interval_ms=settings.queue_interval_ms, initial_service_ms=settings.deadline_ms,
-                                   hold_ms=settings.refusal_hold_ms)
+                                   interval_ms=settings.queue_interval_ms, hold_ms=settings.refusal_hold_ms)
 
     # -- validation --------------------------------------------------------------------------------
 

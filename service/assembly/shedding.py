@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import msgspec
 from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
+from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 
 ASSEMBLE_PATH = "/v1/context/assemble"
@@ -60,7 +61,8 @@ def request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 def shedding_middleware(app: ASGIApp) -> ASGIApp:
     """Outermost: a refusal here skips the request-id binding and the per-route HTTP metrics too (it
-    is counted in ``pgcontext_assembly_shed_total{reason="line_full"}``)."""
+    is counted in ``pgcontext_assembly_shed_total{reason="line_full"}`` and
+    ``pgcontext_assemblies_not_answered_total{reason="overloaded"}``)."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or scope["path"] != ASSEMBLE_PATH  # type: ignore[comparison-overlap]
@@ -74,6 +76,7 @@ def shedding_middleware(app: ASGIApp) -> ASGIApp:
         arrived = time.monotonic()
         refusal = admission.refusal("line_full", f"{admission.in_flight} assemblies are running and "
                                                  f"{admission.waiting} waiting: try again shortly")
+        assembly_metrics.not_answered(refusal.code)
         headers = scope["headers"]
         await admission.hold(arrived, caller_left_ms(headers))
         rid = request_id(headers)
