@@ -125,10 +125,13 @@ def load_queries(root: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def service(data_dir: Path, port: int, workers: int = 1,
-            extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, str | None]]:
+def service(data_dir: Path, port: int, workers: int = 1, *, source: Path = ROOT,
+            env_extra: dict[str, str] | None = None) -> Iterator[tuple[str, str | None]]:
     """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None).
-    ``extra_env``: more ``PGCONTEXT_*`` settings for the service."""
+
+    ``source``: the project checkout whose ``service`` package runs (another one measures old code
+    against this tree in the same run, on the same data directory); ``env_extra``: more
+    ``PGCONTEXT_*`` settings for the service."""
     from service.settings import load_settings
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -138,15 +141,16 @@ def service(data_dir: Path, port: int, workers: int = 1,
         if (shared / cache).is_dir() and not target.exists():
             target.symlink_to((shared / cache).resolve(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
-    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers)})
+    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers),
+                "PGCONTEXT_SQL_DIR": str(source / "sql")})
     # One org at full speed is what this benchmark measures: no per-org limit unless asked for.
     env["PGCONTEXT_RATE_LIMIT_RPS"] = os.environ.get("PGCONTEXT_RATE_LIMIT_RPS", "0")
     env["PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT"] = os.environ.get("PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", "0")
-    env.update(extra_env or {})
+    env.update(env_extra or {})
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=log_file, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=source,
+                                env=env, stdout=subprocess.PIPE, stderr=log_file, text=True)
         try:
             assert proc.stdout is not None
             key: str | None = None
@@ -459,6 +463,34 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
     )
 
 
+def prepare_org(data_dir: Path, memories: int, agents: int, org_wide_every: int, scifact: Path,
+                random: bool) -> str:
+    """The API key of the benchmark org in ``data_dir``, loading it first (memories and one directive
+    per agent) unless a previous run left one of that size there."""
+    marker = data_dir / "bench-org.json"
+    loaded = json.loads(marker.read_text()) if marker.exists() else None
+    if loaded is not None and loaded["memories"] == memories:
+        return str(loaded["key"])
+    with service(data_dir, free_port()) as (url, key):
+        if key is None:
+            raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
+        texts = build_texts(scifact / "corpus.jsonl", memories)
+        vectors = random_vectors(len(texts)) if random else embeddings_for(texts)
+        headers = {"Authorization": f"Bearer {key}"}
+        seconds = asyncio.run(load_org(url, headers, texts, vectors, agents, org_wide_every))
+        print(f"# loaded {len(texts)} memories in {seconds:.0f} s ({len(texts) / seconds:.0f}/s)", flush=True)
+
+        async def directives() -> None:
+            async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+                for a in range(agents):
+                    await http.put(f"/v1/agents/agent-{a}/directive", json={
+                        "content": f"You are research assistant {a}. Cite the memories you use by tag."})
+
+        asyncio.run(directives())
+    marker.write_text(json.dumps({"memories": memories, "key": key}))
+    return key
+
+
 @dataclass(frozen=True)
 class _Line:
     formatted: str
@@ -502,28 +534,10 @@ def main() -> None:
         with contextlib.ExitStack() as stack:
             data_dir = args.data_dir or Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="pgcontext-assemble-", dir="/tmp")))
-            marker = data_dir / "bench-org.json"
-            loaded = json.loads(marker.read_text()) if marker.exists() else None
-            url, key = stack.enter_context(service(data_dir, free_port(), args.workers))
-            if loaded is None or loaded["memories"] != args.memories:
-                if key is None:
-                    raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
-                texts = build_texts(args.scifact / "corpus.jsonl", args.memories)
-                vectors = random_vectors(len(texts)) if args.random_vectors else embeddings_for(texts)
-                headers = {"Authorization": f"Bearer {key}"}
-                seconds = asyncio.run(load_org(url, headers, texts, vectors, args.agents, args.org_wide_every))
-                print(f"# loaded {len(texts)} memories in {seconds:.0f} s ({len(texts) / seconds:.0f}/s)", flush=True)
-
-                async def directives() -> None:
-                    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
-                        for a in range(args.agents):
-                            await http.put(f"/v1/agents/agent-{a}/directive", json={
-                                "content": f"You are research assistant {a}. Cite the memories you use by tag."})
-
-                asyncio.run(directives())
-                loaded = {"memories": args.memories, "key": key}
-                marker.write_text(json.dumps(loaded))
-            results = asyncio.run(run_levels(url, {"Authorization": f"Bearer {loaded['key']}"}, queries,
+            key = prepare_org(data_dir, args.memories, args.agents, args.org_wide_every, args.scifact,
+                              args.random_vectors)
+            url, _ = stack.enter_context(service(data_dir, free_port(), args.workers))
+            results = asyncio.run(run_levels(url, {"Authorization": f"Bearer {key}"}, queries,
                                              args.agents, concurrencies, args.requests, args.seconds))
     print(HEADER)
     for base, asm in results:

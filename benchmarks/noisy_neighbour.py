@@ -220,7 +220,7 @@ def main() -> None:
         limits = {"PGCONTEXT_RATE_LIMIT_RPS": str(defaults.rps),
                   "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT": str(defaults.max_in_flight),
                   **{k: v for k, v in os.environ.items() if k.startswith("PGCONTEXT_RATE_LIMIT_")}}
-        with service(data_dir, free_port(), extra_env=limits) as (url, key_a):
+        with service(data_dir, free_port(), env_extra=limits) as (url, key_a):
             assert key_a is not None, "the first start prints the default org's key"
             headers = {"Authorization": f"Bearer {key_a}"}
             seconds = asyncio.run(load_org(url, headers, texts, vectors, args.agents, 10))

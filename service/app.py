@@ -25,6 +25,7 @@ from service.assembly import (
     Orchestrator,
     build_orchestrator,
 )
+from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
 from service.db import Database, create_pool
 from service.db.epochs import CacheEpochs
@@ -33,6 +34,7 @@ from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
+from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
 from service.export import ExportController
@@ -136,7 +138,7 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
     epochs = CacheEpochs(db, check_s=settings.redis.epoch_check_s)
     services.extras["directives"] = DirectiveStore(db, redis, epochs, settings.redis.org_directive_bytes)
-    services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval,
+    services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval, lanes=lanes_of(services),
                                                    max_limit=settings.limits.max_page_size)
     orchestrator = await build_orchestrator(services)
     services.extras["assembly"] = orchestrator
@@ -190,7 +192,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[request_id_middleware, allow_header_middleware, prometheus.middleware, in_flight_middleware],
+        middleware=[shedding_middleware, request_id_middleware, allow_header_middleware, prometheus.middleware,
+                    in_flight_middleware],
         lifespan=[lifespan],
         openapi_config=openapi_config(),
         plugins=[StrictStructs()],

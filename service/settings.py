@@ -102,7 +102,23 @@ class EmbeddingSettings:
     batch_size: int = 64
     """Texts per model call / per hosted request."""
     threads: int = 0
-    """onnxruntime intra-op threads; 0 lets onnxruntime decide."""
+    """onnxruntime intra-op threads of write-path (bulk) embedding; 0 lets onnxruntime decide. Bulk
+    embedding runs at a lower CPU priority (``bulk_nice``), so these threads use what queries,
+    the event loop and Postgres leave idle."""
+    bulk_batch: int = 16
+    """Texts per write-path embedding turn: memory batches and document ingests are embedded this
+    many at a time, orgs in turn, each turn after the query embeddings waiting (see
+    ``service/embeddings/lanes.py``). Also bounds the model's working memory, which grows with
+    batch × tokens² (measured: 64 texts of 256 tokens peaked at ~1.6 GB, 16 at ~0.4 GB)."""
+    bulk_yield_ms: int = 200
+    """Longest a bulk turn waits for query embeddings to finish first (then it runs anyway)."""
+    bulk_nice: int = 10
+    """CPU niceness (0-19) of the local provider's bulk thread and its onnxruntime threads."""
+    bulk_concurrency: int = 0
+    """Bulk turns at once; 0 = 1 for the local model (one bulk thread), 2 for a hosted API."""
+    query_concurrency: int = 0
+    """Query embeddings at once; 0 = 1 for the local model (its query lane is one thread), 8 for
+    a hosted API. Further calls wait, orgs in turn."""
     api_base: str | None = None
     """Hosted provider base URL, e.g. ``https://api.openai.com/v1``."""
     api_key: str | None = None
@@ -297,7 +313,7 @@ class AssemblySettings:
     agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
     max_in_flight: int = field(default_factory=lambda: 2 * usable_cpus())
     """Assemblies processed at once per machine (divided among the workers; 0 = no limit). Further
-    ones wait in line, first come first served, and their deadline starts when they are admitted
+    ones wait in line (briefly, see ``queue_target_ms``), and their deadline starts when they are admitted
     (the wait is reported as ``metrics.queued_ms`` and counts against the caller's own deadline).
     When the cores are the limit, interleaving more requests only stretches every one of them past
     its wall; waiting in line keeps each admitted one inside it. Default: 2 per CPU core (an
@@ -306,6 +322,18 @@ class AssemblySettings:
     max_queued: int = 256
     """Assemblies allowed to wait per worker; beyond that a request is refused at once with 503
     ``overloaded`` and ``Retry-After``."""
+    queue_target_ms: int = 100
+    """Longest wait for a slot while the line is standing (not empty for ``queue_interval_ms``):
+    CoDel's target. A request still waiting then is refused (503 ``overloaded``), and freed slots
+    go to the newest waiters first, so a standing line drains to what the slots serve this fast."""
+    queue_interval_ms: int = 500
+    """Longest wait for a slot when the line is not standing (a burst), and how long the line must
+    have been non-empty to count as standing. A request whose caller deadline leaves less than the
+    measured assembly time is refused on arrival, and waits at most until it would."""
+    refusal_hold_ms: int = 1000
+    """A refused assembly (503 ``overloaded``) is answered no sooner than this after it arrived (or
+    just before the caller's deadline): a held refusal costs a timer, while clients that ignore
+    ``Retry-After`` and retry at once would spend the cores on refusals (0 = answer at once)."""
     light_cold_in_flight: int = 4
     """From this many cold searches already running, or assemblies waiting to be admitted, and
     whenever the assembly itself had to wait to be admitted (0 = never), a new one is light:
@@ -466,6 +494,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             quantize=_bool(env, "PGCONTEXT_EMBEDDING_QUANTIZE", True),
             batch_size=_int(env, "PGCONTEXT_EMBEDDING_BATCH_SIZE", 64),
             threads=_int(env, "PGCONTEXT_EMBEDDING_THREADS", 0),
+            bulk_batch=max(1, _int(env, "PGCONTEXT_EMBEDDING_BULK_BATCH", 16)),
+            bulk_yield_ms=max(0, _int(env, "PGCONTEXT_EMBEDDING_BULK_YIELD_MS", 200)),
+            bulk_nice=min(19, max(0, _int(env, "PGCONTEXT_EMBEDDING_BULK_NICE", 10))),
+            bulk_concurrency=max(0, _int(env, "PGCONTEXT_EMBEDDING_BULK_CONCURRENCY", 0)),
+            query_concurrency=max(0, _int(env, "PGCONTEXT_EMBEDDING_QUERY_CONCURRENCY", 0)),
             api_base=_get(env, "PGCONTEXT_EMBEDDING_API_BASE"),
             api_key=_get(env, "PGCONTEXT_EMBEDDING_API_KEY"),
             model=_get(env, "PGCONTEXT_EMBEDDING_MODEL") or "text-embedding-3-small",
@@ -532,6 +565,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cold_overfetch=_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
             max_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT", 2 * usable_cpus())),
             max_queued=max(0, _int(env, "PGCONTEXT_ASSEMBLY_MAX_QUEUED", 256)),
+            queue_target_ms=max(1, _int(env, "PGCONTEXT_ASSEMBLY_QUEUE_TARGET_MS", 100)),
+            queue_interval_ms=max(1, _int(env, "PGCONTEXT_ASSEMBLY_QUEUE_INTERVAL_MS", 500)),
+            refusal_hold_ms=max(0, _int(env, "PGCONTEXT_ASSEMBLY_REFUSAL_HOLD_MS", 1000)),
             light_cold_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_IN_FLIGHT", 4)),
             light_cold_postings_per_term=max(1, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_POSTINGS_PER_TERM", 200)),
             hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),

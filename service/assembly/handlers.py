@@ -100,9 +100,11 @@ class AssemblyController(Controller):
         cold usable, L1 one of them, L2 neither (directive + history only). If the caller's
         deadline (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now) passes or the
         client disconnects, the answer is a 504 ``deadline_exceeded`` error, never partial context.
-        At most ``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT`` assemblies run at once; others wait in line
-        first (``metrics.queued_ms``; the caller's deadline counts), and when the line is full the
-        answer is a 503 ``overloaded`` with ``Retry-After``.
+        At most ``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT`` assemblies run at once; others wait in a short
+        line first (``metrics.queued_ms``; the caller's deadline counts). When the line is full, the
+        wait runs out, or the caller's deadline leaves less than an assembly takes, the answer is a
+        503 ``overloaded`` with ``Retry-After`` (``details.reason``), sent about a second after the
+        request arrived (never past the caller's deadline).
         """
         caller = CallerDeadline.from_headers(x_deadline_ms, x_timeout_ms)
         try:

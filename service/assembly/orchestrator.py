@@ -94,6 +94,7 @@ from service.assembly.types import (
 from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
+from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
@@ -234,7 +235,8 @@ class Orchestrator:
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
         self._cold_in_flight = 0
         self.cold_limits = ColdLimit(settings)
-        self.admission = Admission(settings.max_in_flight, settings.max_queued)
+        self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
+                                   interval_ms=settings.queue_interval_ms, hold_ms=settings.refusal_hold_ms)
 
     # -- validation --------------------------------------------------------------------------------
 
@@ -596,6 +598,7 @@ async def build_orchestrator(services: Services) -> Orchestrator:
     cold_ms = s.cold_timeout_ms or (s.deadline_ms - s.processing_reserve_ms)
     # An engine of its own: the HTTP search keeps its generous deadlines, assembly gets ones that fit.
     engine = RetrievalEngine(services.db, services.embedder, cold_retrieval_settings(settings.retrieval, cold_ms),
+                             lanes=lanes_of(services),
                              max_limit=settings.limits.max_page_size)
     tokenizers = Tokenizers(s.tiktoken_dir or settings.data_dir / "tiktoken")
     await asyncio.to_thread(tokenizers.preload)  # ~1 s per encoding on first use: not on a request

@@ -264,7 +264,7 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> In
         rows = _rows(chunked, files, request.collection, request.agent_id)
         chunking_ms = _ms(t)
         t = time.perf_counter()
-        embeddings = await embed_texts(services.embedder, rows.embed_texts)
+        embeddings = await embed_texts(services, org_id, rows.embed_texts)
         embedding_ms = _ms(t)
         t = time.perf_counter()
         revision, inserted = await _write(services, org_id, request, chunked, [s for _, s in changed], rows,

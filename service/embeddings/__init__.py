@@ -48,5 +48,6 @@ def build_embedder(settings: EmbeddingSettings, data_dir: Path) -> Embedder:
             name=f"local:{MODEL_NAME}:{'int8' if settings.quantize else 'fp32'}",
             batch_size=settings.batch_size,
             threads=settings.threads,
+            bulk_nice=settings.bulk_nice,
         )
     raise ValueError(f"unknown embedding provider {settings.provider!r}: expected 'local' or 'openai'")

@@ -10,7 +10,8 @@ from uuid import UUID
 import msgspec
 import numpy as np
 
-from service.embeddings import Embedder, EmbeddingError
+from service.embeddings import EmbeddingError
+from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
 from service.memories import repo
 from service.memories.types import DOCUMENT_CHUNK_KIND, CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
@@ -62,14 +63,15 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
     return items
 
 
-async def embed_texts(embedder: Embedder, texts: list[str]) -> np.ndarray:
+async def embed_texts(services: Services, org_id: UUID, texts: list[str]) -> np.ndarray:
+    """Write-path embedding: the bulk lane (sub-batches, orgs in turn, after query embeddings)."""
     try:
-        return await embedder.embed(texts)
+        return await lanes_of(services).embed_bulk(org_id, texts)
     except EmbeddingError as exc:
         raise ServiceUnavailable(f"the embedding provider failed: {exc}", code="embedding_unavailable") from exc
 
 
-async def _embeddings_for(services: Services, items: list[MemoryIn]) -> np.ndarray:
+async def _embeddings_for(services: Services, org_id: UUID, items: list[MemoryIn]) -> np.ndarray:
     dim = services.settings.embedding.dim
     out = np.zeros((len(items), dim), dtype=np.float32)
     missing = [i for i, m in enumerate(items) if m.embedding is None]
@@ -80,7 +82,7 @@ async def _embeddings_for(services: Services, items: list[MemoryIn]) -> np.ndarr
             norm = float(np.linalg.norm(vec))
             out[i] = vec / norm if norm > 0 else vec
     if missing:
-        out[missing] = await embed_texts(services.embedder, [items[i].text for i in missing])
+        out[missing] = await embed_texts(services, org_id, [items[i].text for i in missing])
     return out
 
 
@@ -96,7 +98,7 @@ async def create(services: Services, org_id: UUID, body: bytes, idempotency_key:
             stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)
         if stored is not None:  # cheap early answer for retries: no embedding work
             return _replay(stored, request_hash), True
-    embeddings = await _embeddings_for(services, items)
+    embeddings = await _embeddings_for(services, org_id, items)
     async with services.db.tenant(org_id) as tx:
         if idempotency_key is not None:
             await tx.execute("idempotency.forget_stale", org_id, idempotency_key)
@@ -136,7 +138,7 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     embedding = None
     if change.text is not msgspec.UNSET:
         check_text(change.text, limits)
-        embedding = (await embed_texts(services.embedder, [change.text]))[0]
+        embedding = (await embed_texts(services, org_id, [change.text]))[0]
     if change.metadata is not msgspec.UNSET:
         check_metadata(change.metadata, limits)
     if change.occurred_at is not msgspec.UNSET:

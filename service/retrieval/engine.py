@@ -29,6 +29,7 @@ import structlog
 from service.db import Database, TenantTx
 from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
+from service.embeddings.lanes import EmbeddingLanes
 from service.errors import BadRequest, ServiceUnavailable
 from service.retrieval import branches, fusion, modes, rerank
 from service.retrieval.filters import check_time_ranges
@@ -46,7 +47,7 @@ from service.retrieval.types import (
     SearchResult,
     UsedStrategy,
 )
-from service.settings import RetrievalSettings
+from service.settings import EmbeddingSettings, RetrievalSettings
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -129,9 +130,13 @@ def _ms(since: float) -> float:
 class RetrievalEngine:
     """Hybrid retrieval over an org's memories. One instance per app (``services.extras["retrieval"]``)."""
 
-    def __init__(self, db: Database, embedder: Embedder, settings: RetrievalSettings, *, max_limit: int) -> None:
+    def __init__(self, db: Database, embedder: Embedder, settings: RetrievalSettings, *, max_limit: int,
+                 lanes: EmbeddingLanes | None = None) -> None:
         self.db = db
         self.embedder = embedder
+        self.lanes = lanes or EmbeddingLanes(embedder, EmbeddingSettings())
+        """Query embeddings go through the app's query lane (one at a time for the local model,
+        orgs in turn), shared with the other engine and the write path's bulk lane."""
         self.settings = settings
         self.max_limit = max_limit
         self.cache = QueryEmbeddingCache(settings.query_cache_size)
@@ -139,7 +144,6 @@ class RetrievalEngine:
         """Per org: consecutive query-embedding failures and the time of the last one. The circuit is
         per org, so one org's failing (e.g. slow) queries never switch other orgs to lexical-only;
         when the embedder itself is down each org pays ``embedder_failures_to_open`` failures."""
-        self._embeds_in_flight = 0
         self.reranker = rerank.build_reranker(settings.rerank)
 
     async def aclose(self) -> None:
@@ -184,7 +188,7 @@ class RetrievalEngine:
             results, fusion_ms = await self._modes(org_id, request, ran, run)
         else:
             if request.strategy == "auto":
-                busy = self.embedder_busy() and self.cached_embedding(org_id, request.query) is None
+                busy = self.embedder_busy(org_id) and self.cached_embedding(org_id, request.query) is None
                 plan = choose(request.query, request.filters, embedder_available=self.embedder_available(org_id),
                               embedder_busy=busy)
             else:
@@ -260,10 +264,16 @@ class RetrievalEngine:
         """The org's cached embedding of ``query``, if any (no LRU touch, not counted as a hit or miss)."""
         return self.cache.peek(org_id, query[:EMBED_QUERY_CHARS])
 
-    def embedder_busy(self) -> bool:
-        """``embedder_max_in_flight`` query embeddings are already running or queued."""
+    def embedder_busy(self, org_id: UUID) -> bool:
+        """``embedder_max_in_flight`` query embeddings are already running or queued, and this org
+        has its share: it has that many itself, or at least one while the lane is full. An org with
+        none in flight always gets one, so one org's burst (or its long queries) never makes every
+        other org's searches lexical-only."""
         limit = self.settings.embedder_max_in_flight
-        return limit > 0 and self._embeds_in_flight >= limit
+        if limit <= 0:
+            return False
+        mine = self.lanes.query.load(org_id)
+        return mine >= limit or (mine > 0 and self.lanes.query.load() >= limit)
 
     # -- steps -------------------------------------------------------------------------------------
 
@@ -293,17 +303,15 @@ class RetrievalEngine:
             return cached
 
         async def work() -> npt.NDArray[np.float32]:
-            rows = await self.embedder.embed([query])
+            rows = await self.lanes.embed_query(org_id, [query])
             return np.ascontiguousarray(rows[0], dtype=np.float32)
 
-        self._embeds_in_flight += 1
         try:
             vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed:
             self._embedder_failed(org_id)
             raise
         finally:
-            self._embeds_in_flight -= 1
             if run is not None:
                 run.embedding_ms = _ms(started)
         self._embedder_failures.pop(org_id, None)

@@ -97,6 +97,10 @@ class Walker:
 
     def alternatives(self, node: Schema) -> list[Schema]:
         node = self.resolve(node)
+        if "properties" in node or "type" in node:
+            # oneOf/anyOf/allOf beside the node's own shape are extra rules on it (e.g. "a budget or
+            # selective", "one of the two feedback forms"), not alternative shapes.
+            return [node]
         for key in ("oneOf", "anyOf"):
             if key in node:
                 return [alt for sub in node[key] for alt in self.alternatives(sub)]

@@ -127,7 +127,8 @@ def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_servic
         assert page.evaluate("Object.keys(localStorage).length") == 0
         assert page.get_by_test_id("api-key").input_value() == ""
         # The agent list is filled from the org's memories.
-        page.wait_for_function(f"document.querySelector('#agents option[value=\"{AGENT}\"]') !== null")
+        # (Locator waits, not wait_for_function: its string predicates are eval'd, which the page's CSP forbids.)
+        page.wait_for_selector(f'#agents option[value="{AGENT}"]', state="attached")
 
         page.get_by_test_id("agent").fill(AGENT)
         page.get_by_test_id("query").fill("What espresso does Dana drink, and with what milk?")
@@ -176,7 +177,7 @@ def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_servic
             page.get_by_test_id("run-assemble").click()
         selective = answered.value.json()
         assert "max_context_tokens" not in answered.value.request.post_data_json
-        page.wait_for_function("document.querySelector('#budget tr[data-key=mode] td').textContent === 'selective'")
+        page.wait_for_selector("#budget tr[data-key=mode] td:text-is('selective')", state="attached")
         shown_reasons = cell_texts(page, "#reasons li")
         assert selective["budget"]["reasons"] and shown_reasons[:len(selective["budget"]["reasons"])] == \
             selective["budget"]["reasons"]

@@ -1,8 +1,9 @@
-"""Admission: a bounded number of assemblies at once, a bounded line, first come first served."""
+"""Admission: a bounded number of assemblies at once; a short line (CoDel, adaptive LIFO, deadlines)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -53,15 +54,36 @@ async def test_a_full_line_refuses_at_once_with_retry_after() -> None:
         async with admission.admit():
             pass
     assert refused.value.code == "overloaded" and refused.value.retry_after_s == 1
-    assert refused.value.details == {"in_flight": 1, "queued": 1}
+    assert refused.value.details == {"in_flight": 1, "queued": 1, "reason": "queue_full"}
     release.set()
     await asyncio.gather(holder, waiter)
     async with admission.admit() as queued_ms:  # the slots all came back
         assert queued_ms < 5
 
 
+async def test_a_deadline_shorter_than_the_service_time_is_refused_on_arrival() -> None:
+    admission = Admission(limit=1, max_queued=10, initial_service_ms=100)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    with pytest.raises(ServiceUnavailable) as refused:
+        async with admission.admit(caller_left_ms=90):
+            pass
+    assert refused.value.code == "overloaded" and refused.value.details["reason"] == "deadline"
+    assert admission.waiting == 0
+    # With time for one assembly it waits, but only until the deadline would leave less than that.
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable) as dropped:
+        async with admission.admit(caller_left_ms=300):
+            pass
+    waited_ms = (time.monotonic() - started) * 1000
+    assert dropped.value.details["reason"] == "queue_timeout" and 190 <= waited_ms < 300  # not the 1 s limit
+    release.set()
+    await holder
+
+
 async def test_the_callers_deadline_passing_in_line_is_L3_and_leaks_nothing() -> None:
-    admission = Admission(limit=1, max_queued=10)
+    admission = Admission(limit=1, max_queued=10, initial_service_ms=0)
     release = asyncio.Event()
 
     holder = asyncio.ensure_future(holding(admission, release))
@@ -81,6 +103,73 @@ async def test_the_callers_deadline_passing_in_line_is_L3_and_leaks_nothing() ->
     await holder
     async with admission.admit() as queued_ms:
         assert queued_ms < 5
+    assert admission.in_flight == 0
+
+
+async def test_a_standing_line_sheds_after_the_target_and_serves_the_newest_first() -> None:
+    admission = Admission(limit=1, max_queued=100, target_ms=30, interval_ms=60, initial_service_ms=5)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    outcomes: dict[str, str] = {}
+    admitted: list[str] = []
+
+    async def one(name: str) -> None:
+        try:
+            async with admission.admit():
+                outcomes[name] = "admitted"
+                admitted.append(name)
+                await asyncio.sleep(0.002)
+        except ServiceUnavailable as exc:
+            outcomes[name] = str(exc.details["reason"])
+
+    # A burst: the first waiters may wait up to twice the interval.
+    tasks = [asyncio.ensure_future(one("burst-1"))]
+    await asyncio.sleep(0.03)
+    tasks.append(asyncio.ensure_future(one("burst-2")))
+    await asyncio.sleep(0.04)
+    # The line has not been empty for 70 ms: standing.
+    assert admission.standing() and outcomes == {}
+    tasks.append(asyncio.ensure_future(one("old")))
+    await asyncio.sleep(0.005)
+    tasks.append(asyncio.ensure_future(one("new")))
+    await asyncio.sleep(0)
+    release.set()  # the slot frees: the newest waiter gets it first
+    await asyncio.gather(holder, *tasks)
+    assert admitted[0] == "new"
+    assert admission.in_flight == 0 and admission.waiting == 0
+
+
+async def test_service_time_is_measured_and_sets_retry_after() -> None:
+    admission = Admission(limit=1, max_queued=1000, initial_service_ms=10)
+    for _ in range(40):
+        async with admission.admit():
+            await asyncio.sleep(0.02)
+    assert 15 <= admission.service_ms <= 40
+    admission.service_ms = 5000.0  # a very slow service: the line drains in seconds
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    assert admission.retry_after_s() == 5
+    release.set()
+    await holder
+
+
+async def test_a_slot_handed_to_a_cancelled_waiter_passes_on() -> None:
+    admission = Admission(limit=1, max_queued=10)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    a = asyncio.ensure_future(holding(admission, release))
+    b = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.sleep(0)  # the holder leaves and hands its slot to ``a`` ...
+    a.cancel()  # ... which is cancelled before it runs: ``b`` must get the slot
+    with pytest.raises(asyncio.CancelledError):
+        await a
+    await asyncio.wait_for(asyncio.gather(holder, b), 1)
+    assert admission.in_flight == 0 and admission.waiting == 0
 
 
 async def test_no_limit_admits_everything_at_once() -> None:
@@ -134,3 +223,19 @@ async def test_one_org_cannot_fill_the_whole_line() -> None:
 async def holding_as(admission: Admission, release: asyncio.Event, org: str) -> None:
     async with admission.admit(org=org):
         await release.wait()
+
+
+async def test_a_refusal_is_held_but_never_past_the_callers_deadline() -> None:
+    admission = Admission(limit=1, max_queued=0, hold_ms=150)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    for caller_left_ms, least, most in ((None, 140, 400), (60, 50, 140)):
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable) as refused:
+            async with admission.admit(caller_left_ms=caller_left_ms):
+                pass
+        took_ms = (time.monotonic() - started) * 1000
+        assert refused.value.details["reason"] == "queue_full" and least <= took_ms < most
+    release.set()
+    await holder

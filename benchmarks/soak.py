@@ -1,0 +1,237 @@
+"""Memory over a mixed soak: service RSS and Postgres memory sampled while every kind of request runs.
+
+    python benchmarks/soak.py --scifact /work/shared/data/scifact                   # 3 minutes
+    python benchmarks/soak.py --minutes 10 --baseline-tree /tmp/pgcontext-old        # old code first, same run
+
+Starts ``pgcontext serve`` on the embedded default (see ``benchmarks/assemble_load.py``; with
+``--baseline-tree`` another checkout serves the same data directory first), loads ``--memories``
+SciFact memories, then for ``--minutes`` runs at once:
+
+* 4 clients assembling context (SciFact claims as queries);
+* 1 client writing batches of 64 memories embedded server-side;
+* 1 client searching (hybrid);
+* every 30 s one large document ingest (``--doc-chunks`` ~256-token sections: 171 by default, the
+  size that took the service from 433 to 2,087 MB in issue 14).
+
+Every ``--every`` seconds it samples the service's RSS and, over all Postgres processes of the
+data directory, the sum of PSS (shared buffers touched count, divided among the processes that
+touched them) and of private memory (USS: what would be freed if the backends exited). Reported:
+the samples, the errors (every non-2xx answer), and the growth from the end of warm-up
+(the first third of the run) to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.assemble_load import assemble_body, build_texts, load_queries, prepare_org, service  # noqa: E402
+from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
+from service.embedded import free_port  # noqa: E402
+
+
+def _status_kb(pid: int, field_name: str) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _rollup_kb(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            name, value = line.split(":", 1)
+            out[name] = int(value.split()[0])
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def service_pid(port: int) -> int:
+    needle = f"serve --port {port}"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    return int(entry.name)
+    raise SystemExit(f"no service process serving port {port}")
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    for pid_file in data_dir.rglob("postmaster.pid"):
+        return int(pid_file.read_text().split()[0])
+    raise SystemExit(f"no postmaster.pid under {data_dir}")
+
+
+@dataclass
+class Sample:
+    t: float
+    service_rss_mb: float
+    postgres_pss_mb: float
+    postgres_uss_mb: float
+    backends: int
+
+
+def sample(t: float, service: int, postmaster: int) -> Sample:
+    pids = [postmaster, *_children(postmaster)]
+    rollups = [_rollup_kb(p) for p in pids]
+    pss = sum(r.get("Pss", 0) for r in rollups)
+    uss = sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rollups)
+    return Sample(round(t, 1), _status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, len(pids))
+
+
+def big_document(texts: list[str], chunks: int) -> str:
+    """Markdown with ``chunks`` sections of ~256 tokens each (SciFact sentences)."""
+    parts: list[str] = []
+    i = 0
+    for n in range(chunks):
+        body: list[str] = []
+        while sum(len(s) for s in body) < 1000:
+            body.append(texts[i % len(texts)])
+            i += 1
+        parts.append(f"## Section {n}\n\n" + " ".join(body) + "\n")
+    return "# Soak document\n\n" + "\n".join(parts)
+
+
+@dataclass
+class Run:
+    tree: str
+    samples: list[Sample] = field(default_factory=list)
+    answers: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+async def soak(url: str, key: str, run: Run, minutes: float, every: float, port: int, data_dir: Path,
+               queries: list[str], texts: list[str], agents: int, doc_chunks: int) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    stop_at = time.monotonic() + minutes * 60
+    started = time.monotonic()
+    rng = random.Random(5)
+    document = big_document(texts, doc_chunks)
+    svc, postmaster = service_pid(port), postmaster_pid(data_dir)
+
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as http:
+
+        async def call(kind: str, method: str, path: str, body: object) -> None:
+            try:
+                r = await http.request(method, path, json=body)
+            except httpx.HTTPError as exc:
+                run.errors[f"{kind} {type(exc).__name__}"] += 1
+                return
+            if r.status_code >= 300:
+                run.errors[f"{kind} {r.status_code}"] += 1
+            else:
+                run.answers[kind] += 1
+
+        async def loop(kind: str, pause: float, make: Callable[[int], tuple[str, str, object]]) -> None:
+            i = 0
+            while time.monotonic() < stop_at:
+                method, path, body = make(i)
+                await call(kind, method, path, body)
+                i += 1
+                if pause:
+                    await asyncio.sleep(pause)
+
+        def assemble(i: int) -> tuple[str, str, object]:
+            return "POST", "/v1/context/assemble", assemble_body(i, queries, agents, rng)
+
+        def write(i: int) -> tuple[str, str, object]:
+            batch = [{"text": texts[(i * 64 + j) % len(texts)] + f" (soak {i}.{j})", "agent_id": f"agent-{j % agents}"}
+                     for j in range(64)]
+            return "POST", "/v1/memories", {"memories": batch}
+
+        def search(i: int) -> tuple[str, str, object]:
+            return "POST", "/v1/memories/search", {"query": queries[i % len(queries)], "strategy": "hybrid"}
+
+        def ingest(i: int) -> tuple[str, str, object]:
+            # a new revision of the same file each time: the whole document is chunked and embedded again
+            return "POST", "/v1/documents", {"files": [{"path": "soak/doc.md", "content": f"{document}\n<!-- {i} -->"}]}
+
+        async def sampler() -> None:
+            while time.monotonic() < stop_at:
+                run.samples.append(sample(time.monotonic() - started, svc, postmaster))
+                print(f"  {run.tree} {run.samples[-1]}", file=sys.stderr, flush=True)
+                await asyncio.sleep(every)
+            run.samples.append(sample(time.monotonic() - started, svc, postmaster))
+
+        await asyncio.gather(*(loop("assemble", 0, assemble) for _ in range(4)), loop("write", 0, write),
+                             loop("search", 0.05, search), loop("ingest", 30, ingest), sampler())
+
+
+def summary(run: Run) -> str:
+    s = run.samples
+    warm = next((x for x in s if x.t >= s[-1].t / 3), s[0])
+    peak_rss = max(x.service_rss_mb for x in s)
+    return (f"| {run.tree} | {s[0].service_rss_mb:.0f} / {warm.service_rss_mb:.0f} / {peak_rss:.0f} / "
+            f"{s[-1].service_rss_mb:.0f} | {s[0].postgres_pss_mb:.0f} / {warm.postgres_pss_mb:.0f} / "
+            f"{s[-1].postgres_pss_mb:.0f} | {s[0].postgres_uss_mb:.0f} / {warm.postgres_uss_mb:.0f} / "
+            f"{s[-1].postgres_uss_mb:.0f} | {s[-1].backends} | {dict(run.answers)} | "
+            f"{sum(run.errors.values())} {dict(run.errors) or ''} |")
+
+
+HEADER = ("| code | service RSS MB: start / after warm-up / peak / end | Postgres PSS MB: start / warm / end "
+          "| Postgres private MB: start / warm / end | PG processes | answers | errors |\n"
+          "|---|---|---|---|---|---|---|")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_same_run_args(parser)
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--doc-chunks", type=int, default=171)
+    args = parser.parse_args()
+    print(f"# soak: {platform.platform()}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}, {args.minutes:g} min per code, {args.memories} memories",
+          flush=True)
+    queries = load_queries(args.scifact)
+    texts = build_texts(args.scifact / "corpus.jsonl", 5000)
+    trees = ([("old", args.baseline_tree.resolve())] if args.baseline_tree else []) + [("new", ROOT)]
+    runs = []
+    with contextlib.ExitStack() as stack:
+        data_dir = args.data_dir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="pgcontext-soak-", dir="/tmp")))
+        key = prepare_org(data_dir, args.memories, args.agents, 10, args.scifact, args.random_vectors)
+        for name, tree in trees:
+            port = free_port()
+            with service(data_dir, port, source=tree, env_extra=deadline_env(args.deadline_ms)) as (url, _):
+                run = Run(name)
+                asyncio.run(soak(url, key, run, args.minutes, args.every, port, data_dir, queries, texts,
+                                 args.agents, args.doc_chunks))
+                runs.append(run)
+                print(summary(run), file=sys.stderr, flush=True)
+    print(HEADER)
+    for run in runs:
+        print(summary(run))
+    print(json.dumps([{"tree": r.tree, "samples": [vars(x) for x in r.samples]} for r in runs]))
+
+
+if __name__ == "__main__":
+    main()

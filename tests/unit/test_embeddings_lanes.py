@@ -1,0 +1,143 @@
+"""Embedding lanes: orgs take turns, bulk sub-batches wait for query embeddings, nothing leaks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import cast
+from uuid import UUID, uuid4
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from service.db import Database
+from service.embeddings.lanes import BulkCapable, EmbeddingLanes, FairGate
+from service.retrieval import RetrievalEngine
+from service.settings import EmbeddingSettings, RetrievalSettings
+
+
+async def test_waiters_are_served_one_org_at_a_time_in_turn() -> None:
+    gate = FairGate(1)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def one(org: str, name: str) -> None:
+        async with gate.hold(org):
+            order.append(name)
+            await release.wait()
+
+    holder = asyncio.ensure_future(one("a", "a0"))
+    await asyncio.sleep(0)
+    tasks = [asyncio.ensure_future(one("a", f"a{i}")) for i in range(1, 4)]  # org a queues three first
+    await asyncio.sleep(0)
+    tasks += [asyncio.ensure_future(one("b", "b1")), asyncio.ensure_future(one("c", "c1"))]
+    await asyncio.sleep(0)
+    assert gate.load("a") == 4 and gate.load() == 6
+    release.set()
+    await asyncio.gather(holder, *tasks)
+    # b and c are served between a's, not after all of them.
+    assert order == ["a0", "b1", "a1", "c1", "a2", "a3"]
+    assert gate.active == 0 and gate.load() == 0
+
+
+async def test_a_cancelled_waiter_leaves_and_a_handed_turn_passes_on() -> None:
+    gate = FairGate(1)
+    release = asyncio.Event()
+
+    async def hold(org: str) -> None:
+        async with gate.hold(org):
+            await release.wait()
+
+    holder = asyncio.ensure_future(hold("a"))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(hold("b"))
+    handed = asyncio.ensure_future(hold("c"))
+    last = asyncio.ensure_future(hold("d"))
+    await asyncio.sleep(0)
+    gone.cancel()  # waiting: just leaves
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    release.set()
+    await asyncio.sleep(0)  # the holder hands its turn to c ...
+    handed.cancel()  # ... cancelled before it runs: d gets it
+    with pytest.raises(asyncio.CancelledError):
+        await handed
+    await asyncio.wait_for(asyncio.gather(holder, last), 1)
+    assert gate.active == 0 and gate.load() == 0 and await gate.wait_idle(0)
+
+
+class _Recorder:
+    """An embedder that records which lane ran what, and holds query calls until told."""
+
+    name = "recorder"
+    dim = 4
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.query_release = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(f"query:{texts[0]}")
+        await self.query_release.wait()
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    async def embed_bulk(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(f"bulk:{texts[0]}")
+        await asyncio.sleep(0.001)
+        return np.full((len(texts), self.dim), float(len(self.calls)), dtype=np.float32)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_bulk_is_cut_into_turns_that_wait_for_queries_and_alternate_between_orgs() -> None:
+    embedder = _Recorder()
+    assert isinstance(embedder, BulkCapable)
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings(bulk_batch=2, bulk_yield_ms=5000))
+    a, b = uuid4(), uuid4()
+    query = asyncio.ensure_future(lanes.embed_query(a, ["q"]))
+    await asyncio.sleep(0)
+    bulk_a = asyncio.ensure_future(lanes.embed_bulk(a, [f"a{i}" for i in range(6)]))
+    bulk_b = asyncio.ensure_future(lanes.embed_bulk(b, [f"b{i}" for i in range(4)]))
+    await asyncio.sleep(0.05)
+    assert embedder.calls == ["query:q"]  # the bulk turns wait for the query embedding
+    embedder.query_release.set()
+    out_a, out_b = await asyncio.gather(bulk_a, bulk_b)
+    await query
+    assert embedder.calls == ["query:q", "bulk:a0", "bulk:b0", "bulk:a2", "bulk:b2", "bulk:a4"]
+    assert out_a.shape == (6, 4) and out_b.shape == (4, 4)
+    assert out_a[0, 0] == out_a[1, 0] == 2.0 and out_b[3, 0] == 5.0  # rows in input order per turn
+
+
+async def test_a_bulk_turn_waits_for_queries_at_most_the_yield_time() -> None:
+    embedder = _Recorder()
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings(bulk_batch=8, bulk_yield_ms=30))
+    org: UUID = uuid4()
+    query = asyncio.ensure_future(lanes.embed_query(org, ["stuck"]))
+    await asyncio.sleep(0)
+    out = await asyncio.wait_for(lanes.embed_bulk(org, ["x"]), 1)  # the query never ends: bulk goes on
+    assert out.shape == (1, 4) and embedder.calls == ["query:stuck", "bulk:x"]
+    embedder.query_release.set()
+    await query
+
+
+async def test_the_query_embedder_counts_as_busy_per_org() -> None:
+    embedder = _Recorder()
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings())
+    engine = RetrievalEngine(cast(Database, None), embedder, RetrievalSettings(embedder_max_in_flight=2),
+                             max_limit=10, lanes=lanes)
+    a, b = uuid4(), uuid4()
+    calls = [asyncio.ensure_future(lanes.embed_query(a, [f"long query {i}"])) for i in range(2)]
+    await asyncio.sleep(0)
+    assert engine.embedder_busy(a)  # org a holds both slots ...
+    assert not engine.embedder_busy(b)  # ... but org b, with none in flight, still gets one
+    calls.append(asyncio.ensure_future(lanes.embed_query(b, ["short"])))
+    await asyncio.sleep(0)
+    assert engine.embedder_busy(b)  # now b has one while the lane is full
+    assert embedder.calls == ["query:long query 0"]  # one at a time on the local model's lane ...
+    embedder.query_release.set()
+    await asyncio.gather(*calls)
+    # ... and b's query ran right after a's first, not behind all of a's.
+    assert embedder.calls == ["query:long query 0", "query:short", "query:long query 1"]
+    assert not engine.embedder_busy(a) and not engine.embedder_busy(b)
