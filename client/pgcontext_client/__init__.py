@@ -22,6 +22,7 @@ from pgcontext_client.errors import (
 )
 from pgcontext_client.types import (
     AssembledContext,
+    AssembleFilters,
     Directive,
     FeedbackItem,
     FileIn,
@@ -34,7 +35,8 @@ from pgcontext_client.types import (
 )
 
 __all__ = [
-    "AssembledContext", "AsyncClient", "BadRequest", "Call", "Client", "Conflict", "DeadlineExceeded", "Directive",
+    "AssembleFilters", "AssembledContext", "AsyncClient", "BadRequest", "Call", "Client", "Conflict",
+    "DeadlineExceeded", "Directive",
     "FeedbackItem", "FileIn", "Forbidden", "Memory", "MemoryIn", "Message", "NotFound", "Overloaded",
     "PayloadTooLarge", "PgcontextError", "RateLimited", "RetrievalOptions", "RetryPolicy", "SearchFilters",
     "SearchTuning", "ServerError", "ServiceUnavailable", "TransportError", "Unauthorized", "Unprocessable",

@@ -60,8 +60,9 @@ async def test_a_least_privilege_owner_migrates_and_manages(pg_server: str, owne
     # pgcontext_app already exists in this cluster (the session's database made it): the documented grant applies.
     in_database = in_database.replace("-- GRANT", "GRANT")
     await execute_all(pg_server, statements(on_server))
-    superuser_in_db = as_user(pg_server, urlsplit(pg_server).username or "postgres", "", database)
-    superuser_in_db = superuser_in_db.replace(":@", "@")
+    server = urlsplit(pg_server)
+    superuser_in_db = as_user(pg_server, server.username or "postgres", server.password or "", database)
+    superuser_in_db = superuser_in_db.replace(":@", "@")  # a server without a password (trust)
     try:
         await execute_all(superuser_in_db, statements(in_database))
         role_dsn = as_user(pg_server, role, "change-me", database)

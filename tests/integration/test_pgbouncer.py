@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -83,7 +84,10 @@ def bouncer(app_dsn: str, pgbouncer_binary: str) -> Iterator[StartBouncer]:
         conf.chmod(0o777)
         for f in conf.iterdir():
             f.chmod(0o666)
-        as_user = ["-u", "nobody"] if os.geteuid() == 0 else []  # pgbouncer refuses to run as root
+        # pgbouncer refuses to run as root: it runs as the user owning the server's socket directory
+        # (private to the embedded server's user), else as nobody (a TCP server).
+        owner = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "nobody"
+        as_user = ["-u", owner] if os.geteuid() == 0 else []
         procs.append(subprocess.Popen([pgbouncer_binary, *as_user, str(conf / "pgbouncer.ini")],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 10

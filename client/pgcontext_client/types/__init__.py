@@ -55,6 +55,7 @@ from pgcontext_client.types.memories import (
     MemoryPatch,
 )
 from pgcontext_client.types.search import (
+    AssembleFilters,
     Mode,
     ModeMetrics,
     ModeRank,
@@ -69,6 +70,7 @@ from pgcontext_client.types.search import (
 )
 
 __all__ = [
+    "AssembleFilters",
     "AssembleRequest",
     "AssembledContext",
     "AssemblyMetrics",

@@ -8,7 +8,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
-from pgcontext_client.types.search import SearchFilters, SearchTuning, Strategy
+from pgcontext_client.types.search import AssembleFilters, SearchTuning, Strategy
 
 
 class Message(In):
@@ -21,7 +21,7 @@ class RetrievalOptions(In):
     limit: int | None = None
     include_org_wide: bool | None = None
     use_hot: bool | None = None
-    filters: SearchFilters | None = None
+    filters: AssembleFilters | None = None
     tuning: SearchTuning | None = None
 
 
