@@ -125,8 +125,9 @@ def load_queries(root: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def service(data_dir: Path, port: int, workers: int = 1) -> Iterator[tuple[str, str | None]]:
-    """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None)."""
+def service(data_dir: Path, port: int, workers: int = 1, root: Path = ROOT) -> Iterator[tuple[str, str | None]]:
+    """``pgcontext serve`` on the embedded default in ``data_dir``, from the source tree ``root``;
+    yields (url, first-start key or None)."""
     from service.settings import load_settings
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -136,10 +137,11 @@ def service(data_dir: Path, port: int, workers: int = 1) -> Iterator[tuple[str, 
         if (shared / cache).is_dir() and not target.exists():
             target.symlink_to((shared / cache).resolve(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
-    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers)})
+    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers),
+                "PYTHONPATH": str(root)})
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=root, env=env,
                                 stdout=subprocess.PIPE, stderr=log_file, text=True)
         try:
             assert proc.stdout is not None
@@ -217,11 +219,20 @@ class Level:
     errors: Counter[str] = field(default_factory=Counter)
     levels: Counter[str] = field(default_factory=Counter)
     strategies: Counter[str] = field(default_factory=Counter)
+    runs: Counter[str] = field(default_factory=Counter)
+    """``planned->ran (reason)`` of the cold search (the response's ``retrieval``; ``?`` from a service without it)."""
     directives: Counter[str] = field(default_factory=Counter)
     """Outcome of the directive branch (a directive that missed its branch is left out of the context)."""
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
+
+    def runs_line(self) -> str:
+        """What the cold searches ran against what they planned, and the share that ran the plan."""
+        total = max(sum(self.runs.values()), 1)
+        planned = sum(n for k, n in self.runs.items() if k.endswith("(planned)"))
+        parts = ", ".join(f"{k} {n}" for k, n in self.runs.most_common())
+        return f"{parts}; ran the plan {100 * planned / total:.1f}%"
 
     def cpu_line(self) -> str:
         if not self.cpu_ms:
@@ -264,12 +275,20 @@ class _Metrics(msgspec.Struct):
     total_ms: float
 
 
+class _Retrieval(msgspec.Struct):
+    planned: str
+    ran: str | None
+    reason: str
+
+
 class _Assembled(msgspec.Struct):
     """The fields of an assembly response the load test reads (msgspec skips the rest unparsed)."""
 
     degradation_level: str
     metrics: _Metrics
     branches: _Branches
+    retrieval: _Retrieval | None = None
+    """Absent from a service older than issue 17 (``--compare-root``)."""
 
 
 _decode_assembled = msgspec.json.Decoder(_Assembled).decode
@@ -301,6 +320,9 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
                 level.levels[out.degradation_level] += 1
                 level.server_ms.append(out.metrics.total_ms)
                 level.strategies[out.branches.cold.source or out.branches.cold.outcome] += 1
+                r = out.retrieval
+                level.runs[f"?->{out.branches.cold.source or out.branches.cold.outcome}" if r is None
+                           else f"{r.planned}->{r.ran or 'none'} ({r.reason})"] += 1
                 level.directives[out.branches.directive.outcome] += 1
 
     cpu_before = cpu_seconds_by_group()
@@ -363,6 +385,7 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
             print(asm.row(base), f"strategies {dict(asm.strategies)} errors {dict(asm.errors)}", file=sys.stderr,
                   flush=True)
             print(f"  CPU ms per assembly: {asm.cpu_line()}", file=sys.stderr, flush=True)
+            print(f"  cold search planned->ran: {asm.runs_line()}", file=sys.stderr, flush=True)
     return results
 
 
@@ -472,6 +495,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
     parser.add_argument("--scifact", type=Path, default=SCIFACT)
     parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
+    parser.add_argument("--compare-root", type=Path, action="append", default=[],
+                        help="also measure the service from this source tree (e.g. an export of main), "
+                             "in the same run on the same data, before this one (repeatable)")
     parser.add_argument("--selective-eval", type=int, metavar="QUERIES", default=0,
                         help="instead of the load test: selective mode vs naive top-10 on SciFact train")
     args = parser.parse_args()
@@ -487,18 +513,20 @@ def main() -> None:
     print(f"# assemble load: {platform.platform()}, python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
 
+    measured: dict[str, list[tuple[Level, Level]]] = {}
     if args.url:
         if not args.key:
             raise SystemExit("--url needs --key")
-        results = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries, args.agents,
-                                         concurrencies, args.requests, args.seconds))
+        measured[args.url] = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
+                                                    args.agents, concurrencies, args.requests, args.seconds))
     else:
         with contextlib.ExitStack() as stack:
             data_dir = args.data_dir or Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="pgcontext-assemble-", dir="/tmp")))
             marker = data_dir / "bench-org.json"
             loaded = json.loads(marker.read_text()) if marker.exists() else None
-            url, key = stack.enter_context(service(data_dir, free_port(), args.workers))
+            loading = contextlib.ExitStack()
+            url, key = loading.enter_context(service(data_dir, free_port(), args.workers))
             if loaded is None or loaded["memories"] != args.memories:
                 if key is None:
                     raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
@@ -517,17 +545,25 @@ def main() -> None:
                 asyncio.run(directives())
                 loaded = {"memories": args.memories, "key": key}
                 marker.write_text(json.dumps(loaded))
-            results = asyncio.run(run_levels(url, {"Authorization": f"Bearer {loaded['key']}"}, queries,
-                                             args.agents, concurrencies, args.requests, args.seconds))
-    print(HEADER)
-    for base, asm in results:
-        print(base.row(None))
-        print(asm.row(base))
-    print()
-    for _, asm in results:
-        directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
-        print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
-              f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}")
+            loading.close()  # the loading service stops: each measured one starts on the loaded data
+            for root in [*args.compare_root, ROOT]:
+                with service(data_dir, free_port(), args.workers, root=root) as (url, _):
+                    print(f"# service from {root}", file=sys.stderr, flush=True)
+                    measured[str(root)] = asyncio.run(run_levels(
+                        url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.agents, concurrencies,
+                        args.requests, args.seconds))
+    for root, results in measured.items():
+        print(f"\n## service from {root}\n")
+        print(HEADER)
+        for base, asm in results:
+            print(base.row(None))
+            print(asm.row(base))
+        print()
+        for _, asm in results:
+            directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
+            print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
+                  f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}; "
+                  f"cold search planned->ran: {asm.runs_line()}")
 
 
 if __name__ == "__main__":
