@@ -125,7 +125,8 @@ def load_queries(root: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def service(data_dir: Path, port: int, workers: int = 1, root: Path = ROOT) -> Iterator[tuple[str, str | None]]:
+def service(data_dir: Path, port: int, workers: int = 1, root: Path = ROOT,
+            deadline_ms: int | None = None) -> Iterator[tuple[str, str | None]]:
     """``pgcontext serve`` on the embedded default in ``data_dir``, from the source tree ``root``;
     yields (url, first-start key or None)."""
     from service.settings import load_settings
@@ -139,6 +140,8 @@ def service(data_dir: Path, port: int, workers: int = 1, root: Path = ROOT) -> I
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
     env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers),
                 "PYTHONPATH": str(root)})
+    if deadline_ms is not None:
+        env["PGCONTEXT_DEADLINE_MS"] = str(deadline_ms)
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=root, env=env,
@@ -195,6 +198,11 @@ async def load_org(url: str, headers: dict[str, str], texts: Sequence[str], vect
                  "importance": round(rng.random(), 2), "pinned": i % 997 == 0,
                  "kind": "fact" if i % 3 else "episode"} for i in batch]}
             r = await http.post("/v1/memories", json=body)
+            for _ in range(3):  # a loaded machine: a batch (one transaction) may hit its statement_timeout
+                if r.status_code != 503:
+                    break
+                await asyncio.sleep(1)
+                r = await http.post("/v1/memories", json=body)
             if r.status_code != 201:
                 raise SystemExit(f"load failed: {r.status_code} {r.text[:300]}")
             done += len(batch)
@@ -498,6 +506,8 @@ def main() -> None:
     parser.add_argument("--compare-root", type=Path, action="append", default=[],
                         help="also measure the service from this source tree (e.g. an export of main), "
                              "in the same run on the same data, before this one (repeatable)")
+    parser.add_argument("--deadline-ms", type=int, help="PGCONTEXT_DEADLINE_MS of the measured services "
+                        "(default: the service's own, 40)")
     parser.add_argument("--selective-eval", type=int, metavar="QUERIES", default=0,
                         help="instead of the load test: selective mode vs naive top-10 on SciFact train")
     args = parser.parse_args()
@@ -547,7 +557,7 @@ def main() -> None:
                 marker.write_text(json.dumps(loaded))
             loading.close()  # the loading service stops: each measured one starts on the loaded data
             for root in [*args.compare_root, ROOT]:
-                with service(data_dir, free_port(), args.workers, root=root) as (url, _):
+                with service(data_dir, free_port(), args.workers, root=root, deadline_ms=args.deadline_ms) as (url, _):
                     print(f"# service from {root}", file=sys.stderr, flush=True)
                     measured[str(root)] = asyncio.run(run_levels(
                         url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.agents, concurrencies,

@@ -312,8 +312,16 @@ class RetrievalEngine:
                 run.embedding_ms = _ms(started)
             return cached
 
+        def finished(task: asyncio.Future[npt.NDArray[np.float32]]) -> None:
+            if not task.cancelled() and task.exception() is None:
+                self._embeds_done += 1  # progress, even when the caller stopped waiting for it
+
         async def work() -> npt.NDArray[np.float32]:
-            rows = await self.embedder.embed([query])
+            # Shielded: the model's thread finishes the work anyway, and when it does, that counts as
+            # the embedder making progress (see the circuit below).
+            task = asyncio.ensure_future(self.embedder.embed([query]))
+            task.add_done_callback(finished)
+            rows = await asyncio.shield(task)
             return np.ascontiguousarray(rows[0], dtype=np.float32)
 
         self._embeds_in_flight += 1
@@ -332,7 +340,6 @@ class RetrievalEngine:
             self._embeds_in_flight -= 1
             if run is not None:
                 run.embedding_ms = _ms(started)
-        self._embeds_done += 1
         self.embed_latency.observe(_ms(started))
         self._embedder_failures.pop(org_id, None)
         self.cache.put(org_id, query, vector)
