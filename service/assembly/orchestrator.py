@@ -319,14 +319,9 @@ class Orchestrator:
                             updated_at=row["updated_at"])
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                    timeout_ms: float, queued_ms: float) -> ColdResult:
+                    timeout_ms: float) -> ColdResult:
         wide = req.retrieval.include_org_wide
         s = self.settings
-        # Load is: this assembly had to wait in line (every slot was busy), or enough cold searches
-        # are running or waiting to be admitted (with admission, in-flight searches alone never
-        # exceed the admission limit). Counting only the latter missed moments when the line had
-        # just emptied: at concurrency 8, 2-7% of cold searches went full (embedding + HNSW) and
-        # made the tail.
         # Light only when a full search would miss this one's budget, as measured (the recent full
         # searches' latency; see service.retrieval.shedding). Waiting in line or other searches in
         # flight is no reason by itself: most full searches fit in the budget even then.
@@ -353,8 +348,8 @@ class Orchestrator:
                 raise BranchTimedOut(f"lexical: {exc.details.get('lexical')}; "
                                      f"semantic: {exc.details.get('semantic')}"[:300]) from exc
             raise
-        if embeds and not light:
-            self.full_cold.observe(elapsed_ms(started))
+        if embeds and not light and response.retrieval.reason not in ("embedder_circuit_open", "embedder_busy"):
+            self.full_cold.observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
         if light:
             note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: full {intended} searches' "
                     f"{self.full_cold.describe()} > {s.light_cold_share:.0%} of the {budget_ms:.0f} ms budget)")
@@ -441,7 +436,7 @@ class Orchestrator:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
         cold_branch = BranchTask.start("cold", cold_ms,
-                                       lambda: self._cold(org_id, req, search, keep, cold_ms, queued_ms))
+                                       lambda: self._cold(org_id, req, search, keep, cold_ms))
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
