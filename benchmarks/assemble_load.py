@@ -126,12 +126,13 @@ def load_queries(root: Path) -> list[str]:
 
 @contextlib.contextmanager
 def service(data_dir: Path, port: int, workers: int = 1, *, source: Path = ROOT,
-            env_extra: dict[str, str] | None = None) -> Iterator[tuple[str, str | None]]:
+            env_extra: dict[str, str] | None = None,
+            deadline_ms: int | None = None) -> Iterator[tuple[str, str | None]]:
     """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None).
 
     ``source``: the project checkout whose ``service`` package runs (another one measures old code
     against this tree in the same run, on the same data directory); ``env_extra``: more
-    ``PGCONTEXT_*`` settings for the service."""
+    ``PGCONTEXT_*`` settings for the service; ``deadline_ms``: its ``PGCONTEXT_DEADLINE_MS``."""
     from service.settings import load_settings
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -142,10 +143,12 @@ def service(data_dir: Path, port: int, workers: int = 1, *, source: Path = ROOT,
             target.symlink_to((shared / cache).resolve(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
     env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers),
-                "PGCONTEXT_SQL_DIR": str(source / "sql")})
+                "PGCONTEXT_SQL_DIR": str(source / "sql"), "PYTHONPATH": str(source)})
     # One org at full speed is what this benchmark measures: no per-org limit unless asked for.
     env["PGCONTEXT_RATE_LIMIT_RPS"] = os.environ.get("PGCONTEXT_RATE_LIMIT_RPS", "0")
     env["PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT"] = os.environ.get("PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", "0")
+    if deadline_ms is not None:
+        env["PGCONTEXT_DEADLINE_MS"] = str(deadline_ms)
     env.update(env_extra or {})
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log_file:
@@ -203,6 +206,11 @@ async def load_org(url: str, headers: dict[str, str], texts: Sequence[str], vect
                  "importance": round(rng.random(), 2), "pinned": i % 997 == 0,
                  "kind": "fact" if i % 3 else "episode"} for i in batch]}
             r = await http.post("/v1/memories", json=body)
+            for _ in range(3):  # a loaded machine: a batch (one transaction) may hit its statement_timeout
+                if r.status_code != 503:
+                    break
+                await asyncio.sleep(1)
+                r = await http.post("/v1/memories", json=body)
             if r.status_code != 201:
                 raise SystemExit(f"load failed: {r.status_code} {r.text[:300]}")
             done += len(batch)
@@ -227,11 +235,20 @@ class Level:
     errors: Counter[str] = field(default_factory=Counter)
     levels: Counter[str] = field(default_factory=Counter)
     strategies: Counter[str] = field(default_factory=Counter)
+    runs: Counter[str] = field(default_factory=Counter)
+    """``planned->ran (reason)`` of the cold search (the response's ``retrieval``; ``?`` from a service without it)."""
     directives: Counter[str] = field(default_factory=Counter)
     """Outcome of the directive branch (a directive that missed its branch is left out of the context)."""
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
+
+    def runs_line(self) -> str:
+        """What the cold searches ran against what they planned, and the share that ran the plan."""
+        total = max(sum(self.runs.values()), 1)
+        planned = sum(n for k, n in self.runs.items() if k.endswith("(planned)"))
+        parts = ", ".join(f"{k} {n}" for k, n in self.runs.most_common())
+        return f"{parts}; ran the plan {100 * planned / total:.1f}%"
 
     def cpu_line(self) -> str:
         if not self.cpu_ms:
@@ -274,12 +291,20 @@ class _Metrics(msgspec.Struct):
     total_ms: float
 
 
+class _Retrieval(msgspec.Struct):
+    planned: str
+    ran: str | None
+    reason: str
+
+
 class _Assembled(msgspec.Struct):
     """The fields of an assembly response the load test reads (msgspec skips the rest unparsed)."""
 
     degradation_level: str
     metrics: _Metrics
     branches: _Branches
+    retrieval: _Retrieval | None = None
+    """Absent from a service older than issue 17 (``--compare-root``)."""
 
 
 _decode_assembled = msgspec.json.Decoder(_Assembled).decode
@@ -311,6 +336,9 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
                 level.levels[out.degradation_level] += 1
                 level.server_ms.append(out.metrics.total_ms)
                 level.strategies[out.branches.cold.source or out.branches.cold.outcome] += 1
+                r = out.retrieval
+                level.runs[f"?->{out.branches.cold.source or out.branches.cold.outcome}" if r is None
+                           else f"{r.planned}->{r.ran or 'none'} ({r.reason})"] += 1
                 level.directives[out.branches.directive.outcome] += 1
 
     cpu_before = cpu_seconds_by_group()
@@ -373,6 +401,7 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
             print(asm.row(base), f"strategies {dict(asm.strategies)} errors {dict(asm.errors)}", file=sys.stderr,
                   flush=True)
             print(f"  CPU ms per assembly: {asm.cpu_line()}", file=sys.stderr, flush=True)
+            print(f"  cold search planned->ran: {asm.runs_line()}", file=sys.stderr, flush=True)
     return results
 
 
@@ -510,6 +539,11 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
     parser.add_argument("--scifact", type=Path, default=SCIFACT)
     parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
+    parser.add_argument("--compare-root", type=Path, action="append", default=[],
+                        help="also measure the service from this source tree (e.g. an export of main), "
+                             "in the same run on the same data, before this one (repeatable)")
+    parser.add_argument("--deadline-ms", type=int, help="PGCONTEXT_DEADLINE_MS of the measured services "
+                        "(default: the service's own, 40)")
     parser.add_argument("--selective-eval", type=int, metavar="QUERIES", default=0,
                         help="instead of the load test: selective mode vs naive top-10 on SciFact train")
     args = parser.parse_args()
@@ -525,29 +559,58 @@ def main() -> None:
     print(f"# assemble load: {platform.platform()}, python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
 
+    measured: dict[str, list[tuple[Level, Level]]] = {}
     if args.url:
         if not args.key:
             raise SystemExit("--url needs --key")
-        results = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries, args.agents,
-                                         concurrencies, args.requests, args.seconds))
+        measured[args.url] = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
+                                                    args.agents, concurrencies, args.requests, args.seconds))
     else:
         with contextlib.ExitStack() as stack:
             data_dir = args.data_dir or Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="pgcontext-assemble-", dir="/tmp")))
-            key = prepare_org(data_dir, args.memories, args.agents, args.org_wide_every, args.scifact,
-                              args.random_vectors)
-            url, _ = stack.enter_context(service(data_dir, free_port(), args.workers))
-            results = asyncio.run(run_levels(url, {"Authorization": f"Bearer {key}"}, queries,
-                                             args.agents, concurrencies, args.requests, args.seconds))
-    print(HEADER)
-    for base, asm in results:
-        print(base.row(None))
-        print(asm.row(base))
-    print()
-    for _, asm in results:
-        directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
-        print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
-              f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}")
+            marker = data_dir / "bench-org.json"
+            loaded = json.loads(marker.read_text()) if marker.exists() else None
+            loading = contextlib.ExitStack()
+            url, key = loading.enter_context(service(data_dir, free_port(), args.workers))
+            if loaded is None or loaded["memories"] != args.memories:
+                if key is None:
+                    raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
+                texts = build_texts(args.scifact / "corpus.jsonl", args.memories)
+                vectors = random_vectors(len(texts)) if args.random_vectors else embeddings_for(texts)
+                headers = {"Authorization": f"Bearer {key}"}
+                seconds = asyncio.run(load_org(url, headers, texts, vectors, args.agents, args.org_wide_every))
+                print(f"# loaded {len(texts)} memories in {seconds:.0f} s ({len(texts) / seconds:.0f}/s)", flush=True)
+
+                async def directives() -> None:
+                    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+                        for a in range(args.agents):
+                            await http.put(f"/v1/agents/agent-{a}/directive", json={
+                                "content": f"You are research assistant {a}. Cite the memories you use by tag."})
+
+                asyncio.run(directives())
+                loaded = {"memories": args.memories, "key": key}
+                marker.write_text(json.dumps(loaded))
+            loading.close()  # the loading service stops: each measured one starts on the loaded data
+            for root in [*args.compare_root, ROOT]:
+                with service(data_dir, free_port(), args.workers, source=root,
+                             deadline_ms=args.deadline_ms) as (url, _):
+                    print(f"# service from {root}", file=sys.stderr, flush=True)
+                    measured[str(root)] = asyncio.run(run_levels(
+                        url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.agents, concurrencies,
+                        args.requests, args.seconds))
+    for root, results in measured.items():
+        print(f"\n## service from {root}\n")
+        print(HEADER)
+        for base, asm in results:
+            print(base.row(None))
+            print(asm.row(base))
+        print()
+        for _, asm in results:
+            directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
+            print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
+                  f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}; "
+                  f"cold search planned->ran: {asm.runs_line()}")
 
 
 if __name__ == "__main__":

@@ -247,10 +247,12 @@ class RetrievalSettings:
     embedder again)."""
     embedder_max_in_flight: int = 2
     """``auto`` goes lexical-only while this many query embeddings are already running or queued
-    (0 = never): under a burst the extra wait would only end in a timeout."""
+    and recent ones took more than 80% of the embedding deadline (0 = never): then the extra wait
+    would only end in a timeout (``retrieval.reason: embedder_busy``)."""
     embedder_failures_to_open: int = 3
-    """Consecutive embedder failures (errors or timeouts) that start the cooldown: one slow
-    embedding under a burst of load falls back for its own request only."""
+    """Consecutive embedder failures that start the cooldown (``retrieval.reason:
+    embedder_circuit_open``): errors, or timeouts while no other query's embedding completed (a
+    timeout in a moving queue is load: it falls back for its own request only)."""
     branch_delay_ms: int = 0
     """Testing knob: ``pg_sleep`` this long inside each branch's transaction (never set in production)."""
     rerank: RerankSettings = field(default_factory=RerankSettings)
@@ -334,14 +336,14 @@ class AssemblySettings:
     """A refused assembly (503 ``overloaded``) is answered no sooner than this after it arrived (or
     just before the caller's deadline): a held refusal costs a timer, while clients that ignore
     ``Retry-After`` and retry at once would spend the cores on refusals (0 = answer at once)."""
-    light_cold_in_flight: int = 4
-    """From this many cold searches already running, or assemblies waiting to be admitted, and
-    whenever the assembly itself had to wait to be admitted (0 = never), a new one is light:
-    ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
-    ``light_cold_postings_per_term`` postings per query term instead of the retrieval default.
-    Under load the cold search is most of the work per assembly, and a light one inside the
-    deadline (L0) beats a full one that times out (L1). Counted per process; with N workers each
-    uses this / N."""
+    light_cold_share: float = 0.8
+    """A cold search that would embed the query is light when the recent full ones (a moving
+    average of their latency, per process) took more than this share of its cold budget (0 =
+    never): ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
+    ``light_cold_postings_per_term`` postings per query term instead of the retrieval default. A
+    light search inside the deadline (L0) beats a full one that times out (L1), but only then:
+    the response says so (``retrieval.reason: light``). After a second without a full search the
+    next one runs full again to measure (see service/retrieval/shedding.py)."""
     light_cold_postings_per_term: int = 200
     """Postings per query term of a light cold search (the retrieval default is 500)."""
     hot_set_size: int = 16
@@ -568,7 +570,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             queue_target_ms=max(1, _int(env, "PGCONTEXT_ASSEMBLY_QUEUE_TARGET_MS", 100)),
             queue_interval_ms=max(1, _int(env, "PGCONTEXT_ASSEMBLY_QUEUE_INTERVAL_MS", 500)),
             refusal_hold_ms=max(0, _int(env, "PGCONTEXT_ASSEMBLY_REFUSAL_HOLD_MS", 1000)),
-            light_cold_in_flight=max(0, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_IN_FLIGHT", 4)),
+            light_cold_share=max(0.0, _float(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_SHARE", 0.8)),
             light_cold_postings_per_term=max(1, _int(env, "PGCONTEXT_ASSEMBLY_LIGHT_COLD_POSTINGS_PER_TERM", 200)),
             hot_set_size=_int(env, "PGCONTEXT_ASSEMBLY_HOT_SET_SIZE", 16),
             hot_ttl_s=_int(env, "PGCONTEXT_ASSEMBLY_HOT_TTL_S", 300),

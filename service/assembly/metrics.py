@@ -26,9 +26,10 @@ QUEUED_SECONDS: Final = Histogram("pgcontext_assembly_queued_seconds",
                                   "Time assemblies waited to be admitted (metrics.queued_ms)", buckets=_MS_BUCKETS)
 COLD_SEARCHES: Final = Counter(
     "pgcontext_assembly_cold_searches",
-    "Assembly cold searches by the strategy they ran and why: planned (the query's own plan), light (load: "
-    "lexical with fewer postings), embedder_circuit_open / embedder_busy (auto could not embed the query), "
-    "fallback (a planned part failed or was late)", ["strategy", "why"])
+    "Assembly cold searches by the strategy they ran and why (the response's retrieval.reason): planned, light "
+    "(full searches would miss the budget: lexical with fewer postings), embedder_circuit_open / embedder_busy "
+    "(auto did not embed the query), embedder_timeout / embedder_error / branch_timeout / branch_error / "
+    "no_lexical_candidates (a planned part failed or was late)", ["strategy", "why"])
 NOT_ASSEMBLED: Final = Counter("pgcontext_assemblies_not_answered",
                                "Assemblies ended without a context: L3 (deadline, client gone) or refused "
                                "(overloaded)", ["reason"])

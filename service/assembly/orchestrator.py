@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import asyncpg
@@ -98,7 +98,9 @@ from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
-from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN
+from service.retrieval.planner import planned_strategy
+from service.retrieval.shedding import LatencyEwma
+from service.retrieval.types import RetrievalReason, RetrievalReport
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
 from service.tokens import TokenCounter, Tokenizers
@@ -107,6 +109,9 @@ log = structlog.get_logger(__name__)
 
 COLD_MARGIN_MS = 2
 """The search's inner deadlines end this much before the cold branch's, leaving room to fuse and read rows."""
+COLD_REASONS: Final[dict[str, RetrievalReason]] = {"timeout": "cold_timeout", "error": "cold_error",
+                                                   "skipped": "cold_skipped", "ok": "planned"}
+"""``retrieval.reason`` of an assembly whose cold branch gave no answer, by its outcome."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +238,9 @@ class Orchestrator:
         self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
-        self._cold_in_flight = 0
         self.cold_limits = ColdLimit(settings)
+        self.full_cold = LatencyEwma()
+        """Recent latency of full (not light) cold searches that embed: when a search goes light."""
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
                                    interval_ms=settings.queue_interval_ms, hold_ms=settings.refusal_hold_ms)
 
@@ -319,16 +325,16 @@ class Orchestrator:
                             updated_at=row["updated_at"])
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                    timeout_ms: float, queued_ms: float) -> ColdResult:
+                    timeout_ms: float) -> ColdResult:
         wide = req.retrieval.include_org_wide
         s = self.settings
-        # Load is: this assembly had to wait in line (every slot was busy), or enough cold searches
-        # are running or waiting to be admitted (with admission, in-flight searches alone never
-        # exceed the admission limit). Counting only the latter missed moments when the line had
-        # just emptied: at concurrency 8, 2-7% of cold searches went full (embedding + HNSW) and
-        # made the tail.
-        light = s.light_cold_in_flight > 0 and (
-            queued_ms > 0 or s.light_cold_in_flight <= self._cold_in_flight + self.admission.waiting)
+        # Light only when a full search would miss this one's budget, as measured (the recent full
+        # searches' latency; see service.retrieval.shedding). Waiting in line or other searches in
+        # flight is no reason by itself: most full searches fit in the budget even then.
+        budget_ms = timeout_ms - COLD_MARGIN_MS
+        intended = planned_strategy(search)
+        embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
+        light = embeds and self.full_cold.would_miss(budget_ms, s.light_cold_share)
         planned = light and search.strategy == "auto"
         if planned:  # under load auto is lexical: no embedding, no HNSW walk
             search = msgspec.structs.replace(search, strategy="lexical")
@@ -336,30 +342,30 @@ class Orchestrator:
             # Under load the budget does not buy more candidates: fewer rows, less ranking.
             keep = s.cold_limit
             search = msgspec.structs.replace(search, limit=self._rows_for(keep, req))
-        self._cold_in_flight += 1
+        started = time.perf_counter()
         try:
             response, found = await self.engine.search_rows(
-                org_id, search, (req.agent_id, wide), budget_ms=timeout_ms - COLD_MARGIN_MS,
+                org_id, search, (req.agent_id, wide), budget_ms=budget_ms,
                 postings_per_term=s.light_cold_postings_per_term if light else None)
         except ServiceUnavailable as exc:
+            if embeds and not light:
+                self.full_cold.observe(elapsed_ms(started))
             if exc.details.get("timed_out") is True:
                 raise BranchTimedOut(f"lexical: {exc.details.get('lexical')}; "
                                      f"semantic: {exc.details.get('semantic')}"[:300]) from exc
             raise
-        finally:
-            self._cold_in_flight -= 1
-        why = ("light" if light else "fallback" if response.fallback_reason
-               else "embedder_circuit_open" if response.reason == EMBEDDER_DOWN
-               else "embedder_busy" if response.reason == EMBEDDER_BUSY else "planned")
-        assembly_metrics.cold_search(response.strategy, why)  # auto quietly going lexical shows here
+        if embeds and not light and response.retrieval.reason not in ("embedder_circuit_open", "embedder_busy"):
+            self.full_cold.observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
         if light:
-            load = (f"waited {queued_ms:.1f} ms to be admitted" if queued_ms > 0
-                    else f"{s.light_cold_in_flight}+ cold searches in flight")
-            note = f"light lexical ({s.light_cold_postings_per_term} postings per term: {load})"
+            note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: full {intended} searches' "
+                    f"{self.full_cold.describe()} > {s.light_cold_share:.0%} of the {budget_ms:.0f} ms budget)")
             if planned:
                 response.requested_strategy, response.reason = "auto", f"auto: {note}"
             else:
                 response.reason = f"{response.reason}; {note}"
+            response.retrieval = RetrievalReport(planned=intended, ran=response.strategy, reduced=True, reason="light")
+        # auto quietly going lexical shows here, and in the response's ``retrieval``
+        assembly_metrics.cold_search(response.strategy, response.retrieval.reason)
         scores = {r.id: r.final_score for r in response.results}
         # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
         # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).
@@ -450,7 +456,7 @@ class Orchestrator:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
         cold_branch = BranchTask.start("cold", cold_ms,
-                                       lambda: self._cold(org_id, req, search, keep, cold_ms, queued_ms))
+                                       lambda: self._cold(org_id, req, search, keep, cold_ms))
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
@@ -490,10 +496,15 @@ class Orchestrator:
             raise DeadlineExceeded("the caller's deadline passed during assembly", code="deadline_exceeded",
                                    details={"level": "L3"})
         usable = [name for name, run in (("hot", hot_run), ("cold", cold_run)) if run.outcome == "ok"]
+        if cold_run.value is not None:
+            retrieval = cold_run.value.search.retrieval
+        else:  # the cold branch gave no answer: nothing ran that the context could use
+            retrieval = RetrievalReport(planned=planned_strategy(search), ran=None, reduced=True,
+                                        reason=COLD_REASONS[cold_run.outcome])
         level: Level = "L0" if len(usable) == 2 else "L1" if usable else "L2"
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = self._response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
-                                  budget_pre_ms, started, counting, sel)
+                                  budget_pre_ms, started, counting, sel, retrieval)
         response.metrics.queued_ms = queued_ms
         self.access.record(org_id, [m.id for m in response.memories_used])
         self._log(org_id, req, response)
@@ -503,7 +514,8 @@ class Orchestrator:
     def _response(self, req: AssembleRequest, ranked: _Ranked, directive: DirectiveOut | None, level: Level,
                   sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
                   cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float,
-                  counting: tuple[TokenCounter, ModelTokens], sel: SelectiveBudget) -> AssembleResponse:
+                  counting: tuple[TokenCounter, ModelTokens], sel: SelectiveBudget,
+                  retrieval: RetrievalReport) -> AssembleResponse:
         shaping = time.perf_counter()
         counter, model = counting
         margin = model.reason()
@@ -558,7 +570,7 @@ class Orchestrator:
             directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
                                                                    directive.updated_at),
             memories_used=memories, dropped=dropped, budget=budget, degradation_level=level,
-            sources_available=sources, branches=branches, metrics=metrics,
+            sources_available=sources, branches=branches, metrics=metrics, retrieval=retrieval,
         )
 
     def _log(self, org_id: UUID, req: AssembleRequest, r: AssembleResponse) -> None:
@@ -566,7 +578,8 @@ class Orchestrator:
         log.info(
             "context_assembled", org_id=str(org_id), agent_id=req.agent_id, degradation_level=r.degradation_level,
             directive=r.branches.directive.outcome, hot=r.branches.hot.outcome, cold=r.branches.cold.outcome,
-            cold_strategy=r.branches.cold.source, total_ms=r.metrics.total_ms,
+            cold_strategy=r.branches.cold.source, retrieval_planned=r.retrieval.planned,
+            retrieval_ran=r.retrieval.ran, retrieval_reason=r.retrieval.reason, total_ms=r.metrics.total_ms,
             directive_ms=r.metrics.directive_load_ms, hot_ms=r.metrics.hot_memory_retrieval_ms,
             cold_ms=r.metrics.cold_memory_retrieval_ms, ranking_ms=r.metrics.ranking_ms,
             packing_ms=r.metrics.packing_ms, formatting_ms=r.metrics.formatting_ms,
@@ -608,8 +621,7 @@ async def build_orchestrator(services: Services) -> Orchestrator:
         def share(n: int) -> int:
             return max(1, round(n / workers)) if n > 0 else 0
 
-        s = dataclasses.replace(s, light_cold_in_flight=share(s.light_cold_in_flight),
-                                max_in_flight=share(s.max_in_flight))
+        s = dataclasses.replace(s, max_in_flight=share(s.max_in_flight))
     return Orchestrator(db=services.db, directives=directives,
                         hot=HotSetStore(services.db, services.redis, s, circuit, directives.epochs,
                                         services.settings.redis.org_hot_set_bytes), engine=engine,

@@ -9,7 +9,7 @@ from uuid import UUID
 import msgspec
 
 from service.memories.types import AgentId
-from service.retrieval.types import SearchFilters, SearchTuning, Strategy
+from service.retrieval.types import RetrievalReport, SearchFilters, SearchTuning, Strategy
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
@@ -186,6 +186,9 @@ class AssembleResponse(msgspec.Struct):
     sources_available: list[str]
     branches: Branches
     metrics: Metrics
+    retrieval: RetrievalReport
+    """The cold search planned vs what ran, and why (``reason``: ``planned``, ``light``,
+    ``embedder_circuit_open``, ... see :class:`service.retrieval.types.RetrievalReport`)."""
 
 
 class HotMemoryOut(msgspec.Struct):

@@ -35,12 +35,15 @@ from service.retrieval import branches, fusion, modes, rerank
 from service.retrieval.filters import check_time_ranges
 from service.retrieval.hits import Hit
 from service.retrieval.modes import ModeHit
-from service.retrieval.planner import Plan, choose
+from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
 from service.retrieval.query_cache import QueryEmbeddingCache
+from service.retrieval.shedding import LatencyEwma
 from service.retrieval.types import (
     MAX_CANDIDATES,
     Mode,
     ModeMetrics,
+    RetrievalReason,
+    RetrievalReport,
     SearchMetrics,
     SearchRequest,
     SearchResponse,
@@ -56,10 +59,19 @@ T = TypeVar("T")
 class BranchFailed(Exception):
     """A branch (embedding, lexical, semantic) failed or missed its deadline; the message says which."""
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, timed_out: bool = False, embedding: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
         """It ran out of time (its own deadline, or the search's budget), rather than failing."""
+        self.embedding = embedding
+        """The query's embedding failed (rather than a database query)."""
+
+    @property
+    def reason(self) -> RetrievalReason:
+        """The response's ``retrieval.reason`` for a fallback caused by this failure."""
+        if self.embedding:
+            return "embedder_timeout" if self.timed_out else "embedder_error"
+        return "branch_timeout" if self.timed_out else "branch_error"
 
 
 @dataclass(slots=True)
@@ -85,9 +97,16 @@ class _Run:
     rows: dict[UUID, asyncpg.Record] = field(default_factory=dict)
     fusion_reason: str | None = None
     """How hybrid fused its branches and why (``tuning.fusion`` ``auto``), appended to the response's reason."""
+    reduction: RetrievalReason | None = None
+    """The first reason the search ran less than planned (``retrieval.reason``; None: as planned)."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def fell_back(self, note: str, reason: RetrievalReason) -> None:
+        self.fallbacks.append(note)
+        if self.reduction is None:
+            self.reduction = reason
 
 
 EMBED_QUERY_CHARS = 1000
@@ -101,6 +120,11 @@ MAX_TRACKED_ORGS = 10_000
 """Orgs with recent embedding failures kept; past it, entries older than the cooldown are dropped."""
 
 DB_TIMEOUT_GRACE_MS = 3
+
+BUSY_SHARE = 0.8
+"""``auto`` sheds the embedding (lexical only) only while ``embedder_max_in_flight`` embeddings are
+running *and* recent embeddings took more than this share of the embedding deadline
+(:mod:`service.retrieval.shedding`)."""
 """A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
 
 FUSION_DEPTH = 2
@@ -144,6 +168,10 @@ class RetrievalEngine:
         """Per org: consecutive query-embedding failures and the time of the last one. The circuit is
         per org, so one org's failing (e.g. slow) queries never switch other orgs to lexical-only;
         when the embedder itself is down each org pays ``embedder_failures_to_open`` failures."""
+        self._embeds_done = 0
+        """Query embeddings completed (any org): a timeout while others completed is load, not failure."""
+        self.embed_latency = LatencyEwma()
+        """Recent query-embedding wall times (queueing included), for :meth:`embedder_busy`."""
         self.reranker = rerank.build_reranker(settings.rerank)
 
     async def aclose(self) -> None:
@@ -182,8 +210,12 @@ class RetrievalEngine:
             # The strategies below fuse the reranker's top-N; it keeps the best ``limit`` (``asked``).
             request = msgspec.structs.replace(request, limit=rerank.candidates(self.reranker, request.limit))
         ran: list[Mode] | None = None
+        planned = planned_strategy(request)
         if request.modes is not None:
-            ran, reason = modes.resolve_modes(request, embedder_available=self.embedder_available(org_id))
+            available = self.embedder_available(org_id)
+            ran, reason = modes.resolve_modes(request, embedder_available=available)
+            if not available and request.modes == "all":
+                run.reduction = "embedder_circuit_open"
             used: UsedStrategy = "modes"
             results, fusion_ms = await self._modes(org_id, request, ran, run)
         else:
@@ -191,6 +223,8 @@ class RetrievalEngine:
                 busy = self.embedder_busy(org_id) and self.cached_embedding(org_id, request.query) is None
                 plan = choose(request.query, request.filters, embedder_available=self.embedder_available(org_id),
                               embedder_busy=busy)
+                if plan.reason in (EMBEDDER_DOWN, EMBEDDER_BUSY):
+                    run.reduction = "embedder_circuit_open" if plan.reason == EMBEDDER_DOWN else "embedder_busy"
             else:
                 plan = Plan(request.strategy, "requested")
             runner = {"hybrid": self._hybrid, "lexical_first": self._cascade,
@@ -214,6 +248,8 @@ class RetrievalEngine:
             query=request.query, requested_strategy=request.strategy, strategy=used, reason=reason,
             fallback_reason="; ".join(run.fallbacks) or None, results=results, metrics=metrics, modes=ran,
             rerank=report,
+            retrieval=RetrievalReport(planned=planned, ran=used, reduced=run.reduction is not None,
+                                      reason=run.reduction or "planned"),
         )
 
     def validate(self, request: SearchRequest) -> None:
@@ -265,15 +301,17 @@ class RetrievalEngine:
         return self.cache.peek(org_id, query[:EMBED_QUERY_CHARS])
 
     def embedder_busy(self, org_id: UUID) -> bool:
-        """``embedder_max_in_flight`` query embeddings are already running or queued, and this org
-        has its share: it has that many itself, or at least one while the lane is full. An org with
-        none in flight always gets one, so one org's burst (or its long queries) never makes every
-        other org's searches lexical-only."""
+        """``embedder_max_in_flight`` query embeddings are already running or queued and this org has
+        its share (that many itself, or at least one while the lane is full: an org with none in
+        flight always gets one, so one org's burst never makes every other org's searches
+        lexical-only), and recent ones took more than :data:`BUSY_SHARE` of the embedding deadline:
+        one more would likely miss it."""
         limit = self.settings.embedder_max_in_flight
         if limit <= 0:
             return False
         mine = self.lanes.query.load(org_id)
-        return mine >= limit or (mine > 0 and self.lanes.query.load() >= limit)
+        full = mine >= limit or (mine > 0 and self.lanes.query.load() >= limit)
+        return full and self.embed_latency.would_miss(self.settings.embedding_timeout_ms, BUSY_SHARE)
 
     # -- steps -------------------------------------------------------------------------------------
 
@@ -283,12 +321,14 @@ class RetrievalEngine:
             async with asyncio.timeout((timeout_ms + grace_ms) / 1000):
                 return await work()
         except TimeoutError as exc:
-            raise BranchFailed(f"{what} timed out after {timeout_ms} ms", timed_out=True) from exc
+            raise BranchFailed(f"{what} timed out after {timeout_ms} ms", timed_out=True,
+                               embedding=what == "embedding") from exc
         except BranchFailed:
             raise
         except Exception as exc:  # every failure of a branch is a reason to fall back, not to fail
             log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
-            raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
+            raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}",
+                               embedding=what == "embedding") from exc
 
     async def embed_query(self, org_id: UUID, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
         """The query's embedding, from the org's LRU entries or the embedder (under the embedding deadline)."""
@@ -302,18 +342,33 @@ class RetrievalEngine:
                 run.embedding_ms = _ms(started)
             return cached
 
+        def finished(task: asyncio.Future[npt.NDArray[np.float32]]) -> None:
+            if not task.cancelled() and task.exception() is None:
+                self._embeds_done += 1  # progress, even when the caller stopped waiting for it
+
         async def work() -> npt.NDArray[np.float32]:
-            rows = await self.lanes.embed_query(org_id, [query])
+            # Shielded: the model's thread finishes the work anyway, and when it does, that counts as
+            # the embedder making progress (see the circuit below).
+            task = asyncio.ensure_future(self.lanes.embed_query(org_id, [query]))
+            task.add_done_callback(finished)
+            rows = await asyncio.shield(task)
             return np.ascontiguousarray(rows[0], dtype=np.float32)
 
+        done_before = self._embeds_done
         try:
             vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
-        except BranchFailed:
-            self._embedder_failed(org_id)
+        except BranchFailed as exc:
+            self.embed_latency.observe(_ms(started))
+            # The circuit opens on embedder failure: an error, or a timeout while no other query's
+            # embedding completed either. A timeout while others completed is a queue (load), not a
+            # broken embedder: it falls back for this request only.
+            if not exc.timed_out or self._embeds_done == done_before:
+                self._embedder_failed(org_id)
             raise
         finally:
             if run is not None:
                 run.embedding_ms = _ms(started)
+        self.embed_latency.observe(_ms(started))
         self._embedder_failures.pop(org_id, None)
         self.cache.put(org_id, query, vector)
         return vector
@@ -397,7 +452,7 @@ class RetrievalEngine:
                 skipped = {first: first_error, second: BranchFailed(f"{second} not tried: the search is out of time",
                                                                     timed_out=True)}
                 raise _unavailable(skipped["lexical"], skipped["semantic"]) from first_error
-            run.fallbacks.append(f"{first_error}; fell back to {second}")
+            run.fell_back(f"{first_error}; fell back to {second}", first_error.reason)
             try:
                 hits = await branch[second](org_id, request, request.limit, run)
             except BranchFailed as second_error:
@@ -421,11 +476,11 @@ class RetrievalEngine:
         if isinstance(lexical, BranchFailed) and isinstance(semantic, BranchFailed):
             raise _unavailable(lexical, semantic)
         if isinstance(semantic, BranchFailed):
-            run.fallbacks.append(f"{semantic}; lexical only")
+            run.fell_back(f"{semantic}; lexical only", semantic.reason)
             assert isinstance(lexical, list)
             return self._single(lexical, "lexical", request.limit)
         if isinstance(lexical, BranchFailed):
-            run.fallbacks.append(f"{lexical}; semantic only")
+            run.fell_back(f"{lexical}; semantic only", lexical.reason)
             assert isinstance(semantic, list)
             return self._single(semantic, "semantic", request.limit)
         assert isinstance(lexical, list) and isinstance(semantic, list)
@@ -450,18 +505,18 @@ class RetrievalEngine:
                     raise _unavailable(lexical_error, BranchFailed("semantic not tried: the search is out of time",
                                                                              timed_out=True)
                                        ) from lexical_error
-                run.fallbacks.append(f"{lexical_error}; fell back to semantic")
+                run.fell_back(f"{lexical_error}; fell back to semantic", lexical_error.reason)
                 try:
                     hits = await self._semantic(org_id, request, request.limit, run, embedding)
                 except BranchFailed as semantic_error:
                     raise _unavailable(lexical_error, semantic_error) from semantic_error
                 return self._single(hits, "semantic", request.limit)
             if not lexical:
-                run.fallbacks.append("lexical found no candidates; fell back to semantic")
+                run.fell_back("lexical found no candidates; fell back to semantic", "no_lexical_candidates")
                 try:
                     hits = await self._semantic(org_id, request, request.limit, run, embedding)
                 except BranchFailed as semantic_error:
-                    run.fallbacks.append(str(semantic_error))
+                    run.fell_back(str(semantic_error), semantic_error.reason)
                     hits = []
                 return self._single(hits, "semantic", request.limit)
             try:
@@ -469,7 +524,7 @@ class RetrievalEngine:
                 ranked = await self._vector(org_id, request, vector, request.limit, run,
                                             ids=[h.id for h in lexical])
             except BranchFailed as semantic_error:
-                run.fallbacks.append(f"{semantic_error}; lexical only")
+                run.fell_back(f"{semantic_error}; lexical only", semantic_error.reason)
                 return self._single(lexical, "lexical", request.limit)
             started = time.perf_counter()
             results = fusion.cascade(lexical, ranked, limit=request.limit)
@@ -532,6 +587,8 @@ class RetrievalEngine:
         for mode, outcome in zip(names, outcomes, strict=True):
             if isinstance(outcome, BranchFailed):
                 failures[mode] = str(outcome)
+                if run.reduction is None:
+                    run.reduction = outcome.reason
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:

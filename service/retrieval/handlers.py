@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import structlog
 from litestar import Controller, post
 from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
@@ -11,6 +12,8 @@ from service.openapi import errors
 from service.retrieval.engine import RetrievalEngine
 from service.retrieval.types import SearchRequest, SearchResponse
 from service.runtime import Services
+
+log = structlog.get_logger(__name__)
 
 
 def engine_of(services: Services) -> RetrievalEngine:
@@ -31,4 +34,11 @@ class SearchController(Controller):
         Each result carries its lexical and semantic rank and score (null where a branch did not
         return it) and how its final score was made; ``metrics`` has per-branch timings and counts.
         """
-        return await engine_of(services).search(org_id, data)
+        response = await engine_of(services).search(org_id, data)
+        r, m = response.retrieval, response.metrics
+        # Ids, strategies and timings only: the query and memory text never reach the logs.
+        log.info("memories_searched", org_id=str(org_id), requested_strategy=response.requested_strategy,
+                 retrieval_planned=r.planned, retrieval_ran=r.ran, retrieval_reason=r.reason, total_ms=m.total_ms,
+                 embedding_ms=m.embedding_ms, lexical_ms=m.lexical_ms, semantic_ms=m.semantic_ms,
+                 results=len(response.results))
+        return response

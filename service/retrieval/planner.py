@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from service.retrieval.types import SearchFilters, UsedStrategy
+from service.retrieval.types import SearchFilters, SearchRequest, UsedStrategy
 
 _QUOTED = re.compile(r'"[^"]+"')
 _IDENTIFIER = re.compile(
@@ -67,3 +67,13 @@ def choose(query: str, filters: SearchFilters, *, embedder_available: bool, embe
     if selective:
         return Plan("lexical_first", f"auto: selective filters ({', '.join(selective)}) favour the cascade")
     return Plan("hybrid", "auto: natural-language query, hybrid")
+
+
+def planned_strategy(request: SearchRequest) -> UsedStrategy:
+    """What a search plans before anything is known about load or the embedder: ``modes`` for a modes
+    search, the caller's strategy, or ``auto``'s choice for the query and filters with a healthy embedder."""
+    if request.modes is not None:
+        return "modes"
+    if request.strategy != "auto":
+        return request.strategy
+    return choose(request.query, request.filters, embedder_available=True).strategy

@@ -28,6 +28,32 @@ lexical candidates) or none (a single branch's own score)."""
 MAX_CANDIDATES: Final = 1000
 Candidates = Annotated[int, msgspec.Meta(ge=1, le=MAX_CANDIDATES)]
 
+RetrievalReason = Literal[
+    "planned", "light", "embedder_circuit_open", "embedder_busy", "embedder_timeout", "embedder_error",
+    "branch_timeout", "branch_error", "no_lexical_candidates", "cold_timeout", "cold_error", "cold_skipped",
+]
+"""Why the retrieval that ran is what it is (see :class:`RetrievalReport`, docs/retrieval.md)."""
+
+
+class RetrievalReport(msgspec.Struct, kw_only=True):
+    """Which retrieval was planned, which actually ran, and why they differ (``reason``).
+
+    ``planned``: the caller's strategy, or what ``auto`` chooses for this query and filters with a
+    healthy embedder (``modes`` for a modes search). ``ran``: the strategy that produced the results
+    (null when an assembly's cold search gave no answer). ``reduced``: the retrieval was less than
+    planned (a branch or mode left out, or fewer postings read). ``reason``: ``planned`` when nothing
+    was reduced, otherwise the first cause: ``light`` (assembly under load: lexical with fewer
+    postings), ``embedder_circuit_open`` (the org's query embeddings failed moments ago),
+    ``embedder_busy`` (query embeddings queued past their deadline), ``embedder_timeout`` /
+    ``embedder_error`` (this query's embedding), ``branch_timeout`` / ``branch_error`` (a lexical,
+    vector or lookup query), ``no_lexical_candidates`` (the cascade had nothing to re-rank),
+    ``cold_timeout`` / ``cold_error`` / ``cold_skipped`` (an assembly's cold branch gave no answer)."""
+
+    planned: UsedStrategy
+    ran: UsedStrategy | None
+    reduced: bool
+    reason: RetrievalReason
+
 
 class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent_id: AgentId | None = None
@@ -189,3 +215,5 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     """``modes`` search: the modes that ran (``"all"`` resolved for the query)."""
     rerank: RerankReport | None = None
     """The reranker stage (null when no reranker is configured, ``PGCONTEXT_RERANK_PROVIDER``)."""
+    retrieval: RetrievalReport
+    """Planned vs ran, and why (the same report an assembly carries for its cold search)."""

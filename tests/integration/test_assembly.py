@@ -228,36 +228,6 @@ async def test_every_strategy_feeds_ranking_from_the_search_rows(settings: Setti
         await db.close()
 
 
-async def test_under_load_the_cold_search_reads_fewer_postings(settings: Settings, endpoints: Endpoints,
-                                                               embedder: Embedder, tenant: Tenant) -> None:
-    async with assembly_client(settings, endpoints, embedder, light_cold_in_flight=3,
-                               light_cold_postings_per_term=1, **GENEROUS) as client:
-        ids = await seed(client, tenant)
-        body: dict[str, Any] = {"query": "espresso machine location",
-                                "retrieval": {"use_hot": False, "strategy": "lexical"}}
-        full = (await assemble(client, tenant, **body)).json()
-        assert "light lexical" not in full["branches"]["cold"]["detail"]
-        orch = orchestrator(client)
-        orch._cold_in_flight = 3  # as if three other cold searches were running in this process
-        try:
-            light = (await assemble(client, tenant, **body)).json()
-        finally:
-            orch._cold_in_flight = 0
-        cold = light["branches"]["cold"]
-        assert cold["outcome"] == "ok" and "light lexical (1 postings per term" in cold["detail"]
-        assert light["degradation_level"] == "L1" and ids[0] in {m["id"] for m in light["memories_used"]}
-        assert 0 < cold["count"] <= full["branches"]["cold"]["count"]
-        # auto under load plans lexical (no embedding, no HNSW walk) and says why.
-        orch._cold_in_flight = 3
-        try:
-            auto = (await assemble(client, tenant, query="espresso machine location",
-                                   retrieval={"use_hot": False})).json()
-        finally:
-            orch._cold_in_flight = 0
-        assert auto["branches"]["cold"]["source"] == "lexical"
-        assert auto["branches"]["cold"]["detail"].startswith("auto: light lexical")
-
-
 async def test_selective_mode_is_explained_and_respected(settings: Settings, endpoints: Endpoints,
                                                         embedder: Embedder, tenant: Tenant) -> None:
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:

@@ -100,28 +100,40 @@ async def test_auto_pauses_the_embedder_only_after_consecutive_failures(
         assert body["fallback_reason"] is None  # it did not even try
 
 
-async def test_auto_sheds_the_embedder_while_it_is_busy(settings: Settings, endpoints: Endpoints,
-                                                         embedder: Embedder, tenant: Tenant) -> None:
+async def test_auto_sheds_the_embedder_only_while_it_is_busy_and_slow(settings: Settings, endpoints: Endpoints,
+                                                                      embedder: Embedder, tenant: Tenant) -> None:
     # The engine itself, on this test's event loop: requests through the test client do not overlap.
     wrapper = HangingEmbedder(embedder)
     async with app_client(settings, endpoints, embedder) as client:
         await seed(client, tenant)
     pool = await create_pool(endpoints.app_dsn, min_size=1, max_size=4)
     try:
-        engine = RetrievalEngine(Database(pool, statement_timeout_ms=5000), wrapper, dataclasses.replace(
-            settings.retrieval, embedder_max_in_flight=1, embedding_timeout_ms=1500, embedder_failures_to_open=5),
-            max_limit=100)
+        def build(timeout_ms: int) -> RetrievalEngine:
+            return RetrievalEngine(Database(pool, statement_timeout_ms=5000), wrapper, dataclasses.replace(
+                settings.retrieval, embedder_max_in_flight=1, embedding_timeout_ms=timeout_ms,
+                embedder_failures_to_open=5), max_limit=100)
+
+        # One embedding in flight, but recent ones were quick: the next one waits its turn, in full.
+        engine = build(1500)
+        assert (await engine.search(tenant.org_id, SearchRequest(query="a warm-up question"))).strategy == "hybrid"
         wrapper.broken = True
         stuck = asyncio.ensure_future(engine.search(tenant.org_id, SearchRequest(query="a question it is stuck on")))
         await asyncio.sleep(0.2)
-        assert not stuck.done()
+        assert not stuck.done() and engine.embedder_busy(tenant.org_id) is False
+        # Recent embeddings took longer than 80% of their deadline (they timed out): now it sheds.
+        engine = build(300)
+        first = await engine.search(tenant.org_id, SearchRequest(query="a question that times out"))
+        assert first.strategy == "lexical" and first.retrieval.reason == "embedder_timeout"
+        stuck2 = asyncio.ensure_future(engine.search(tenant.org_id, SearchRequest(query="stuck again")))
+        await asyncio.sleep(0.05)
         shed = await engine.search(tenant.org_id, SearchRequest(query="dark roast coffee beans", limit=3))
         assert shed.strategy == "lexical" and "embedder is busy" in shed.reason
+        assert shed.retrieval.reason == "embedder_busy" and shed.retrieval.planned == "hybrid"
         assert shed.metrics.embedding_ms is None and shed.results[0].text == TEXTS[0]  # did not queue behind it
-        first = await stuck
-        assert first.strategy == "lexical" and first.fallback_reason and "timed out" in first.fallback_reason
+        assert (await stuck2).retrieval.reason == "embedder_timeout"
         wrapper.broken = False
         assert (await engine.search(tenant.org_id, SearchRequest(query="a question about tea"))).strategy == "hybrid"
+        assert (await stuck).strategy == "lexical"
     finally:
         await pool.close()
 

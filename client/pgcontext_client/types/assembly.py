@@ -8,7 +8,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
-from pgcontext_client.types.search import AssembleFilters, SearchTuning, Strategy
+from pgcontext_client.types.search import AssembleFilters, RetrievalReport, SearchTuning, Strategy
 
 
 class Message(In):
@@ -141,3 +141,5 @@ class AssembledContext(msgspec.Struct, kw_only=True):
     sources_available: list[str]
     branches: Branches
     metrics: AssemblyMetrics
+    retrieval: RetrievalReport
+    """The cold search planned vs what ran, and why (``reason: planned`` when nothing was reduced)."""

@@ -124,6 +124,17 @@ class RerankReport(msgspec.Struct, kw_only=True):
     candidates: int
 
 
+class RetrievalReport(msgspec.Struct, kw_only=True):
+    """Which retrieval was planned, which ran (null: an assembly's cold search gave no answer), and
+    why they differ: ``reason`` is ``planned`` when nothing was reduced, else e.g. ``light``,
+    ``embedder_circuit_open``, ``embedder_busy``, ``embedder_timeout``, ``branch_timeout``."""
+
+    planned: str
+    ran: str | None
+    reduced: bool
+    reason: str
+
+
 class SearchResponse(msgspec.Struct, kw_only=True):
     query: str
     requested_strategy: str
@@ -134,3 +145,4 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     metrics: SearchMetrics
     modes: list[str] | None = None
     rerank: RerankReport | None = None
+    retrieval: RetrievalReport

@@ -1,0 +1,52 @@
+"""Shedding as the last resort: reduce a retrieval only when the full one would miss its deadline, as measured.
+
+Before, an assembly's cold search went "light" (lexical only, fewer postings) as soon as a few
+assemblies were in flight, and ``auto`` went lexical as soon as two query embeddings were running:
+at concurrency 8 almost every assembly quietly lost its semantic branch although the full search
+fitted in its budget. Now each kind of work keeps a moving average of its own recent latency
+(:class:`LatencyEwma`), and the retrieval is reduced only when that average exceeds a share of the
+time left for it (:meth:`LatencyEwma.would_miss`).
+
+Reduced work is not measured, so an average that says "too slow" would never be corrected: once a
+sample is older than ``stale_s``, the next request runs in full again (a probe) and refreshes it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+ALPHA: Final = 0.2
+"""Weight of the latest sample (≈ the last 5-10 samples dominate)."""
+STALE_S: Final = 1.0
+"""After this long without a sample, the average is not trusted to shed (the next one probes)."""
+
+
+class LatencyEwma:
+    """Exponentially weighted moving average of recent latencies (ms) of one kind of work."""
+
+    __slots__ = ("alpha", "samples", "stale_s", "updated", "value")
+
+    def __init__(self, *, alpha: float = ALPHA, stale_s: float = STALE_S) -> None:
+        self.alpha = alpha
+        self.stale_s = stale_s
+        self.value: float | None = None
+        self.updated = 0.0
+        self.samples = 0
+
+    def observe(self, ms: float, now: float | None = None) -> None:
+        self.value = ms if self.value is None else self.value + self.alpha * (ms - self.value)
+        self.updated = time.monotonic() if now is None else now
+        self.samples += 1
+
+    def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
+        """The recent average exceeds ``share`` of ``budget_ms`` (False without a fresh average, or
+        with ``share`` <= 0: never shed)."""
+        if share <= 0 or self.value is None:
+            return False
+        if (time.monotonic() if now is None else now) - self.updated > self.stale_s:
+            return False
+        return self.value > share * budget_ms
+
+    def describe(self) -> str:
+        return "no recent samples" if self.value is None else f"recent average {self.value:.1f} ms"
