@@ -237,18 +237,24 @@ async def test_hanging_embedder_falls_back_to_lexical_inside_the_cold_budget(
             auto = (await assemble(client, tenant, query=query)).json()
             if "the embedder failed recently" in auto["branches"]["cold"]["detail"]:
                 break
+        # A hung embedding keeps running (shielded) and holds the org's query lane: later assemblies
+        # are shed as busy, or, once its latency sample is stale, try again, time out and open the circuit.
         after = (await client.get("/metrics")).text
     cold = body["branches"]["cold"]
     assert cold["outcome"] == "ok" and cold["source"] == "lexical" and "embedding timed out" in cold["detail"]
     assert body["degradation_level"] == "L0"
     assert ids[1] in {m["id"] for m in body["memories_used"]}
     assert body["metrics"]["total_ms"] <= 400 + SLACK_MS
-    assert auto["branches"]["cold"]["detail"].startswith("auto: the embedder failed recently")
+    assert auto["branches"]["cold"]["detail"].startswith(("auto: the embedder failed recently",
+                                                          "auto: the embedder is busy"))
     assert auto["degradation_level"] == "L0" and auto["branches"]["cold"]["source"] == "lexical"
     name = "pgcontext_assembly_cold_searches_total"
-    for why, least in (("embedder_timeout", 1), ("embedder_circuit_open", 1)):
+
+    def grew(why: str) -> float:
         labels = f'strategy="lexical",why="{why}"'
-        assert metric_sample(after, name, labels) - metric_sample(before, name, labels) >= least, why
+        return metric_sample(after, name, labels) - metric_sample(before, name, labels)
+    assert grew("embedder_timeout") >= 1
+    assert grew("embedder_circuit_open") + grew("embedder_busy") >= 1
 
 
 @contextlib.contextmanager
