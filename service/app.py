@@ -31,6 +31,7 @@ from service.assembly import (
 from service.auth import KeyCache
 from service.db import Database, create_pool
 from service.db.errors import translate
+from service.db.replicas import start_replicas
 from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
@@ -128,7 +129,8 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     if embedder.name.startswith("local:"):
         # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
         await embedder.embed(["warm-up query"])
-    db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms)
+    db = Database(pool, statement_timeout_ms=settings.database.statement_timeout_ms,
+                  replicas=await start_replicas(settings.database, pool, redis))
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder)
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
     services.extras["directives"] = DirectiveStore(db, redis)

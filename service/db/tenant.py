@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -21,6 +21,11 @@ import structlog
 
 from service.db.errors import translate
 from service.db.queries import query
+
+if TYPE_CHECKING:
+    from service.db.replicas import ReplicaSet
+
+T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
 _GUC_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
@@ -93,20 +98,22 @@ class TenantTx:
 
 
 class Database:
-    def __init__(self, pool: asyncpg.Pool, *, statement_timeout_ms: int) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, statement_timeout_ms: int, replicas: ReplicaSet | None = None) -> None:
         self._pool = pool
         self.statement_timeout_ms = statement_timeout_ms
+        self.replicas = replicas
+        """Read replicas (``PGCONTEXT_READ_DATABASE_URLS``); None: every read runs on the primary."""
         self._releasing: set[asyncio.Future[None]] = set()
 
-    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
-        """Give ``conn`` back to the pool without making the caller wait for it.
+    def _release_soon(self, pool: asyncpg.Pool, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        """Give ``conn`` back to ``pool`` without making the caller wait for it.
 
         asyncpg's ``release`` runs in a shielded task of its own; awaiting it costs the caller two
         event-loop turns, each behind every other ready callback (milliseconds under load), for
         bookkeeping that normally needs no round trip here (the transaction has ended and ``reset``
         is a no-op, see ``service.db.pool``). If a rollback after an error could not run, ``release``
         rolls back itself; if the connection broke, it terminates it."""
-        releasing = asyncio.ensure_future(self._pool.release(conn))
+        releasing = asyncio.ensure_future(pool.release(conn))
         self._releasing.add(releasing)
         releasing.add_done_callback(self._released)
 
@@ -118,31 +125,71 @@ class Database:
     @contextlib.asynccontextmanager
     async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None, readonly: bool = False,
                      settings: Mapping[str, str] | None = None) -> AsyncIterator[TenantTx]:
-        """Yield a TenantTx for ``org_id``; commits on success, rolls back on error.
+        """Yield a TenantTx for ``org_id`` on the primary; commits on success, rolls back on error.
 
         ``timeout_ms`` becomes the transaction's ``statement_timeout`` so Postgres stops working
         when a caller's branch deadline passes, not only the client. ``settings``: more GUCs set
-        LOCAL in the same round trip as BEGIN (e.g. ``{"hnsw.ef_search": "100"}``).
+        LOCAL in the same round trip as BEGIN (e.g. ``{"hnsw.ef_search": "100"}``). With read
+        replicas configured, a write transaction records the org's WAL position after its commit
+        (see ``service.db.replicas``); reads that may use a replica go through :meth:`read`.
         """
-        begin = _begin(org_id, timeout_ms if timeout_ms is not None else self.statement_timeout_ms, readonly,
-                       settings or {})
         try:
-            conn = await self._pool.acquire()
-            try:
-                await conn.execute(begin)
-                try:
-                    yield TenantTx(conn, org_id, settings)
-                except BaseException:
-                    await _rollback(conn)
-                    raise
-                await conn.execute("COMMIT")
-            finally:
-                self._release_soon(conn)
+            async with self._transaction(self._pool, org_id, timeout_ms, readonly, settings) as tx:
+                yield tx
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             mapped = translate(exc)
             if mapped is None:
                 raise
             raise mapped from exc
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, pool: asyncpg.Pool, org_id: UUID, timeout_ms: int | None, readonly: bool,
+                           settings: Mapping[str, str] | None) -> AsyncIterator[TenantTx]:
+        begin = _begin(org_id, timeout_ms if timeout_ms is not None else self.statement_timeout_ms, readonly,
+                       settings or {})
+        conn = await pool.acquire()
+        try:
+            await conn.execute(begin)
+            try:
+                yield TenantTx(conn, org_id, settings)
+            except BaseException:
+                await _rollback(conn)
+                raise
+            await conn.execute("COMMIT")
+            if not readonly and self.replicas is not None and pool is self._pool:
+                from service.db.replicas import WRITE_LSN
+
+                await self.replicas.note_write(org_id, int(await conn.fetchval(WRITE_LSN)))
+        finally:
+            self._release_soon(pool, conn)
+
+    async def read(self, org_id: UUID, work: Callable[[TenantTx], Awaitable[T]], *, timeout_ms: int | None = None,
+                   settings: Mapping[str, str] | None = None) -> T:
+        """``work`` in a read-only tenant transaction: on a read replica that has replayed the org's
+        last write (see ``service.db.replicas``), else on the primary. ``work`` may run twice: when
+        the replica fails under it, it runs again on the primary."""
+        if self.replicas is not None:
+            from service.db.replicas import READS, SKIPS, is_lost
+
+            replica = await self.replicas.route(org_id)
+            if replica is not None and replica.pool is not None:
+                try:
+                    async with self._transaction(replica.pool, org_id, timeout_ms, True, settings) as tx:
+                        result = await work(tx)
+                    READS.labels("replica").inc()
+                    return result
+                except Exception as exc:
+                    if not is_lost(exc):
+                        mapped = translate(exc)
+                        if mapped is None:
+                            raise
+                        raise mapped from exc
+                    log.warning("read_replica_failed", replica=replica.index, error=repr(exc)[:300])
+                    replica.mark_down()
+                    SKIPS.labels("failed").inc()
+            READS.labels("primary").inc()
+        async with self.tenant(org_id, timeout_ms=timeout_ms, readonly=True, settings=settings) as tx:
+            return await work(tx)
 
     async def resolve_api_key(self, key_hash: bytes) -> UUID | None:
         """Map a key hash to its org, through the SECURITY DEFINER lookup (no tenant scope yet)."""
@@ -157,4 +204,6 @@ class Database:
     async def close(self) -> None:
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
+        if self.replicas is not None:
+            await self.replicas.aclose()
         await self._pool.close()

@@ -99,11 +99,10 @@ class MemoryController(Controller):
             if value is not None and value.tzinfo is None:
                 raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                                  code="validation_error", details={"field": name})
-        async with services.db.tenant(org_id, readonly=True) as tx:
-            items, next_cursor = await repo.list_page(
-                tx, agent_id=agent_id, kind=kind, metadata=contains, created_after=created_after,
-                created_before=created_before, cursor=cursor, limit=limit,
-                occurred_after=occurred_after, occurred_before=occurred_before)
+        items, next_cursor = await services.db.read(org_id, lambda tx: repo.list_page(
+            tx, agent_id=agent_id, kind=kind, metadata=contains, created_after=created_after,
+            created_before=created_before, cursor=cursor, limit=limit,
+            occurred_after=occurred_after, occurred_before=occurred_before))
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)")
