@@ -30,6 +30,7 @@ from service.auth import KeyCache
 from service.db import Database, create_pool
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
+from service.db.replicas import start_replicas
 from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
@@ -132,7 +133,8 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
         await embedder.embed(["warm-up query"])
     d = settings.database
     db = Database(pool, statement_timeout_ms=d.statement_timeout_ms, acquire_timeout_ms=d.acquire_timeout_ms,
-                  client_grace_ms=d.client_grace_ms, cleanup_timeout_ms=d.cleanup_timeout_ms)
+                  client_grace_ms=d.client_grace_ms, cleanup_timeout_ms=d.cleanup_timeout_ms,
+                  replicas=await start_replicas(d, pool, redis))
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
                         rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)

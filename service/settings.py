@@ -55,6 +55,17 @@ class DatabaseSettings:
     """``serve`` upgrades the schema to head before serving (as the owner). False (or ``serve
     --no-migrate``): it only checks the schema is at head and refuses to start otherwise; with
     ``app_url`` set it then needs no owner DSN and starts no embedded PostgreSQL."""
+    read_urls: tuple[str, ...] = ()
+    """DSNs (comma-separated) of streaming replicas of this database, as the service role. Search,
+    assembly's cold branch, hot-set fills and listings read from one that has replayed the org's last
+    write (read-your-writes, see docs/scaling.md); writes and everything else use the primary. Empty:
+    no replica, every read on the primary."""
+    read_max_lag_ms: int = 1000
+    """A replica further behind the primary than this is skipped (reads go to the primary)."""
+    read_poll_ms: int = 100
+    """How often each instance polls the primary's WAL position and each replica's replay position."""
+    read_lsn_ttl_s: float = 60.0
+    """How long an org's last-write WAL position is kept in Redis (must exceed ``read_max_lag_ms``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +438,10 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise SettingsError(f"{name} must be a number, got {raw!r}") from exc
 
 
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (_get(env, name) or "").split(",") if part.strip())
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = _get(env, name)
     if raw is None:
@@ -482,6 +497,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             client_grace_ms=max(0, _int(env, "PGCONTEXT_DB_CLIENT_GRACE_MS", 1000)),
             cleanup_timeout_ms=max(1, _int(env, "PGCONTEXT_DB_CLEANUP_TIMEOUT_MS", 5000)),
             migrate_on_start=_bool(env, "PGCONTEXT_MIGRATE_ON_START", True),
+            read_urls=_list(env, "PGCONTEXT_READ_DATABASE_URLS"),
+            read_max_lag_ms=_int(env, "PGCONTEXT_READ_MAX_LAG_MS", 1000),
+            read_poll_ms=_int(env, "PGCONTEXT_READ_POLL_MS", 100),
+            read_lsn_ttl_s=_float(env, "PGCONTEXT_READ_LSN_TTL_S", 60.0),
         ),
         redis=RedisSettings(
             url=_get(env, "PGCONTEXT_REDIS_URL"),

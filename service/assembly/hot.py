@@ -243,8 +243,9 @@ class HotSetStore:
     async def _load(self, org_id: UUID, agent_id: str) -> tuple[list[HotItem], bool]:
         """The hot set, and whether the agent has live memories of its own."""
         s = self.settings
-        async with self.db.tenant(org_id, timeout_ms=s.hot_fill_timeout_ms, readonly=True) as tx:
-            rows = await tx.fetch("hot.fill", org_id, agent_id, s.hot_set_size, s.hot_access_half_life_hours)
+        rows = await self.db.read(org_id, lambda tx: tx.fetch(
+            "hot.fill", org_id, agent_id, s.hot_set_size, s.hot_access_half_life_hours),
+            timeout_ms=s.hot_fill_timeout_ms)
         return [_item(r) for r in rows], bool(rows) and bool(rows[0]["agent_exists"])
 
     async def _fill(self, org_id: UUID, agent_id: str, gen: int, ver: int, epoch: int | None) -> HotBlob:

@@ -13,7 +13,7 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -24,6 +24,9 @@ from service.db.errors import translate
 from service.db.queries import query
 
 log = structlog.get_logger(__name__)
+
+if TYPE_CHECKING:
+    from service.db.replicas import ReplicaSet
 T = TypeVar("T")
 _GUC_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
@@ -109,29 +112,34 @@ class Database:
     """
 
     def __init__(self, pool: asyncpg.Pool, *, statement_timeout_ms: int, acquire_timeout_ms: int = 2000,
-                 client_grace_ms: int = 1000, cleanup_timeout_ms: int = 5000) -> None:
+                 client_grace_ms: int = 1000, cleanup_timeout_ms: int = 5000,
+                 replicas: ReplicaSet | None = None) -> None:
         self._pool = pool
         self.statement_timeout_ms = statement_timeout_ms
+        self.replicas = replicas
+        """Read replicas (``PGCONTEXT_READ_DATABASE_URLS``); None: every read runs on the primary."""
         self.acquire_timeout_ms = acquire_timeout_ms
         self.client_grace_ms = client_grace_ms
         self.cleanup_timeout_ms = cleanup_timeout_ms
         self._releasing: set[asyncio.Future[None]] = set()
 
-    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy, *, clean: bool = True) -> None:
-        """Give ``conn`` back to the pool without making the caller wait for it.
+    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy, *, clean: bool = True,
+                      pool: asyncpg.Pool | None = None) -> None:
+        """Give ``conn`` back to its pool (``pool``, default the primary's) without making the caller wait.
 
         asyncpg's ``release`` runs in a shielded task of its own; awaiting it costs the caller two
         event-loop turns, each behind every other ready callback (milliseconds under load), for
         bookkeeping that normally needs no round trip here (the transaction has ended and ``reset``
         is a no-op, see ``service.db.pool``). ``clean=False``: the transaction (or a statement) may
         still be open, see :meth:`_end_and_release`."""
-        work = self._pool.release(conn, timeout=self.cleanup_timeout_ms / 1000) if clean \
-            else self._end_and_release(conn)
+        owner = pool or self._pool
+        work = owner.release(conn, timeout=self.cleanup_timeout_ms / 1000) if clean \
+            else self._end_and_release(conn, owner)
         releasing = asyncio.ensure_future(work)
         self._releasing.add(releasing)
         releasing.add_done_callback(self._released)
 
-    async def _end_and_release(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+    async def _end_and_release(self, conn: asyncpg.pool.PoolConnectionProxy, pool: asyncpg.Pool) -> None:
         """Roll back what a failed or cancelled transaction left open, then release; terminate the
         connection if that does not finish in time. asyncpg's next statement first waits for the
         cancellation of one a timeout or a task cancel interrupted (bounded here by the timeout)."""
@@ -142,15 +150,15 @@ class Database:
         except (Exception, asyncio.CancelledError):
             if not conn.is_closed():
                 conn.terminate()  # release() then hands the slot back without touching the socket
-        await self._pool.release(conn, timeout=timeout_s)
+        await pool.release(conn, timeout=timeout_s)
 
     def _released(self, releasing: asyncio.Future[None]) -> None:
         self._releasing.discard(releasing)
         if not releasing.cancelled() and releasing.exception() is not None:
             log.warning("pool_release_failed", error=repr(releasing.exception())[:300])
 
-    async def _acquire(self, timeout_s: float) -> asyncpg.pool.PoolConnectionProxy:
-        return await self._pool.acquire(timeout=timeout_s)
+    async def _acquire(self, timeout_s: float, pool: asyncpg.Pool | None = None) -> asyncpg.pool.PoolConnectionProxy:
+        return await (pool or self._pool).acquire(timeout=timeout_s)
 
     @contextlib.asynccontextmanager
     async def tenant(self, org_id: UUID, *, timeout_ms: int | None = None, readonly: bool = False,
@@ -161,23 +169,61 @@ class Database:
         when a caller's branch deadline passes, not only the client. ``settings``: more GUCs set
         LOCAL in the same round trip as BEGIN (e.g. ``{"hnsw.ef_search": "100"}``).
         """
+        with _translated():
+            async with self._transaction(self._pool, org_id, timeout_ms, readonly, settings) as tx:
+                yield tx
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, pool: asyncpg.Pool, org_id: UUID, timeout_ms: int | None, readonly: bool,
+                           settings: Mapping[str, str] | None) -> AsyncIterator[TenantTx]:
+        """The bounded transaction on ``pool`` (the primary's or a replica's); errors untranslated.
+        A write on the primary records the org's WAL position for read-your-writes on replicas."""
         statement_ms = timeout_ms if timeout_ms is not None else self.statement_timeout_ms
         begin = _begin(org_id, statement_ms, readonly, settings or {})
         statement_s = (statement_ms + self.client_grace_ms) / 1000
-        with _translated():
-            started = time.monotonic()
-            conn = await self._acquire(self.acquire_timeout_ms / 1000)
-            clean = False
-            try:
-                # BEGIN is the first round trip on a connection that may have sat idle in the pool:
-                # it shares the acquire bound (a hung server is found out here, within it).
-                left_s = max(0.001, self.acquire_timeout_ms / 1000 - (time.monotonic() - started))
-                await conn.execute(begin, timeout=left_s)
-                yield TenantTx(conn, org_id, settings, statement_s)
-                await conn.execute("COMMIT", timeout=statement_s)
-                clean = True
-            finally:
-                self._release_soon(conn, clean=clean)
+        started = time.monotonic()
+        conn = await self._acquire(self.acquire_timeout_ms / 1000, pool)
+        clean = False
+        try:
+            # BEGIN is the first round trip on a connection that may have sat idle in the pool:
+            # it shares the acquire bound (a hung server is found out here, within it).
+            left_s = max(0.001, self.acquire_timeout_ms / 1000 - (time.monotonic() - started))
+            await conn.execute(begin, timeout=left_s)
+            yield TenantTx(conn, org_id, settings, statement_s)
+            await conn.execute("COMMIT", timeout=statement_s)
+            clean = True
+            if not readonly and self.replicas is not None and pool is self._pool:
+                from service.db.replicas import WRITE_LSN
+
+                await self.replicas.note_write(org_id, int(await conn.fetchval(WRITE_LSN, timeout=statement_s)))
+        finally:
+            self._release_soon(conn, clean=clean, pool=pool)
+
+    async def read(self, org_id: UUID, work: Callable[[TenantTx], Awaitable[T]], *, timeout_ms: int | None = None,
+                   settings: Mapping[str, str] | None = None) -> T:
+        """``work`` in a read-only tenant transaction: on a read replica that has replayed the org's
+        last write (see ``service.db.replicas``), else on the primary. ``work`` may run twice: when
+        the replica fails under it, it runs again on the primary."""
+        if self.replicas is not None:
+            from service.db.replicas import READS, SKIPS, is_lost
+
+            replica = await self.replicas.route(org_id)
+            if replica is not None and replica.pool is not None:
+                try:
+                    async with self._transaction(replica.pool, org_id, timeout_ms, True, settings) as tx:
+                        result = await work(tx)
+                    READS.labels("replica").inc()
+                    return result
+                except Exception as exc:
+                    if not is_lost(exc):
+                        with _translated():
+                            raise
+                    log.warning("read_replica_failed", replica=replica.index, error=repr(exc)[:300])
+                    replica.mark_down()
+                    SKIPS.labels("failed").inc()
+            READS.labels("primary").inc()
+        async with self.tenant(org_id, timeout_ms=timeout_ms, readonly=True, settings=settings) as tx:
+            return await work(tx)
 
     async def resolve_api_key(self, key_hash: bytes, timeout_s: float | None = None) -> UUID | None:
         """Map a key hash to its org, through the SECURITY DEFINER lookup (no tenant scope yet).
@@ -207,6 +253,8 @@ class Database:
     async def close(self) -> None:
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
+        if self.replicas is not None:
+            await self.replicas.aclose()
         await self._pool.close()
 
 

@@ -65,9 +65,8 @@ class DocumentController(Controller):
         if path_prefix is not None and "\x00" in path_prefix:
             raise BadRequest("path_prefix must not contain NUL characters", code="validation_error",
                              details={"field": "path_prefix"})
-        async with services.db.tenant(org_id, readonly=True) as tx:
-            items, next_cursor = await index.list_page(tx, collection=collection, path_prefix=path_prefix,
-                                                       cursor=cursor, limit=limit)
+        items, next_cursor = await services.db.read(org_id, lambda tx: index.list_page(
+            tx, collection=collection, path_prefix=path_prefix, cursor=cursor, limit=limit))
         return DocumentPage(items=items, next_cursor=next_cursor)
 
     @delete("/", status_code=200, summary="Delete documents and their chunks by path", responses=errors(404))

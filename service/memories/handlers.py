@@ -123,9 +123,8 @@ class MemoryController(Controller):
         times = {name: _timestamp(name, value) for name, value in (
             ("created_after", created_after), ("created_before", created_before),
             ("occurred_after", occurred_after), ("occurred_before", occurred_before))}
-        async with services.db.tenant(org_id, readonly=True) as tx:
-            items, next_cursor = await repo.list_page(
-                tx, agent_id=agent_id, kind=kind, metadata=contains, cursor=cursor, limit=limit, **times)
+        items, next_cursor = await services.db.read(org_id, lambda tx: repo.list_page(
+            tx, agent_id=agent_id, kind=kind, metadata=contains, cursor=cursor, limit=limit, **times))
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)",

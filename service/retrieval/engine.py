@@ -388,10 +388,12 @@ class RetrievalEngine:
         started = time.perf_counter()
 
         async def work() -> list[T]:
+            async def on(tx: TenantTx) -> list[T]:
+                await branches.branch_delay(tx, self.settings.branch_delay_ms)
+                return await query(tx)
+
             try:
-                async with self.db.tenant(org_id, timeout_ms=timeout_ms, readonly=True, settings=settings) as tx:
-                    await branches.branch_delay(tx, self.settings.branch_delay_ms)
-                    return await query(tx)
+                return await self.db.read(org_id, on, timeout_ms=timeout_ms, settings=settings)
             except ServiceUnavailable as exc:
                 if exc.code == "query_timeout":  # Postgres's statement_timeout: the branch's own deadline
                     raise BranchFailed(f"{name} timed out after {timeout_ms} ms", timed_out=True) from exc
@@ -546,11 +548,12 @@ class RetrievalEngine:
             if pushed is None:
                 return []  # the kinds filter excludes document chunks: nothing to look up
 
+            async def on(tx: TenantTx) -> list[ModeHit]:
+                await branches.branch_delay(tx, s.branch_delay_ms)
+                return await modes.run_lookup(tx, mode, request, limit=max(tuning.lookup_candidates, request.limit))
+
             async def work() -> list[ModeHit]:
-                async with self.db.tenant(org_id, timeout_ms=s.lexical_timeout_ms, readonly=True) as tx:
-                    await branches.branch_delay(tx, s.branch_delay_ms)
-                    return await modes.run_lookup(tx, mode, request,
-                                                  limit=max(tuning.lookup_candidates, request.limit))
+                return await self.db.read(org_id, on, timeout_ms=s.lexical_timeout_ms)
 
             return await self._guard(mode, s.lexical_timeout_ms, work)
 

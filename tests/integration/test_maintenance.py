@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
 import asyncpg
@@ -22,13 +23,13 @@ THRESHOLD = 40
 
 
 @pytest.fixture(scope="module")
-def maint_db(pg_server: str) -> Iterator[tuple[str, str]]:
-    """(owner DSN, app DSN) of a fresh migrated database: partial indexes are database-wide state."""
+def maint_db(pg_server: str, app_dsn: str) -> Iterator[tuple[str, str]]:
+    """(owner DSN, app DSN) of a fresh migrated database: partial indexes are database-wide state.
+    pgcontext_app is a cluster-wide role: keep the session's password (setting one derived from this
+    database's DSN would lock every later test's new app connections out)."""
     with fresh_database(pg_server) as dsn:
         migrate.upgrade(dsn)
-        password = migrate.derived_app_password(dsn)
-        asyncio.run(migrate.set_app_password(dsn, password))
-        yield dsn, migrate.app_dsn(dsn, password)
+        yield dsn, migrate.app_dsn(dsn, unquote(urlsplit(app_dsn).password or ""))
 
 
 async def _org_with_rows(conn: asyncpg.Connection, name: str, n: int, seed: int) -> UUID:

@@ -86,6 +86,8 @@ def _probe(doc: SettingDoc, current: Any) -> tuple[str, Any]:
         return "0.625", 0.625
     if Path in args or hint is Path:
         return "/tmp/pgcontext-probe", Path("/tmp/pgcontext-probe")
+    if typing.get_origin(hint) is tuple:  # comma-separated
+        return "probe-a,probe-b", ("probe-a", "probe-b")
     assert hint is str or str in args, (doc.path, hint)
     return "probe-value", "probe-value"
 
