@@ -38,7 +38,6 @@ from redis.exceptions import RedisError
 
 if TYPE_CHECKING:
     from service.redisconn import RedisClient
-
     from service.settings import DatabaseSettings
 
 log = structlog.get_logger(__name__)
