@@ -30,6 +30,7 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
     "idempotency_keys",
     "documents",
     "document_index_state",
+    "cache_epochs",
 )
 REFERENCE: Final[tuple[str, ...]] = ("orgs", "api_keys")
 

@@ -62,6 +62,10 @@ async def set_app_password(owner_dsn: str, password: str) -> None:
     try:
         # ALTER ROLE takes no bind parameters; quote_literal makes the value safe.
         literal = await conn.fetchval("SELECT quote_literal($1::text)", password)
-        await conn.execute(f"ALTER ROLE {APP_ROLE} WITH LOGIN PASSWORD {literal}")
+        # Instances starting together all set it: concurrent ALTER ROLEs of one role fail with "tuple
+        # concurrently updated", so they take turns (the lock ends with the transaction).
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pgcontext.app_role_password'))")
+            await conn.execute(f"ALTER ROLE {APP_ROLE} WITH LOGIN PASSWORD {literal}")
     finally:
         await conn.close()
