@@ -428,7 +428,18 @@ class Orchestrator:
         sel = plan_selective_budget(req.query) if req.selective else None
         search, keep = self._search_request(org_id, req, sel)
         async with self.admission.admit(caller.remaining_ms(), org=org_id) as queued_ms:
-            return await self._assemble(org_id, req, caller, (counter, model), search, keep, queued_ms, sel)
+            # The caller's deadline bounds the whole assembly, whatever inside waits (a locked table,
+            # a contended pool): past it the answer is the ladder's L3 at once, not seconds later.
+            left_ms = caller.remaining_ms()
+            bound = asyncio.timeout(None if left_ms is None else max(left_ms, 0.0) / 1000)
+            try:
+                async with bound:
+                    return await self._assemble(org_id, req, caller, (counter, model), search, keep, queued_ms, sel)
+            except TimeoutError:
+                if not bound.expired():
+                    raise
+                raise DeadlineExceeded("the caller's deadline passed during assembly", code="deadline_exceeded",
+                                       details={"level": "L3"}) from None
 
     async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline,
                         counting: tuple[TokenCounter, ModelTokens],
