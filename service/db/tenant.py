@@ -13,7 +13,7 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -22,11 +22,9 @@ import structlog
 
 from service.db.errors import translate
 from service.db.queries import query
+from service.db.replicas import READS, SKIPS, WRITE_LSN, ReplicaSet, is_lost
 
 log = structlog.get_logger(__name__)
-
-if TYPE_CHECKING:
-    from service.db.replicas import ReplicaSet
 T = TypeVar("T")
 _GUC_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
@@ -193,8 +191,6 @@ class Database:
             await conn.execute("COMMIT", timeout=statement_s)
             clean = True
             if not readonly and self.replicas is not None and pool is self._pool:
-                from service.db.replicas import WRITE_LSN
-
                 await self.replicas.note_write(org_id, int(await conn.fetchval(WRITE_LSN, timeout=statement_s)))
         finally:
             self._release_soon(conn, clean=clean, pool=pool)
@@ -205,8 +201,6 @@ class Database:
         last write (see ``service.db.replicas``), else on the primary. ``work`` may run twice: when
         the replica fails under it, it runs again on the primary."""
         if self.replicas is not None:
-            from service.db.replicas import READS, SKIPS, is_lost
-
             replica = await self.replicas.route(org_id)
             if replica is not None and replica.pool is not None:
                 try:

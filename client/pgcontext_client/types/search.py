@@ -16,31 +16,28 @@ Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
 
 
 
-class AssembleFilters(In):
+class _Filters(In):
+    """What search and assembly filters share."""
+
+    kinds: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    occurred_after: datetime | None = None
+    occurred_before: datetime | None = None
+    source_prefix: str | None = None
+    levels: list[int] | None = None
+
+
+class AssembleFilters(_Filters):
     """Filters on an assembly's cold search (its agent comes from the request, not from here)."""
 
     agent_id: None = None
     """Always empty: the request's ``agent_id`` scopes an assembly."""
-    kinds: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    occurred_after: datetime | None = None
-    occurred_before: datetime | None = None
-    source_prefix: str | None = None
-    levels: list[int] | None = None
 
 
-class SearchFilters(In):
+class SearchFilters(_Filters):
     agent_id: str | None = None
-    kinds: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    occurred_after: datetime | None = None
-    occurred_before: datetime | None = None
-    source_prefix: str | None = None
-    levels: list[int] | None = None
 
 
 class SearchTuning(In):
