@@ -75,11 +75,15 @@ def _hex(lsn: int) -> str:
 
 def is_lost(exc: BaseException) -> bool:
     """A replica error after which the same read should run on the primary: the connection is gone or
-    refused, the server is shutting down or starting (57P*), or a recovery conflict cancelled it (40001)."""
+    refused or broken mid-statement, the server is shutting down or starting (57P*), or a recovery
+    conflict cancelled it (40001)."""
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
         return state.startswith(("08", "57P", "53")) or state == "40001"
-    return isinstance(exc, (asyncpg.InterfaceError, ConnectionError, OSError, asyncio.TimeoutError))
+    # InternalClientError: asyncpg's protocol state when the server died mid-statement ("cannot switch
+    # to state ..."), as `pg_ctl stop -m fast` can leave it.
+    return isinstance(exc, (asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError, OSError,
+                            asyncio.TimeoutError))
 
 
 @dataclass
