@@ -42,7 +42,7 @@ from service.export import ExportController
 from service.health import healthz, metrics_controller, readyz
 from service.memories import MemoryController
 from service.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
-from service.ratelimit import RateLimiter, in_flight_middleware
+from service.ratelimit import RateLimiter, in_flight_middleware, rate_limit_edge
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
@@ -194,8 +194,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         },
         before_request=before_request,
         exception_handlers={Exception: handle_exception},
-        middleware=[shedding_middleware, request_id_middleware, allow_header_middleware, prometheus.middleware,
-                    in_flight_middleware],
+        middleware=[shedding_middleware, rate_limit_edge, request_id_middleware, allow_header_middleware,
+                    prometheus.middleware, in_flight_middleware],
         lifespan=[lifespan],
         openapi_config=openapi_config(),
         plugins=[StrictStructs()],

@@ -15,6 +15,7 @@ from litestar.params import SkipValidationMarker
 from service.auth import authenticate
 from service.errors import BadRequest
 from service.jsondepth import check_json_depth
+from service.ratecost import work_cost
 from service.ratelimit import SLOT_STATE
 from service.runtime import Services
 
@@ -37,12 +38,16 @@ async def provide_org_id(request: Request[Any, Any, Any], services: ServicesDep)
 
 _PARAM_TYPE = re.compile(r":[^}]*}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_NO_BODY: Any = object()
 
 
 async def before_request(request: Request[Any, Any, Any]) -> None:
     """Runs before a handler's parameters and body are decoded: authenticate first (an anonymous
-    caller gets 401, whatever its body), take the request's cost from its org's rate limit (429),
-    then bound the body's JSON nesting (400, not a decoder's ``RecursionError``)."""
+    caller gets 401, whatever its body), refuse an org known to be short of the route's price (429,
+    before the body is read), bound the body's JSON nesting (400, not a decoder's
+    ``RecursionError``), take the request's full price (:mod:`service.ratecost`: it reads the decoded
+    body) from its org's bucket (429), then check the body's JSON types."""
+    limiter, org_id, cost = None, None, 0
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:
         services = request.app.state.services
         assert isinstance(services, Services)
@@ -52,23 +57,39 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
             limiter.enter(org_id)
             request.scope["state"][SLOT_STATE] = org_id  # given back by in_flight_middleware
             if limiter.enabled:
-                await limiter.check(org_id, limiter.cost(request.method, route_template(request)))
+                cost = limiter.cost(request.method, route_template(request), _content_length(request))
+                refusal = limiter.refusal_if_short(org_id, cost)
+                if refusal is not None:
+                    raise refusal
+            else:
+                limiter = None
+    value: Any = _NO_BODY
+    data = None
     if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
         body = await request.body()
         check_json_depth(body)
         data = request.route_handler.parsed_fn_signature.parameters.get("data")
-        if data is not None and body:
-            check_types_strictly(body, data.annotation)
+        if body:
+            try:
+                value = msgspec.json.decode(body)
+            except msgspec.DecodeError:
+                data = None  # malformed JSON: Litestar's own decoding answers it, as before
+    if limiter is not None and org_id is not None:
+        extra = work_cost(limiter.settings, request.method, route_template(request), value)
+        await limiter.check(org_id, cost + extra)
+    if data is not None and value is not _NO_BODY:
+        check_types_strictly(value, data.annotation)
 
 
-def check_types_strictly(body: bytes, annotation: Any) -> None:
+def _content_length(request: Request[Any, Any, Any]) -> int:
+    raw = request.headers.get("content-length", "")
+    return int(raw) if raw.isdigit() else 0
+
+
+def check_types_strictly(value: Any, annotation: Any) -> None:
     """Litestar converts a JSON body leniently (``"5"`` for an int, ``0``/``1`` for a bool); the OpenAPI
     schema promises JSON Schema's types, which take ``5.0`` as an integer and nothing else across types.
     So: 400 for a value of another JSON type, before the handler's lenient decoding runs."""
-    try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return  # malformed JSON: Litestar's own decoding answers it, as before
     try:
         msgspec.convert(_integral_floats_as_ints(value), annotation, strict=True)
     except msgspec.ValidationError as exc:

@@ -7,13 +7,26 @@ instance behind a load balancer shares one bucket per org and no client clock ma
 expires once a bucket would have refilled anyway, so idle orgs cost no memory (and the key has a
 TTL, which ``volatile-lru`` eviction may take: an evicted bucket is simply full again).
 
-Each authenticated request takes 1 token, a heavy one (:data:`HEAVY_ROUTES`) ``heavy_cost``; an
-empty bucket answers 429 ``rate_limited`` with ``Retry-After`` (whole seconds, at least 1) until
-enough tokens are back. Each org may also have at most ``max_in_flight`` requests in progress per
-process (429 at once beyond): request rates do not bound what expensive requests hold of the
-shared lanes. Redis failing or slower than ``timeout_ms`` lets the request through (fail open,
-counted in ``pgcontext_rate_limit_fail_open_total``) and the limiter is skipped for ``retry_s``
-so a dead Redis costs nothing per request.
+Each authenticated request takes a price that follows its work (:mod:`service.ratecost`: the
+route, the body's size, the query's length and whether it is embedded; a hot-set miss pays after
+the read); an empty bucket answers 429 ``rate_limited`` with ``Retry-After`` (whole seconds, at
+least 1) until enough tokens are back. Each org may also have at most ``max_in_flight`` requests in
+progress per process (429 at once beyond): request rates do not bound what expensive requests hold
+of the shared lanes. Redis failing or slower than ``timeout_ms`` does not refuse anything Redis would
+have allowed (fail open, counted in ``pgcontext_rate_limit_fail_open_total``): for ``retry_s`` the
+limiter does not ask Redis (a dead Redis costs nothing per request) and each process counts the
+org's bucket itself from what Redis last reported, so an org flooding while Redis is slow, or while
+the event loop lags past ``timeout_ms`` under load, is still held to its rate in every process.
+
+**Refusals cost next to nothing.** A flooding org's requests are mostly refusals, and a refusal
+through the whole stack (routing, middleware, dependency injection, the Redis script, the error
+handler) cost ~1.5 ms of CPU, more than a cached hot-set read. So each process remembers every
+bucket as Redis last reported it: tokens only come back at ``rps``, and other processes only take
+them, so that memory plus the refill since is an upper bound on the real bucket. A request whose
+price is above it is refused without asking Redis; and :func:`rate_limit_edge` does that before
+Litestar sees the request (an API key resolved in the last seconds, the route's price before the
+body), answering with a header scan, a hash and a dict lookup. Such a refusal is always one Redis
+would have given too.
 """
 
 from __future__ import annotations
@@ -21,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Final
 from uuid import UUID
 
 import structlog
@@ -29,28 +41,23 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
+from service.auth.guard import KeyCache
+from service.auth.keys import hash_key
+from service.edge import send_error
 from service.errors import TooManyRequests
+from service.ratecost import base_cost
 from service.redisconn import RedisClient
 from service.settings import RateLimitSettings
 
 log = structlog.get_logger(__name__)
 
-HEAVY_ROUTES: Final[frozenset[tuple[str, str]]] = frozenset({
-    ("POST", "/v1/context/assemble"),
-    ("POST", "/v1/memories/search"),
-    ("POST", "/v1/memories"),
-    ("PATCH", "/v1/memories/{memory_id}"),
-    ("POST", "/v1/documents"),
-    ("GET", "/v1/export"),
-})
-"""(method, route template) of requests that embed, search or stream a lot: they cost ``heavy_cost``."""
-
 RATE_LIMITED = Counter("pgcontext_rate_limited_total", "Requests refused with 429 by the per-org rate limit")
 FAIL_OPEN = Counter("pgcontext_rate_limit_fail_open_total",
                     "Requests let through unchecked because Redis failed or was slow (or failed recently)")
 
-# KEYS[1] bucket; ARGV[1] tokens per second, ARGV[2] bucket size, ARGV[3] cost.
-# Returns {allowed (0/1), milliseconds until the cost is available (0 when allowed)}.
+# KEYS[1] bucket; ARGV[1] tokens per second, ARGV[2] bucket size, ARGV[3] cost, ARGV[4] 1: take it
+# even if short (a price known only after the work; the bucket may go down to -size).
+# Returns {allowed (0/1), milliseconds until the cost is available (0 when allowed), tokens left x 1000}.
 _TAKE = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -70,12 +77,15 @@ local wait_ms = 0
 if tokens >= cost then
   tokens = tokens - cost
   allowed = 1
+elseif ARGV[4] == '1' then
+  tokens = math.max(-burst, tokens - cost)
+  allowed = 1
 else
   wait_ms = math.ceil((cost - tokens) * 1000 / rate)
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ms', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
-return {allowed, wait_ms}
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - math.min(tokens, 0)) * 1000 / rate) + 1000)
+return {allowed, wait_ms, math.floor(tokens * 1000)}
 """
 
 
@@ -95,29 +105,56 @@ class RateLimiter:
         self._take = redis.register_script(_TAKE)
         self._skip_until = 0.0
         self._in_flight: dict[UUID, int] = {}
+        self._known: dict[UUID, tuple[float, float]] = {}
+        """Per org, (tokens left, monotonic time) as Redis last reported them: with the refill since,
+        an upper bound on the bucket (see the module docstring)."""
 
     @property
     def enabled(self) -> bool:
         return self.settings.rps > 0
 
-    def cost(self, method: str, route: str) -> int:
-        # A cost above the bucket could never be paid: cap it so a small burst still lets heavy calls through.
-        heavy = (method, route) in HEAVY_ROUTES
-        return min(self.settings.heavy_cost if heavy else 1, self.settings.burst)
+    def cost(self, method: str, route: str, body_bytes: int = 0) -> int:
+        """The price known before the body is read (:func:`service.ratecost.base_cost`)."""
+        return base_cost(self.settings, method, route, body_bytes)
+
+    def at_most(self, org_id: UUID) -> float:
+        """An upper bound on the tokens in the org's bucket right now (``burst`` if nothing is known)."""
+        s = self.settings
+        known = self._known.get(org_id)
+        if known is None:
+            return float(s.burst)
+        tokens, at = known
+        return min(float(s.burst), tokens + (time.monotonic() - at) * s.rps)
+
+    def refusal_if_short(self, org_id: UUID, cost: int) -> TooManyRequests | None:
+        """The 429 Redis would answer for ``cost``, known without asking it; None if it may be paid."""
+        if not self.enabled:
+            return None
+        tokens = self.at_most(org_id)
+        if tokens >= min(cost, self.settings.burst):
+            return None
+        return self._refusal(math.ceil((cost - tokens) * 1000 / self.settings.rps), cost)
+
+    def in_flight_refusal(self, org_id: UUID) -> TooManyRequests | None:
+        """The 429 for an org holding all of its in-flight slots; None if it may take one."""
+        cap = self.settings.max_in_flight
+        held = self._in_flight.get(org_id, 0)
+        if cap <= 0 or held < cap:
+            return None
+        IN_FLIGHT_REFUSED.inc()
+        return TooManyRequests(f"this org already has {held} requests in progress (at most {cap} at once); "
+                               "retry in 1 s", retry_after_s=1,
+                               details={"retry_after_s": 1, "in_flight": held, "max_in_flight": cap})
 
     def enter(self, org_id: UUID) -> None:
         """Take one of the org's in-flight slots (this process), or raise :class:`TooManyRequests`.
         :func:`in_flight_middleware` gives it back when the response is done, whatever happened."""
-        cap = self.settings.max_in_flight
-        if cap <= 0:
+        if self.settings.max_in_flight <= 0:
             return
-        held = self._in_flight.get(org_id, 0)
-        if held >= cap:
-            IN_FLIGHT_REFUSED.inc()
-            raise TooManyRequests(f"this org already has {held} requests in progress (at most {cap} at once); "
-                                  "retry in 1 s", retry_after_s=1,
-                                  details={"retry_after_s": 1, "in_flight": held, "max_in_flight": cap})
-        self._in_flight[org_id] = held + 1
+        refusal = self.in_flight_refusal(org_id)
+        if refusal is not None:
+            raise refusal
+        self._in_flight[org_id] = self._in_flight.get(org_id, 0) + 1
 
     def leave(self, org_id: UUID) -> None:
         held = self._in_flight.get(org_id, 0) - 1
@@ -128,27 +165,66 @@ class RateLimiter:
 
     async def check(self, org_id: UUID, cost: int) -> None:
         """Take ``cost`` tokens from the org's bucket or raise :class:`TooManyRequests`."""
+        refusal = self.refusal_if_short(org_id, cost)
+        if refusal is not None:
+            raise refusal
+        allowed, wait_ms = await self._ask(org_id, cost, force=False)
+        if not allowed:
+            raise self._refusal(wait_ms, cost)
+
+    async def charge(self, org_id: UUID, cost: int) -> None:
+        """Take ``cost`` tokens for work already done, even if that leaves the bucket below zero."""
+        if cost > 0:
+            await self._ask(org_id, cost, force=True)
+
+    async def _ask(self, org_id: UUID, cost: int, *, force: bool) -> tuple[bool, int]:
+        """(allowed, ms until ``cost`` is available) from Redis, or from this process's own account
+        of the bucket while Redis fails or is skipped (:meth:`_take_locally`)."""
         s = self.settings
         if not self.enabled:
-            return
+            return True, 0
+        cost = min(cost, s.burst)
         if time.monotonic() < self._skip_until:
             FAIL_OPEN.inc()
-            return
+            return self._take_locally(org_id, cost, force=force)
+        asked = time.monotonic()  # before Redis's clock reads the bucket: the bound stays an upper one
         try:
             async with asyncio.timeout(s.timeout_ms / 1000):
-                allowed, wait_ms = await self._take(keys=[bucket_key(org_id)], args=[s.rps, s.burst, cost])
+                allowed, wait_ms, milli_tokens = await self._take(keys=[bucket_key(org_id)],
+                                                                   args=[s.rps, s.burst, cost, int(force)])
         except (RedisError, TimeoutError, OSError) as exc:
             self._skip_until = time.monotonic() + s.retry_s
             FAIL_OPEN.inc()
             log.warning("rate_limit_unavailable", error=str(exc) or type(exc).__name__, retry_s=s.retry_s)
-            return
-        if not int(allowed):
-            RATE_LIMITED.inc()
-            retry_after = max(1, math.ceil(int(wait_ms) / 1000))
-            raise TooManyRequests(
-                f"this org is over its rate limit ({s.rps:g} requests/s, bursts of {s.burst}); "
-                f"retry in {retry_after} s", retry_after_s=retry_after,
-                details={"retry_after_s": retry_after, "rate_per_s": s.rps, "burst": s.burst, "cost": cost})
+            return self._take_locally(org_id, cost, force=force)
+        self._remember(org_id, int(milli_tokens) / 1000, asked)
+        return bool(int(allowed)), int(wait_ms)
+
+    def _remember(self, org_id: UUID, tokens: float, at: float) -> None:
+        if len(self._known) >= 10_000 and org_id not in self._known:
+            self._known.clear()  # bounded: forgetting only makes the next check ask Redis
+        self._known[org_id] = (tokens, at)
+
+    def _take_locally(self, org_id: UUID, cost: int, *, force: bool) -> tuple[bool, int]:
+        """Redis is unavailable: take ``cost`` from this process's account of the bucket (Redis's last
+        report plus the refill since, full if none). The other processes' takes are missing from it,
+        so it never refuses what Redis would have allowed: an outage does not refuse requests, and
+        an org flooding during it is still held to its rate in each process."""
+        s = self.settings
+        tokens = self.at_most(org_id)
+        if tokens < cost and not force:
+            return False, math.ceil((cost - tokens) * 1000 / s.rps)
+        self._remember(org_id, max(-float(s.burst), tokens - cost), time.monotonic())
+        return True, 0
+
+    def _refusal(self, wait_ms: int, cost: int) -> TooManyRequests:
+        s = self.settings
+        RATE_LIMITED.inc()
+        retry_after = max(1, math.ceil(wait_ms / 1000))
+        return TooManyRequests(
+            f"this org is over its rate limit ({s.rps:g} tokens/s, bursts of {s.burst}; this request costs "
+            f"{cost}); retry in {retry_after} s", retry_after_s=retry_after,
+            details={"retry_after_s": retry_after, "rate_per_s": s.rps, "burst": s.burst, "cost": cost})
 
 
 def in_flight_middleware(app: ASGIApp) -> ASGIApp:
@@ -166,3 +242,43 @@ def in_flight_middleware(app: ASGIApp) -> ASGIApp:
                     limiter.rate_limiter.leave(org_id)
 
     return middleware
+
+
+def rate_limit_edge(app: ASGIApp) -> ASGIApp:
+    """Refuses, before Litestar routes or reads it, a ``/v1/`` request whose API key was resolved in
+    the last seconds (:class:`service.auth.KeyCache`) and whose org is known to be unable to pay the
+    route's price (:meth:`RateLimiter.refusal_if_short`) or holds all its in-flight slots. Everything
+    else (unknown keys, anything Redis must decide) goes through, to :func:`service.deps.before_request`."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):  # type: ignore[comparison-overlap]
+            refusal = _edge_refusal(scope)
+            if refusal is not None:
+                await send_error(send, scope["headers"], refusal)
+                return
+        await app(scope, receive, send)
+
+    return middleware
+
+
+def _edge_refusal(scope: Scope) -> TooManyRequests | None:
+    services = getattr(getattr(scope.get("app"), "state", None), "services", None)
+    limiter = getattr(services, "rate_limiter", None)
+    if not isinstance(limiter, RateLimiter) or not (limiter.enabled or limiter.settings.max_in_flight > 0):
+        return None
+    token, body_bytes = b"", 0
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            token = value
+        elif name == b"content-length" and value.isdigit():
+            body_bytes = int(value)
+    scheme, _, key = token.partition(b" ")
+    cache = services.extras.get("key_cache")  # type: ignore[union-attr]
+    if scheme.lower() != b"bearer" or not isinstance(cache, KeyCache):
+        return None
+    org_id = cache.get(hash_key(key.strip().decode("latin-1")))
+    if org_id is None:
+        return None
+    method = str(scope.get("method", "GET"))
+    return limiter.in_flight_refusal(org_id) or limiter.refusal_if_short(
+        org_id, limiter.cost(method, scope["path"], body_bytes))

@@ -128,8 +128,8 @@ class EmbeddingSettings:
     bulk_concurrency: int = 0
     """Bulk turns at once; 0 = 1 for the local model (one bulk thread), 2 for a hosted API."""
     query_concurrency: int = 0
-    """Query embeddings at once; 0 = 1 for the local model (its query lane is one thread), 8 for
-    a hosted API. Further calls wait, orgs in turn."""
+    """Query embeddings at once; 0 = 2 for the local model (its query lane is two threads), 8 for
+    a hosted API. Further calls wait, orgs in turn; one org holds at most all but one of them."""
     api_base: str | None = None
     """Hosted provider base URL, e.g. ``https://api.openai.com/v1``."""
     api_key: str | None = None
@@ -179,14 +179,36 @@ class ServerSettings:
 class RateLimitSettings:
     """Per-org request quotas: a token bucket per org in Redis, shared by every worker and instance."""
 
-    rps: float = 200.0
-    """Tokens added to an org's bucket per second, i.e. its sustained rate of light requests
-    (0 = no limit). Past it a request answers 429 ``rate_limited`` with ``Retry-After``."""
-    burst: int = 400
-    """Size of the bucket: what an org that has been idle may send at once."""
+    rps: float = 150.0
+    """Tokens added to an org's bucket per second (0 = no limit). A token is about what a light request
+    costs (~1-1.5 ms of CPU); heavier requests take more (see below and :mod:`service.ratecost`).
+    Past the bucket a request answers 429 ``rate_limited`` with ``Retry-After``. Default sized for
+    one 2-core instance serving several orgs: such an instance serves ~100-200 ordinary assemblies/s
+    (6 tokens each), ~600-1,200 tokens/s in all; 150 per org (~25 ordinary assemblies/s, or ~4
+    searches/s with 4,000-character embedded queries) lets one org use at most ~15-25% of it."""
+    burst: int = 300
+    """Size of the bucket: what an org that has been idle may send at once (and the most any single
+    request costs)."""
     heavy_cost: int = 4
-    """Tokens a heavy request takes (context assembly, search, memory and document writes, export);
-    every other authenticated request takes 1. Default: 50 heavy requests/s per org, 100 at once."""
+    """Tokens a heavy request takes before what its body adds (context assembly, search, memory and
+    document writes, export); every other authenticated request takes 1."""
+    embed_chars_per_token: int = 40
+    """A search or assembly whose strategy embeds its query (all but ``lexical``) takes one more token
+    per this many characters of the query, counted up to ``embed_max_chars`` (0 = off): embedding a
+    query costs ~2 ms short and ~37 ms at the model's cut on 2 cores."""
+    embed_max_chars: int = 1000
+    """Where the query embedder stops paying for length (the local model cuts its input at 256 word
+    pieces, ~1,000 characters of English): characters past it cost the embedder nothing."""
+    text_chars_per_token: int = 400
+    """Every search and assembly takes one more token per this many characters of its query (matching
+    and scoring grow with its terms), and memory writes per this many characters the service embeds
+    for them (each text counted up to ``embed_max_chars``; 0 = off)."""
+    body_bytes_per_token: int = 16384
+    """Every request takes one more token per this many bytes of body (``Content-Length``, known before
+    the body is read): long histories, big filters, uploads (0 = off)."""
+    hot_miss_cost: int = 1
+    """More tokens a ``GET /v1/memories/hot`` takes when the set was not cached and was read from
+    Postgres (taken after the read, so the bucket may go below zero; 0 = off)."""
     timeout_ms: int = 50
     """Longest wait for Redis's answer. Past it, or on any Redis error, the request is let through
     (fail open: Redis is a cache, an outage must not become an outage of the API) and the limiter
@@ -539,9 +561,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             metrics_token=_get(env, "PGCONTEXT_METRICS_TOKEN"),
         ),
         rate_limit=RateLimitSettings(
-            rps=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RPS", 200.0)),
-            burst=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_BURST", 400)),
+            rps=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RPS", 150.0)),
+            burst=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_BURST", 300)),
             heavy_cost=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_HEAVY_COST", 4)),
+            embed_chars_per_token=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_EMBED_CHARS_PER_TOKEN", 40)),
+            embed_max_chars=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_EMBED_MAX_CHARS", 1000)),
+            text_chars_per_token=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_TEXT_CHARS_PER_TOKEN", 400)),
+            body_bytes_per_token=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_BODY_BYTES_PER_TOKEN", 16384)),
+            hot_miss_cost=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_HOT_MISS_COST", 1)),
             timeout_ms=max(1, _int(env, "PGCONTEXT_RATE_LIMIT_TIMEOUT_MS", 50)),
             retry_s=max(0.0, _float(env, "PGCONTEXT_RATE_LIMIT_RETRY_S", 2.0)),
             max_in_flight=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", 4 * usable_cpus())),

@@ -129,7 +129,11 @@ class HotMemoryController(Controller):
         """Served from Redis (``source: cache``) or read from Postgres on a miss, then cached (only for
         agents that have memories of their own)."""
         check_agent_id(agent_id)
-        return await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
+        out = await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
+        if out.source == "postgres" and services.rate_limiter is not None:
+            # Not cached: a Postgres read the route's price did not cover (service.ratecost)
+            await services.rate_limiter.charge(org_id, services.settings.rate_limit.hot_miss_cost)
+        return out
 
 
 class FeedbackController(Controller):

@@ -13,14 +13,13 @@ so a client that retries at once still retries at most about once per hold.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable
 
-import msgspec
-from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
+from service.edge import send_error
 
 ASSEMBLE_PATH = "/v1/context/assemble"
 
@@ -50,15 +49,6 @@ def caller_left_ms(headers: Iterable[tuple[bytes, bytes]]) -> float | None:
     return left
 
 
-def request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
-    """The caller's ``X-Request-ID`` (first 64 characters) or a new one, as the request-id middleware
-    gives every other response (this one answers before it runs)."""
-    for name, value in headers:
-        if name == b"x-request-id" and value:
-            return value.decode("latin-1")[:64]
-    return uuid.uuid4().hex
-
-
 def shedding_middleware(app: ASGIApp) -> ASGIApp:
     """Outermost: a refusal here skips the request-id binding and the per-route HTTP metrics too (it
     is counted in ``pgcontext_assembly_shed_total{reason="line_full"}`` and
@@ -79,15 +69,6 @@ def shedding_middleware(app: ASGIApp) -> ASGIApp:
         assembly_metrics.not_answered(refusal.code)
         headers = scope["headers"]
         await admission.hold(arrived, caller_left_ms(headers))
-        rid = request_id(headers)
-        body = msgspec.json.encode({"error": {"code": refusal.code, "message": refusal.message,
-                                              "details": refusal.details, "request_id": rid}})
-        start: HTTPResponseStartEvent = {
-            "type": "http.response.start", "status": refusal.status, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(refusal.retry_after_s).encode()), (b"x-request-id", rid.encode())]}
-        await send(start)
-        end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
-        await send(end)
+        await send_error(send, headers, refusal)
 
     return middleware

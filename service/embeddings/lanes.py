@@ -3,9 +3,12 @@
 Two lanes share the embedder:
 
 * **query** (search and assembly: one short text, a deadline of a few ms) — at most
-  ``query_concurrency`` calls at once (the local model's query lane is one thread), the next call
+  ``query_concurrency`` calls at once (the local model's query lane is two threads), the next call
   taken from the orgs in turn, so one org's burst of long queries queues behind itself, not in front
-  of every other org;
+  of every other org; and no org holds every slot (at most ``query_concurrency - 1``): a query at
+  the model's cut (256 word pieces) embeds for ~37 ms, and with one slot another org's short query
+  arriving meanwhile waited all of it (its assembly's cold branch missed the 40 ms wall: L1). With
+  a slot kept for the others it embeds beside it;
 * **bulk** (memory batches, document ingest) — cut into sub-batches of ``bulk_batch`` texts, at
   most ``bulk_concurrency`` at once, orgs in turn, and before each sub-batch it yields to query
   embeddings (waits, up to ``bulk_yield_ms``, until none is running or queued). The local
@@ -47,12 +50,14 @@ class BulkCapable(Protocol):
 
 
 class FairGate:
-    """At most ``capacity`` holders at once; waiters are served one key (org) at a time in turn,
-    first come first served within a key."""
+    """At most ``capacity`` holders at once, at most ``per_key`` of them for one key (org); waiters
+    are served one key at a time in turn, first come first served within a key."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, per_key: int | None = None) -> None:
         self.capacity = max(1, capacity)
+        self.per_key = max(1, min(per_key or self.capacity, self.capacity))
         self.active = 0
+        self._held: Counter[Hashable] = Counter()
         self._waiting: dict[Hashable, deque[asyncio.Future[None]]] = {}
         """Insertion order is the turn order: a served key moves to the end."""
         self._load: Counter[Hashable] = Counter()
@@ -77,8 +82,11 @@ class FairGate:
         self._load[key] += 1
         self._idle.clear()
         try:
-            if self.active < self.capacity and not self._waiting:
+            # A free slot while others wait means every waiter's key is at ``per_key``: not this one's
+            # unless it holds as many itself (then its turn comes when one of its own is released).
+            if self.active < self.capacity and self._held[key] < self.per_key:
                 self.active += 1
+                self._held[key] += 1
             else:
                 await self._wait(key)
             try:
@@ -110,18 +118,25 @@ class FairGate:
             raise
 
     def _release(self, releasing: Hashable) -> None:
-        """Hand the slot to the next key in turn: the first waiting one other than the key that just
-        had it (unless it alone waits)."""
-        while self._waiting:
-            key = next((k for k in self._waiting if k != releasing), releasing)
+        """Hand the slot to the next key in turn that may take one: the first waiting one other than
+        the key that just had it (unless it alone may), below ``per_key``."""
+        self._held[releasing] -= 1
+        if self._held[releasing] <= 0:
+            del self._held[releasing]
+        while True:
+            turns = [k for k in self._waiting if k != releasing] + ([releasing] if releasing in self._waiting else [])
+            key = next((k for k in turns if self._held[k] < self.per_key), None)
+            if key is None:
+                self.active -= 1
+                return
             line = self._waiting.pop(key)
             future = line.popleft()
             if line:
                 self._waiting[key] = line  # back of the turn order
             if not future.done():
+                self._held[key] += 1
                 future.set_result(None)  # the slot passes on: ``active`` is unchanged
                 return
-        self.active -= 1
 
 
 class EmbeddingLanes:
@@ -130,7 +145,8 @@ class EmbeddingLanes:
     def __init__(self, embedder: Embedder, settings: EmbeddingSettings) -> None:
         self.embedder = embedder
         local = isinstance(embedder, BulkCapable)
-        self.query = FairGate(settings.query_concurrency or (1 if local else 8))
+        query_slots = settings.query_concurrency or (2 if local else 8)
+        self.query = FairGate(query_slots, per_key=max(1, query_slots - 1))
         self.bulk = FairGate(settings.bulk_concurrency or (1 if local else 2))
         self.bulk_batch = max(1, settings.bulk_batch)
         self.bulk_yield_s = settings.bulk_yield_ms / 1000

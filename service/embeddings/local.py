@@ -23,7 +23,7 @@ from service.embeddings.bert_graph import MINILM_L6, OUTPUT_NAME, input_feed
 MAX_TOKENS = 256
 """all-MiniLM-L6-v2 was trained on at most 256 word pieces ([CLS] and [SEP] included)."""
 QUERY_BATCH = 4
-"""Calls with at most this many texts (search queries) take the single-threaded query lane."""
+"""Calls with at most this many texts (search queries) take the query lane (its threads, one intra-op thread each)."""
 
 
 class LocalEmbedder:
@@ -55,7 +55,9 @@ class LocalEmbedder:
         # the kernel serves queries, the event loop and Postgres before them. Within a lane calls
         # queue up instead of oversubscribing the cores.
         self._query_session = _session(model_path, 1, arena=True)
-        self._query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        # Two query threads on the one session (onnxruntime runs are thread-safe): one org's query at the
+        # model's cut (~37 ms) does not hold another org's short one (service.embeddings.lanes).
+        self._query_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed-query")
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-bulk",
                                             initializer=_lower_priority, initargs=(bulk_nice,))
         # Created on the bulk thread, so onnxruntime's intra-op threads inherit its priority. No memory

@@ -21,7 +21,8 @@ from service.deps import strip_param_types
 from service.embedded import free_port
 from service.embeddings import Embedder
 from service.errors import TooManyRequests
-from service.ratelimit import FAIL_OPEN, HEAVY_ROUTES, RateLimiter, bucket_key
+from service.ratecost import HEAVY_ROUTES
+from service.ratelimit import FAIL_OPEN, RateLimiter, bucket_key
 from service.runtime import Endpoints
 from service.settings import RateLimitSettings, Settings
 from tests.conftest import Tenant
@@ -65,10 +66,10 @@ async def test_one_orgs_flood_does_not_limit_another(settings: Settings, endpoin
 
 async def test_bucket_refills_over_time(settings: Settings, endpoints: Endpoints, embedder: Embedder,
                                         tenant: Tenant) -> None:
-    async with limited_client(settings, endpoints, embedder, rps=5, burst=2) as client:
+    async with limited_client(settings, endpoints, embedder, rps=2, burst=2) as client:
         while (await _get(client, tenant)).status_code == 200:
             pass
-        await asyncio.sleep(0.25)  # 5 tokens/s: one back after 0.2 s
+        await asyncio.sleep(0.6)  # 2 tokens/s: one back after 0.5 s (the next one 0.4 s later: a loaded machine)
         assert (await _get(client, tenant)).status_code == 200
         assert (await _get(client, tenant)).status_code == 429
 
@@ -120,20 +121,28 @@ async def _blackhole() -> tuple[asyncio.Server, int]:
 
 @pytest.mark.parametrize("fault", ["refused", "hung"])
 async def test_redis_down_or_hung_fails_open_quickly(fault: str) -> None:
+    """A dead or hung Redis refuses nothing the limit would allow and costs one short timeout, not one
+    per request; meanwhile the process still holds each org to its rate from its own account."""
     if fault == "hung":
         server, port = await _blackhole()
     else:
         server, port = None, free_port()  # nothing listens there
     redis = Redis(host="127.0.0.1", port=port, socket_timeout=5, socket_connect_timeout=5)
-    limiter = RateLimiter(redis, RateLimitSettings(rps=1, burst=1, timeout_ms=20, retry_s=30))
+    limiter = RateLimiter(redis, RateLimitSettings(rps=1, burst=100, timeout_ms=20, retry_s=30))
     try:
         before = FAIL_OPEN._value.get()
         started = time.perf_counter()
         for _ in range(50):
-            await limiter.check(uuid4(), 1)  # would be 429 from the second call if Redis answered
+            await limiter.check(uuid4(), 1)  # fresh orgs, full buckets: nothing to refuse
         elapsed = time.perf_counter() - started
         assert FAIL_OPEN._value.get() - before == 50
         assert elapsed < 0.5, elapsed  # one short timeout, then skipped: no per-request wait
+        flooding = uuid4()
+        for _ in range(100):
+            await limiter.check(flooding, 1)
+        with pytest.raises(TooManyRequests) as refused:
+            await limiter.check(flooding, 1)
+        assert refused.value.retry_after_s == 1
     finally:
         await redis.aclose()
         if server is not None:
@@ -190,3 +199,97 @@ async def test_in_flight_cap_per_org(settings: Settings, endpoints: Endpoints, e
             r = await http.post("/v1/memories/search", headers=other_tenant.headers,
                                 json={"query": "tea", "strategy": "lexical"})
             assert r.status_code == 200, r.text
+
+
+async def _tokens_left(redis_url: str, tenant: Tenant) -> float:
+    redis = Redis.from_url(redis_url)
+    try:
+        return float(await redis.hget(bucket_key(tenant.org_id), "tokens") or "nan")
+    finally:
+        await redis.aclose()
+
+
+async def _drop(client: AsyncTestClient[Any], redis_url: str, tenant: Tenant, method: str, path: str,
+                body: dict[str, Any] | None = None) -> float:
+    """Tokens the request took from the org's bucket in Redis (the bucket refills 0.001/s: nothing)."""
+    before = await _tokens_left(redis_url, tenant)
+    r = await client.request(method, path, json=body, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    return round(before - await _tokens_left(redis_url, tenant))
+
+
+async def test_prices_follow_the_work(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                      redis_url: str, tenant: Tenant) -> None:
+    """A long query takes more tokens than a short one, an embedded one more than a lexical one (up to
+    the model's cut), and a hot-set read from Postgres more than one from Redis: the bucket in Redis
+    shows it."""
+    long_query = ("tea cultivation in the highlands " * 40)[:1200]
+    async with limited_client(settings, endpoints, embedder, rps=0.001, burst=1000, heavy_cost=4,
+                              embed_chars_per_token=40, embed_max_chars=1000, text_chars_per_token=400,
+                              hot_miss_cost=1) as client:
+        assert (await _get(client, tenant)).status_code == 200  # the bucket exists: 999 left
+        search = "/v1/memories/search"
+        assert await _drop(client, redis_url, tenant, "POST", search, {"query": "tea", "strategy": "semantic"}) == 4
+        assert await _drop(client, redis_url, tenant, "POST", search,
+                           {"query": long_query, "strategy": "semantic"}) == 4 + 1000 // 40 + 1200 // 400
+        assert await _drop(client, redis_url, tenant, "POST", search,
+                           {"query": long_query, "strategy": "lexical"}) == 4 + 1200 // 400
+        assemble = {"agent_id": "agent-x", "query": long_query, "model": "gpt-4o", "max_context_tokens": 2000}
+        assert await _drop(client, redis_url, tenant, "POST", "/v1/context/assemble",
+                           assemble) == 4 + 1000 // 40 + 1200 // 400
+        # an agent with no memories: never cached, every read is a Postgres read
+        assert await _drop(client, redis_url, tenant, "GET", "/v1/memories/hot?agent_id=nobody") == 1 + 1
+        r = await client.post("/v1/memories", json={"text": "tea grows on hills", "agent_id": "hills"},
+                              headers=tenant.headers)
+        assert r.status_code == 201, r.text
+        assert await _drop(client, redis_url, tenant, "GET", "/v1/memories/hot?agent_id=hills") == 2  # filled
+        assert await _drop(client, redis_url, tenant, "GET", "/v1/memories/hot?agent_id=hills") == 1  # cached
+
+
+async def test_a_long_query_past_the_bucket_is_refused_with_retry_after(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:
+    """Short searches fit where a long one does not: it answers 429 in the error shape with the price
+    and Retry-After (tokens missing / rate); asked again at once it is refused the same way, now
+    without asking Redis (the process knows the bucket cannot have refilled); other orgs are untouched."""
+    long_query = "x" * 4000
+    async with limited_client(settings, endpoints, embedder, rps=1, burst=40) as client:
+        for _ in range(2):
+            r = await client.post("/v1/memories/search", json={"query": "tea", "strategy": "semantic"},
+                                  headers=tenant.headers)
+            assert r.status_code == 200, r.text  # 4 each: 32 left
+        refusals = []
+        for _ in range(2):
+            r = await client.post("/v1/memories/search", json={"query": long_query, "strategy": "semantic"},
+                                  headers=tenant.headers)
+            assert r.status_code == 429, r.text
+            refusals.append(r)
+        for r in refusals:
+            error = r.json()["error"]
+            assert error["code"] == "rate_limited" and error["request_id"] == r.headers["x-request-id"]
+            assert error["details"]["cost"] == 4 + 25 + 10  # heavy + embedded up to the cut + every 400 chars
+            retry_after = int(r.headers["retry-after"])
+            assert retry_after == error["details"]["retry_after_s"] and 1 <= retry_after <= 9  # ~8 tokens at 1/s
+        r = await client.post("/v1/memories/search", json={"query": long_query, "strategy": "semantic"},
+                              headers=other_tenant.headers)
+        assert r.status_code == 200, r.text
+
+
+async def test_a_refused_org_is_answered_at_the_edge(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                                     redis_url: str, tenant: Tenant) -> None:
+    """Once an org is known to be short, its next requests are refused without asking Redis (the
+    bucket in Redis is not touched: its clock field stays), in the same error shape."""
+    async with limited_client(settings, endpoints, embedder, rps=0.01, burst=1) as client:
+        assert (await _get(client, tenant)).status_code == 200
+        assert (await _get(client, tenant)).status_code == 429  # Redis says so; the process remembers
+        redis = Redis.from_url(redis_url)
+        try:
+            asked = await redis.hget(bucket_key(tenant.org_id), "ms")
+            for path in ("/v1/memories", "/v1/memories/hot?agent_id=a"):
+                r = await client.get(path, headers=tenant.headers)
+                assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
+                assert int(r.headers["retry-after"]) >= 1 and r.headers["x-request-id"]
+            assert await redis.hget(bucket_key(tenant.org_id), "ms") == asked
+        finally:
+            await redis.aclose()
+        r = await client.get("/v1/memories", headers={"Authorization": "Bearer pgc_unknown"})
+        assert r.status_code == 401  # an unknown key is never refused at the edge

@@ -136,9 +136,40 @@ async def test_the_query_embedder_counts_as_busy_per_org() -> None:
     calls.append(asyncio.ensure_future(lanes.embed_query(b, ["short"])))
     await asyncio.sleep(0)
     assert engine.embedder_busy(b)  # now b has one while the lane is full
-    assert embedder.calls == ["query:long query 0"]  # one at a time on the local model's lane ...
+    # The local model's lane has two slots, one org at most one of them: b's query runs beside a's
+    # first at once, not behind all of a's.
+    assert embedder.calls == ["query:long query 0", "query:short"]
     embedder.query_release.set()
     await asyncio.gather(*calls)
-    # ... and b's query ran right after a's first, not behind all of a's.
     assert embedder.calls == ["query:long query 0", "query:short", "query:long query 1"]
     assert not engine.embedder_busy(a) and not engine.embedder_busy(b)
+
+
+async def test_no_org_holds_every_slot() -> None:
+    """Org a's long queries hold at most ``per_key`` of the slots: org b's query starts at once beside
+    them instead of waiting; a's next one waits for one of a's own, not for b's."""
+    gate = FairGate(2, per_key=1)
+    release_a = asyncio.Event()
+    started: list[str] = []
+
+    async def one(org: str, name: str, release: asyncio.Event) -> None:
+        async with gate.hold(org):
+            started.append(name)
+            await release.wait()
+
+    a1 = asyncio.ensure_future(one("a", "a1", release_a))
+    a2 = asyncio.ensure_future(one("a", "a2", release_a))
+    await asyncio.sleep(0)
+    assert started == ["a1"] and gate.active == 1  # a2 waits although a slot is free
+    b = asyncio.ensure_future(one("b", "b1", asyncio.Event()))
+    await asyncio.sleep(0)
+    assert started == ["a1", "b1"] and gate.active == 2
+    release_a.set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started == ["a1", "b1", "a2"]
+    await asyncio.wait_for(asyncio.gather(a1, a2), 1)
+    b.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await b
+    assert gate.active == 0 and gate.load() == 0
