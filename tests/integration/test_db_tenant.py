@@ -114,6 +114,24 @@ async def test_the_connection_goes_back_after_the_block_without_the_caller_waiti
     assert pool.is_closing()
 
 
+async def test_the_next_org_on_a_pooled_connection_sees_nothing_of_the_last(
+        one_connection: tuple[Database, asyncpg.Pool], tenant: Tenant, other_tenant: Tenant) -> None:
+    """One connection serving two orgs in turn: each read sees only its own org, by id or at all."""
+    db, pool = one_connection
+    async with db.tenant(tenant.org_id) as tx:
+        await tx.conn.execute("INSERT INTO directives (org_id, agent_id, content) VALUES ($1, 'pooled', 'mine')",
+                              tenant.org_id)
+    for _ in range(3):
+        async with db.tenant(tenant.org_id, readonly=True, timeout_ms=50) as tx:
+            assert await tx.conn.fetchval("SELECT content FROM directives WHERE agent_id = 'pooled'") == "mine"
+        await _clean(pool)
+        async with db.tenant(other_tenant.org_id, readonly=True) as tx:
+            assert await tx.conn.fetchval("SELECT count(*) FROM directives WHERE agent_id = 'pooled'") == 0
+            assert await tx.conn.fetchval("SELECT count(*) FROM directives WHERE org_id = $1", tenant.org_id) == 0
+    async with db.tenant(tenant.org_id) as tx:
+        await tx.conn.execute("DELETE FROM directives WHERE agent_id = 'pooled'")
+
+
 # -- a server that stops answering (issue 14, failures 2, 3 and 7) -----------------------------------
 
 
