@@ -46,7 +46,8 @@ async def index_drift(owner_dsn: str, tenant: Tenant) -> dict[str, int]:
                                     FROM m CROSS JOIN LATERAL unnest(m.ctx) AS l) AS x GROUP BY 1, 2),
                  have AS (SELECT memory_id AS id, term, tf, ctx_tf FROM memory_postings WHERE org_id = $1),
                  df_want AS (SELECT term, count(*) AS df FROM want GROUP BY 1),
-                 df_have AS (SELECT term, sum(df) AS df FROM memory_term_df WHERE org_id = $1 GROUP BY 1 HAVING sum(df) <> 0)
+                 df_have AS (SELECT term, sum(df) AS df FROM memory_term_df WHERE org_id = $1
+                              GROUP BY 1 HAVING sum(df) <> 0)
             SELECT (SELECT count(*) FROM (SELECT * FROM want EXCEPT SELECT * FROM have
                                           UNION ALL (SELECT * FROM have EXCEPT SELECT * FROM want)) AS d) AS postings,
                    (SELECT count(*) FROM (SELECT * FROM df_want EXCEPT SELECT * FROM df_have
@@ -67,7 +68,8 @@ async def test_set_on_create_batch_and_patch_and_returned(client: AsyncTestClien
     (plain,) = await create(client, tenant, {"text": "The user prefers green tea."})
     assert (await client.get(f"/v1/memories/{plain}", headers=tenant.headers)).json()["search_context"] is None
     (single,) = await create(client, tenant, {"text": REPLY, "search_context": QUESTION})
-    batch = await create(client, tenant, {"memories": [{"text": QUESTION}, {"text": REPLY, "search_context": QUESTION}]})
+    batch = await create(client, tenant, {"memories": [{"text": QUESTION},
+                                                       {"text": REPLY, "search_context": QUESTION}]})
     listed = {m["id"]: m for m in await list_all(client, tenant)}
     assert listed[single]["search_context"] == QUESTION and listed[batch[1]]["search_context"] == QUESTION
     assert listed[batch[0]]["search_context"] is None
