@@ -7,7 +7,10 @@ DIR holds three files:
 * ``corpus.jsonl``: one turn per line (``_id``, ``text``, ``metadata``). ``metadata.sample_id`` names
   the conversation: each gets its own org, so a question only ever sees its own conversation.
   ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is sent as the memory's
-  ``occurred_at`` (left out if the service rejects the field: one that predates event time).
+  ``occurred_at`` (left out if the service rejects the field: one that predates event time). The
+  ``--context-turns`` turns before it in the file, of the same conversation and session
+  (``metadata.session`` when given), are sent as its ``search_context`` (searched, never packed; left
+  out if the service does not take the field).
 * ``queries.jsonl``: ``_id``, ``text``, ``metadata.sample_id`` and ``metadata.category``.
 * ``qrels.tsv``: header line, then ``query-id  corpus-id  score`` (evidence turns).
 
@@ -87,6 +90,8 @@ class Turn:
     group: str
     occurred_at: datetime | None
     metadata: dict[str, Any]
+    context: str = ""
+    """The turns before it (same conversation and session), sent as ``search_context``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +155,19 @@ def load_dir(root: Path, categories: set[str] | None) -> tuple[list[Turn], list[
     return turns, queries, qrels
 
 
+def with_context(turns: Sequence[Turn], before: int) -> list[Turn]:
+    """Each turn with the text of up to ``before`` turns preceding it in file order, of the same
+    conversation and the same ``metadata.session`` (absent: one session), oldest first."""
+    out: list[Turn] = []
+    for i, t in enumerate(turns):
+        parts: list[str] = []
+        for prev in turns[max(0, i - before):i]:
+            if prev.group == t.group and prev.metadata.get("session") == t.metadata.get("session"):
+                parts.append(prev.text)
+        out.append(Turn(t.id, t.text, t.group, t.occurred_at, t.metadata, "\n".join(parts)))
+    return out
+
+
 def assembly_fields(name: str) -> dict[str, Any]:
     """The request fields of an assembly line: a named one, or ``assemble_N`` at N tokens."""
     if name in ASSEMBLIES:
@@ -208,11 +226,12 @@ def bm25_reference(turns: Sequence[Turn], queries: Sequence[Query], qrels: dict[
 
 
 async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn],
-                     send_time: list[bool]) -> dict[str, str]:
+                     send_time: list[bool], send_context: list[bool]) -> dict[str, str]:
     """POST one conversation's turns (org-wide memories); returns memory id -> turn id.
 
     ``send_time[0]``: send ``occurred_at``; set to False (and the batch resent) if the service rejects
-    the field as unknown, so the benchmark also runs against a service without event time."""
+    the field as unknown, so the benchmark also runs against a service without event time; likewise
+    ``send_context[0]`` for ``search_context``."""
     by_memory: dict[str, str] = {}
     for start in range(0, len(turns), BATCH):
         chunk = turns[start:start + BATCH]
@@ -222,10 +241,15 @@ async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn]
                 memory: dict[str, Any] = {"text": t.text, "kind": "episode", "metadata": t.metadata}
                 if send_time[0] and t.occurred_at is not None:
                     memory["occurred_at"] = t.occurred_at.isoformat()
+                if send_context[0] and t.context:
+                    memory["search_context"] = t.context
                 body.append(memory)
             r = await client.post("/v1/memories", json={"memories": body}, headers=headers)
             if r.status_code == 400 and send_time[0] and "occurred_at" in r.text:
                 send_time[0] = False
+                continue
+            if r.status_code == 400 and send_context[0] and "search_context" in r.text:
+                send_context[0] = False
                 continue
             r.raise_for_status()
             break
@@ -312,6 +336,7 @@ async def main_async(args: argparse.Namespace) -> None:
     settings = load_settings(env)
     root = Path(args.dir)
     turns, queries, qrels = load_dir(root, set(args.categories) if args.categories else None)
+    turns = with_context(turns, args.context_turns)
     if args.max_queries:
         queries = queries[: args.max_queries]
     groups = sorted({t.group for t in turns})
@@ -322,16 +347,18 @@ async def main_async(args: argparse.Namespace) -> None:
     tokenizers = Tokenizers(settings.assembly.tiktoken_dir or settings.data_dir / "tiktoken")
     with servers(settings) as (owner_dsn, redis_url):
         async with app_client(settings, owner_dsn, redis_url) as client:
-            send_time = [True]
+            send_time, send_context = [True], [args.context_turns > 0]
             orgs: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
             started = time.perf_counter()
             for group in groups:
                 _org, headers = await new_tenant(owner_dsn, f"locomo-{group}-{time.time_ns()}")
                 orgs[group] = (headers, await load_group(client, headers, [t for t in turns if t.group == group],
-                                                         send_time))
+                                                         send_time, send_context))
             sent = "not sent: the service does not take it" if not send_time[0] else "sent" if dated else "none parsed"
+            context = (f"the {args.context_turns} turns before" if send_context[0] else
+                       "not sent: the service does not take it" if args.context_turns else "not sent")
             print(f"# loaded through POST /v1/memories in {time.perf_counter() - started:.1f} s "
-                  f"(occurred_at {sent}; "
+                  f"(occurred_at {sent}; search_context {context}; "
                   f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'})",
                   flush=True)
             for name in args.strategies:
@@ -351,6 +378,9 @@ def main() -> None:
     parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), type=assembly_name,
                         help=f"assembly lines: {', '.join(ASSEMBLIES)}, or assemble_N for N tokens")
     parser.add_argument("--use-hot", action="store_true", help="let assembly use the agent's hot set")
+    parser.add_argument("--context-turns", type=int, default=2,
+                        help="send this many preceding turns (same conversation and session) as each turn's "
+                             "search_context; 0: none")
     args = parser.parse_args()
     configure_logs("warning")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise

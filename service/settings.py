@@ -270,6 +270,9 @@ class RetrievalSettings:
     bm25_b: float = 0.4
     """BM25 document-length normalisation (Anserini's default; short memories such as chat turns lose
     little to length, docs/retrieval.md "Fusion and BM25 defaults")."""
+    search_context_weight: float = 0.25
+    """BM25 weight of a memory's ``search_context`` terms against its text's (a term's frequency is
+    ``tf + w * ctx_tf``, the length likewise); 0 ignores the context (docs/retrieval.md "Search context")."""
     ef_search: int = 100
     """Default ``hnsw.ef_search`` for the semantic branch (a request may override it)."""
     max_query_chars: int = 4000
@@ -581,6 +584,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             postings_per_term=_int(env, "PGCONTEXT_RETRIEVAL_POSTINGS_PER_TERM", 500),
             bm25_k1=_float(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 0.9),
             bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.4),
+            search_context_weight=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SEARCH_CONTEXT_WEIGHT", 0.25)),
             ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
             max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
             embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),

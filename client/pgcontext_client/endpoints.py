@@ -50,11 +50,14 @@ def _seg(value: Id) -> str:
 def create_memory(text: str, *, agent_id: str | None = None, kind: str | None = None,
                   metadata: dict[str, Any] | None = None, importance: float | None = None,
                   pinned: bool | None = None, expires_at: datetime | None = None,
-                  occurred_at: datetime | None = None, embedding: list[float] | None = None,
+                  occurred_at: datetime | None = None, search_context: str | None = None,
+                  embedding: list[float] | None = None,
                   idempotency_key: str | None = None) -> Call[t.CreatedMemories]:
-    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids``."""
+    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids``.
+    ``search_context`` is searched but never packed into a context (e.g. the turn it replies to)."""
     body = t.MemoryIn(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
-                      pinned=pinned, expires_at=expires_at, occurred_at=occurred_at, embedding=embedding)
+                      pinned=pinned, expires_at=expires_at, occurred_at=occurred_at,
+                      search_context=search_context, embedding=embedding)
     return Call("POST", "/v1/memories", t.CreatedMemories, body=body, idempotency_key=idempotency_key,
                 repeatable=True)
 
@@ -85,10 +88,12 @@ def list_memories(*, agent_id: str | None = None, kind: str | None = None, metad
 def update_memory(memory_id: Id, *, text: str = UNSET, agent_id: str | None = UNSET, kind: str = UNSET,
                   metadata: dict[str, Any] = UNSET, importance: float = UNSET, pinned: bool = UNSET,
                   expires_at: datetime | None = UNSET, occurred_at: datetime = UNSET,
+                  search_context: str | None = UNSET,
                   idempotency_key: str | None = None) -> Call[t.Memory]:
     """Change only the fields given (re-embeds when ``text`` changes); returns the memory as stored."""
     body = t.MemoryPatch(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
-                         pinned=pinned, expires_at=expires_at, occurred_at=occurred_at)
+                         pinned=pinned, expires_at=expires_at, occurred_at=occurred_at,
+                         search_context=search_context)
     return Call("PATCH", f"/v1/memories/{_seg(memory_id)}", t.Memory, body=body,
                 idempotency_key=idempotency_key, repeatable=True)
 

@@ -36,6 +36,83 @@ depends_on = None
 TABLES = ("memory_postings", "memory_term_df", "memory_lex_stats")
 SHARDS = 8
 
+# Function definitions as constants: 0008 restores them on its downgrade (byte for byte).
+LEX_ADD = f"""
+        CREATE FUNCTION memory_lex_add(p_org uuid[], p_id uuid[], p_tsv tsvector[]) RETURNS void
+        LANGUAGE sql AS $$
+            INSERT INTO memory_postings (org_id, term, memory_id, tf, doc_len, impact)
+            SELECT t.org_id, t.term, t.id, t.tf, t.doc_len, memory_bm25_impact(t.tf, t.doc_len)
+              FROM (SELECT d.org_id, d.id, l.lexeme AS term, coalesce(cardinality(l.positions), 1) AS tf,
+                           sum(coalesce(cardinality(l.positions), 1)) OVER (PARTITION BY d.id)::integer AS doc_len
+                      FROM unnest(p_org, p_id, p_tsv) AS d(org_id, id, tsv)
+                     CROSS JOIN LATERAL unnest(d.tsv) AS l) AS t;
+            INSERT INTO memory_term_df AS c (org_id, term, shard, df)
+            SELECT d.org_id, l.lexeme, (pg_backend_pid() % {SHARDS})::smallint, count(*)
+              FROM unnest(p_org, p_tsv) AS d(org_id, tsv) CROSS JOIN LATERAL unnest(d.tsv) AS l
+             GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (org_id, term, shard) DO UPDATE SET df = c.df + excluded.df;
+            INSERT INTO memory_lex_stats AS c (org_id, shard, n_docs, total_len)
+            SELECT d.org_id, (pg_backend_pid() % {SHARDS})::smallint, count(*),
+                   coalesce(sum((SELECT sum(coalesce(cardinality(l.positions), 1)) FROM unnest(d.tsv) AS l)), 0)
+              FROM unnest(p_org, p_tsv) AS d(org_id, tsv)
+             GROUP BY 1 ORDER BY 1
+            ON CONFLICT (org_id, shard) DO UPDATE
+               SET n_docs = c.n_docs + excluded.n_docs, total_len = c.total_len + excluded.total_len;
+        $$
+        """
+
+LEX_REMOVE = f"""
+        CREATE FUNCTION memory_lex_remove(p_org uuid[], p_id uuid[], p_tsv tsvector[]) RETURNS void
+        LANGUAGE sql AS $$
+            DELETE FROM memory_postings p
+             USING unnest(p_org, p_id, p_tsv) AS d(org_id, id, tsv) CROSS JOIN LATERAL unnest(d.tsv) AS l
+             WHERE p.org_id = d.org_id AND p.term = l.lexeme AND p.memory_id = d.id;
+            INSERT INTO memory_term_df AS c (org_id, term, shard, df)
+            SELECT d.org_id, l.lexeme, (pg_backend_pid() % {SHARDS})::smallint, -count(*)
+              FROM unnest(p_org, p_tsv) AS d(org_id, tsv) CROSS JOIN LATERAL unnest(d.tsv) AS l
+             GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (org_id, term, shard) DO UPDATE SET df = c.df + excluded.df;
+            INSERT INTO memory_lex_stats AS c (org_id, shard, n_docs, total_len)
+            SELECT d.org_id, (pg_backend_pid() % {SHARDS})::smallint, -count(*),
+                   -coalesce(sum((SELECT sum(coalesce(cardinality(l.positions), 1)) FROM unnest(d.tsv) AS l)), 0)
+              FROM unnest(p_org, p_tsv) AS d(org_id, tsv)
+             GROUP BY 1 ORDER BY 1
+            ON CONFLICT (org_id, shard) DO UPDATE
+               SET n_docs = c.n_docs + excluded.n_docs, total_len = c.total_len + excluded.total_len;
+        $$
+        """
+
+ON_INSERT = """
+        CREATE FUNCTION memory_lex_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM memory_lex_add(array_agg(org_id), array_agg(id), array_agg(tsv))
+               FROM new_rows HAVING count(*) > 0;
+            RETURN NULL;
+        END $$
+        """
+
+ON_DELETE = """
+        CREATE FUNCTION memory_lex_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM memory_lex_remove(array_agg(org_id), array_agg(id), array_agg(tsv))
+               FROM old_rows HAVING count(*) > 0;
+            RETURN NULL;
+        END $$
+        """
+
+ON_UPDATE = """
+        CREATE FUNCTION memory_lex_on_update() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM memory_lex_remove(array_agg(o.org_id), array_agg(o.id), array_agg(o.tsv))
+               FROM old_rows o JOIN new_rows n ON n.org_id = o.org_id AND n.id = o.id
+              WHERE n.text IS DISTINCT FROM o.text HAVING count(*) > 0;
+            PERFORM memory_lex_add(array_agg(n.org_id), array_agg(n.id), array_agg(n.tsv))
+               FROM old_rows o JOIN new_rows n ON n.org_id = o.org_id AND n.id = o.id
+              WHERE n.text IS DISTINCT FROM o.text HAVING count(*) > 0;
+            RETURN NULL;
+        END $$
+        """
+
 
 def upgrade() -> None:
     op.execute(
@@ -89,89 +166,13 @@ def upgrade() -> None:
         RETURN (p_tf * 2.2 / (p_tf + 1.2 * (0.25 + 0.75 * p_len / 64.0)))::real
         """
     )
-    op.execute(
-        f"""
-        CREATE FUNCTION memory_lex_add(p_org uuid[], p_id uuid[], p_tsv tsvector[]) RETURNS void
-        LANGUAGE sql AS $$
-            INSERT INTO memory_postings (org_id, term, memory_id, tf, doc_len, impact)
-            SELECT t.org_id, t.term, t.id, t.tf, t.doc_len, memory_bm25_impact(t.tf, t.doc_len)
-              FROM (SELECT d.org_id, d.id, l.lexeme AS term, coalesce(cardinality(l.positions), 1) AS tf,
-                           sum(coalesce(cardinality(l.positions), 1)) OVER (PARTITION BY d.id)::integer AS doc_len
-                      FROM unnest(p_org, p_id, p_tsv) AS d(org_id, id, tsv)
-                     CROSS JOIN LATERAL unnest(d.tsv) AS l) AS t;
-            INSERT INTO memory_term_df AS c (org_id, term, shard, df)
-            SELECT d.org_id, l.lexeme, (pg_backend_pid() % {SHARDS})::smallint, count(*)
-              FROM unnest(p_org, p_tsv) AS d(org_id, tsv) CROSS JOIN LATERAL unnest(d.tsv) AS l
-             GROUP BY 1, 2 ORDER BY 1, 2
-            ON CONFLICT (org_id, term, shard) DO UPDATE SET df = c.df + excluded.df;
-            INSERT INTO memory_lex_stats AS c (org_id, shard, n_docs, total_len)
-            SELECT d.org_id, (pg_backend_pid() % {SHARDS})::smallint, count(*),
-                   coalesce(sum((SELECT sum(coalesce(cardinality(l.positions), 1)) FROM unnest(d.tsv) AS l)), 0)
-              FROM unnest(p_org, p_tsv) AS d(org_id, tsv)
-             GROUP BY 1 ORDER BY 1
-            ON CONFLICT (org_id, shard) DO UPDATE
-               SET n_docs = c.n_docs + excluded.n_docs, total_len = c.total_len + excluded.total_len;
-        $$
-        """
-    )
-    op.execute(
-        f"""
-        CREATE FUNCTION memory_lex_remove(p_org uuid[], p_id uuid[], p_tsv tsvector[]) RETURNS void
-        LANGUAGE sql AS $$
-            DELETE FROM memory_postings p
-             USING unnest(p_org, p_id, p_tsv) AS d(org_id, id, tsv) CROSS JOIN LATERAL unnest(d.tsv) AS l
-             WHERE p.org_id = d.org_id AND p.term = l.lexeme AND p.memory_id = d.id;
-            INSERT INTO memory_term_df AS c (org_id, term, shard, df)
-            SELECT d.org_id, l.lexeme, (pg_backend_pid() % {SHARDS})::smallint, -count(*)
-              FROM unnest(p_org, p_tsv) AS d(org_id, tsv) CROSS JOIN LATERAL unnest(d.tsv) AS l
-             GROUP BY 1, 2 ORDER BY 1, 2
-            ON CONFLICT (org_id, term, shard) DO UPDATE SET df = c.df + excluded.df;
-            INSERT INTO memory_lex_stats AS c (org_id, shard, n_docs, total_len)
-            SELECT d.org_id, (pg_backend_pid() % {SHARDS})::smallint, -count(*),
-                   -coalesce(sum((SELECT sum(coalesce(cardinality(l.positions), 1)) FROM unnest(d.tsv) AS l)), 0)
-              FROM unnest(p_org, p_tsv) AS d(org_id, tsv)
-             GROUP BY 1 ORDER BY 1
-            ON CONFLICT (org_id, shard) DO UPDATE
-               SET n_docs = c.n_docs + excluded.n_docs, total_len = c.total_len + excluded.total_len;
-        $$
-        """
-    )
-    op.execute(
-        """
-        CREATE FUNCTION memory_lex_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM memory_lex_add(array_agg(org_id), array_agg(id), array_agg(tsv))
-               FROM new_rows HAVING count(*) > 0;
-            RETURN NULL;
-        END $$
-        """
-    )
-    op.execute(
-        """
-        CREATE FUNCTION memory_lex_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM memory_lex_remove(array_agg(org_id), array_agg(id), array_agg(tsv))
-               FROM old_rows HAVING count(*) > 0;
-            RETURN NULL;
-        END $$
-        """
-    )
+    op.execute(LEX_ADD)
+    op.execute(LEX_REMOVE)
+    op.execute(ON_INSERT)
+    op.execute(ON_DELETE)
     # Transition tables cannot be combined with UPDATE OF <column>, so the update trigger fires for
     # every UPDATE and only re-indexes rows whose text actually changed.
-    op.execute(
-        """
-        CREATE FUNCTION memory_lex_on_update() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM memory_lex_remove(array_agg(o.org_id), array_agg(o.id), array_agg(o.tsv))
-               FROM old_rows o JOIN new_rows n ON n.org_id = o.org_id AND n.id = o.id
-              WHERE n.text IS DISTINCT FROM o.text HAVING count(*) > 0;
-            PERFORM memory_lex_add(array_agg(n.org_id), array_agg(n.id), array_agg(n.tsv))
-               FROM old_rows o JOIN new_rows n ON n.org_id = o.org_id AND n.id = o.id
-              WHERE n.text IS DISTINCT FROM o.text HAVING count(*) > 0;
-            RETURN NULL;
-        END $$
-        """
-    )
+    op.execute(ON_UPDATE)
     op.execute(
         "CREATE TRIGGER memories_lex_insert AFTER INSERT ON memories REFERENCING NEW TABLE AS new_rows "
         "FOR EACH STATEMENT EXECUTE FUNCTION memory_lex_on_insert()"

@@ -23,7 +23,7 @@ def to_out(row: asyncpg.Record) -> MemoryOut:
         id=row["id"], agent_id=row["agent_id"], kind=row["kind"], text=row["text"], metadata=row["metadata"],
         importance=row["importance"], usefulness=row["usefulness"], pinned=row["pinned"],
         created_at=row["created_at"], updated_at=row["updated_at"], occurred_at=row["occurred_at"],
-        last_accessed_at=row["last_accessed_at"],
+        search_context=row["search_context"], last_accessed_at=row["last_accessed_at"],
         access_count=row["access_count"], expires_at=row["expires_at"], source_path=row["source_path"],
         line_start=row["line_start"], line_end=row["line_end"], section_title=row["section_title"],
         breadcrumb=row["breadcrumb"], level=row["level"],
@@ -43,6 +43,7 @@ async def insert_batch(tx: TenantTx, items: Sequence[MemoryIn], embeddings: np.n
         [m.pinned for m in items],
         [m.expires_at for m in items],
         [m.occurred_at for m in items],
+        [m.search_context for m in items],
     )
     return [r["id"] for r in rows]
 
@@ -90,9 +91,10 @@ async def update(tx: TenantTx, memory_id: UUID, patch: MemoryPatch,
     pin_set, pin = flag(patch.pinned)
     exp_set, exp = flag(patch.expires_at)
     occ_set, occ = flag(patch.occurred_at)
+    ctx_set, ctx = flag(patch.search_context)
     return await tx.fetchrow(
         "memories.update", tx.org_id, memory_id, text_set, text, embedding, agent_set, agent, kind_set, kind,
-        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp, occ_set, occ,
+        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp, occ_set, occ, ctx_set, ctx,
     )
 
 

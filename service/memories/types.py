@@ -31,6 +31,9 @@ class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     expires_at: datetime | None = None
     occurred_at: AwareDatetime | None = None
     """When the recorded thing happened or was said (e.g. the date of a conversation turn); default: now."""
+    search_context: str | None = None
+    """Text that helps *find* this memory but is never packed into a context: lexical search matches its
+    words (weighted below the text's), e.g. the turn a reply answers, or a chunk's document title."""
     embedding: list[float] | None = None
     """Optional caller-computed vector (must match the service's dimension); embedded server-side if absent."""
 
@@ -48,6 +51,7 @@ class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pinned: bool | msgspec.UnsetType = msgspec.UNSET
     expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET
     occurred_at: AwareDatetime | msgspec.UnsetType = msgspec.UNSET
+    search_context: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class CreatedMemories(msgspec.Struct):
@@ -73,6 +77,8 @@ class MemoryOut(msgspec.Struct):
     updated_at: datetime
     occurred_at: datetime
     """When the recorded thing happened or was said (defaults to the write time)."""
+    search_context: str | None
+    """Searched (lexically) but never packed; null when none was given."""
     last_accessed_at: datetime | None
     access_count: int
     expires_at: datetime | None

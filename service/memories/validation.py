@@ -17,6 +17,13 @@ from service.settings import LimitSettings
 def check_text(text: str, limits: LimitSettings, *, field: str = "text") -> None:
     if not text.strip():
         raise BadRequest(f"{field} must not be empty", code="validation_error", details={"field": field})
+    check_search_context(text, limits, field=field)
+
+
+def check_search_context(text: str | None, limits: LimitSettings, *, field: str = "search_context") -> None:
+    """Length and NUL checks of a text field that may be empty or null (``search_context``)."""
+    if text is None:
+        return
     if len(text) > limits.max_text_chars:
         raise PayloadTooLarge(
             f"{field} is {len(text)} characters; the limit is {limits.max_text_chars}",

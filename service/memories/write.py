@@ -21,6 +21,7 @@ from service.memories.validation import (
     check_kind,
     check_metadata,
     check_occurred_at,
+    check_search_context,
     check_text,
 )
 from service.runtime import Services
@@ -54,6 +55,8 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
     for index, item in enumerate(items):
         where = "text" if len(items) == 1 else f"memories[{index}].text"
         check_text(item.text, limits, field=where)
+        check_search_context(item.search_context, limits,
+                             field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
         check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
@@ -143,6 +146,8 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
         check_metadata(change.metadata, limits)
     if change.occurred_at is not msgspec.UNSET:
         check_occurred_at(change.occurred_at)
+    if isinstance(change.search_context, str):
+        check_search_context(change.search_context, limits)
     async with services.db.tenant(org_id) as tx:
         before = _changeable(await repo.current(tx, memory_id), memory_id)
         row = await repo.update(tx, memory_id, change, embedding)

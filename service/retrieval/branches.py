@@ -37,14 +37,16 @@ async def branch_delay(tx: TenantTx, delay_ms: int) -> None:
 
 
 async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limit: int, postings_per_term: int,
-                       k1: float, b: float, rows_scope: RowsScope | None = None) -> list[Hit]:
-    """BM25 hits; with ``rows_scope`` only those of the best ``limit`` that are that agent's (or
-    org-wide), carrying their embedding and last access too."""
+                       k1: float, b: float, context_weight: float,
+                       rows_scope: RowsScope | None = None) -> list[Hit]:
+    """BM25 hits (a memory's ``search_context`` terms weighted ``context_weight`` against its text's);
+    with ``rows_scope`` only those of the best ``limit`` that are that agent's (or org-wide), carrying
+    their embedding and last access too."""
     # Unfiltered, the best limit+margin scores are enough; with filters we cannot know how many
     # scored ids will pass, so every read posting is joined.
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
-                          *filter_args(filters), *scope_args(rows_scope))
+                          *filter_args(filters), *scope_args(rows_scope), context_weight)
     return hits_from_rows(rows)
 
 

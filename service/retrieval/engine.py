@@ -378,7 +378,8 @@ class RetrievalEngine:
         postings = run.postings_per_term or s.postings_per_term
         return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=postings,
-            k1=s.bm25_k1, b=s.bm25_b, rows_scope=run.rows_scope), settings=branches.lexical_settings(request.filters))
+            k1=s.bm25_k1, b=s.bm25_b, context_weight=s.search_context_weight, rows_scope=run.rows_scope),
+            settings=branches.lexical_settings(request.filters))
 
     async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
                       query: Callable[[TenantTx], Awaitable[list[T]]],
@@ -560,7 +561,8 @@ class RetrievalEngine:
         async def lexical_mode() -> list[ModeHit]:
             return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: modes.run_lexical(
                 tx, request, limit=max(tuning.lexical_candidates, request.limit),
-                postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b))
+                postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b,
+                context_weight=s.search_context_weight))
 
         async def semantic_mode() -> list[ModeHit]:
             vector = await self.embed_query(org_id, request.query, run)

@@ -129,9 +129,9 @@ async def run_lookup(tx: TenantTx, mode: LookupMode, request: SearchRequest, *, 
 
 
 async def run_lexical(tx: TenantTx, request: SearchRequest, *, limit: int, postings_per_term: int, k1: float,
-                      b: float) -> list[ModeHit]:
+                      b: float, context_weight: float) -> list[ModeHit]:
     hits = await branches.lexical_bm25(tx, request.query, request.filters, limit=limit,
-                                       postings_per_term=postings_per_term, k1=k1, b=b)
+                                       postings_per_term=postings_per_term, k1=k1, b=b, context_weight=context_weight)
     return await _with_spans(tx, hits, "lexical")
 
 

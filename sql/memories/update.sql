@@ -10,6 +10,7 @@ WITH updated AS (
         pinned      = CASE WHEN $14 THEN $15 ELSE pinned END,
         expires_at  = CASE WHEN $16 THEN $17::timestamptz ELSE expires_at END,
         occurred_at = CASE WHEN $18 THEN $19::timestamptz ELSE occurred_at END,
+        search_context = CASE WHEN $20 THEN $21::text ELSE search_context END,
         updated_at  = now()
      WHERE org_id = $1 AND id = $2 AND (expires_at IS NULL OR expires_at > now())
     RETURNING *

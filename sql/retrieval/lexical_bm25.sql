@@ -2,11 +2,12 @@
 -- ($8-$16, see service.retrieval.filters). Rows carry agent, metadata and event time for the results.
 -- $17: for context assembly, which keeps only the rows of agent $18 (and org-wide ones when $19): of the best $5,
 -- return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
+-- $20: weight of search_context terms (BM25F: tf + $20 * ctx_tf, doc_len + $20 * ctx_len; migration 0008).
 WITH q AS (
     SELECT lexeme AS term FROM unnest(to_tsvector('english', $2::text))
 ), stats AS (
     SELECT greatest(sum(n_docs), 1)::float8 AS n,
-           greatest(sum(total_len), 1)::float8 / greatest(sum(n_docs), 1) AS avgdl
+           greatest(sum(total_len) + $20::float8 * sum(ctx_total_len), 1)::float8 / greatest(sum(n_docs), 1) AS avgdl
       FROM memory_lex_stats WHERE org_id = $1
 ), terms AS (
     SELECT q.term, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf, s.avgdl
@@ -19,8 +20,9 @@ WITH q AS (
            sum(t.idf * p.tf * ($6::float8 + 1)
                / (p.tf + $6::float8 * (1 - $7::float8 + $7::float8 * p.doc_len / t.avgdl))) AS score
       FROM terms t
-     CROSS JOIN LATERAL (SELECT memory_id, tf, doc_len FROM memory_postings p
-                          WHERE p.org_id = $1 AND p.term = t.term
+     CROSS JOIN LATERAL (SELECT memory_id, tf + $20::float8 * ctx_tf AS tf, doc_len + $20::float8 * ctx_len AS doc_len
+                           FROM memory_postings p
+                          WHERE p.org_id = $1 AND p.term = t.term AND (p.tf > 0 OR $20::float8 > 0)
                           ORDER BY p.impact DESC LIMIT $3) AS p
      GROUP BY p.memory_id
      ORDER BY score DESC

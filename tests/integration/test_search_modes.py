@@ -233,7 +233,7 @@ async def test_every_mode_is_scoped_by_row_level_security(db: Database, corpus: 
                 "symbol": len(await modes.run_lookup(tx, "symbol", request, limit=50)),
                 "path": len(await modes.run_lookup(tx, "path", glob, limit=50)),
                 "lexical": len(await modes.run_lexical(tx, request, limit=50, postings_per_term=2000, k1=1.2,
-                                                       b=0.75)),
+                                                       b=0.75, context_weight=0.25)),
                 "semantic": len(await modes.run_semantic(tx, request, vector, limit=50, ef_search=100)),
             }
 

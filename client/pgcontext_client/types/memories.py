@@ -25,6 +25,8 @@ class MemoryIn(In):
     expires_at: datetime | None = None
     occurred_at: datetime | None = None
     """When the recorded thing happened (timezone-aware); default: the write time."""
+    search_context: str | None = None
+    """Words that help find it but are never packed (e.g. the turn it replies to)."""
     embedding: list[float] | None = None
 
 
@@ -43,6 +45,7 @@ class MemoryPatch(In):
     pinned: bool | msgspec.UnsetType = msgspec.UNSET
     expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET
     occurred_at: datetime | msgspec.UnsetType = msgspec.UNSET
+    search_context: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class CreatedMemories(msgspec.Struct, kw_only=True):
@@ -66,6 +69,8 @@ class Memory(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     occurred_at: datetime
+    search_context: str | None
+    """Searched but never packed; None when none was given."""
     last_accessed_at: datetime | None
     access_count: int
     expires_at: datetime | None
