@@ -42,52 +42,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import postmaster_pid, rollup_kb, service_pid, status_kb, tree_pids  # noqa: E402
 from benchmarks.assemble_load import assemble_body, build_texts, load_queries, prepare_org, service  # noqa: E402
 from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
 from service.embedded import free_port  # noqa: E402
-
-
-def _status_kb(pid: int, field_name: str) -> int:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _rollup_kb(pid: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
-            name, value = line.split(":", 1)
-            out[name] = int(value.split()[0])
-    return out
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
-
-
-def service_pid(port: int) -> int:
-    needle = f"serve --port {port}"
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    return int(entry.name)
-    raise SystemExit(f"no service process serving port {port}")
-
-
-def postmaster_pid(data_dir: Path) -> int:
-    for pid_file in data_dir.rglob("postmaster.pid"):
-        return int(pid_file.read_text().split()[0])
-    raise SystemExit(f"no postmaster.pid under {data_dir}")
 
 
 @dataclass
@@ -100,11 +58,11 @@ class Sample:
 
 
 def sample(t: float, service: int, postmaster: int) -> Sample:
-    pids = [postmaster, *_children(postmaster)]
-    rollups = [_rollup_kb(p) for p in pids]
+    pids = tree_pids(postmaster)
+    rollups = [rollup_kb(p) for p in pids]
     pss = sum(r.get("Pss", 0) for r in rollups)
     uss = sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rollups)
-    return Sample(round(t, 1), _status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, len(pids))
+    return Sample(round(t, 1), status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, len(pids))
 
 
 def big_document(texts: list[str], chunks: int) -> str:
