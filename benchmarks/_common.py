@@ -132,6 +132,70 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
 
 
+def status_kb(pid: int, field_name: str) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def rollup_kb(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            name, value = line.split(":", 1)
+            out[name] = int(value.split()[0])
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def service_pid(port: int) -> int:
+    needle = f"serve --port {port}"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    return int(entry.name)
+    raise SystemExit(f"no service process serving port {port}")
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    for pid_file in data_dir.rglob("postmaster.pid"):
+        return int(pid_file.read_text().split()[0])
+    raise SystemExit(f"no postmaster.pid under {data_dir}")
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its children (the postmaster and its backends)."""
+    return [pid, *_children(pid)]
+
+
+def cpu_seconds_of(pids: Sequence[int]) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by each of these processes (those gone are left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two :func:`cpu_seconds_of` readings (processes started between count in full)."""
+    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
+
+
 CPU_GROUPS = (("service", ("service.cli serve", "uvicorn", "multiprocessing")), ("postgres", ("postgres",)),
               ("redis", ("redis-server",)))
 

@@ -41,13 +41,14 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import percentile  # noqa: E402
+from benchmarks._common import cpu_seconds_of, cpu_used, percentile, postmaster_pid, service_pid, tree_pids  # noqa: E402
 from benchmarks.assemble_load import assemble_body, load_queries, prepare_org, service  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 
 class _Metrics(msgspec.Struct):
     queued_ms: float | None = None
+    total_ms: float = 0.0
 
 
 class _Assembled(msgspec.Struct):
@@ -67,12 +68,16 @@ class Phase:
     useful_ms: list[float] = field(default_factory=list)
     """Client latency of every 200 that arrived within the client's patience."""
     queued_ms: list[float] = field(default_factory=list)
+    total_ms: list[float] = field(default_factory=list)
+    """The server's ``metrics.total_ms`` of those answers (admission to answer)."""
     levels: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
     """``details.reason`` of the 503s (the old code gives none)."""
     late: int = 0
     """200s that arrived after the client's patience (the client had stopped waiting)."""
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds the phase cost the service process, Postgres (all its processes) and this load generator."""
 
     @property
     def goodput(self) -> float:
@@ -89,16 +94,24 @@ class Phase:
         ratio = f"{self.goodput / peak:.2f}" if peak else "-"
         queued = (f"{percentile(self.queued_ms, 50):.0f} / {percentile(self.queued_ms, 99):.0f}"
                   if self.queued_ms else "-")
+        served = (f"{percentile(self.total_ms, 50):.0f} / {percentile(self.total_ms, 99):.0f}"
+                  if self.total_ms else "-")
         return (f"| {self.tree} | {self.clients} | {self.retry} | {self.goodput:.1f} | {ratio} | "
                 f"{self.answers:.1f} | {mix} | "
                 f"{self.statuses['503'] / self.seconds:.0f} | {self.statuses['abandoned']} | "
                 f"{sum(v for k, v in self.statuses.items() if k not in ('200', '503', 'abandoned'))} | "
-                f"{percentile(self.useful_ms, 50):.0f} / {percentile(self.useful_ms, 99):.0f} | {queued} |")
+                f"{percentile(self.useful_ms, 50):.0f} / {percentile(self.useful_ms, 99):.0f} | {queued} | {served} | "
+                f"{self.cpu_share('service')} / {self.cpu_share('postgres')} / {self.cpu_share('loadgen')} |")
+
+    def cpu_share(self, part: str) -> str:
+        """Cores used on average during the phase."""
+        return f"{self.cpu_s.get(part, 0.0) / self.seconds:.2f}" if self.seconds else "-"
 
 
 HEADER = ("| code | clients | after 503 | goodput/s (L0+L1) | vs peak | answers/s | levels | 503/s | abandoned "
-          "| other errors | answer p50 / p99 ms | server queued p50 / p99 ms |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| other errors | answer p50 / p99 ms | server queued p50 / p99 ms "
+          "| server assembly p50 / p99 ms | cores: service / Postgres / clients |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 async def run_phase(url: str, key: str, queries: list[str], agents: int, phase: Phase, seconds: float,
@@ -136,6 +149,7 @@ async def run_phase(url: str, key: str, queries: list[str], agents: int, phase: 
                         phase.useful_ms.append(elapsed * 1000)
                         phase.levels[out.degradation_level] += 1
                         phase.queued_ms.append(out.metrics.queued_ms or 0.0)
+                        phase.total_ms.append(out.metrics.total_ms)
                     else:
                         phase.late += 1
                 elif status == 503:
@@ -201,12 +215,20 @@ def main() -> None:
             for retry in retries:
                 # Old and new back to back for each phase, so a change in the machine's load hits both.
                 for name, tree in trees:
-                    with service(data_dir, free_port(), source=tree, env_extra=deadline_env(args.deadline_ms)) as (
-                            url, _):
+                    port = free_port()
+                    with service(data_dir, port, source=tree, env_extra=deadline_env(args.deadline_ms)) as (url, _):
                         asyncio.run(warm_up(url, key, queries, args.agents))
                         phase = Phase(name, c, retry)
+                        pids = {"service": [service_pid(port)], "postgres": tree_pids(postmaster_pid(data_dir))}
+                        before = {part: cpu_seconds_of(p) for part, p in pids.items()}
+                        own = os.times()
                         asyncio.run(run_phase(url, key, queries, args.agents, phase, args.seconds, args.patience,
                                               offset))
+                        mine = os.times()
+                        phase.cpu_s = {part: cpu_used(before[part], cpu_seconds_of(
+                            [*p] if part == "service" else tree_pids(postmaster_pid(data_dir))))
+                            for part, p in pids.items()}
+                        phase.cpu_s["loadgen"] = mine.user + mine.system - own.user - own.system
                     offset += 100_000
                     phases.append(phase)
                     peak = next((p.goodput for p in phases if p.tree == name and p.clients == min(clients)
@@ -218,7 +240,7 @@ def main() -> None:
         print(phase.row(peak))
     print(json.dumps([{"tree": p.tree, "clients": p.clients, "retry": p.retry, "goodput": round(p.goodput, 1),
                        "levels": dict(p.levels), "statuses": dict(p.statuses),
-                       "refusals": dict(p.refusals), "late": p.late} for p in phases]))
+                       "refusals": dict(p.refusals), "late": p.late, "cpu_s": p.cpu_s} for p in phases]))
 
 
 if __name__ == "__main__":

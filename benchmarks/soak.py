@@ -16,8 +16,11 @@ SciFact memories, then for ``--minutes`` runs at once:
 Every ``--every`` seconds it samples the service's RSS and, over all Postgres processes of the
 data directory, the sum of PSS (shared buffers touched count, divided among the processes that
 touched them) and of private memory (USS: what would be freed if the backends exited). Reported:
-the samples, the errors (every non-2xx answer), and the growth from the end of warm-up
-(the first third of the run) to the end.
+the samples, the errors, and the growth from the end of warm-up (the first third of the run) to
+the end. An error is every answer a client sees that is not 2xx and every request that fails
+(connection error, or no answer within the client's 120 s); a 429/503 carrying ``Retry-After`` is
+not: the soak's clients honour it (sleep that long, then send the same request again), and those
+refusals are counted separately. Each error is printed as it happens, with how long it took.
 """
 
 from __future__ import annotations
@@ -42,52 +45,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import postmaster_pid, rollup_kb, service_pid, status_kb, tree_pids  # noqa: E402
 from benchmarks.assemble_load import assemble_body, build_texts, load_queries, prepare_org, service  # noqa: E402
 from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
 from service.embedded import free_port  # noqa: E402
-
-
-def _status_kb(pid: int, field_name: str) -> int:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _rollup_kb(pid: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
-            name, value = line.split(":", 1)
-            out[name] = int(value.split()[0])
-    return out
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
-
-
-def service_pid(port: int) -> int:
-    needle = f"serve --port {port}"
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    return int(entry.name)
-    raise SystemExit(f"no service process serving port {port}")
-
-
-def postmaster_pid(data_dir: Path) -> int:
-    for pid_file in data_dir.rglob("postmaster.pid"):
-        return int(pid_file.read_text().split()[0])
-    raise SystemExit(f"no postmaster.pid under {data_dir}")
 
 
 @dataclass
@@ -100,11 +61,11 @@ class Sample:
 
 
 def sample(t: float, service: int, postmaster: int) -> Sample:
-    pids = [postmaster, *_children(postmaster)]
-    rollups = [_rollup_kb(p) for p in pids]
+    pids = tree_pids(postmaster)
+    rollups = [rollup_kb(p) for p in pids]
     pss = sum(r.get("Pss", 0) for r in rollups)
     uss = sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rollups)
-    return Sample(round(t, 1), _status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, len(pids))
+    return Sample(round(t, 1), status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, len(pids))
 
 
 def big_document(texts: list[str], chunks: int) -> str:
@@ -126,6 +87,9 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     answers: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
+    deferred: Counter[str] = field(default_factory=Counter)
+    """429/503 answers with ``Retry-After`` that the client honoured (slept, then sent again)."""
+    slowest_s: dict[str, float] = field(default_factory=dict)
 
 
 async def soak(url: str, key: str, run: Run, minutes: float, every: float, port: int, data_dir: Path,
@@ -139,14 +103,33 @@ async def soak(url: str, key: str, run: Run, minutes: float, every: float, port:
 
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as http:
 
+        def error(kind: str, what: str, began: float, detail: str = "") -> None:
+            run.errors[f"{kind} {what}"] += 1
+            print(f"  {run.tree} t={time.monotonic() - started:.0f}s ERROR {kind} {what} after "
+                  f"{time.monotonic() - began:.1f} s {detail[:300]}", file=sys.stderr, flush=True)
+
         async def call(kind: str, method: str, path: str, body: object) -> None:
-            try:
-                r = await http.request(method, path, json=body)
-            except httpx.HTTPError as exc:
-                run.errors[f"{kind} {type(exc).__name__}"] += 1
-                return
+            began = time.monotonic()
+            while True:
+                try:
+                    r = await http.request(method, path, json=body)
+                except httpx.HTTPError as exc:
+                    error(kind, type(exc).__name__, began)
+                    return
+                retry_after = r.headers.get("retry-after")
+                if r.status_code in (429, 503) and retry_after and time.monotonic() < stop_at:
+                    # Refused for now with Retry-After: the soak's clients honour it (not an error).
+                    code = ""
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        code = " " + str(r.json()["error"]["code"])
+                    run.deferred[f"{kind} {r.status_code}{code}"] += 1
+                    await asyncio.sleep(float(retry_after) * rng.uniform(1.0, 1.2))
+                    continue
+                break
+            took = time.monotonic() - began
+            run.slowest_s[kind] = max(run.slowest_s.get(kind, 0.0), round(took, 1))
             if r.status_code >= 300:
-                run.errors[f"{kind} {r.status_code}"] += 1
+                error(kind, str(r.status_code), began, r.text)
             else:
                 run.answers[kind] += 1
 
@@ -192,13 +175,15 @@ def summary(run: Run) -> str:
     return (f"| {run.tree} | {s[0].service_rss_mb:.0f} / {warm.service_rss_mb:.0f} / {peak_rss:.0f} / "
             f"{s[-1].service_rss_mb:.0f} | {s[0].postgres_pss_mb:.0f} / {warm.postgres_pss_mb:.0f} / "
             f"{s[-1].postgres_pss_mb:.0f} | {s[0].postgres_uss_mb:.0f} / {warm.postgres_uss_mb:.0f} / "
-            f"{s[-1].postgres_uss_mb:.0f} | {s[-1].backends} | {dict(run.answers)} | "
-            f"{sum(run.errors.values())} {dict(run.errors) or ''} |")
+            f"{s[-1].postgres_uss_mb:.0f} | {s[-1].backends} | {dict(run.answers)} | {dict(run.slowest_s)} | "
+            f"{sum(run.deferred.values())} {dict(run.deferred) or ''} | {sum(run.errors.values())} "
+            f"{dict(run.errors) or ''} |")
 
 
 HEADER = ("| code | service RSS MB: start / after warm-up / peak / end | Postgres PSS MB: start / warm / end "
-          "| Postgres private MB: start / warm / end | PG processes | answers | errors |\n"
-          "|---|---|---|---|---|---|---|")
+          "| Postgres private MB: start / warm / end | PG processes | answers | slowest s | refused with Retry-After "
+          "(honoured) | errors |\n"
+          "|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:

@@ -125,6 +125,14 @@ class EmbeddingSettings:
     """Longest a bulk turn waits for query embeddings to finish first (then it runs anyway)."""
     bulk_nice: int = 10
     """CPU niceness (0-19) of the local provider's bulk thread and its onnxruntime threads."""
+    bulk_min_share: float = 0.2
+    """The write path's floor (local provider): while a piece of a bulk sub-batch has waited
+    ``bulk_starved_ms`` for the lower-priority thread (a foreground keeping the cores busy), the
+    sub-batch's other texts are embedded one at a time on the query lane, using at most this share
+    of its time, so writes are never starved (0 = no floor: writes wait for idle cores)."""
+    bulk_starved_ms: int = 1000
+    """How long a piece of bulk embedding may run on the lower-priority thread before the floor
+    starts helping it (see ``bulk_min_share``)."""
     bulk_concurrency: int = 0
     """Bulk turns at once; 0 = 1 for the local model (one bulk thread), 2 for a hosted API."""
     query_concurrency: int = 0
@@ -316,7 +324,8 @@ class DocumentSettings:
     """Largest ``limit`` of GET /v1/documents (rows are small; the importer reads the whole list)."""
     write_timeout_ms: int = 60_000
     """statement_timeout of an ingestion's write transaction (thousands of chunks update HNSW, trigram
-    and BM25 postings; the default 5 s tenant timeout is too tight for a full batch on a small machine)."""
+    and BM25 postings; the default 5 s tenant timeout is too tight for a full batch on a small machine),
+    and of a memory batch write's (which may wait for such an ingest's BM25 counter rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,6 +552,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             bulk_batch=max(1, _int(env, "PGCONTEXT_EMBEDDING_BULK_BATCH", 16)),
             bulk_yield_ms=max(0, _int(env, "PGCONTEXT_EMBEDDING_BULK_YIELD_MS", 200)),
             bulk_nice=min(19, max(0, _int(env, "PGCONTEXT_EMBEDDING_BULK_NICE", 10))),
+            bulk_min_share=min(1.0, max(0.0, _float(env, "PGCONTEXT_EMBEDDING_BULK_MIN_SHARE", 0.2))),
+            bulk_starved_ms=max(1, _int(env, "PGCONTEXT_EMBEDDING_BULK_STARVED_MS", 1000)),
             bulk_concurrency=max(0, _int(env, "PGCONTEXT_EMBEDDING_BULK_CONCURRENCY", 0)),
             query_concurrency=max(0, _int(env, "PGCONTEXT_EMBEDDING_QUERY_CONCURRENCY", 0)),
             api_base=_get(env, "PGCONTEXT_EMBEDDING_API_BASE"),

@@ -21,7 +21,9 @@ service spends its cores on answers nobody reads. So the line sheds work before 
 * **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
   most likely to still be wanted); otherwise to the oldest.
 * Beyond that length (and never more than ``max_queued``) a request is refused, by
-  :mod:`service.assembly.shedding` at the edge, before its body is read.
+  :mod:`service.assembly.shedding` at the edge, before its body is read. A request let in at the
+  edge holds a place (:meth:`Admission.arrive`) until it reaches the line: a crowd arriving together
+  is not all let in to be parsed, authenticated and then refused for want of room.
 * **Fair between orgs.** A freed slot goes to the orgs in line in turn (round robin; within the
   org whose turn it is, newest or oldest as above), so an org that queued a hundred assemblies
   delays another org's next one by at most one assembly per busy slot, not by its whole backlog;
@@ -39,10 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Iterator
 from dataclasses import dataclass
 
 import prometheus_client
@@ -57,6 +60,22 @@ QUEUE_WAIT = prometheus_client.Histogram(
 
 SERVICE_EWMA_WEIGHT = 0.05
 """Weight of one finished assembly in the service-time average (~20 assemblies of memory)."""
+
+
+@dataclass(slots=True)
+class Ticket:
+    """A place held between the edge and the line (see :meth:`Admission.arrive`)."""
+
+    admission: Admission | None
+
+    def leave(self) -> None:
+        """Give the place back (once: at the line, or when the request ends before it)."""
+        if self.admission is not None:
+            self.admission.arriving -= 1
+            self.admission = None
+
+
+_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("admission_ticket", default=None)
 
 
 @dataclass(slots=True)
@@ -80,6 +99,8 @@ class Admission:
         the EWMA's own weight takes over)."""
         self._measured = 0
         self.in_flight = 0
+        self.arriving = 0
+        """Requests let in at the edge that have not reached :meth:`admit` yet."""
         self._line: deque[_Waiter] = deque()
         self.max_queued_per_org = max(1, max_queued // 2)
         self._turns: OrderedDict[Hashable, int] = OrderedDict()
@@ -109,8 +130,23 @@ class Admission:
         return min(self.max_queued, max(self.limit, math.ceil(self.limit * wait_ms / max(self.service_ms, 1.0))))
 
     def full(self) -> bool:
-        """A new request would be refused for want of room in line (checked at the edge as well)."""
-        return self.limit > 0 and self.in_flight >= self.limit and len(self._line) >= self.line_cap()
+        """A new request would be refused for want of room in line, counting those let in at the
+        edge on their way to it (checked at the edge)."""
+        return (self.limit > 0 and self.in_flight + len(self._line) + self.arriving
+                >= self.limit + self.line_cap())
+
+    @contextlib.contextmanager
+    def arrive(self) -> Iterator[Ticket]:
+        """Hold a place for a request let in at the edge while its body is read, parsed and
+        authenticated (in this context): :meth:`admit` takes it over, or leaving gives it back."""
+        self.arriving += 1
+        ticket = Ticket(self)
+        token = _TICKET.set(ticket)
+        try:
+            yield ticket
+        finally:
+            _TICKET.reset(token)
+            ticket.leave()
 
     def retry_after_s(self) -> int:
         """Seconds until the current line should have drained (at least 1)."""
@@ -139,6 +175,9 @@ class Admission:
     async def admit(self, caller_left_ms: float | None = None, org: Hashable = None) -> AsyncIterator[float]:
         """Hold a slot for the body; yields the ms spent waiting for it. ``caller_left_ms``: the
         caller's remaining time (None: no caller deadline); ``org``: whose turn it waits for."""
+        ticket = _TICKET.get()
+        if ticket is not None and ticket.admission is self:
+            ticket.leave()  # at the line: its place is counted there now
         if self.limit <= 0:
             yield 0.0
             return

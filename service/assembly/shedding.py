@@ -60,8 +60,12 @@ def shedding_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send)
             return
         admission = _admission(scope)
-        if admission is None or not admission.full():
+        if admission is None:
             await app(scope, receive, send)
+            return
+        if not admission.full():
+            with admission.arrive():
+                await app(scope, receive, send)
             return
         arrived = time.monotonic()
         refusal = admission.refusal("line_full", f"{admission.in_flight} assemblies are running and "

@@ -17,6 +17,16 @@ Two lanes share the embedder:
   queries, the event loop and Postgres first. Small sub-batches also bound the model's working
   memory (attention grows with batch × tokens²).
 
+  **A floor, not starvation.** A foreground that keeps the cores busy (closed-loop clients) leaves a
+  lower-priority thread almost nothing: a 171-section ingest beside four assembling clients took
+  longer than its caller's two minutes. So a sub-batch goes to the bulk thread a few texts at a
+  time, and while one of those pieces has been running for ``bulk_starved_ms``, the lane also
+  embeds the sub-batch's texts one at a time on the query lane (normal priority, taking its turn
+  there like an org: a query waits behind at most one text) — first those no piece has taken, then
+  the starved piece's own — using at most ``bulk_min_share`` of that lane's time. Writes then
+  finish at a guaranteed rate however busy the foreground is, and the foreground gives up at most
+  that share of one thread to them.
+
 Fairness is in time slices (one sub-batch per turn), not in texts: an org writing 256 memories and
 an org writing one share the bulk lane turn by turn.
 """
@@ -25,9 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Hashable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 from uuid import UUID
 
 import numpy as np
@@ -40,6 +51,13 @@ from service.settings import EmbeddingSettings
 
 BULK_YIELDS = prometheus_client.Counter(
     "pgcontext_embedding_bulk_yields_total", "Bulk embedding sub-batches that waited for query embeddings first")
+BULK_FLOOR = prometheus_client.Counter(
+    "pgcontext_embedding_bulk_floor_texts_total",
+    "Write-path texts embedded on the query lane because the low-priority bulk thread was starved")
+
+NICED_PIECE = 4
+"""Texts per call on the low-priority bulk thread (the floor takes over the rest of a sub-batch
+while one such piece is starved)."""
 
 
 @runtime_checkable
@@ -150,6 +168,8 @@ class EmbeddingLanes:
         self.bulk = FairGate(settings.bulk_concurrency or (1 if local else 2))
         self.bulk_batch = max(1, settings.bulk_batch)
         self.bulk_yield_s = settings.bulk_yield_ms / 1000
+        self.bulk_min_share = min(max(settings.bulk_min_share, 0.0), 1.0)
+        self.bulk_starved_s = settings.bulk_starved_ms / 1000
 
     async def embed_query(self, org_id: UUID, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         async with self.query.hold(org_id):
@@ -165,9 +185,79 @@ class EmbeddingLanes:
                     BULK_YIELDS.inc()
                     await self.query.wait_idle(self.bulk_yield_s)
                 if isinstance(self.embedder, BulkCapable):
-                    out[start : start + len(part)] = await self.embedder.embed_bulk(part)
+                    out[start : start + len(part)] = await self._bulk_turn(self.embedder, org_id, part)
                 else:
                     out[start : start + len(part)] = await self.embedder.embed(part)
+        return out
+
+    async def _bulk_turn(self, embedder: BulkCapable, org_id: UUID, part: list[str]) -> npt.NDArray[np.float32]:
+        """One sub-batch on the low-priority thread, a few texts at a time; while a piece there is
+        starved, the floor embeds texts on the query lane: the ones no piece has taken yet (from
+        the end), then the starved piece's own (whichever lane finishes a text first wins)."""
+        if self.bulk_min_share <= 0:
+            return await embedder.embed_bulk(part)
+        out = np.empty((len(part), self.embedder.dim), dtype=np.float32)
+        untaken = deque(range(len(part)))
+        left = set(untaken)
+        running: list[int] = []
+        """Rows of the low-priority piece running now (empty: none)."""
+        since = [0.0]
+        complete = asyncio.Event()
+
+        def embedded(rows: Sequence[int], vectors: npt.NDArray[np.float32]) -> None:
+            for row, vector in zip(rows, vectors, strict=True):
+                if row in left:
+                    out[row] = vector
+                    left.discard(row)
+            if not left:
+                complete.set()
+
+        async def niced() -> None:
+            while untaken:
+                rows = [untaken.popleft() for _ in range(min(NICED_PIECE, len(untaken)))]
+                running[:] = rows
+                since[0] = time.monotonic()
+                vectors = await embedder.embed_bulk([part[i] for i in rows])
+                running.clear()
+                embedded(rows, vectors)
+
+        async def floor() -> None:
+            pause = self.bulk_starved_s
+            while not complete.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await complete.wait()
+                if complete.is_set():
+                    return
+                starved = bool(running) and time.monotonic() - since[0] >= self.bulk_starved_s
+                row = (untaken.pop() if untaken else next((r for r in running if r in left), None)) if starved \
+                    else None
+                if row is None:
+                    pause = self.bulk_starved_s / 4
+                    continue
+                async with self.query.hold(("bulk", org_id)):
+                    started = time.monotonic()
+                    vectors = await self.embedder.embed([part[row]])
+                    took = time.monotonic() - started
+                BULK_FLOOR.inc()
+                embedded([row], vectors)
+                # At most ``bulk_min_share`` of the query lane's time.
+                pause = max(took * (1 - self.bulk_min_share) / self.bulk_min_share, 0.001)
+
+        workers = [asyncio.ensure_future(niced()), asyncio.ensure_future(floor())]
+        finished = asyncio.ensure_future(complete.wait())
+        try:
+            while not complete.is_set():
+                done, _ = await asyncio.wait([finished, *(w for w in workers if not w.done())],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not finished and task.exception() is not None:
+                        raise cast(BaseException, task.exception())
+        finally:
+            # A piece still running on the low-priority thread finishes there, unread.
+            for task in (*workers, finished):
+                task.cancel()
+            await asyncio.gather(*workers, finished, return_exceptions=True)
         return out
 
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -12,6 +16,9 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
+from service.app import create_app
+from service.embeddings import Embedder
+from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
 
@@ -403,3 +410,47 @@ async def test_document_chunks_change_only_through_the_documents_api(client: Asy
         assert response.status_code == 409 and response.json()["error"]["code"] == "managed_by_documents"
     still = await client.get(f"/v1/memories/{chunk_id}", headers=tenant.headers)
     assert still.status_code == 200 and "alpha" in still.json()["text"]
+
+
+
+async def test_a_batch_write_waits_out_a_concurrent_ingests_counter_locks_instead_of_failing(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, owner_dsn: str,
+        make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    # Issue 14's soak: a 64-memory batch answered 503 query_timeout after the 5 s tenant timeout while
+    # a document ingest on the same BM25 counter shard (backend pid mod 8) held the shard's rows until
+    # it committed. Here the statement timeout is 300 ms and another transaction holds every shard's
+    # counter row of the org for ~1 s: the write waits for it (the write timeout), then succeeds.
+    tenant = await make_tenant("locked")
+    custom = dataclasses.replace(settings, database=dataclasses.replace(settings.database, statement_timeout_ms=300),
+                                 documents=dataclasses.replace(settings.documents, write_timeout_ms=10_000))
+    locked = threading.Event()
+
+    async def hold_counters() -> None:
+        conn = await asyncpg.connect(owner_dsn)
+        try:
+            await conn.execute("SELECT set_config('pgcontext.org_id', $1, false)", str(tenant.org_id))
+            await conn.execute("INSERT INTO memory_lex_stats (org_id, shard, n_docs, total_len) SELECT $1, s, 0, 0 "
+                               "FROM generate_series(0, 7) AS s ON CONFLICT DO NOTHING", tenant.org_id)
+            async with conn.transaction():
+                done = await conn.execute("UPDATE memory_lex_stats SET n_docs = n_docs WHERE org_id = $1",
+                                          tenant.org_id)
+                assert done == "UPDATE 8", done
+                locked.set()
+                await asyncio.sleep(1.0)
+        finally:
+            await conn.close()
+
+    # Another process's transaction, in effect: its own thread and event loop.
+    holder = threading.Thread(target=lambda: asyncio.run(hold_counters()))
+    async with AsyncTestClient(app=create_app(custom, endpoints, embedder=embedder), timeout=30) as client:
+        holder.start()  # the app is up: the write below starts while the counters are held
+        try:
+            assert await asyncio.to_thread(locked.wait, 10)
+            started = time.monotonic()
+            r = await client.post("/v1/memories", headers=tenant.headers,
+                                  json={"memories": [{"text": "the grinder needs new burrs", "agent_id": "a"}]})
+            took = time.monotonic() - started
+        finally:
+            await asyncio.to_thread(holder.join, 10)
+    assert r.status_code == 201, (took, r.text)
+    assert took >= 0.5  # it did wait for the counter rows (longer than the 300 ms statement timeout)

@@ -239,3 +239,47 @@ async def test_a_refusal_is_held_but_never_past_the_callers_deadline() -> None:
         assert refused.value.details["reason"] == "queue_full" and least <= took_ms < most
     release.set()
     await holder
+
+
+async def test_requests_let_in_at_the_edge_hold_their_place_until_they_reach_the_line() -> None:
+    # 1 slot + a line of 2: three requests let in together (their bodies still being read) fill it,
+    # so the fourth is refused at the edge rather than parsed, authenticated and then refused.
+    admission = Admission(limit=1, max_queued=2)
+    release = asyncio.Event()
+
+    async def let_in(reached: asyncio.Event, go: asyncio.Event) -> None:
+        with admission.arrive():
+            await go.wait()  # reading and parsing the body
+            async with admission.admit():
+                reached.set()
+                await release.wait()
+
+    go = [asyncio.Event() for _ in range(3)]
+    reached = [asyncio.Event() for _ in range(3)]
+    assert not admission.full()
+    tasks = []
+    for i in range(3):
+        tasks.append(asyncio.ensure_future(let_in(reached[i], go[i])))
+        await asyncio.sleep(0)
+    assert admission.arriving == 3 and admission.in_flight == 0 and admission.full()
+    go[0].set()
+    await reached[0].wait()
+    assert admission.arriving == 2 and admission.in_flight == 1 and admission.full()  # its place moved to the slot
+    go[1].set()
+    await asyncio.sleep(0.01)
+    assert admission.arriving == 1 and admission.waiting == 1 and admission.full()
+    tasks[2].cancel()  # a request that ends before the line (a 400, a client gone) gives its place back
+    await asyncio.gather(tasks[2], return_exceptions=True)
+    assert admission.arriving == 0 and not admission.full()
+    release.set()
+    await asyncio.gather(*tasks[:2])
+    assert admission.in_flight == 0 and admission.waiting == 0 and admission.arriving == 0
+
+
+async def test_a_place_taken_over_by_the_line_is_not_given_back_twice() -> None:
+    admission = Admission(limit=1, max_queued=2)
+    with admission.arrive() as ticket:
+        async with admission.admit():
+            assert admission.arriving == 0 and admission.in_flight == 1
+        ticket.leave()
+    assert admission.arriving == 0 and admission.in_flight == 0

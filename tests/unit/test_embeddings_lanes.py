@@ -173,3 +173,62 @@ async def test_no_org_holds_every_slot() -> None:
     with pytest.raises(asyncio.CancelledError):
         await b
     assert gate.active == 0 and gate.load() == 0
+
+
+class _Starved(_Recorder):
+    """A bulk thread that gets no CPU until told (a foreground keeping the cores busy); the query
+    lane runs at once. Each row's first value says which lane embedded it (1 bulk, 2 query)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_release.set()
+        self.bulk_release = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(f"query:{texts[0]}")
+        await asyncio.sleep(0.002)
+        return np.full((len(texts), self.dim), 2.0, dtype=np.float32)
+
+    async def embed_bulk(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(f"bulk:{','.join(texts)}")
+        await self.bulk_release.wait()
+        return np.full((len(texts), self.dim), 1.0, dtype=np.float32)
+
+
+async def test_a_starved_bulk_thread_gets_a_floor_on_the_query_lane_at_most_its_share() -> None:
+    embedder = _Starved()
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings(bulk_batch=16, bulk_min_share=0.5, bulk_starved_ms=30))
+    org = uuid4()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    write = asyncio.ensure_future(lanes.embed_bulk(org, [f"t{i}" for i in range(10)]))
+    await asyncio.sleep(0.015)
+    assert embedder.calls == ["bulk:t0,t1,t2,t3"]  # a small piece on the low-priority thread first
+    # The bulk thread never gets the CPU: after 30 ms the floor takes the texts no piece has taken
+    # (from the end), then the starved piece's own, one at a time, and the write completes.
+    out = await asyncio.wait_for(write, 2)
+    took = loop.time() - started
+    assert embedder.calls == ["bulk:t0,t1,t2,t3", *(f"query:t{i}" for i in (9, 8, 7, 6, 5, 4, 0, 1, 2, 3))]
+    assert (out[:, 0] == 2.0).all() and out.shape == (10, 4)
+    # Half the query lane's time at most: ten texts of ~2 ms, each but the last followed by as long a pause.
+    assert took >= 0.03 + 19 * 0.002 * 0.9
+    # Nothing leaks: the gates are free, and a query goes straight through.
+    assert lanes.query.load() == 0 and lanes.bulk.load() == 0
+    assert (await asyncio.wait_for(lanes.embed_query(org, ["q"]), 1)).shape == (1, 4)
+    embedder.bulk_release.set()
+
+
+async def test_the_floor_stays_off_while_the_bulk_thread_keeps_up_and_when_disabled() -> None:
+    embedder = _Starved()
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings(bulk_batch=16, bulk_min_share=0.5, bulk_starved_ms=30))
+    embedder.bulk_release.set()  # the bulk thread gets its CPU
+    out = await lanes.embed_bulk(uuid4(), [f"t{i}" for i in range(10)])
+    assert embedder.calls == ["bulk:t0,t1,t2,t3", "bulk:t4,t5,t6,t7", "bulk:t8,t9"]
+    assert (out[:, 0] == 1.0).all()
+    off = _Starved()
+    no_floor = EmbeddingLanes(off, EmbeddingSettings(bulk_batch=16, bulk_min_share=0.0, bulk_starved_ms=1))
+    write = asyncio.ensure_future(no_floor.embed_bulk(uuid4(), [f"t{i}" for i in range(10)]))
+    await asyncio.sleep(0.05)
+    assert off.calls == ["bulk:t0,t1,t2,t3,t4,t5,t6,t7,t8,t9"]  # no floor: one call, waiting for the cores
+    off.bulk_release.set()
+    assert (await write).shape == (10, 4)
