@@ -324,8 +324,7 @@ class DocumentSettings:
     """Largest ``limit`` of GET /v1/documents (rows are small; the importer reads the whole list)."""
     write_timeout_ms: int = 60_000
     """statement_timeout of an ingestion's write transaction (thousands of chunks update HNSW, trigram
-    and BM25 postings; the default 5 s tenant timeout is too tight for a full batch on a small machine),
-    and of a memory batch write's (which may wait for such an ingest's BM25 counter rows)."""
+    and BM25 postings; the default 5 s tenant timeout is too tight for a full batch on a small machine)."""
 
 
 @dataclass(frozen=True, slots=True)

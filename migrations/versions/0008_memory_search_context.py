@@ -15,6 +15,12 @@ the evidence lower than the text's own vector; docs/retrieval.md "Search context
   include both, so BM25 stays an index-only scan (at 1M memories ~27M postings: minutes, under an
   ACCESS EXCLUSIVE lock on ``memory_postings`` -- writes and lexical searches wait).
 * ``memory_lex_stats.ctx_total_len``: the context lengths' sum, for the average length.
+* ``memory_lex_shard()``: the df/length counter shard a transaction writes, chosen once per
+  transaction among the org's shards no other open transaction holds (``pg_try_advisory_xact_lock``
+  on (org, shard), starting at 0002's ``pg_backend_pid() % 8``), so two writers of one org -- a
+  memory batch beside a document ingest -- no longer wait on each other's counter rows (issue 14's
+  soak: a batch answered 503 after the 5 s statement timeout behind an ingest on the same shard).
+  With all eight held it falls back to the pid's shard (and waits, as before).
 * ``memory_lex_add`` / ``memory_lex_remove`` take the context tsvectors as a fourth array (default
   NULL, so callers of the three-argument form -- benchmarks/search_latency.py's bulk build -- still
   work); the triggers pass ``to_tsvector('english', search_context)`` and re-index a row when its
@@ -43,16 +49,40 @@ NOMINAL_WEIGHT = 0.25
 """Only orders a term's postings (``impact``); queries weigh the context with the setting."""
 
 
+LEX_SHARD = f"""
+    CREATE FUNCTION memory_lex_shard() RETURNS smallint LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        chosen text := current_setting('pgcontext.lex_shard', true);
+        org text := current_setting('pgcontext.org_id', true);
+        base integer := pg_backend_pid() % {SHARDS};
+    BEGIN
+        IF chosen IS NOT NULL AND chosen <> '' THEN
+            RETURN chosen::smallint;
+        END IF;
+        IF org IS NOT NULL AND org <> '' THEN
+            FOR i IN 0..{SHARDS - 1} LOOP
+                IF pg_try_advisory_xact_lock(hashtext('pgcontext.lex:' || org), (base + i) % {SHARDS}) THEN
+                    base := (base + i) % {SHARDS};
+                    EXIT;
+                END IF;
+            END LOOP;
+        END IF;
+        PERFORM set_config('pgcontext.lex_shard', base::text, true);
+        RETURN base;
+    END $$
+    """
+
+
 def _counters(sign: str) -> str:
     """df and length counters of the memories in ``m`` (memory_lex_terms rows), added with ``sign``."""
     return f"""
             INSERT INTO memory_term_df AS c (org_id, term, shard, df)
-            SELECT org_id, term, (pg_backend_pid() % {SHARDS})::smallint, {sign}count(*)
+            SELECT org_id, term, memory_lex_shard(), {sign}count(*)
               FROM memory_lex_terms(p_org, p_id, p_tsv, p_ctx)
              GROUP BY 1, 2 ORDER BY 1, 2
             ON CONFLICT (org_id, term, shard) DO UPDATE SET df = c.df + excluded.df;
             INSERT INTO memory_lex_stats AS c (org_id, shard, n_docs, total_len, ctx_total_len)
-            SELECT d.org_id, (pg_backend_pid() % {SHARDS})::smallint, {sign}count(*),
+            SELECT d.org_id, memory_lex_shard(), {sign}count(*),
                    {sign}coalesce(sum((SELECT sum(coalesce(cardinality(l.positions), 1)) FROM unnest(d.tsv) AS l)), 0),
                    {sign}coalesce(sum((SELECT sum(coalesce(cardinality(l.positions), 1)) FROM unnest(d.ctx) AS l)), 0)
               FROM unnest(p_org, p_tsv, p_ctx) AS d(org_id, tsv, ctx)
@@ -153,6 +183,7 @@ def upgrade() -> None:
     op.execute("CREATE INDEX memory_postings_impact ON memory_postings (org_id, term, impact DESC) "
                "INCLUDE (memory_id, tf, doc_len, ctx_tf, ctx_len)")
     op.execute(LEX_TERMS)
+    op.execute(LEX_SHARD)
     # The triggers' functions first: they then call the four-argument functions created next.
     op.execute("DROP FUNCTION memory_lex_add(uuid[], uuid[], tsvector[])")
     op.execute("DROP FUNCTION memory_lex_remove(uuid[], uuid[], tsvector[])")
@@ -179,6 +210,7 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION memory_lex_add(uuid[], uuid[], tsvector[], tsvector[])")
     op.execute("DROP FUNCTION memory_lex_remove(uuid[], uuid[], tsvector[], tsvector[])")
     op.execute("DROP FUNCTION memory_lex_terms(uuid[], uuid[], tsvector[], tsvector[])")
+    op.execute("DROP FUNCTION memory_lex_shard()")
     op.execute(old.LEX_ADD)
     op.execute(old.LEX_REMOVE)
     for sql in (old.ON_INSERT, old.ON_DELETE, old.ON_UPDATE):

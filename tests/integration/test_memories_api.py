@@ -413,44 +413,52 @@ async def test_document_chunks_change_only_through_the_documents_api(client: Asy
 
 
 
-async def test_a_batch_write_waits_out_a_concurrent_ingests_counter_locks_instead_of_failing(
+async def test_a_batch_write_does_not_wait_for_concurrent_writers_counter_rows(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, owner_dsn: str,
         make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
     # Issue 14's soak: a 64-memory batch answered 503 query_timeout after the 5 s tenant timeout while
-    # a document ingest on the same BM25 counter shard (backend pid mod 8) held the shard's rows until
-    # it committed. Here the statement timeout is 300 ms and another transaction holds every shard's
-    # counter row of the org for ~1 s: the write waits for it (the write timeout), then succeeds.
+    # a document ingest on the same BM25 counter shard (then backend pid mod 8) held the shard's rows
+    # until it committed. Now each write transaction takes a shard no other open transaction of the
+    # org holds (memory_lex_shard(), migration 0008). Here seven other transactions of the org hold
+    # seven shards' counter rows for ~1.5 s and the statement timeout is 300 ms: the write takes the
+    # eighth and answers at once (on the pid's shard alone it would have met a holder 7 times in 8).
     tenant = await make_tenant("locked")
-    custom = dataclasses.replace(settings, database=dataclasses.replace(settings.database, statement_timeout_ms=300),
-                                 documents=dataclasses.replace(settings.documents, write_timeout_ms=10_000))
-    locked = threading.Event()
+    custom = dataclasses.replace(settings, database=dataclasses.replace(settings.database, statement_timeout_ms=300))
+    holders = 7
+    held = threading.Event()
 
-    async def hold_counters() -> None:
-        conn = await asyncpg.connect(owner_dsn)
+    async def hold_shards() -> list[int]:
+        conns = [await asyncpg.connect(owner_dsn) for _ in range(holders)]
         try:
-            await conn.execute("SELECT set_config('pgcontext.org_id', $1, false)", str(tenant.org_id))
-            await conn.execute("INSERT INTO memory_lex_stats (org_id, shard, n_docs, total_len) SELECT $1, s, 0, 0 "
-                               "FROM generate_series(0, 7) AS s ON CONFLICT DO NOTHING", tenant.org_id)
-            async with conn.transaction():
-                done = await conn.execute("UPDATE memory_lex_stats SET n_docs = n_docs WHERE org_id = $1",
-                                          tenant.org_id)
-                assert done == "UPDATE 8", done
-                locked.set()
-                await asyncio.sleep(1.0)
+            shards = []
+            for conn in conns:
+                await conn.execute("SELECT set_config('pgcontext.org_id', $1, false)", str(tenant.org_id))
+                await conn.execute("BEGIN")
+                await conn.execute("SELECT memory_lex_add(ARRAY[$1::uuid], ARRAY[gen_random_uuid()], "
+                                   "ARRAY[to_tsvector('english', 'burrs of a held grinder')])", tenant.org_id)
+                shards.append(int(await conn.fetchval("SELECT current_setting('pgcontext.lex_shard')")))
+            held.set()
+            await asyncio.sleep(1.5)
+            for conn in conns:
+                await conn.execute("ROLLBACK")
+            return shards
         finally:
-            await conn.close()
+            for conn in conns:
+                await conn.close()
 
-    # Another process's transaction, in effect: its own thread and event loop.
-    holder = threading.Thread(target=lambda: asyncio.run(hold_counters()))
+    shards: list[int] = []
+    # Other processes' transactions, in effect: their own thread and event loop.
+    holder = threading.Thread(target=lambda: shards.extend(asyncio.run(hold_shards())))
     async with AsyncTestClient(app=create_app(custom, endpoints, embedder=embedder), timeout=30) as client:
-        holder.start()  # the app is up: the write below starts while the counters are held
+        holder.start()  # the app is up: the write below starts while the seven shards are held
         try:
-            assert await asyncio.to_thread(locked.wait, 10)
+            assert await asyncio.to_thread(held.wait, 10)
             started = time.monotonic()
             r = await client.post("/v1/memories", headers=tenant.headers,
                                   json={"memories": [{"text": "the grinder needs new burrs", "agent_id": "a"}]})
             took = time.monotonic() - started
         finally:
             await asyncio.to_thread(holder.join, 10)
+    assert sorted(shards) == sorted(set(shards)) and len(shards) == holders  # seven distinct shards held
     assert r.status_code == 201, (took, r.text)
-    assert took >= 0.5  # it did wait for the counter rows (longer than the 300 ms statement timeout)
+    assert took < 1.5  # it did not wait for any holder's commit
