@@ -124,7 +124,8 @@ class EmbeddingSettings:
     bulk_yield_ms: int = 200
     """Longest a bulk turn waits for query embeddings to finish first (then it runs anyway)."""
     bulk_nice: int = 10
-    """CPU niceness (0-19) of the local provider's bulk thread and its onnxruntime threads."""
+    """CPU niceness added (up to 19) to the process's for the local provider's bulk thread and its
+    onnxruntime threads (queries of 512 characters and more embed on a thread at +5)."""
     bulk_min_share: float = 0.2
     """The write path's floor (local provider): while a piece of a bulk sub-batch has waited
     ``bulk_starved_ms`` for the lower-priority thread (a foreground keeping the cores busy), the

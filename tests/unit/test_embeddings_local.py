@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from service.embeddings import EmbeddingError, LocalEmbedder, build_embedder
-from service.embeddings.local import QUERY_BATCH
+from service.embeddings.local import LONG_QUERY_CHARS, LONG_QUERY_NICE, QUERY_BATCH
 from service.embeddings.onnx_model import ModelFiles, bundled_model_files, ensure_model
 from service.settings import EmbeddingSettings
 
@@ -190,6 +190,32 @@ async def test_query_lane_matches_the_batch_lane_and_does_not_wait_behind_it(fp3
     query = await fp32.embed(["a search query arriving during ingest"])
     assert query.shape == (1, fp32.dim) and not batch.done()  # answered while the batch still runs
     assert (await batch).shape == (len(SENTENCES) * 150, fp32.dim)
+
+
+async def test_a_long_query_embeds_on_the_lower_priority_thread_with_the_same_vector(
+        fp32: LocalEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 13: one org's queries at the model's cut cost ~20x a short one; they run on a thread of
+    # their own at a lower CPU priority, so on a busy machine others' short queries go first.
+    seen: list[tuple[str, int]] = []
+    run = fp32._embed_with
+
+    def recording(session: object, texts: list[str]) -> npt.NDArray[np.float32]:
+        import os
+        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return run(session, texts)  # type: ignore[arg-type]
+
+    long_query = " ".join(SENTENCES)
+    while len(long_query) < LONG_QUERY_CHARS:
+        long_query += " " + long_query
+    short = await fp32.embed([SENTENCES[0]])
+    monkeypatch.setattr(fp32, "_embed_with", recording)
+    long_vector = await fp32.embed([long_query])
+    again_short = await fp32.embed([SENTENCES[0]])
+    assert [name.split("_")[0] for name, _ in seen] == ["embed-long-query", "embed-query"]
+    assert seen[0][1] == min(19, seen[1][1] + LONG_QUERY_NICE)  # niced relative to the process
+    np.testing.assert_array_equal(short, again_short)
+    monkeypatch.undo()
+    np.testing.assert_allclose(long_vector, fp32.embed_sync([long_query]), atol=1e-6)
 
 
 async def test_int8_depends_slightly_on_batch_mates(int8: LocalEmbedder) -> None:
