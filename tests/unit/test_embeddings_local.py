@@ -202,7 +202,7 @@ async def test_a_long_query_embeds_on_the_lower_priority_thread_with_the_same_ve
     def recording(session: object, texts: list[str]) -> npt.NDArray[np.float32]:
         import os
         seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
-        return run(session, texts)  # type: ignore[arg-type]
+        return run(session, texts)
 
     long_query = " ".join(SENTENCES)
     while len(long_query) < LONG_QUERY_CHARS:
