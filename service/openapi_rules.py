@@ -42,6 +42,8 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("MemoryPatch", "kind"): kind,
         ("MemoryIn", "occurred_at"): {"pattern": OCCURRED_PATTERN},
         ("MemoryPatch", "occurred_at"): {"pattern": OCCURRED_PATTERN},
+        ("MemoryIn", "expires_at"): {"pattern": OCCURRED_PATTERN},
+        ("MemoryPatch", "expires_at"): {"pattern": OCCURRED_PATTERN},
         ("MemoryIn", "search_context"): _text(lim.max_text_chars, NO_NUL),
         ("MemoryPatch", "search_context"): _text(lim.max_text_chars, NO_NUL),
         ("MemoryIn", "embedding"): {"min_items": dim, "max_items": dim, "items": Schema(

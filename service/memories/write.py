@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import hashlib
 import random
 from typing import Any
@@ -60,9 +62,9 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
         check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
-        if item.occurred_at is not None:
-            check_occurred_at(item.occurred_at,
-                              field="occurred_at" if len(items) == 1 else f"memories[{index}].occurred_at")
+        for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at)):
+            if value is not None:
+                check_occurred_at(value, field=name if len(items) == 1 else f"memories[{index}].{name}")
     return items
 
 
@@ -149,6 +151,8 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
         check_metadata(change.metadata, limits)
     if change.occurred_at is not msgspec.UNSET:
         check_occurred_at(change.occurred_at)
+    if isinstance(change.expires_at, datetime):
+        check_occurred_at(change.expires_at, field="expires_at")
     if isinstance(change.search_context, str):
         check_search_context(change.search_context, limits)
     async with services.db.tenant(org_id) as tx:

@@ -252,3 +252,21 @@ async def test_hot_set_and_assembly_carry_occurred_at(settings: Settings, endpoi
         if mid in used:
             assert parse(used[mid]["occurred_at"]) == parse(TURNS[index][1])
     assert windowed and windowed <= {ids[2], ids[3]}
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "1899-12-31T23:59:59Z", "2200-01-01T00:00:00Z"])
+async def test_expires_at_out_of_range_is_400_not_a_date_the_response_cannot_carry(
+        client: AsyncTestClient[Any], tenant: Tenant, value: str) -> None:
+    # Found by `make fuzz`: PATCH with expires_at 0001-01-01 (+01:00, i.e. a year-0 UTC time) answered
+    # 200 with "0001-01-01T00:00:00", no timezone: not a date-time the schema allows.
+    (mid,) = await create(client, tenant, {"text": "A memory that expires."})
+    error = assert_error(await client.patch(f"/v1/memories/{mid}", json={"expires_at": value},
+                                            headers=tenant.headers), 400, "validation_error")
+    assert error["details"]["field"] == "expires_at"
+    batch = {"memories": [{"text": "fine"}, {"text": "bad", "expires_at": value}]}
+    error = assert_error(await client.post("/v1/memories", json=batch, headers=tenant.headers), 400,
+                         "validation_error")
+    assert error["details"]["field"] == "memories[1].expires_at"
+    assert len(await list_all(client, tenant)) == 1  # the whole batch was refused
+    r = await client.patch(f"/v1/memories/{mid}", json={"expires_at": "2199-12-31T00:00:00Z"}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["expires_at"].startswith("2199-12-31T00:00:00"), r.text
