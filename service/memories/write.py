@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import hashlib
 import random
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
