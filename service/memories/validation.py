@@ -85,8 +85,9 @@ def check_embedding(vector: list[float], dim: int) -> None:
 OCCURRED_MIN: Final = datetime(1900, 1, 1)
 OCCURRED_MAX: Final = datetime(2200, 1, 1)
 """``occurred_at`` and ``expires_at`` bounds, on the time as written (its own offset): the years
-1900-2199. Wide enough for any real event time, narrow enough to catch a unit slip (milliseconds read as seconds, a zero date)
-that would otherwise sink or float a memory's recency; and exactly what the schema's pattern says."""
+1900-2199. Wide enough for any real event time, narrow enough to catch a unit slip (milliseconds read
+as seconds, a zero date) that would otherwise sink or float a memory's recency, or answer an expiry
+in year 0 that no RFC 3339 date-time can carry; and exactly what the schema's pattern says."""
 OCCURRED_PATTERN: Final = r"^(?:19|20|21)[0-9]{2}-"
 
 
