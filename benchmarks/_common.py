@@ -9,6 +9,7 @@ import hashlib
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import numpy as np
 import numpy.typing as npt
 from litestar.testing import AsyncTestClient
@@ -82,6 +84,19 @@ async def app_client(settings: Settings, owner_dsn: str, redis_url: str) -> Asyn
 
 
 EMBED_BATCH = 256
+
+
+def wait_ready(url: str, proc: subprocess.Popen[Any], log_path: Path, *, timeout_s: float, name: str = "the service",
+               poll_s: float = 0.2) -> None:
+    """Poll ``url``/readyz until it answers 200; exit with the log's path if ``proc`` dies or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit(f"{name} did not become ready; see {log_path}")
+        time.sleep(poll_s)
 
 
 def cached_embeddings(settings: Settings, texts: Sequence[str], cache_dir: Path, name: str) -> npt.NDArray[np.float32]:

@@ -57,7 +57,7 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import cached_embeddings, cpu_seconds_by_group, percentile  # noqa: E402
+from benchmarks._common import cached_embeddings, cpu_seconds_by_group, percentile, wait_ready  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -165,14 +165,7 @@ def service(data_dir: Path, port: int, workers: int = 1, *, source: Path = ROOT,
             else:
                 raise SystemExit(f"the service exited early; see {log_path}")
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"the service did not become ready; see {log_path}")
-                time.sleep(0.2)
+            wait_ready(url, proc, log_path, timeout_s=120, name="the service", poll_s=0.2)
             yield url, key
         finally:
             proc.send_signal(signal.SIGINT)

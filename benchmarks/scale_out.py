@@ -45,7 +45,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import new_tenant, percentile  # noqa: E402
+from benchmarks._common import new_tenant, percentile, wait_ready  # noqa: E402
 from benchmarks.assemble_load import (  # noqa: E402
     SCIFACT,
     Level,
@@ -82,14 +82,7 @@ def serve(data_dir: Path, env: dict[str, str], port: int, name: str, cwd: Path =
                                 env=full, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 180
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"service {name} did not become ready; see {log_path}")
-                time.sleep(0.3)
+            wait_ready(url, proc, log_path, timeout_s=180, name=f"service {name}", poll_s=0.3)
             yield url, proc.pid
         finally:
             proc.send_signal(signal.SIGINT)
