@@ -15,7 +15,10 @@ SciFact memories, then for ``--minutes`` runs at once:
 
 Every ``--every`` seconds it samples the service's RSS and, over all Postgres processes of the
 data directory, the sum of PSS (shared buffers touched count, divided among the processes that
-touched them) and of private memory (USS: what would be freed if the backends exited). Reported:
+touched them), of private memory (USS: pages mapped by one process only; that would also count
+shared buffers only one process has touched so far) and of anonymous memory (each process's own
+heap: catalog and plan caches, sort and hash memory; no shared buffers), the figure that says
+whether the backends' own memory is bounded. Reported:
 the samples, the errors, and the growth from the end of warm-up (the first third of the run) to
 the end. An error is every answer a client sees that is not 2xx and every request that fails
 (connection error, or no answer within the client's 120 s); a 429/503 carrying ``Retry-After`` is
@@ -57,6 +60,7 @@ class Sample:
     service_rss_mb: float
     postgres_pss_mb: float
     postgres_uss_mb: float
+    postgres_heap_mb: float
     backends: int
 
 
@@ -65,7 +69,9 @@ def sample(t: float, service: int, postmaster: int) -> Sample:
     rollups = [rollup_kb(p) for p in pids]
     pss = sum(r.get("Pss", 0) for r in rollups)
     uss = sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rollups)
-    return Sample(round(t, 1), status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, len(pids))
+    heap = sum(r.get("Anonymous", 0) for r in rollups)
+    return Sample(round(t, 1), status_kb(service, "VmRSS") / 1024, pss / 1024, uss / 1024, heap / 1024,
+                  len(pids))
 
 
 def big_document(texts: list[str], chunks: int) -> str:
@@ -175,15 +181,17 @@ def summary(run: Run) -> str:
     return (f"| {run.tree} | {s[0].service_rss_mb:.0f} / {warm.service_rss_mb:.0f} / {peak_rss:.0f} / "
             f"{s[-1].service_rss_mb:.0f} | {s[0].postgres_pss_mb:.0f} / {warm.postgres_pss_mb:.0f} / "
             f"{s[-1].postgres_pss_mb:.0f} | {s[0].postgres_uss_mb:.0f} / {warm.postgres_uss_mb:.0f} / "
-            f"{s[-1].postgres_uss_mb:.0f} | {s[-1].backends} | {dict(run.answers)} | {dict(run.slowest_s)} | "
+            f"{s[-1].postgres_uss_mb:.0f} | {s[0].postgres_heap_mb:.0f} / {warm.postgres_heap_mb:.0f} / "
+            f"{s[-1].postgres_heap_mb:.0f} | {s[-1].backends} | {dict(run.answers)} | {dict(run.slowest_s)} | "
             f"{sum(run.deferred.values())} {dict(run.deferred) or ''} | {sum(run.errors.values())} "
             f"{dict(run.errors) or ''} |")
 
 
 HEADER = ("| code | service RSS MB: start / after warm-up / peak / end | Postgres PSS MB: start / warm / end "
-          "| Postgres private MB: start / warm / end | PG processes | answers | slowest s | refused with Retry-After "
+          "| Postgres private MB: start / warm / end | Postgres heap MB: start / warm / end | PG processes | answers "
+          "| slowest s | refused with Retry-After "
           "(honoured) | errors |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:
