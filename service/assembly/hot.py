@@ -18,9 +18,14 @@ invalidation never depends on winning a race. Invalidation (the
 ``memories_changed`` hook, run after every committed create/patch/delete and after feedback)
 bumps the counters and deletes the agent's key to free memory at once.
 
-Only agents with live memories of their own get a key: the set of an agent that has none (an unknown
-``agent_id``, or one holding only org-wide memories) is read from Postgres and answered but never
-stored, so requests naming ever new agents cannot fill Redis and evict other orgs' keys. Every set
+Only agents with live memories of their own get a key: requests naming ever new agents cannot fill
+Redis and evict other orgs' keys. The set of an agent that has none (an unknown ``agent_id``, or
+one holding only org-wide memories) is the org-wide set, the same for every such agent: it is
+stored once per org under ``{org_id}:hot_memories:#org-wide`` (``#`` is never in an agent id),
+stamped with the generation and epoch only, and served to an agent without a key of its own after
+one indexed ``EXISTS`` query says the agent still has no memories of its own (issue 17: an agent
+holding only org-wide memories made every one of its assemblies rank all of the org's org-wide
+memories in Postgres, 15-30 ms at 10,000 of them, so its hot branch timed out: L1). Every set
 is written with a TTL (``hot_ttl_s``), and an org's sets together stay under
 ``RedisSettings.org_hot_set_bytes``: storing one deletes the org's least recently filled sets past
 it (:mod:`service.cachebound`; ``{org_id}:hot_lru`` and ``{org_id}:hot_bytes`` keep the account).
@@ -65,6 +70,10 @@ V = TypeVar("V")
 
 def hot_key(org_id: UUID, agent_id: str) -> str:
     return f"{{{org_id}}}:hot_memories:{agent_id}"
+
+
+ORG_WIDE = "#org-wide"
+"""The hot-set name of agents without memories of their own (``#`` is not allowed in agent ids)."""
 
 
 def generation_key(org_id: UUID) -> str:
@@ -125,6 +134,15 @@ class HotBlob(msgspec.Struct, array_like=True):
     items: list[HotItem]
     epoch: int = -1
     """The org's cache epoch when the fill began (-1: a set cached before epochs existed, never current)."""
+
+
+def _decode(raw: bytes | str | None) -> HotBlob | None:
+    if raw is None:
+        return None
+    try:
+        return msgspec.msgpack.decode(raw if isinstance(raw, bytes) else raw.encode(), type=HotBlob)
+    except msgspec.DecodeError:
+        return None  # written by another version of the service: rebuild it
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,23 +236,33 @@ class HotSetStore:
     async def get(self, org_id: UUID, agent_id: str) -> HotRead:
         """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
         epoch = await self.epochs.current(org_id)  # None: the org's cached sets are not trusted now
-        raw, generation, version = await self.redis.mget(
-            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)])
+        raw, generation, version, raw_shared = await self.redis.mget(
+            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id),
+             hot_key(org_id, ORG_WIDE)])
         gen, ver = int(generation or 0), int(version or 0)
-        if raw is not None and epoch is not None:
-            try:
-                blob = msgspec.msgpack.decode(raw if isinstance(raw, bytes) else raw.encode(), type=HotBlob)
-            except msgspec.DecodeError:
-                blob = None  # written by another version of the service: rebuild it
+        if epoch is not None:
+            blob = _decode(raw)
             if blob is not None and blob.generation == gen and blob.version == ver and blob.epoch == epoch:
-                if (datetime.now(UTC) - blob.built_at).total_seconds() > self.settings.hot_refresh_s:
-                    # Aged, not changed: serve it and rebuild it behind this request (nobody waits).
-                    self._fills.start((org_id, agent_id, gen, ver, epoch),
-                                      lambda: self._fill(org_id, agent_id, gen, ver, epoch))
-                return HotRead(blob.items, "cache", blob.built_at)
+                return self._cached(org_id, agent_id, blob, gen, ver, epoch)
+            shared = _decode(raw_shared)
+            if (shared is not None and shared.generation == gen and shared.epoch == epoch
+                    and not await self._has_own(org_id, agent_id)):
+                return self._cached(org_id, agent_id, shared, gen, ver, epoch)
         blob = await self._fills.run((org_id, agent_id, gen, ver, epoch),
                                      lambda: self._fill(org_id, agent_id, gen, ver, epoch))
         return HotRead(blob.items, "postgres", blob.built_at)
+
+    def _cached(self, org_id: UUID, agent_id: str, blob: HotBlob, gen: int, ver: int, epoch: int) -> HotRead:
+        if (datetime.now(UTC) - blob.built_at).total_seconds() > self.settings.hot_refresh_s:
+            # Aged, not changed: serve it and rebuild it behind this request (nobody waits).
+            self._fills.start((org_id, agent_id, gen, ver, epoch),
+                              lambda: self._fill(org_id, agent_id, gen, ver, epoch))
+        return HotRead(blob.items, "cache", blob.built_at)
+
+    async def _has_own(self, org_id: UUID, agent_id: str) -> bool:
+        """Whether the agent has live memories of its own (one index probe, not a ranking)."""
+        return bool(await self.db.read(org_id, lambda tx: tx.fetchval("hot.agent_exists", org_id, agent_id),
+                                       timeout_ms=self.settings.hot_fill_timeout_ms))
 
     async def load(self, org_id: UUID, agent_id: str) -> list[HotItem]:
         """The hot set straight from Postgres (no cache involved)."""
@@ -251,14 +279,17 @@ class HotSetStore:
     async def _fill(self, org_id: UUID, agent_id: str, gen: int, ver: int, epoch: int | None) -> HotBlob:
         items, agent_exists = await self._load(org_id, agent_id)
         blob = HotBlob(gen, ver, datetime.now(UTC), items, -1 if epoch is None else epoch)
-        if not agent_exists or epoch is None:
-            return blob  # no key per unknown agent (see the module docstring), nor while untrusted
-        encoded = msgspec.msgpack.encode(blob)
+        if epoch is None:
+            return blob  # nothing is cached while the org's cache is untrusted
+        # No key per agent without memories of its own (see the module docstring): its set is the
+        # org-wide one, stored once for all of them (its version stamp unused).
+        name = agent_id if agent_exists else ORG_WIDE
+        encoded = msgspec.msgpack.encode(blob if agent_exists else HotBlob(gen, 0, blob.built_at, items, epoch))
         if len(encoded) > self.org_bytes:
             return blob  # larger than the org's whole share: served from Postgres, never cached
         try:
-            keys = [hot_key(org_id, agent_id), lru_key(org_id, HOT_CACHE), sizes_key(org_id, HOT_CACHE)]
-            await self._store(keys=keys, args=[agent_id, encoded, self.settings.hot_ttl_s * 1000, self.org_bytes,
+            keys = [hot_key(org_id, name), lru_key(org_id, HOT_CACHE), sizes_key(org_id, HOT_CACHE)]
+            await self._store(keys=keys, args=[name, encoded, self.settings.hot_ttl_s * 1000, self.org_bytes,
                                     hot_key(org_id, "")])
         except RedisError as exc:
             self.circuit.failed()

@@ -11,7 +11,7 @@ import asyncpg
 from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
-from service.assembly.hot import HotSetStore, RedisCircuit, hot_key
+from service.assembly.hot import ORG_WIDE, HotSetStore, RedisCircuit, hot_key
 from service.db import Database, create_pool
 from service.embeddings import Embedder
 from service.runtime import Endpoints
@@ -85,6 +85,36 @@ async def test_writes_keep_hot_sets_correct(settings: Settings, endpoints: Endpo
         assert (await client.delete(f"/v1/memories/{shared}", headers=tenant.headers)).status_code == 204
         for agent in ("a1", "a2"):
             assert "org-wide fact" not in texts(await hot(client, tenant, agent))
+
+
+async def test_agents_without_memories_of_their_own_share_one_cached_org_wide_set(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, redis_url: str) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await create(client, tenant, {"text": "org-wide policy", "agent_id": None, "importance": 0.8},
+                     {"text": "agent one's own note", "agent_id": "a1"})
+        first = await hot(client, tenant, "newcomer")
+        assert first["source"] == "postgres" and texts(first) == ["org-wide policy"]
+        # Cached once for the org, served to every agent without memories of its own, and no key per
+        # such agent (ever new agent ids cannot fill Redis).
+        for agent in ("newcomer", "another-newcomer"):
+            body = await hot(client, tenant, agent)
+            assert body["source"] == "cache" and texts(body) == ["org-wide policy"]
+        redis = Redis.from_url(redis_url)
+        try:
+            assert await redis.exists(hot_key(tenant.org_id, ORG_WIDE))
+            assert not await redis.exists(hot_key(tenant.org_id, "newcomer"))
+            assert not await redis.exists(hot_key(tenant.org_id, "another-newcomer"))
+        finally:
+            await redis.aclose()
+        # An agent with memories of its own never gets the shared set, even with no key of its own.
+        assert sorted(texts(await hot(client, tenant, "a1"))) == ["agent one's own note", "org-wide policy"]
+        # The newcomer's first memory: from then on its own set, with that memory.
+        await create(client, tenant, {"text": "newcomer's first note", "agent_id": "newcomer"})
+        assert sorted(texts(await hot(client, tenant, "newcomer"))) == ["newcomer's first note", "org-wide policy"]
+        # An org-wide write makes the shared set stale like every other.
+        await create(client, tenant, {"text": "second org-wide rule", "agent_id": None, "importance": 0.9})
+        body = await hot(client, tenant, "another-newcomer")
+        assert body["source"] == "postgres" and texts(body) == ["second org-wide rule", "org-wide policy"]
 
 
 async def test_an_aged_set_is_served_and_rebuilt_behind_the_request(
