@@ -168,8 +168,11 @@ class RetrievalEngine:
         """Per org: consecutive query-embedding failures and the time of the last one. The circuit is
         per org, so one org's failing (e.g. slow) queries never switch other orgs to lexical-only;
         when the embedder itself is down each org pays ``embedder_failures_to_open`` failures."""
-        self._embeds_done = 0
-        """Query embeddings completed (any org): a timeout while others completed is load, not failure."""
+        self._embeds_in_flight = 0
+        self._progress_at = time.monotonic()
+        """When the embedder last made progress: a query embedding completed, or one started while
+        none was in flight. A timeout is an embedder failure only when this is older than
+        ``embedder_stall_ms`` (stuck, not busy)."""
         self.embed_latency = LatencyEwma()
         """Recent query-embedding wall times (queueing included), for :meth:`embedder_busy`."""
         self.reranker = rerank.build_reranker(settings.rerank)
@@ -343,26 +346,31 @@ class RetrievalEngine:
             return cached
 
         def finished(task: asyncio.Future[npt.NDArray[np.float32]]) -> None:
+            self._embeds_in_flight -= 1
             if not task.cancelled() and task.exception() is None:
-                self._embeds_done += 1  # progress, even when the caller stopped waiting for it
+                self._progress_at = time.monotonic()  # progress, even when the caller stopped waiting
 
         async def work() -> npt.NDArray[np.float32]:
             # Shielded: the model's thread finishes the work anyway, and when it does, that counts as
             # the embedder making progress (see the circuit below).
+            if self._embeds_in_flight == 0:
+                self._progress_at = time.monotonic()  # an idle embedder is not a stalled one
+            self._embeds_in_flight += 1
             task = asyncio.ensure_future(self.lanes.embed_query(org_id, [query]))
             task.add_done_callback(finished)
             rows = await asyncio.shield(task)
             return np.ascontiguousarray(rows[0], dtype=np.float32)
 
-        done_before = self._embeds_done
         try:
             vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed as exc:
             self.embed_latency.observe(_ms(started))
-            # The circuit opens on embedder failure: an error, or a timeout while no other query's
-            # embedding completed either. A timeout while others completed is a queue (load), not a
-            # broken embedder: it falls back for this request only.
-            if not exc.timed_out or self._embeds_done == done_before:
+            # The circuit opens on embedder failure: an error, or a timeout while the embedder is
+            # stalled (no query embedding completed for ``embedder_stall_ms``). A timeout while
+            # embeddings keep completing is a queue (load), however short this request's deadline:
+            # it falls back for this request only.
+            stalled = time.monotonic() - self._progress_at >= self.settings.embedder_stall_ms / 1000
+            if not exc.timed_out or stalled:
                 self._embedder_failed(org_id)
             raise
         finally:

@@ -118,7 +118,8 @@ async def test_embedding_timeouts_open_the_circuit_only_when_no_embedding_comple
         engine_for: Any, embedder: Embedder, tenant: Tenant) -> None:
     wrapper = SlowEmbedder(embedder)
     wrapper.delay = 2.0
-    engine: RetrievalEngine = engine_for(wrapper, embedding_timeout_ms=300, embedder_failures_to_open=2)
+    engine: RetrievalEngine = engine_for(wrapper, embedding_timeout_ms=300, embedder_failures_to_open=2,
+                                         embedder_stall_ms=450)
     # Load: three slow embeddings time out while another query's embedding completes: a queue, not
     # a broken embedder. Each falls back alone; the circuit stays closed.
     slow = [asyncio.ensure_future(engine.search(tenant.org_id, SearchRequest(query=f"slow question {i}",
@@ -131,7 +132,8 @@ async def test_embedding_timeouts_open_the_circuit_only_when_no_embedding_comple
         assert response.retrieval == RetrievalReport(planned="hybrid", ran="lexical", reduced=True,
                                                      reason="embedder_timeout")
     assert engine.embedder_available(tenant.org_id)
-    # A hung embedder: timeouts with no embedding completing meanwhile open it.
+    # A hung embedder: timeouts while no embedding has completed for the stall time (450 ms) open it.
+    await asyncio.sleep(0.3)
     hung = await asyncio.gather(*(engine.search(tenant.org_id, SearchRequest(query=f"slow hung {i}"))
                                   for i in range(2)))
     assert all(r.retrieval.reason == "embedder_timeout" for r in hung)
@@ -139,6 +141,27 @@ async def test_embedding_timeouts_open_the_circuit_only_when_no_embedding_comple
     shed = await engine.search(tenant.org_id, SearchRequest(query="another question about tea"))
     assert shed.retrieval == RetrievalReport(planned="hybrid", ran="lexical", reduced=True,
                                              reason="embedder_circuit_open")
+
+
+async def test_a_burst_of_timeouts_from_a_working_embedder_does_not_open_the_circuit(
+        engine_for: Any, embedder: Embedder, tenant: Tenant) -> None:
+    # Every embedding takes 100 ms against a 30 ms deadline (assembly's are a few ms): each search
+    # falls back, but embeddings keep completing, so it is a slow queue, not a broken embedder.
+    # Before, three timeouts with no completion inside their own 30 ms opened the circuit.
+    wrapper = SlowEmbedder(embedder)
+    wrapper.delay = 0.1
+    # (no busy shedding, so every search tries the embedder: each timeout could count)
+    engine: RetrievalEngine = engine_for(wrapper, embedding_timeout_ms=30, embedder_failures_to_open=3,
+                                         embedder_max_in_flight=0, embedder_stall_ms=400)
+    for i in range(8):
+        found = await engine.search(tenant.org_id, SearchRequest(query=f"slow burst question {i}"))
+        assert found.retrieval == RetrievalReport(planned="hybrid", ran="lexical", reduced=True,
+                                                  reason="embedder_timeout")
+        assert engine.embedder_available(tenant.org_id)
+    await asyncio.sleep(0.9)  # the queued ones complete (one org, one query slot): the next embeds in time
+    wrapper.delay = 0.0
+    quick = await engine.search(tenant.org_id, SearchRequest(query="a quick question about coffee"))
+    assert quick.retrieval == RetrievalReport(planned="hybrid", ran="hybrid", reduced=False, reason="planned")
 
 
 async def test_a_failed_or_late_vector_query_is_reported(engine_for: Any, embedder: Embedder,
