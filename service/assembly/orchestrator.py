@@ -99,7 +99,7 @@ from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unp
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
 from service.retrieval.planner import planned_strategy
-from service.retrieval.shedding import LatencyEwma
+from service.retrieval.shedding import LatencyByLoad
 from service.retrieval.types import RetrievalReason, RetrievalReport
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
@@ -241,8 +241,9 @@ class Orchestrator:
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
         self.cold_limits = ColdLimit(settings)
-        self.full_cold = LatencyEwma()
-        """Recent latency of full (not light) cold searches that embed: when a search goes light."""
+        self.full_cold = LatencyByLoad()
+        """Recent latency of full (not light) cold searches that embed, by how many assemblies were
+        running when they started: when a search goes light."""
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
                                    interval_ms=settings.queue_interval_ms, hold_ms=settings.refusal_hold_ms)
 
@@ -336,7 +337,9 @@ class Orchestrator:
         budget_ms = timeout_ms - COLD_MARGIN_MS
         intended = planned_strategy(search)
         embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
-        light = embeds and self.full_cold.would_miss(budget_ms, s.light_cold_share)
+        running = self.admission.in_flight
+        recent = self.full_cold.at(running)  # full searches that started with as many running as this one
+        light = embeds and recent.would_miss(budget_ms, s.light_cold_share)
         planned = light and search.strategy == "auto"
         if planned:  # under load auto is lexical: no embedding, no HNSW walk
             search = msgspec.structs.replace(search, strategy="lexical")
@@ -351,16 +354,17 @@ class Orchestrator:
                 postings_per_term=s.light_cold_postings_per_term if light else None)
         except ServiceUnavailable as exc:
             if embeds and not light:
-                self.full_cold.observe(elapsed_ms(started))
+                recent.observe(elapsed_ms(started))
             if exc.details.get("timed_out") is True:
                 raise BranchTimedOut(f"lexical: {exc.details.get('lexical')}; "
                                      f"semantic: {exc.details.get('semantic')}"[:300]) from exc
             raise
         if embeds and not light and response.retrieval.reason not in ("embedder_circuit_open", "embedder_busy"):
-            self.full_cold.observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
+            recent.observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
         if light:
             note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: full {intended} searches' "
-                    f"{self.full_cold.describe()} > {s.light_cold_share:.0%} of the {budget_ms:.0f} ms budget)")
+                    f"{recent.describe()} with {running} running > {s.light_cold_share:.0%} of the "
+                    f"{budget_ms:.0f} ms budget)")
             if planned:
                 response.requested_strategy, response.reason = "auto", f"auto: {note}"
             else:

@@ -8,7 +8,11 @@ fitted in its budget. Now each kind of work keeps a moving average of its own re
 time left for it (:meth:`LatencyEwma.would_miss`).
 
 Reduced work is not measured, so an average that says "too slow" would never be corrected: once a
-sample is older than ``stale_s``, the next request runs in full again (a probe) and refreshes it.
+sample is older than ``stale_s``, the next request runs in full again (a probe), and the probe's
+latency *replaces* the stale average instead of moving it a fifth of the way: after a burst had
+pushed the average to 60 ms, blending one probe a second took six seconds of reduced searches to
+come back under a 26 ms threshold although every probe took 15 ms (assemble_load at 100K, c=1
+after the warm-up burst: 60% of assemblies ran light on a quiet machine).
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ class LatencyEwma:
         self.samples = 0
 
     def observe(self, ms: float, now: float | None = None) -> None:
-        self.value = ms if self.value is None else self.value + self.alpha * (ms - self.value)
-        self.updated = time.monotonic() if now is None else now
+        now = time.monotonic() if now is None else now
+        stale = self.value is None or now - self.updated > self.stale_s
+        self.value = ms if stale or self.value is None else self.value + self.alpha * (ms - self.value)
+        self.updated = now
         self.samples += 1
 
     def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
@@ -50,3 +56,30 @@ class LatencyEwma:
 
     def describe(self) -> str:
         return "no recent samples" if self.value is None else f"recent average {self.value:.1f} ms"
+
+
+class LatencyByLoad:
+    """A :class:`LatencyEwma` per load level: how many requests were running when the measured one
+    started, in powers of two (1, 2-3, 4-7, 8-15, ...). A full search at concurrency 8 queues for the
+    cores and says nothing about one at concurrency 1: with one average for both, a burst made the
+    next seconds of single requests go light although each alone fitted its budget easily (issue 17:
+    assemble_load at 100K, c=1 after the warm-up burst). A level with no fresh samples probes."""
+
+    __slots__ = ("_levels", "alpha", "stale_s")
+
+    def __init__(self, *, alpha: float = ALPHA, stale_s: float = STALE_S) -> None:
+        self.alpha = alpha
+        self.stale_s = stale_s
+        self._levels: dict[int, LatencyEwma] = {}
+
+    @staticmethod
+    def level(running: int) -> int:
+        return max(1, running).bit_length()
+
+    def at(self, running: int) -> LatencyEwma:
+        """The average for ``running`` requests in flight (this one included)."""
+        level = self.level(running)
+        found = self._levels.get(level)
+        if found is None:
+            found = self._levels[level] = LatencyEwma(alpha=self.alpha, stale_s=self.stale_s)
+        return found

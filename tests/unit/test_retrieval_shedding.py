@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.retrieval.shedding import LatencyEwma
+from service.retrieval.shedding import LatencyByLoad, LatencyEwma
 
 
 def test_no_samples_never_sheds() -> None:
@@ -34,8 +34,35 @@ def test_a_stale_average_probes_with_a_full_search() -> None:
     assert not ewma.would_miss(30.0, 0.8, now=6.1)  # shed work is not measured: after stale_s, measure again
 
 
+def test_a_probe_after_a_stale_average_replaces_it() -> None:
+    # After a burst the average is high; the probe a second later measures the quiet service, and
+    # that is what the next decisions use (blending it in would shed for several more seconds).
+    ewma = LatencyEwma(alpha=0.2, stale_s=1.0)
+    for i in range(10):
+        ewma.observe(60.0, now=5.0 + i * 0.01)
+    ewma.observe(15.0, now=6.5)
+    assert ewma.value == 15.0
+    assert not ewma.would_miss(32.0, 0.8, now=6.6)
+    ewma.observe(45.0, now=6.7)  # fresh samples still blend
+    assert ewma.value == 21.0
+
+
 def test_share_zero_never_sheds() -> None:
     ewma = LatencyEwma()
     ewma.observe(1000.0, now=0.0)
     assert not ewma.would_miss(30.0, 0.0, now=0.0)
     assert ewma.describe() == "recent average 1000.0 ms"
+
+
+def test_each_load_level_has_its_own_average() -> None:
+    # A burst at 8 running measured slow full searches; one request alone has no fresh sample of its
+    # own level, so it runs in full (a probe) instead of inheriting the burst's average.
+    by_load = LatencyByLoad(alpha=0.2, stale_s=1.0)
+    assert [LatencyByLoad.level(n) for n in (0, 1, 2, 3, 4, 7, 8, 15, 16)] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
+    for i in range(10):
+        by_load.at(8).observe(60.0, now=1.0 + i * 0.01)
+    assert by_load.at(9).would_miss(32.0, 0.8, now=1.2)  # same level (8-15): shed
+    assert not by_load.at(1).would_miss(32.0, 0.8, now=1.2)  # alone: no sample, probe
+    by_load.at(1).observe(14.0, now=1.3)
+    assert not by_load.at(1).would_miss(32.0, 0.8, now=1.4)
+    assert by_load.at(1) is by_load.at(1) and by_load.at(1) is not by_load.at(2)
