@@ -398,6 +398,47 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
     return results
 
 
+SEARCH_STRATEGIES = ("lexical", "semantic", "hybrid", "auto")
+
+
+async def run_search(url: str, headers: dict[str, str], queries: list[str], n: int) -> dict[str, list[float]]:
+    """``n`` SciFact claims, one at a time, each through every strategy of :data:`SEARCH_STRATEGIES` in
+    turn (``POST /v1/memories/search``, ``limit`` 10; the order rotates per claim, so drift and the
+    query-embedding cache hit them alike). Client ms per strategy, then its server ``total_ms``
+    under ``{strategy}:server``."""
+    timings: dict[str, list[float]] = {}
+    connector = aiohttp.TCPConnector(limit=2)
+    async with aiohttp.ClientSession(url, headers=headers, connector=connector) as http:
+        for i in range(n):
+            query = queries[(7 * i + 3) % len(queries)]
+            k = i % len(SEARCH_STRATEGIES)
+            for strategy in SEARCH_STRATEGIES[k:] + SEARCH_STRATEGIES[:k]:
+                started = time.perf_counter()
+                async with http.post("/v1/memories/search", data=msgspec.json.encode(
+                        {"query": query, "strategy": strategy, "limit": 10}),
+                        headers={"Content-Type": "application/json"}) as r:
+                    body = await r.read()
+                if r.status != 200:
+                    timings.setdefault(f"{strategy}:errors", []).append(r.status)
+                    continue
+                timings.setdefault(strategy, []).append(1000 * (time.perf_counter() - started))
+                timings.setdefault(f"{strategy}:server", []).append(msgspec.json.decode(body)["metrics"]["total_ms"])
+    return timings
+
+
+def search_rows(timings: dict[str, list[float]]) -> list[str]:
+    rows = ["| strategy | searches | client p50 / p95 / p99 ms | server total_ms p50 / p95 | errors |",
+            "|---|---|---|---|---|"]
+    for strategy in SEARCH_STRATEGIES:
+        client, server = timings.get(strategy, []), timings.get(f"{strategy}:server", [])
+        if not client:
+            continue
+        rows.append(f"| {strategy} | {len(client)} | {percentile(client, 50):.1f} / {percentile(client, 95):.1f} / "
+                    f"{percentile(client, 99):.1f} | {percentile(server, 50):.1f} / {percentile(server, 95):.1f} | "
+                    f"{len(timings.get(f'{strategy}:errors', []))} |")
+    return rows
+
+
 # -- selective mode on SciFact (quality, not latency) ------------------------------------------------
 
 
@@ -537,6 +578,9 @@ def main() -> None:
                              "in the same run on the same data, before this one (repeatable)")
     parser.add_argument("--deadline-ms", type=int, help="PGCONTEXT_DEADLINE_MS of the measured services "
                         "(default: the service's own, 40)")
+    parser.add_argument("--search", type=int, metavar="N", default=0,
+                        help="after the assembly levels, N claims searched one at a time with each strategy "
+                             "(search latency of every measured service, same run)")
     parser.add_argument("--selective-eval", type=int, metavar="QUERIES", default=0,
                         help="instead of the load test: selective mode vs naive top-10 on SciFact train")
     args = parser.parse_args()
@@ -553,11 +597,15 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
 
     measured: dict[str, list[tuple[Level, Level]]] = {}
+    searched: dict[str, dict[str, list[float]]] = {}
     if args.url:
         if not args.key:
             raise SystemExit("--url needs --key")
         measured[args.url] = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
                                                     args.agents, concurrencies, args.requests, args.seconds))
+        if args.search:
+            searched[args.url] = asyncio.run(run_search(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
+                                                        args.search))
     else:
         with contextlib.ExitStack() as stack:
             data_dir = args.data_dir or Path(stack.enter_context(
@@ -592,6 +640,10 @@ def main() -> None:
                     measured[str(root)] = asyncio.run(run_levels(
                         url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.agents, concurrencies,
                         args.requests, args.seconds))
+                    if args.search:
+                        searched[str(root)] = asyncio.run(run_search(
+                            url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.search))
+                        print("\n".join(search_rows(searched[str(root)])), file=sys.stderr, flush=True)
     for root, results in measured.items():
         print(f"\n## service from {root}\n")
         print(HEADER)
@@ -604,6 +656,9 @@ def main() -> None:
             print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
                   f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}; "
                   f"cold search planned->ran: {asm.runs_line()}")
+        if root in searched:
+            print(f"\nsearch, one at a time ({args.search} claims x {len(SEARCH_STRATEGIES)} strategies):\n")
+            print("\n".join(search_rows(searched[root])))
 
 
 if __name__ == "__main__":
