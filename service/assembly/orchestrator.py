@@ -338,8 +338,14 @@ class Orchestrator:
         intended = planned_strategy(search)
         embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
         running = self.admission.in_flight
-        recent = self.full_cold.at(running)  # full searches that started with as many running as this one
+        recent = self.full_cold.at(running)  # full searches that ran with as many running as this one
         light = embeds and recent.would_miss(budget_ms, s.light_cold_share)
+
+        def observe(ms: float) -> None:
+            # Filed under the most that ran during it (at its start or its end): a search that began
+            # alone as a burst started ran beside the burst, and says nothing about one that is alone.
+            self.full_cold.at(max(running, self.admission.in_flight)).observe(ms)
+
         planned = light and search.strategy == "auto"
         if planned:  # under load auto is lexical: no embedding, no HNSW walk
             search = msgspec.structs.replace(search, strategy="lexical")
@@ -354,13 +360,13 @@ class Orchestrator:
                 postings_per_term=s.light_cold_postings_per_term if light else None)
         except ServiceUnavailable as exc:
             if embeds and not light:
-                recent.observe(elapsed_ms(started))
+                observe(elapsed_ms(started))
             if exc.details.get("timed_out") is True:
                 raise BranchTimedOut(f"lexical: {exc.details.get('lexical')}; "
                                      f"semantic: {exc.details.get('semantic')}"[:300]) from exc
             raise
         if embeds and not light and response.retrieval.reason not in ("embedder_circuit_open", "embedder_busy"):
-            recent.observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
+            observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
         if light:
             note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: full {intended} searches' "
                     f"{recent.describe()} with {running} running > {s.light_cold_share:.0%} of the "

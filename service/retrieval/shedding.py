@@ -3,9 +3,10 @@
 Before, an assembly's cold search went "light" (lexical only, fewer postings) as soon as a few
 assemblies were in flight, and ``auto`` went lexical as soon as two query embeddings were running:
 at concurrency 8 almost every assembly quietly lost its semantic branch although the full search
-fitted in its budget. Now each kind of work keeps a moving average of its own recent latency
-(:class:`LatencyEwma`), and the retrieval is reduced only when that average exceeds a share of the
-time left for it (:meth:`LatencyEwma.would_miss`).
+fitted in its budget. Now each kind of work keeps its own recent latency -- the query embedder a
+moving average (:class:`LatencyEwma`), assembly's full cold searches the median of the last few
+per load level (:class:`LatencyByLoad`) -- and the retrieval is reduced only when that exceeds a
+share of the time left for it (``would_miss``).
 
 Reduced work is not measured, so an average that says "too slow" would never be corrected: once a
 sample is older than ``stale_s``, the next request runs in full again (a probe), and the probe's
@@ -18,6 +19,7 @@ after the warm-up burst: 60% of assemblies ran light on a quiet machine).
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Final
 
 ALPHA: Final = 0.2
@@ -58,28 +60,69 @@ class LatencyEwma:
         return "no recent samples" if self.value is None else f"recent average {self.value:.1f} ms"
 
 
+class RecentLatency:
+    """The median of the last ``size`` latencies (ms) of one kind of work. A median, not an average:
+    a few outliers (a checkpoint, a GC pause, one query with common terms) do not shed the searches
+    after them, while a load that makes most searches slow does (with an average, two 60 ms
+    searches among 15 ms ones took a single-request stream light for a second at a time: 15% of
+    assemble_load's c=1 in one run). Stale after ``stale_s``; the probe then starts it afresh."""
+
+    __slots__ = ("samples", "stale_s", "updated")
+
+    def __init__(self, *, size: int = 9, stale_s: float = STALE_S) -> None:
+        self.samples: deque[float] = deque(maxlen=size)
+        self.stale_s = stale_s
+        self.updated = 0.0
+
+    @property
+    def value(self) -> float | None:
+        if not self.samples:
+            return None
+        return sorted(self.samples)[len(self.samples) // 2]
+
+    def observe(self, ms: float, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if now - self.updated > self.stale_s:
+            self.samples.clear()  # a probe after a stale window: what the service does now
+        self.samples.append(ms)
+        self.updated = now
+
+    def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
+        """The recent median exceeds ``share`` of ``budget_ms`` (False without fresh samples, or with
+        ``share`` <= 0: never shed)."""
+        value = self.value
+        if share <= 0 or value is None:
+            return False
+        if (time.monotonic() if now is None else now) - self.updated > self.stale_s:
+            return False
+        return value > share * budget_ms
+
+    def describe(self) -> str:
+        value = self.value
+        return "no recent samples" if value is None else f"recent median {value:.1f} ms"
+
+
 class LatencyByLoad:
-    """A :class:`LatencyEwma` per load level: how many requests were running when the measured one
+    """A :class:`RecentLatency` per load level: how many requests were running when the measured one
     started, in powers of two (1, 2-3, 4-7, 8-15, ...). A full search at concurrency 8 queues for the
     cores and says nothing about one at concurrency 1: with one average for both, a burst made the
     next seconds of single requests go light although each alone fitted its budget easily (issue 17:
     assemble_load at 100K, c=1 after the warm-up burst). A level with no fresh samples probes."""
 
-    __slots__ = ("_levels", "alpha", "stale_s")
+    __slots__ = ("_levels", "stale_s")
 
-    def __init__(self, *, alpha: float = ALPHA, stale_s: float = STALE_S) -> None:
-        self.alpha = alpha
+    def __init__(self, *, stale_s: float = STALE_S) -> None:
         self.stale_s = stale_s
-        self._levels: dict[int, LatencyEwma] = {}
+        self._levels: dict[int, RecentLatency] = {}
 
     @staticmethod
     def level(running: int) -> int:
         return max(1, running).bit_length()
 
-    def at(self, running: int) -> LatencyEwma:
-        """The average for ``running`` requests in flight (this one included)."""
+    def at(self, running: int) -> RecentLatency:
+        """The recent latencies for ``running`` requests in flight (this one included)."""
         level = self.level(running)
         found = self._levels.get(level)
         if found is None:
-            found = self._levels[level] = LatencyEwma(alpha=self.alpha, stale_s=self.stale_s)
+            found = self._levels[level] = RecentLatency(stale_s=self.stale_s)
         return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.retrieval.shedding import LatencyByLoad, LatencyEwma
+from service.retrieval.shedding import LatencyByLoad, LatencyEwma, RecentLatency
 
 
 def test_no_samples_never_sheds() -> None:
@@ -54,10 +54,26 @@ def test_share_zero_never_sheds() -> None:
     assert ewma.describe() == "recent average 1000.0 ms"
 
 
-def test_each_load_level_has_its_own_average() -> None:
+def test_a_few_outliers_do_not_shed_but_a_slow_majority_does() -> None:
+    recent = RecentLatency(size=9, stale_s=1.0)
+    for i in range(9):
+        recent.observe(15.0, now=1.0 + i * 0.01)
+    recent.observe(60.0, now=1.1)
+    recent.observe(70.0, now=1.11)  # two outliers: an average of these nine would be 27 > 25.6
+    assert recent.value == 15.0 and not recent.would_miss(32.0, 0.8, now=1.12)
+    for i in range(3):
+        recent.observe(40.0, now=1.2 + i * 0.01)  # five of the last nine slow: now it sheds
+    assert recent.value == 40.0 and recent.would_miss(32.0, 0.8, now=1.25)
+    assert not recent.would_miss(32.0, 0.8, now=2.5)  # stale: the next one probes
+    recent.observe(12.0, now=2.5)  # and the probe starts the window afresh
+    assert list(recent.samples) == [12.0] and recent.describe() == "recent median 12.0 ms"
+    assert not RecentLatency().would_miss(32.0, 0.8) and RecentLatency().describe() == "no recent samples"
+
+
+def test_each_load_level_has_its_own_latencies() -> None:
     # A burst at 8 running measured slow full searches; one request alone has no fresh sample of its
-    # own level, so it runs in full (a probe) instead of inheriting the burst's average.
-    by_load = LatencyByLoad(alpha=0.2, stale_s=1.0)
+    # own level, so it runs in full (a probe) instead of inheriting the burst's latency.
+    by_load = LatencyByLoad(stale_s=1.0)
     assert [LatencyByLoad.level(n) for n in (0, 1, 2, 3, 4, 7, 8, 15, 16)] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
     for i in range(10):
         by_load.at(8).observe(60.0, now=1.0 + i * 0.01)
