@@ -613,8 +613,10 @@ def main() -> None:
             marker = data_dir / "bench-org.json"
             loaded = json.loads(marker.read_text()) if marker.exists() else None
             loading = contextlib.ExitStack()
-            url, key = loading.enter_context(service(data_dir, free_port(), args.workers))
             if loaded is None or loaded["memories"] != args.memories:
+                # (Only to load: started on loaded data, this tree's service would migrate and secure
+                # it before a --compare-root of an older schema is measured on it.)
+                url, key = loading.enter_context(service(data_dir, free_port(), args.workers))
                 if key is None:
                     raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
                 texts = build_texts(args.scifact / "corpus.jsonl", args.memories)
