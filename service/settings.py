@@ -389,9 +389,9 @@ class AssemblySettings:
     just before the caller's deadline): a held refusal costs a timer, while clients that ignore
     ``Retry-After`` and retry at once would spend the cores on refusals (0 = answer at once)."""
     light_cold_share: float = 0.8
-    """A cold search that would embed the query is light when the recent full ones (a moving
-    average of their latency, per process) took more than this share of its cold budget (0 =
-    never): ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
+    """A cold search that would embed the query is light when the recent full ones at the same load
+    (the median latency of the last nine that ran with as many assemblies running, per process)
+    took more than this share of its cold budget (0 = never): ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
     ``light_cold_postings_per_term`` postings per query term instead of the retrieval default. A
     light search inside the deadline (L0) beats a full one that times out (L1), but only then:
     the response says so (``retrieval.reason: light``). After a second without a full search the
