@@ -48,6 +48,9 @@ class NewMemory(BaseModel):
     occurred_at: datetime | None = Field(None, description="When it happened or was said (ISO 8601 with timezone); "
                                                            "default now.")
     metadata: dict[str, Any] | None = Field(None, description="Optional JSON object for filtering later.")
+    search_context: str | None = Field(None, description="Words this memory should be found by but that are not "
+                                                         "part of it, e.g. the question a reply answers; searched, "
+                                                         "never shown.")
 
 
 class ChatMessage(BaseModel):
@@ -123,7 +126,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         importance: Annotated[float | None, Field(ge=0, le=1, description="Importance of `text`, 0-1.")] = None,
     ) -> dict[str, Any]:
         batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
-                          occurred_at=m.occurred_at, metadata=m.metadata) for m in memories or []]
+                          occurred_at=m.occurred_at, metadata=m.metadata, search_context=m.search_context)
+                 for m in memories or []]
         if text is not None:
             batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance))
         if not batch:

@@ -61,7 +61,8 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     one = await call(session, "remember", text="The user is allergic to peanuts.", kind="preference")
     many = await call(session, "remember", memories=[
         {"text": "The user's daughter is called Ada.", "importance": 0.9},
-        {"text": "The user moved to Lisbon in March 2024.", "kind": "event", "occurred_at": "2024-03-01T00:00:00Z"}])
+        {"text": "The user moved to Lisbon in March 2024.", "kind": "event", "occurred_at": "2024-03-01T00:00:00Z",
+         "search_context": "Where does the user live now?"}])
     assert one["stored"] == 1 and many["stored"] == 2
     with Client(url, key) as pg:
         stored = {m.text: m for m in pg.list_memories(agent_id=agent).items}
@@ -69,6 +70,8 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
                            "The user moved to Lisbon in March 2024."}
     assert stored["The user is allergic to peanuts."].kind == "preference"
     assert stored["The user moved to Lisbon in March 2024."].occurred_at.year == 2024
+    assert stored["The user moved to Lisbon in March 2024."].search_context == "Where does the user live now?"
+    assert stored["The user is allergic to peanuts."].search_context is None
 
     recalled = await call(session, "recall", query="peanut allergy", limit=3)
     assert recalled["memories"][0]["text"] == "The user is allergic to peanuts."
