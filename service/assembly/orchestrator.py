@@ -242,8 +242,8 @@ class Orchestrator:
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
         self.cold_limits = ColdLimit(settings)
         self.full_cold = LatencyByLoad()
-        """Recent latency of full (not light) cold searches that embed, by how many assemblies were
-        running when they started: when a search goes light."""
+        """Recent latency of full (not light) cold searches that embed, by the most assemblies running
+        during each (service.retrieval.shedding.LatencyByLoad): when a search goes light."""
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
                                    interval_ms=settings.queue_interval_ms, hold_ms=settings.refusal_hold_ms)
 
