@@ -236,15 +236,15 @@ class HotSetStore:
     async def get(self, org_id: UUID, agent_id: str) -> HotRead:
         """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
         epoch = await self.epochs.current(org_id)  # None: the org's cached sets are not trusted now
-        raw, generation, version, raw_shared = await self.redis.mget(
-            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id),
-             hot_key(org_id, ORG_WIDE)])
+        raw, generation, version = await self.redis.mget(
+            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)])
         gen, ver = int(generation or 0), int(version or 0)
         if epoch is not None:
             blob = _decode(raw)
             if blob is not None and blob.generation == gen and blob.version == ver and blob.epoch == epoch:
                 return self._cached(org_id, agent_id, blob, gen, ver, epoch)
-            shared = _decode(raw_shared)
+            # A miss: the shared org-wide set is read only now, not carried along every hit.
+            shared = _decode(await self.redis.get(hot_key(org_id, ORG_WIDE)))
             if (shared is not None and shared.generation == gen and shared.epoch == epoch
                     and not await self._has_own(org_id, agent_id)):
                 return self._cached(org_id, agent_id, shared, gen, ver, epoch)
