@@ -23,13 +23,14 @@ from service.embeddings.bert_graph import MINILM_L6, OUTPUT_NAME, input_feed
 MAX_TOKENS = 256
 """all-MiniLM-L6-v2 was trained on at most 256 word pieces ([CLS] and [SEP] included)."""
 QUERY_BATCH = 4
+"""Calls with at most this many texts (search queries) take the query lane (its threads, one intra-op thread each)."""
 LONG_QUERY_CHARS = 512
 """A query this long (about 128 word pieces and more, up to the model's cut at ~37 ms of CPU against
 ~2 ms for a short one) embeds on the long-query thread, at CPU niceness ``LONG_QUERY_NICE``: on a
 busy machine the kernel serves short queries, the event loop and Postgres first, so one org's long
 queries cost others little (issue 13's noisy neighbour); on an idle one it runs at full speed."""
 LONG_QUERY_NICE = 5
-"""Calls with at most this many texts (search queries) take the query lane (its threads, one intra-op thread each)."""
+"""Niceness of the long-query thread above the process's (see ``LONG_QUERY_CHARS``)."""
 
 
 class LocalEmbedder:
