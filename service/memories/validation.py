@@ -17,11 +17,12 @@ from service.settings import LimitSettings
 def check_text(text: str, limits: LimitSettings, *, field: str = "text") -> None:
     if not text.strip():
         raise BadRequest(f"{field} must not be empty", code="validation_error", details={"field": field})
-    check_search_context(text, limits, field=field)
+    check_text_limits(text, limits, field=field)
 
 
-def check_search_context(text: str | None, limits: LimitSettings, *, field: str = "search_context") -> None:
-    """Length and NUL checks of a text field that may be empty or null (``search_context``)."""
+def check_text_limits(text: str | None, limits: LimitSettings, *, field: str = "search_context") -> None:
+    """Length and NUL checks of a text field, which may be empty or null here (``search_context``;
+    :func:`check_text` adds "not empty" for ``text``)."""
     if text is None:
         return
     if len(text) > limits.max_text_chars:

@@ -22,8 +22,8 @@ from service.memories.validation import (
     check_kind,
     check_metadata,
     check_occurred_at,
-    check_search_context,
     check_text,
+    check_text_limits,
 )
 from service.runtime import Services
 from service.settings import LimitSettings
@@ -56,7 +56,7 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
     for index, item in enumerate(items):
         where = "text" if len(items) == 1 else f"memories[{index}].text"
         check_text(item.text, limits, field=where)
-        check_search_context(item.search_context, limits,
+        check_text_limits(item.search_context, limits,
                              field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
         check_agent_id(item.agent_id)
         check_kind(item.kind)
@@ -153,7 +153,7 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     if isinstance(change.expires_at, datetime):
         check_occurred_at(change.expires_at, field="expires_at")
     if isinstance(change.search_context, str):
-        check_search_context(change.search_context, limits)
+        check_text_limits(change.search_context, limits)
     async with services.db.tenant(org_id) as tx:
         before = _changeable(await repo.current(tx, memory_id), memory_id)
         row = await repo.update(tx, memory_id, change, embedding)
