@@ -47,7 +47,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
     before the body is read), bound the body's JSON nesting (400, not a decoder's
     ``RecursionError``), take the request's full price (:mod:`service.ratecost`: it reads the decoded
     body) from its org's bucket (429), then check the body's JSON types."""
-    limiter, org_id, cost = None, None, 0
+    limiter, org_id, cost, route = None, None, 0, ""
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:
         services = request.app.state.services
         assert isinstance(services, Services)
@@ -57,7 +57,8 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
             limiter.enter(org_id)
             request.scope["state"][SLOT_STATE] = org_id  # given back by in_flight_middleware
             if limiter.enabled:
-                cost = limiter.cost(request.method, route_template(request), _content_length(request))
+                route = route_template(request)
+                cost = limiter.cost(request.method, route, _content_length(request))
                 refusal = limiter.refusal_if_short(org_id, cost)
                 if refusal is not None:
                     raise refusal
@@ -69,13 +70,13 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         body = await request.body()
         check_json_depth(body)
         data = request.route_handler.parsed_fn_signature.parameters.get("data")
-        if body:
+        if body and (data is not None or limiter is not None):  # decoded only for a reader
             try:
                 value = msgspec.json.decode(body)
             except msgspec.DecodeError:
                 data = None  # malformed JSON: Litestar's own decoding answers it, as before
     if limiter is not None and org_id is not None:
-        extra = work_cost(limiter.settings, request.method, route_template(request), value)
+        extra = work_cost(limiter.settings, request.method, route, value)
         await limiter.check(org_id, cost + extra)
     if data is not None and value is not _NO_BODY:
         check_types_strictly(value, data.annotation)
