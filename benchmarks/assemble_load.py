@@ -20,7 +20,9 @@ p50/p95/p99 latency, throughput, error rate, the degradation-level distribution,
 ``metrics.total_ms`` p50/p99, the cold strategies used, how often the directive made it into the
 context (a directive branch that misses its timeout is left out without changing the level) and
 the assemble/baseline p50 ratio (which
-survives a noisy machine better than absolute numbers). The load generator runs on the same machine
+survives a noisy machine better than absolute numbers). ``--search N`` adds, per measured service,
+N claims searched one at a time with each strategy (client and server latency), and
+``--compare-root DIR`` measures another source tree first on the same data. The load generator runs on the same machine
 as the service, Postgres and Redis, and competes with them for CPU: it uses aiohttp and decodes
 only the response fields it needs with msgspec, and every level also reports the CPU ms per
 assembly of each process group (service, Postgres, Redis, the load generator itself; from
