@@ -9,16 +9,18 @@ WITH q AS (
     SELECT greatest(sum(n_docs), 1)::float8 AS n,
            greatest(sum(total_len) + $20::float8 * sum(ctx_total_len), 1)::float8 / greatest(sum(n_docs), 1) AS avgdl
       FROM memory_lex_stats WHERE org_id = $1
-), terms AS (
-    SELECT q.term, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf, s.avgdl
+), terms AS MATERIALIZED (
+    -- Per term, once: the BM25 weight idf * (k1 + 1) and the length normalisation's two constants, so
+    -- each posting below costs one division (not the idf's logarithm and numeric casts).
+    SELECT q.term, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) * ($6::float8 + 1) AS w,
+           $6::float8 * (1 - $7::float8) AS c0, $6::float8 * $7::float8 / s.avgdl AS c1
       FROM q CROSS JOIN stats s
      CROSS JOIN LATERAL (SELECT coalesce(sum(d.df), 0)::float8 AS df
                            FROM memory_term_df d WHERE d.org_id = $1 AND d.term = q.term) AS f
      WHERE f.df > 0
 ), scored AS (
     SELECT p.memory_id,
-           sum(t.idf * p.tf * ($6::float8 + 1)
-               / (p.tf + $6::float8 * (1 - $7::float8 + $7::float8 * p.doc_len / t.avgdl))) AS score
+           sum(t.w * p.tf / (p.tf + t.c0 + t.c1 * p.doc_len)) AS score
       FROM terms t
      CROSS JOIN LATERAL (SELECT memory_id, tf + $20::float8 * ctx_tf AS tf, doc_len + $20::float8 * ctx_len AS doc_len
                            FROM memory_postings p

@@ -5,6 +5,7 @@ PATCH and delete; another org neither sees nor changes any of it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import asyncpg
@@ -126,6 +127,49 @@ async def test_lexical_search_matches_the_context_below_the_text(client: AsyncTe
     assert (await client.delete(f"/v1/memories/{reply}", headers=tenant.headers)).status_code == 204
     assert await lexical(client, tenant, "long week") == []
     assert await index_drift(owner_dsn, tenant) == {"postings": 0, "df": 0, "ctx_len": 0, "text_len": 0, "docs": 0}
+
+
+async def test_lexical_scores_are_bm25f_of_the_index(client: AsyncTestClient[Any], tenant: Tenant, owner_dsn: str,
+                                                     settings: Settings) -> None:
+    """Each lexical score is BM25F recomputed here from the org's index (postings, df counters, length
+    statistics): idf ln(1 + (N - df + 0.5) / (df + 0.5)), tf and length ``text + w * context``, k1 and b
+    from the settings. Pins the formula whatever shape the SQL gives it."""
+    await create(client, tenant, {"memories": [
+        {"text": REPLY, "search_context": QUESTION},
+        {"text": "Melanie: Painting helps me unwind on Sundays, and swimming on Mondays."},
+        {"text": "Caroline: The kids painted the fence; swimming lessons start next week.",
+         "search_context": "Melanie: How are the kids?"},
+        {"text": "Caroline: The adoption agency called back today."}]})
+    query = "kids swimming after a long week of painting"
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": query, "strategy": "lexical", "limit": 10})
+    assert r.status_code == 200, r.text
+    got = {hit["id"]: hit["lexical_score"] for hit in r.json()["results"]}
+    k1, b, w = settings.retrieval.bm25_k1, settings.retrieval.bm25_b, settings.retrieval.search_context_weight
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        n, text_len, ctx_len = await conn.fetchrow(
+            "SELECT sum(n_docs)::float8, sum(total_len)::float8, sum(ctx_total_len)::float8"
+            "  FROM memory_lex_stats WHERE org_id = $1", tenant.org_id)
+        terms = await conn.fetch(
+            "SELECT q.lexeme AS term,"
+            "       (SELECT sum(df) FROM memory_term_df d WHERE d.org_id = $1 AND d.term = q.lexeme)::float8 AS df"
+            "  FROM unnest(to_tsvector('english', $2)) AS q", tenant.org_id, query)
+        postings = await conn.fetch(
+            "SELECT memory_id::text AS id, term, tf, ctx_tf, doc_len, ctx_len FROM memory_postings"
+            " WHERE org_id = $1 AND term = ANY($2::text[])", tenant.org_id, [t["term"] for t in terms])
+    finally:
+        await conn.close()
+    avgdl = (text_len + w * ctx_len) / n
+    idf = {t["term"]: math.log(1 + (n - t["df"] + 0.5) / (t["df"] + 0.5)) for t in terms if t["df"]}
+    want: dict[str, float] = {}
+    for p in postings:
+        tf, dl = p["tf"] + w * p["ctx_tf"], p["doc_len"] + w * p["ctx_len"]
+        want[p["id"]] = want.get(p["id"], 0.0) + idf[p["term"]] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+    assert len(want) == 3 and set(got) == set(want)
+    for mid, score in got.items():
+        assert score == pytest.approx(want[mid], rel=1e-9)
+    assert list(got) == sorted(want, key=lambda mid: -want[mid])
 
 
 async def test_weight_zero_ignores_the_context(settings: Settings, endpoints: Endpoints, embedder: Embedder,
