@@ -18,8 +18,12 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   it holds what the slots serve within ``target_ms``, otherwise within ``interval_ms`` (at least
   one round of the slots), and a request waits at most twice that (or two service times). A burst
   is absorbed, a standing queue is drained to what the slots serve within ``target_ms``.
-* **Adaptive LIFO.** While the line is standing, a freed slot goes to the newest waiter (the one
-  most likely to still be wanted); otherwise to the oldest.
+* **Adaptive LIFO.** While the line is standing and longer than the slots, a freed slot goes to the
+  newest waiter (the one most likely to still be wanted); otherwise to the oldest. A line that one
+  round of the slots clears (a closed loop of up to twice ``limit`` clients: standing, yet every
+  waiter served within a service time) stays first-come-first-served, so no waiter there is passed
+  over by newer arrivals until it times out (0.2-0.4% of assemblies refused at concurrency 8 with
+  4 slots, when such lines were LIFO too).
 * Beyond that length (and never more than ``max_queued``) a request is refused, by
   :mod:`service.assembly.shedding` at the edge, before its body is read. A request let in at the
   edge holds a place (:meth:`Admission.arrive`) until it reaches the line: a crowd arriving together
@@ -257,14 +261,15 @@ class Admission:
             self._empty_since = time.monotonic()
 
     def _release(self) -> None:
-        """Hand the slot to a waiter (newest first while the line is standing), or free it."""
+        """Hand the slot to a waiter (newest first while the line is standing and longer than the slots), or
+        free it."""
         if not self._hand_over():
             self.in_flight -= 1
 
     def _hand_over(self) -> bool:
-        """The org whose turn it is gets the slot: its newest waiter while the line is standing,
-        else its oldest; that org's next waiter then goes after the other orgs'."""
-        lifo = self.standing()
+        """The org whose turn it is gets the slot: its newest waiter while the line is standing and
+        longer than the slots, else its oldest; that org's next waiter then goes after the other orgs'."""
+        lifo = len(self._line) > self.limit and self.standing()
         while self._turns:
             org = next(iter(self._turns))
             waiter = next(w for w in (reversed(self._line) if lifo else self._line) if w.org == org)

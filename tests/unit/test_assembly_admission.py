@@ -140,6 +140,31 @@ async def test_a_standing_line_sheds_after_the_target_and_serves_the_newest_firs
     assert admission.in_flight == 0 and admission.waiting == 0
 
 
+async def test_a_standing_line_no_longer_than_the_slots_is_served_oldest_first() -> None:
+    """A closed loop of twice the slots keeps a standing line of ``limit`` waiters: one round of the
+    slots serves them all, so a freed slot goes to the oldest (LIFO would pass it over again and
+    again, until it timed out)."""
+    admission = Admission(limit=2, max_queued=100, target_ms=30, interval_ms=40, initial_service_ms=5)
+    release = asyncio.Event()
+    holders = [asyncio.ensure_future(holding(admission, release)) for _ in range(2)]
+    await asyncio.sleep(0)
+    admitted: list[str] = []
+
+    async def one(name: str) -> None:
+        async with admission.admit():
+            admitted.append(name)
+
+    tasks = [asyncio.ensure_future(one("old"))]
+    await asyncio.sleep(0.005)
+    tasks.append(asyncio.ensure_future(one("new")))
+    await asyncio.sleep(0.05)
+    assert admission.standing() and admission.waiting == 2  # standing, but no longer than the slots
+    release.set()
+    await asyncio.gather(*holders, *tasks)
+    assert admitted == ["old", "new"]
+    assert admission.in_flight == 0 and admission.waiting == 0
+
+
 async def test_service_time_is_measured_and_sets_retry_after() -> None:
     admission = Admission(limit=1, max_queued=1000, initial_service_ms=10)
     for _ in range(40):
