@@ -109,7 +109,7 @@ class EmbeddingSettings:
     provider: Literal["local", "openai"] = "local"
     """``local``: all-MiniLM-L6-v2 on onnxruntime. ``openai``: an OpenAI-compatible /v1/embeddings API."""
     quantize: bool = True
-    """Local provider: int8 (MatMul-only, per-channel dynamic quantisation) instead of fp32."""
+    """Local provider: int8 (MatMul and attention weights, per-channel dynamic quantisation) instead of fp32."""
     batch_size: int = 64
     """Texts per model call / per hosted request."""
     threads: int = 0
