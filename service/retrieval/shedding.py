@@ -60,18 +60,27 @@ class LatencyEwma:
         return "no recent samples" if self.value is None else f"recent average {self.value:.1f} ms"
 
 
+MIN_SAMPLES: Final = 3
+"""Fresh samples a median needs before it may shed: until then requests run in full (probes)."""
+
+
 class RecentLatency:
     """The median of the last ``size`` latencies (ms) of one kind of work. A median, not an average:
     a few outliers (a checkpoint, a GC pause, one query with common terms) do not shed the searches
     after them, while a load that makes most searches slow does (with an average, two 60 ms
     searches among 15 ms ones took a single-request stream light for a second at a time: 15% of
-    assemble_load's c=1 in one run). Stale after ``stale_s``; the probe then starts it afresh."""
+    assemble_load's c=1 in one run). Stale after ``stale_s``; the probes then start it afresh, and it
+    sheds only once it holds ``min_samples`` fresh ones: full searches right after a second of light
+    ones are slow (assembly at 100K, c=1: cold branch median 26-28 ms for the first full search after
+    light ones, 15.9 ms for one after a full one; cause not found), and one such probe judged alone
+    sent single requests light for the next second, again and again (588 of 600 light)."""
 
-    __slots__ = ("samples", "stale_s", "updated")
+    __slots__ = ("min_samples", "samples", "stale_s", "updated")
 
-    def __init__(self, *, size: int = 9, stale_s: float = STALE_S) -> None:
+    def __init__(self, *, size: int = 9, stale_s: float = STALE_S, min_samples: int = MIN_SAMPLES) -> None:
         self.samples: deque[float] = deque(maxlen=size)
         self.stale_s = stale_s
+        self.min_samples = min_samples
         self.updated = 0.0
 
     @property
@@ -88,10 +97,10 @@ class RecentLatency:
         self.updated = now
 
     def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
-        """The recent median exceeds ``share`` of ``budget_ms`` (False without fresh samples, or with
-        ``share`` <= 0: never shed)."""
+        """The recent median exceeds ``share`` of ``budget_ms`` (False with fewer than ``min_samples``
+        fresh samples, or with ``share`` <= 0: never shed)."""
         value = self.value
-        if share <= 0 or value is None:
+        if share <= 0 or value is None or len(self.samples) < self.min_samples:
             return False
         if (time.monotonic() if now is None else now) - self.updated > self.stale_s:
             return False

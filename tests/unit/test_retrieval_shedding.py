@@ -70,6 +70,22 @@ def test_a_few_outliers_do_not_shed_but_a_slow_majority_does() -> None:
     assert not RecentLatency().would_miss(32.0, 0.8) and RecentLatency().describe() == "no recent samples"
 
 
+def test_a_fresh_window_sheds_only_once_it_holds_three_samples() -> None:
+    # After a stale window the first full search (the probe) may be slow for reasons of its own: it
+    # alone does not send the next second light; three slow ones in a row do.
+    recent = RecentLatency(size=9, stale_s=1.0)
+    recent.observe(60.0, now=1.0)
+    assert not recent.would_miss(32.0, 0.8, now=1.01)
+    recent.observe(14.0, now=1.02)
+    recent.observe(15.0, now=1.03)
+    assert recent.value == 15.0 and not recent.would_miss(32.0, 0.8, now=1.04)
+    recent.observe(70.0, now=2.5)  # stale: a new window
+    recent.observe(65.0, now=2.51)
+    assert list(recent.samples) == [70.0, 65.0] and not recent.would_miss(32.0, 0.8, now=2.52)
+    recent.observe(80.0, now=2.53)
+    assert recent.would_miss(32.0, 0.8, now=2.54)
+
+
 def test_each_load_level_has_its_own_latencies() -> None:
     # A burst at 8 running measured slow full searches; one request alone has no fresh sample of its
     # own level, so it runs in full (a probe) instead of inheriting the burst's latency.
