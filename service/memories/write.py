@@ -57,7 +57,7 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
         where = "text" if len(items) == 1 else f"memories[{index}].text"
         check_text(item.text, limits, field=where)
         check_text_limits(item.search_context, limits,
-                             field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
+                          field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
         check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)

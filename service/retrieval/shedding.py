@@ -99,12 +99,12 @@ class RecentLatency:
     def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
         """The recent median exceeds ``share`` of ``budget_ms`` (False with fewer than ``min_samples``
         fresh samples, or with ``share`` <= 0: never shed)."""
-        value = self.value
-        if share <= 0 or value is None or len(self.samples) < self.min_samples:
+        if share <= 0 or len(self.samples) < self.min_samples:
             return False
         if (time.monotonic() if now is None else now) - self.updated > self.stale_s:
             return False
-        return value > share * budget_ms
+        value = self.value  # sorted only past the cheap checks
+        return value is not None and value > share * budget_ms
 
     def describe(self) -> str:
         value = self.value
