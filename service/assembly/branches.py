@@ -9,6 +9,12 @@
   the cold search is quick, and never more than the cold branch when it is not. Without this,
   under load (event-loop lag of a few ms) most directives missed their 5 ms and hot sets their
   15 ms while the cold search was still running.
+* The cache branches (directive, hot) may start before the assembly does: their reads are sent when
+  the request arrives (:class:`EarlyReads`), so a request waiting in line for admission has them in
+  hand when it is admitted instead of queueing those round trips behind the event loop's other work
+  then. Their timeouts still count from the assembly's start; ``ms`` is how long the assembly
+  waited for them (~0 when they were already there) and ``detail`` says how long before the
+  assembly the read was sent, when the request waited in line.
 * Overdue branches are then *abandoned*, not cancelled: their own inner deadlines (the Postgres
   ``statement_timeout`` of their queries, the search's step timeouts) end them moments later,
   whereas cancelling would make asyncpg cancel a running query over a new connection — a Postgres
@@ -32,6 +38,9 @@ from service.assembly.types import Branch, Outcome
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+
+EARLY_DETAIL_MS = 1.0
+"""A read sent at least this long before its assembly started says so in its ``detail``."""
 
 
 def elapsed_ms(since: float, until: float | None = None) -> float:
@@ -63,14 +72,17 @@ def _forget(task: asyncio.Future[Any]) -> None:
 class BranchTask(Generic[T]):
     """One branch; its :attr:`run` is set by :func:`settle`."""
 
-    __slots__ = ("circuit", "deadline", "finished", "name", "run", "started", "task", "timeout_ms")
+    __slots__ = ("began", "circuit", "deadline", "finished", "name", "run", "started", "task", "timeout_ms")
 
     def __init__(self, name: str, timeout_ms: float, task: asyncio.Future[T] | None,
-                 circuit: RedisCircuit | None = None, run: BranchRun[T] | None = None) -> None:
+                 circuit: RedisCircuit | None = None, run: BranchRun[T] | None = None,
+                 began: float | None = None) -> None:
         self.name = name
         self.timeout_ms = timeout_ms
         self.circuit = circuit
         self.started = time.perf_counter()
+        self.began = began
+        """When the branch's work was started, if before the assembly (:class:`EarlyReads`)."""
         self.deadline = self.started + timeout_ms / 1000
         self.finished: float | None = None
         self.task = task
@@ -84,6 +96,15 @@ class BranchTask(Generic[T]):
         if timeout_ms <= 0:
             return cls.skipped(name, "no time left before the deadline")
         return cls(name, timeout_ms, asyncio.ensure_future(work()), circuit)
+
+    @classmethod
+    def adopt(cls, name: str, timeout_ms: float, early: EarlyRead[T], circuit: RedisCircuit | None = None
+              ) -> BranchTask[T]:
+        """The branch for a read started before the assembly (timed from now, like any branch)."""
+        if timeout_ms <= 0:
+            return cls.skipped(name, "no time left before the deadline")
+        early.adopted = True
+        return cls(name, timeout_ms, early.task, circuit, began=early.began)
 
     @classmethod
     def skipped(cls, name: str, reason: str) -> BranchTask[T]:
@@ -116,7 +137,7 @@ class BranchTask(Generic[T]):
         if not task.done():
             task.add_done_callback(_forget)
             return BranchRun("timeout", None, elapsed_ms(self.started), f"no answer within {self.timeout_ms:.0f} ms")
-        ms = elapsed_ms(self.started, self.finished)
+        ms = max(0.0, elapsed_ms(self.started, self.finished))
         exc = task.exception()
         if isinstance(exc, BranchTimedOut):
             return BranchRun("timeout", None, ms, str(exc))
@@ -125,10 +146,48 @@ class BranchTask(Generic[T]):
                 self.circuit.failed()
             log.warning("assembly_branch_failed", branch=self.name, error=repr(exc)[:300])
             return BranchRun("error", None, ms, f"{type(exc).__name__}: {str(exc)[:200]}")
-        late = None
+        detail = None
         if ms > self.timeout_ms:
-            late = f"answered after its {self.timeout_ms:.0f} ms timeout, while another branch was still running"
-        return BranchRun("ok", task.result(), ms, late)
+            detail = f"answered after its {self.timeout_ms:.0f} ms timeout, while another branch was still running"
+        elif self.began is not None and (ahead := elapsed_ms(self.began, self.started)) >= EARLY_DETAIL_MS:
+            detail = f"read while the request waited in line ({ahead:.1f} ms)"
+        return BranchRun("ok", task.result(), ms, detail)
+
+
+@dataclass(slots=True)
+class EarlyRead(Generic[T]):
+    """A branch's read started before the assembly (see :class:`EarlyReads`)."""
+
+    task: asyncio.Future[T]
+    began: float
+    adopted: bool = False
+
+
+class EarlyReads:
+    """Reads sent when a request arrives, for branches that only read caches (directive, hot set).
+
+    They cost a Redis round trip or two and no CPU to speak of, so unlike the cold search they do not
+    wait for admission: a request that waits in line is admitted with them done. A branch takes one
+    over with :meth:`BranchTask.adopt`; :meth:`drop` cancels those no branch took (the request was
+    refused, failed or went away before its assembly started)."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self) -> None:
+        self.reads: dict[str, EarlyRead[Any]] = {}
+
+    def start(self, name: str, work: Callable[[], Awaitable[T]]) -> None:
+        self.reads[name] = EarlyRead(asyncio.ensure_future(work()), time.perf_counter())
+
+    def get(self, name: str) -> EarlyRead[Any] | None:
+        return self.reads.get(name)
+
+    def drop(self) -> None:
+        for read in self.reads.values():
+            if not read.adopted:
+                if not read.task.done():
+                    read.task.cancel()
+                read.task.add_done_callback(_forget)
 
 
 class _Settling:

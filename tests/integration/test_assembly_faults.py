@@ -128,6 +128,14 @@ async def test_over_the_admission_limit_requests_wait_in_line_or_are_refused(
             assert [b["degradation_level"] for b in bodies] == ["L0", "L0", "L0"], bodies
             queued = sorted(b["metrics"]["queued_ms"] for b in bodies)
             assert queued[0] < 50 and queued[1] >= 100 and queued[2] >= 250, queued
+            # The cache reads (directive, hot set) went out on arrival: those that waited in line
+            # were admitted with them done, so their assembly did not wait for Redis at all.
+            for b in bodies:
+                if b["metrics"]["queued_ms"] >= 100:
+                    for name in ("directive", "hot"):
+                        branch = b["branches"][name]
+                        assert branch["outcome"] == "ok" and branch["ms"] < 5, (name, branch)
+                        assert "read while the request waited in line" in branch["detail"], (name, branch)
             # Having waited in line is no reason to search light: the full search (~150 ms here) fits
             # the cold budget, so every one ran the planned hybrid search.
             for b in bodies:

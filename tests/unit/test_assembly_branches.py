@@ -8,7 +8,7 @@ import time
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from service.assembly.branches import BranchTask, BranchTimedOut, settle
+from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, settle
 from service.assembly.hot import RedisCircuit
 
 
@@ -79,6 +79,57 @@ async def test_failures_and_inner_timeouts_are_recorded_and_redis_errors_open_th
     assert cold.result().outcome == "timeout" and "lexical: timed out" in (cold.result().detail or "")
     assert skipped.result().outcome == "skipped" and skipped.result().detail == "disabled by the request"
     assert none_left.result().outcome == "skipped" and none_left.result().ms == 0.0
+
+
+async def test_a_read_sent_while_the_request_waited_in_line_is_timed_from_the_assembly() -> None:
+    early = EarlyReads()
+    early.start("hot", lambda: sleeper(20, "hot"))
+    await asyncio.sleep(0.06)  # in line for admission meanwhile; the read is done
+    read = early.get("hot")
+    assert read is not None
+    hot = BranchTask.adopt("hot", 5, read)
+    cold = BranchTask.start("cold", 200, lambda: sleeper(10, "cold"))
+    await settle((hot, cold))
+    run = hot.result()
+    assert run.outcome == "ok" and run.value == "hot"
+    # The assembly did not wait for it: 0 ms of its own 5, and the detail says where the time went.
+    assert run.ms < 5 and "read while the request waited in line" in (run.detail or "")
+    waited = float((run.detail or "").rsplit("(", 1)[1].split(" ms")[0])
+    assert 55 <= waited < 1000
+    early.drop()
+    assert read.task.done() and not read.task.cancelled()
+
+
+async def test_a_read_still_running_when_adopted_gets_the_branch_timeout_from_then() -> None:
+    early = EarlyReads()
+    early.start("hot", lambda: sleeper(2000, "hot"))
+    await asyncio.sleep(0.03)
+    read = early.get("hot")
+    assert read is not None
+    hot = BranchTask.adopt("hot", 40, read)
+    started = time.perf_counter()
+    await settle((hot,))
+    waited = (time.perf_counter() - started) * 1000
+    assert hot.result().outcome == "timeout" and 35 <= waited < 400
+    assert BranchTask.adopt("hot", 0, read).result().outcome == "skipped"  # no time left: not taken over
+    read.task.cancel()
+
+
+async def test_reads_no_branch_took_are_cancelled_when_the_request_ends() -> None:
+    # Refused in line (503), failed or gone before its assembly started: the reads it sent stop.
+    early = EarlyReads()
+    early.start("directive", lambda: sleeper(2000, "directive"))
+    early.start("hot", lambda: sleeper(2000, "hot"))
+    directive, hot = early.get("directive"), early.get("hot")
+    assert directive is not None and hot is not None
+    taken = BranchTask.adopt("directive", 1000, directive)
+    early.drop()
+    await asyncio.sleep(0)
+    assert hot.task.cancelled()
+    assert not directive.task.done()  # a branch owns it: settle() decides (abandon, not cancel)
+    taken.cancel()
+    await asyncio.sleep(0)
+    assert directive.task.cancelled()
 
 
 async def test_the_request_going_away_cancels_its_branches() -> None:
