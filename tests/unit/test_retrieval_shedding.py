@@ -98,3 +98,19 @@ def test_each_load_level_has_its_own_latencies() -> None:
     by_load.at(1).observe(14.0, now=1.3)
     assert not by_load.at(1).would_miss(32.0, 0.8, now=1.4)
     assert by_load.at(1) is by_load.at(1) and by_load.at(1) is not by_load.at(2)
+
+
+def test_a_request_alone_probes_sooner_than_one_among_others() -> None:
+    # The first full searches after a start are slow (cold caches), later ones fast: alone, a request
+    # re-measures after 0.1 s instead of running light for a whole second; among others the window
+    # keeps its second (a probe there is a likely deadline miss that also takes the others' cores).
+    by_load = LatencyByLoad(stale_s=1.0, alone_stale_s=0.1)
+    for i in range(3):
+        by_load.at(1).observe(30.0, now=5.0 + i * 0.01)
+        by_load.at(4).observe(30.0, now=5.0 + i * 0.01)
+    assert by_load.at(1).would_miss(32.0, 0.8, now=5.05) and by_load.at(4).would_miss(32.0, 0.8, now=5.05)
+    assert not by_load.at(1).would_miss(32.0, 0.8, now=5.2)  # alone: stale, the next one probes
+    assert by_load.at(4).would_miss(32.0, 0.8, now=5.2)  # among others: still shed
+    for i in range(3):  # the probes find the warm path
+        by_load.at(1).observe(15.0, now=5.2 + i * 0.01)
+    assert not by_load.at(1).would_miss(32.0, 0.8, now=5.25)
