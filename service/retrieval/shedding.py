@@ -28,6 +28,9 @@ STALE_S: Final = 1.0
 """After this long without a sample, the average is not trusted to shed (the next one probes)."""
 ALONE_STALE_S: Final = 0.1
 """The same for a request running alone (:class:`LatencyByLoad`): its probe delays nobody else."""
+ALONE_STALE_LATENCIES: Final = 3.0
+"""... but at least three of its recent searches' durations (a single client's slow searches arrive
+one search apart: they must not look stale to each other)."""
 
 
 class LatencyEwma:
@@ -75,15 +78,25 @@ class RecentLatency:
     sheds only once it holds ``min_samples`` fresh ones: full searches right after a second of light
     ones are slow (assembly at 100K, c=1: cold branch median 26-28 ms for the first full search after
     light ones, 15.9 ms for one after a full one; cause not found), and one such probe judged alone
-    sent single requests light for the next second, again and again (588 of 600 light)."""
+    sent single requests light for the next second, again and again (588 of 600 light).
 
-    __slots__ = ("min_samples", "samples", "stale_s", "updated")
+    ``stale_latencies``: the window is also fresh for that many times its latest sample, so that a
+    stream of searches each slower than ``stale_s`` (one after another, as a single client sends
+    them) does not look stale between its own samples and can still shed."""
 
-    def __init__(self, *, size: int = 9, stale_s: float = STALE_S, min_samples: int = MIN_SAMPLES) -> None:
+    __slots__ = ("min_samples", "samples", "stale_latencies", "stale_s", "updated")
+
+    def __init__(self, *, size: int = 9, stale_s: float = STALE_S, min_samples: int = MIN_SAMPLES,
+                 stale_latencies: float = 0.0) -> None:
         self.samples: deque[float] = deque(maxlen=size)
         self.stale_s = stale_s
+        self.stale_latencies = stale_latencies
         self.min_samples = min_samples
         self.updated = 0.0
+
+    def _stale(self, now: float) -> bool:
+        last_s = self.samples[-1] / 1000 if self.samples else 0.0
+        return now - self.updated > max(self.stale_s, self.stale_latencies * last_s)
 
     @property
     def value(self) -> float | None:
@@ -93,7 +106,7 @@ class RecentLatency:
 
     def observe(self, ms: float, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        if now - self.updated > self.stale_s:
+        if self._stale(now):
             self.samples.clear()  # a probe after a stale window: what the service does now
         self.samples.append(ms)
         self.updated = now
@@ -103,7 +116,7 @@ class RecentLatency:
         fresh samples, or with ``share`` <= 0: never shed)."""
         if share <= 0 or len(self.samples) < self.min_samples:
             return False
-        if (time.monotonic() if now is None else now) - self.updated > self.stale_s:
+        if self._stale(time.monotonic() if now is None else now):
             return False
         value = self.value  # sorted only past the cheap checks
         return value is not None and value > share * budget_ms
@@ -142,6 +155,8 @@ class LatencyByLoad:
         level = self.level(running)
         found = self._levels.get(level)
         if found is None:
-            stale_s = self.alone_stale_s if level == 1 else self.stale_s
-            found = self._levels[level] = RecentLatency(stale_s=stale_s)
+            alone = level == 1
+            found = self._levels[level] = RecentLatency(
+                stale_s=self.alone_stale_s if alone else self.stale_s,
+                stale_latencies=ALONE_STALE_LATENCIES if alone else 0.0)
         return found

@@ -114,3 +114,13 @@ def test_a_request_alone_probes_sooner_than_one_among_others() -> None:
     for i in range(3):  # the probes find the warm path
         by_load.at(1).observe(15.0, now=5.2 + i * 0.01)
     assert not by_load.at(1).would_miss(32.0, 0.8, now=5.25)
+
+
+def test_a_single_client_with_searches_slower_than_the_alone_staleness_still_sheds() -> None:
+    # One request after another, each full search 450 ms (a deadline raised to seconds): the samples
+    # arrive ~0.46 s apart, more than 0.1 s, yet they are one stream and must add up to a median.
+    by_load = LatencyByLoad(stale_s=1.0, alone_stale_s=0.1)
+    for i in range(3):
+        by_load.at(1).observe(450.0, now=10.0 + i * 0.46)
+    assert by_load.at(1).would_miss(998.0, 0.4, now=10.93)
+    assert not by_load.at(1).would_miss(998.0, 0.4, now=10.92 + 1.4)  # three searches' time: probe
