@@ -347,7 +347,10 @@ class AssemblySettings:
     directive_timeout_ms: int = 5
     """Directive branch (Redis envelope, Postgres on a miss)."""
     hot_timeout_ms: int = 15
-    """Hot branch (the agent's hot set in Redis, filled from Postgres on a miss)."""
+    """Hot branch (the agent's hot set in Redis, filled from Postgres on a miss). Counted from the
+    assembly's start; the read itself (like the directive's) is sent when the request arrives, so one
+    that waits in line is admitted with it done (``branches.hot.detail``: "read while the request
+    waited in line")."""
     cold_timeout_ms: int = 0
     """Cold branch (hybrid search); 0 = up to the retrieval wall. The search's own lexical, embedding
     and vector deadlines are derived from it so its fallbacks happen inside it."""
