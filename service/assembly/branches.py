@@ -69,6 +69,13 @@ def _forget(task: asyncio.Future[Any]) -> None:
         task.exception()  # an abandoned branch's late failure is expected: do not warn about it
 
 
+def _stop(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs; whatever it ends with is not worth a warning."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(_forget)
+
+
 class BranchTask(Generic[T]):
     """One branch; its :attr:`run` is set by :func:`settle`."""
 
@@ -126,8 +133,7 @@ class BranchTask(Generic[T]):
         is not worth a warning). A settled branch is left alone: an overdue one was abandoned."""
         if self.run is None and self.pending():
             assert self.task is not None
-            self.task.cancel()
-            self.task.add_done_callback(_forget)
+            _stop(self.task)
 
     def _settle(self) -> BranchRun[T]:
         if self.run is not None:
@@ -185,9 +191,7 @@ class EarlyReads:
     def drop(self) -> None:
         for read in self.reads.values():
             if not read.adopted:
-                if not read.task.done():
-                    read.task.cancel()
-                read.task.add_done_callback(_forget)
+                _stop(read.task)
 
 
 class _Settling:

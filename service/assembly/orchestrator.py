@@ -498,11 +498,8 @@ class Orchestrator:
         directive_branch: BranchTask[tuple[DirectiveOut | None, str]] = BranchTask.adopt(
             "directive", min(wall_ms, s.directive_timeout_ms), directive_read)
         hot_branch: BranchTask[HotRead]
-        if hot_read is not None:
+        if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
             hot_branch = BranchTask.adopt("hot", min(wall_ms, s.hot_timeout_ms), hot_read, self.circuit)
-        elif req.retrieval.use_hot and self.circuit.available():
-            hot_branch = BranchTask.start("hot", min(wall_ms, s.hot_timeout_ms),
-                                          lambda: self.hot.get(org_id, req.agent_id), self.circuit)
         else:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
