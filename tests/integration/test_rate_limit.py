@@ -17,6 +17,7 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from service.app import create_app
+from service.assembly.hot import ORG_WIDE, hot_key
 from service.deps import strip_param_types
 from service.embedded import free_port
 from service.embeddings import Embedder
@@ -210,6 +211,17 @@ async def _tokens_left(redis_url: str, tenant: Tenant) -> float:
         await redis.aclose()
 
 
+async def _stored(redis_url: str, key: str, within_s: float = 5.0) -> None:
+    redis = Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + within_s
+        while not await redis.exists(key):
+            assert time.monotonic() < deadline, f"{key} was never stored"
+            await asyncio.sleep(0.01)
+    finally:
+        await redis.aclose()
+
+
 async def _drop(client: AsyncTestClient[Any], redis_url: str, tenant: Tenant, method: str, path: str,
                 body: dict[str, Any] | None = None) -> float:
     """Tokens the request took from the org's bucket in Redis (the bucket refills 0.001/s: nothing)."""
@@ -238,7 +250,9 @@ async def test_prices_follow_the_work(settings: Settings, endpoints: Endpoints, 
         assemble = {"agent_id": "agent-x", "query": long_query, "model": "gpt-4o", "max_context_tokens": 2000}
         assert await _drop(client, redis_url, tenant, "POST", "/v1/context/assemble",
                            assemble) == 4 + 1000 // 40 + 1200 // 400
-        # an agent with no memories of its own: the org-wide set, which agent-x's assembly cached
+        # an agent with no memories of its own: the org-wide set, which agent-x's assembly cached (its
+        # fill outlives a hot branch that timed out on a slow machine: wait for the set to be stored)
+        await _stored(redis_url, hot_key(tenant.org_id, ORG_WIDE))
         assert await _drop(client, redis_url, tenant, "GET", "/v1/memories/hot?agent_id=nobody") == 1
         r = await client.post("/v1/memories", json={"text": "tea grows on hills", "agent_id": "hills"},
                               headers=tenant.headers)
