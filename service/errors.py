@@ -82,3 +82,20 @@ class DeadlineExceeded(AppError):
 class TooManyRequests(AppError):
     status = 429
     code = "rate_limited"
+
+
+def forget_tracebacks(exc: BaseException | None) -> None:
+    """Drop the tracebacks of ``exc`` and the exceptions chained to it (``__cause__``, ``__context__``).
+
+    For a failure that becomes data (a fallback, a branch's outcome) rather than a log line: its
+    traceback holds the frames it went through, and an ``asyncio.timeout``'s frame holds the task,
+    which holds the exception, a reference cycle that only a full garbage collection frees, with
+    every row and vector those frames held (issue 17: full collections stopping the event loop
+    8-21 ms every few seconds at concurrency 8). Messages and types are kept."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        if exc.__cause__ is not None:
+            forget_tracebacks(exc.__cause__)
+        exc = exc.__context__

@@ -267,4 +267,7 @@ def _translated() -> Iterator[None]:
         mapped = translate(exc)
         if mapped is None:
             raise
-        raise mapped from exc
+        try:
+            raise mapped from exc
+        finally:
+            del mapped  # this frame, in the traceback of ``exc``, must not hold the error: a cycle

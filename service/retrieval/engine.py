@@ -30,7 +30,7 @@ from service.db import Database, TenantTx
 from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.embeddings.lanes import EmbeddingLanes
-from service.errors import BadRequest, ServiceUnavailable
+from service.errors import BadRequest, ServiceUnavailable, forget_tracebacks
 from service.retrieval import branches, fusion, modes, rerank
 from service.retrieval.filters import check_time_ranges
 from service.retrieval.hits import Hit
@@ -324,12 +324,15 @@ class RetrievalEngine:
             async with asyncio.timeout((timeout_ms + grace_ms) / 1000):
                 return await work()
         except TimeoutError as exc:
+            forget_tracebacks(exc)  # the cause stays named; its frames (and their rows) go now
             raise BranchFailed(f"{what} timed out after {timeout_ms} ms", timed_out=True,
                                embedding=what == "embedding") from exc
-        except BranchFailed:
+        except BranchFailed as exc:
+            forget_tracebacks(exc.__cause__)
             raise
         except Exception as exc:  # every failure of a branch is a reason to fall back, not to fail
             log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
+            forget_tracebacks(exc)
             raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}",
                                embedding=what == "embedding") from exc
 
@@ -623,6 +626,8 @@ class RetrievalEngine:
 
 def _unavailable(lexical: BranchFailed, semantic: BranchFailed) -> ServiceUnavailable:
     """503; ``details.timed_out`` is true when both branches ran out of time rather than failed."""
+    forget_tracebacks(lexical)  # their frames hold them (the callers' locals): no cycles
+    forget_tracebacks(semantic)
     return ServiceUnavailable("search is unavailable: both the lexical and the semantic branch failed",
                               code="search_unavailable",
                               details={"lexical": str(lexical), "semantic": str(semantic),

@@ -221,9 +221,12 @@ async def test_a_long_query_embeds_on_the_lower_priority_thread_with_the_same_ve
 async def test_int8_depends_slightly_on_batch_mates(int8: LocalEmbedder) -> None:
     # Dynamic quantisation picks one activation scale per MatMul input, i.e. per batch, so a text's int8
     # vector moves a little with what it is batched with. Pinned here so a change in that is noticed.
+    # How much depends on the CPU's int8 kernels: min 0.957 on an AVX2-only AMD EPYC (u8 x s8 products
+    # can saturate without VNNI), above 0.97 on the machines before it; on 400 SciFact abstracts the
+    # same AVX2 machine keeps batched int8 within 0.989 (mean 0.994) of its single-text vectors.
     singles = np.concatenate([await int8.embed([s]) for s in SENTENCES])
     cosine = (singles * (await int8.embed(SENTENCES))).sum(axis=1)
-    assert cosine.min() > 0.97
+    assert cosine.min() > 0.95 and cosine.mean() > 0.98
 
 
 async def test_truncates_at_256_word_pieces(models: BuiltModels, int8: LocalEmbedder) -> None:
