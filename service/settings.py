@@ -409,7 +409,9 @@ class AssemblySettings:
     write while Redis was unreachable is not served once Redis is back: see ``PGCONTEXT_REDIS_EPOCH_CHECK_S``.)"""
     hot_refresh_s: int = 60
     """A cached set older than this is still served, and rebuilt in the background (single flight):
-    an agent in use never waits for a fill because its set aged, only after a write changed it."""
+    an agent in use never waits for a fill because its set aged, only after a write changed it. Each
+    agent's set is rebuilt at its own point between 75% and 100% of this age, so sets filled
+    together (after a start) are not all refilled in one burst."""
     hot_fill_timeout_ms: int = 2000
     """statement_timeout of the Postgres query that fills a missed hot set; the fill finishes in
     the background when the request stops waiting, so the next request hits."""

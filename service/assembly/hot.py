@@ -32,8 +32,10 @@ it (:mod:`service.cachebound`; ``{org_id}:hot_lru`` and ``{org_id}:hot_bytes`` k
 
 Fills are single-flight per (org, agent, stamps) and shielded: when a request stops waiting at its
 hot-branch deadline, the fill still finishes and caches the set, so the next request hits. A set
-older than ``hot_refresh_s`` (but with current stamps) is served while a background fill replaces
-it, so age alone never makes a request wait; the key expires after ``hot_ttl_s`` without use. If
+older than ``hot_refresh_s`` (less up to a quarter, a fixed point per agent, so that sets filled
+together are not all refilled together; :func:`refresh_age_s`) but with current stamps is served
+while a background fill replaces it, so age alone never makes a request wait; the key expires
+after ``hot_ttl_s`` without use. If
 Redis fails, :class:`RedisCircuit` opens for a short while: the hot branch is skipped instead of
 every request waiting on a dead server (Postgres is not asked instead: filling a hot set scans an
 agent's memories, too costly per request, and cold search already covers relevance).
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -171,6 +174,20 @@ def _item(row: asyncpg.Record) -> HotItem:
     )
 
 
+REFRESH_SPREAD = 0.25
+"""Agents' sets are rebuilt at between 75% and 100% of ``hot_refresh_s`` (a fixed point per agent)."""
+
+
+def refresh_age_s(refresh_s: float, org_id: UUID, agent_id: str) -> float:
+    """The age past which this agent's set is rebuilt behind the request that reads it.
+
+    Sets filled together (every agent's first assembly after a start, or after an org-wide write)
+    would otherwise all age past ``refresh_s`` together and be refilled in one burst of Postgres
+    reads; each agent's own point in the last quarter spreads the refills out."""
+    point = zlib.crc32(f"{org_id}:{agent_id}".encode()) / 2**32
+    return refresh_s * (1.0 - REFRESH_SPREAD * point)
+
+
 class RedisCircuit:
     """Remembers a recent Redis failure so the hot path skips Redis for ``retry_s`` seconds."""
 
@@ -253,7 +270,8 @@ class HotSetStore:
         return HotRead(blob.items, "postgres", blob.built_at)
 
     def _cached(self, org_id: UUID, agent_id: str, blob: HotBlob, gen: int, ver: int, epoch: int) -> HotRead:
-        if (datetime.now(UTC) - blob.built_at).total_seconds() > self.settings.hot_refresh_s:
+        if (datetime.now(UTC) - blob.built_at).total_seconds() > refresh_age_s(self.settings.hot_refresh_s,
+                                                                              org_id, agent_id):
             # Aged, not changed: serve it and rebuild it behind this request (nobody waits).
             self._fills.start((org_id, agent_id, gen, ver, epoch),
                               lambda: self._fill(org_id, agent_id, gen, ver, epoch))
