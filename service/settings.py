@@ -282,6 +282,13 @@ class RetrievalSettings:
     search_context_weight: float = 0.25
     """BM25 weight of a memory's ``search_context`` terms against its text's (a term's frequency is
     ``tf + w * ctx_tf``, the length likewise); 0 ignores the context (docs/retrieval.md "Search context")."""
+    speaker_key: str = "speaker"
+    """Metadata key that names who said or wrote a memory (e.g. ``{"speaker": "Melanie"}`` on a chat
+    turn), read by ``speaker_boost`` (docs/retrieval.md "Speakers")."""
+    speaker_boost: float = 1.0
+    """Standard deviations added in ``auto``'s z-score fusion to a candidate whose speaker the query
+    names as a word ("What does Melanie do to relax?"); 0 turns it off. A request may override it
+    (``tuning.speaker_boost``)."""
     ef_search: int = 100
     """Default ``hnsw.ef_search`` for the semantic branch (a request may override it)."""
     max_query_chars: int = 4000
@@ -609,6 +616,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             bm25_k1=_float(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 0.9),
             bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.4),
             search_context_weight=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SEARCH_CONTEXT_WEIGHT", 0.25)),
+            speaker_key=(_get(env, "PGCONTEXT_RETRIEVAL_SPEAKER_KEY") or "speaker").strip(),
+            speaker_boost=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SPEAKER_BOOST", 1.0)),
             ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
             max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
             embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),

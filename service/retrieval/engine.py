@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -48,6 +48,7 @@ from service.retrieval.types import (
     SearchRequest,
     SearchResponse,
     SearchResult,
+    SearchTuning,
     UsedStrategy,
 )
 from service.settings import EmbeddingSettings, RetrievalSettings
@@ -95,6 +96,9 @@ class _Run:
     """Branches also return the scoring fields (see :meth:`RetrievalEngine.search_rows`); their rows
     are collected in ``rows`` by id."""
     rows: dict[UUID, asyncpg.Record] = field(default_factory=dict)
+    semantic_query: str | None = None
+    """The text the semantic branch of a hybrid search embedded when it was not the query (speakers' names
+    left out, see :meth:`RetrievalEngine._speaker_semantic`)."""
     fusion_reason: str | None = None
     """How hybrid fused its branches and why (``tuning.fusion`` ``auto``), appended to the response's reason."""
     reduction: RetrievalReason | None = None
@@ -147,6 +151,12 @@ def _fusion_depth(candidates: int, limit: int, run: _Run) -> int:
     return min(MAX_CANDIDATES, max(candidates, FUSION_DEPTH * limit))
 
 
+def _quietly(task: asyncio.Future[Any]) -> None:
+    """Retrieve a task's outcome that nobody awaits, so a failure is not logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
@@ -158,6 +168,7 @@ class RetrievalEngine:
                  lanes: EmbeddingLanes | None = None) -> None:
         self.db = db
         self.embedder = embedder
+        self._background: set[asyncio.Future[list[Hit]]] = set()
         self.lanes = lanes or EmbeddingLanes(embedder, EmbeddingSettings())
         """Query embeddings go through the app's query lane (one at a time for the local model,
         orgs in turn), shared with the other engine and the write path's bulk lane."""
@@ -477,11 +488,16 @@ class RetrievalEngine:
     async def _hybrid(self, org_id: UUID, request: SearchRequest,
                       run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
         tuning = request.tuning
+        speaker = self._speaker_boost(tuning)
         # Both branches start now: the embedding overlaps the lexical query, and the vector query
         # starts the moment the embedding is ready, on a second connection.
+        lexical_task = asyncio.ensure_future(
+            self._lexical(org_id, request, _fusion_depth(tuning.lexical_candidates, request.limit, run), run))
+        semantic_depth = _fusion_depth(tuning.semantic_candidates, request.limit, run)
         lexical, semantic = await asyncio.gather(
-            self._lexical(org_id, request, _fusion_depth(tuning.lexical_candidates, request.limit, run), run),
-            self._semantic(org_id, request, _fusion_depth(tuning.semantic_candidates, request.limit, run), run),
+            lexical_task,
+            self._semantic(org_id, request, semantic_depth, run) if speaker is None else
+            self._speaker_semantic(org_id, request, semantic_depth, run, lexical_task, speaker),
             return_exceptions=True,
         )
         for outcome in (lexical, semantic):
@@ -504,8 +520,53 @@ class RetrievalEngine:
         elif tuning.fusion == "rrf":
             results = fusion.rrf(lexical, semantic, k=tuning.rrf_k, limit=request.limit)
         else:
-            results, run.fusion_reason = fusion.auto(lexical, semantic, rrf_k=tuning.rrf_k, limit=request.limit)
+            results, run.fusion_reason = fusion.auto(lexical, semantic, rrf_k=tuning.rrf_k, limit=request.limit,
+                                                     query=request.query, speaker=speaker)
+            if run.semantic_query is not None:
+                run.fusion_reason += f"; the semantic branch searched {run.semantic_query!r} (the names left out)"
         return "hybrid", results, _ms(started)
+
+    def _speaker_boost(self, tuning: SearchTuning) -> fusion.SpeakerBoost | None:
+        """``auto`` fusion's speaker boost for this search (docs/retrieval.md "Speakers"), None when off."""
+        boost = self.settings.speaker_boost if tuning.speaker_boost is None else tuning.speaker_boost
+        speaker = fusion.SpeakerBoost(self.settings.speaker_key, boost)
+        return speaker if tuning.fusion == "auto" and speaker.active else None
+
+    async def _speaker_semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
+                                lexical: asyncio.Future[list[Hit]], speaker: fusion.SpeakerBoost) -> list[Hit]:
+        """The semantic branch of a hybrid search with speakers: for a query that names speakers of
+        the lexical candidates, the nearest neighbours of the query without their names
+        (:meth:`fusion.SpeakerBoost.without_names`: the boost carries who the question is about);
+        for any other query, those of the query itself, exactly as without speakers.
+
+        Nothing waits for the lexical branch that did not have to: the query's own embedding and its
+        HNSW walk start as usual, and only when the lexical candidates show that the query names
+        someone is the topic embedded and searched (the first walk's rows are then dropped). A query
+        that names nobody costs what it did; one that names someone, one more embedding and walk."""
+        vector = await self.embed_query(org_id, request.query, run)
+        first: asyncio.Future[list[Hit]] | None = None
+        if not lexical.done():
+            first = asyncio.ensure_future(self._vector(org_id, request, vector, limit, run))
+        try:
+            try:
+                hits = await asyncio.shield(lexical)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                hits = []  # the lexical branch failed (its own outcome says so): the query as it is
+            topic = speaker.without_names(request.query, hits)
+            if topic is None:
+                return await (first if first is not None else self._vector(org_id, request, vector, limit, run))
+            run.semantic_query = topic
+            return await self._vector(org_id, request, await self.embed_query(org_id, topic, run), limit, run)
+        finally:
+            if first is not None and not first.done():
+                # Left to finish rather than cancelled (asyncpg cancels a query over a new connection);
+                # held so that the loop does not drop it meanwhile.
+                self._background.add(first)
+                first.add_done_callback(self._background.discard)
+            if first is not None:
+                first.add_done_callback(_quietly)
 
     async def _cascade(self, org_id: UUID, request: SearchRequest,
                        run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:

@@ -96,6 +96,9 @@ class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """convex fusion: weight of the semantic score (1 - alpha goes to lexical)."""
     ef_search: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
     """HNSW candidate list size; unset uses the service default."""
+    speaker_boost: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] | None = None
+    """``auto`` fusion: standard deviations added to candidates whose speaker (``metadata.speaker``)
+    the query names; 0 turns it off; unset uses the service default (1.0)."""
     lookup_candidates: Candidates = 50
     """``modes`` search: how many rows each of ``exact``/``path``/``symbol`` contributes to fusion."""
 

@@ -99,6 +99,59 @@ async def test_auto_fusion_standardises_scores_and_says_so(client: AsyncTestClie
     assert rrf["reason"] == "requested" and {r["fusion_method"] for r in rrf["results"]} == {"rrf"}
 
 
+TURNS = [
+    ("Caroline", "Melanie, how do you relax after a long week with the kids?"),
+    ("Melanie", "I'm off to go swimming with the kids, it's how I unwind."),
+    ("Caroline", "Melanie said painting helps her relax, and I want to try it too."),
+    ("Melanie", "Pottery class on Fridays is my way to relax and recharge."),
+    ("Caroline", "I relax by reading and walking my dog in the park."),
+    ("Melanie", "Camping with the family last weekend was so relaxing."),
+    ("Caroline", "Melanie and I talked about relaxing hobbies for an hour."),
+    ("Caroline", "The support group meets on Tuesdays."),
+    ("Melanie", "The kids love the beach in summer."),
+    ("Caroline", "My counselor suggested journaling to relax."),
+]
+
+
+async def test_auto_fusion_ranks_up_turns_said_by_someone_the_query_names(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", headers=tenant.headers, json={"memories": [
+        {"text": f"{who}: {text}", "kind": "episode", "metadata": {"speaker": who}} for who, text in TURNS]})
+    assert r.status_code == 201, r.text
+    speaker = {i: who for i, (who, _text) in zip(r.json()["ids"], TURNS, strict=True)}
+    query = "How does Melanie relax?"
+    boosted = await search(client, tenant, query=query, strategy="auto", limit=10)
+    plain = await search(client, tenant, query=query, strategy="auto", limit=10, tuning={"speaker_boost": 0})
+    assert boosted["strategy"] == plain["strategy"] == "hybrid"
+    assert boosted["reason"].endswith(
+        "candidates said by someone the query names (metadata.speaker) +1 sd; "
+        "the semantic branch searched 'How does relax?' (the names left out)"), boosted["reason"]
+    assert "names" not in plain["reason"]
+    # The semantic branch searched the topic: each result's semantic score is that of the query
+    # without the name, and the lexical one that of the query as asked.
+    topic = await search(client, tenant, query="How does relax?", strategy="semantic", limit=10)
+    as_asked = await search(client, tenant, query=query, strategy="semantic", limit=10)
+    words = await search(client, tenant, query=query, strategy="lexical", limit=10)
+    topic_scores = {x["id"]: x["final_score"] for x in topic["results"]}
+    own_scores = {x["id"]: x["final_score"] for x in as_asked["results"]}
+    lexical_scores = {x["id"]: x["final_score"] for x in words["results"]}
+    assert topic_scores != own_scores
+    for x in boosted["results"]:
+        assert x["semantic_score"] == pytest.approx(topic_scores[x["id"]], abs=1e-6)
+        assert x["lexical_score"] == pytest.approx(lexical_scores.get(x["id"]))
+    for x in plain["results"]:  # the boost off: the query as asked on both sides
+        assert x["semantic_score"] == pytest.approx(own_scores[x["id"]], abs=1e-6)
+    assert {x["id"] for x in plain["results"]} == {x["id"] for x in boosted["results"]} == set(speaker)
+    def ranks(body: dict[str, Any]) -> list[int]:
+        return [n for n, x in enumerate(body["results"]) if speaker[x["id"]] == "Melanie"]
+    assert ranks(boosted)[:2] == [0, 1] and sum(ranks(boosted)) < sum(ranks(plain))
+    # no one named, or a branch alone: no boost
+    neutral = await search(client, tenant, query="how do people relax?", strategy="auto", limit=10)
+    assert "names" not in neutral["reason"]
+    lexical = await search(client, tenant, query=query, strategy="lexical", limit=10)
+    assert {x["fusion_method"] for x in lexical["results"]} == {"none"}
+
+
 async def test_single_branch_strategies(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     await seed(client, tenant)
     lexical = await search(client, tenant, query="peanuts allergy", strategy="lexical", limit=3)
@@ -231,6 +284,8 @@ async def test_an_empty_time_range_is_a_422(client: AsyncTestClient[Any], tenant
     {"query": "x", "filters": {"kinds": []}},
     {"query": "x", "tuning": {"fusion": "max"}},
     {"query": "x", "tuning": {"rrf_k": 0}},
+    {"query": "x", "tuning": {"speaker_boost": -1}},
+    {"query": "x", "tuning": {"speaker_boost": 11}},
     {"query": "a\u0000b"},
 ])
 async def test_invalid_requests_are_clear_400s(client: AsyncTestClient[Any], tenant: Tenant,

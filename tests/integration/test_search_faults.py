@@ -218,3 +218,32 @@ async def test_branches_run_in_parallel(settings: Settings, endpoints: Endpoints
         slowest = max(m["lexical_ms"], m["semantic_ms"])
         assert m["total_ms"] < 1.5 * slowest, m
         assert m["total_ms"] < m["lexical_ms"] + m["semantic_ms"], m
+
+
+async def test_a_slow_lexical_branch_delays_only_queries_that_name_a_speaker(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    """The semantic branch walks HNSW with the query's own embedding without waiting for the lexical
+    branch; only when the lexical candidates show that the query names a speaker does it search the
+    query without the name (that walk replacing the first)."""
+    from tests.integration.test_search import TURNS
+
+    delay = 300
+    async with app_client(settings, endpoints, embedder, branch_delay_ms=delay) as client:
+        r = await client.post("/v1/memories", headers=tenant.headers, json={"memories": [
+            {"text": f"{who}: {text}", "metadata": {"speaker": who}} for who, text in TURNS]})
+        assert r.status_code == 201, r.text
+        for query in ("what do people do to relax", "what does Melanie do to relax"):
+            await post(client, tenant, query=query, strategy="semantic", limit=10)  # embeddings cached
+        r = await post(client, tenant, query="what do people do to relax", strategy="hybrid", limit=10)
+        m = r.json()["metrics"]
+        assert "names left out" not in r.json()["reason"]
+        assert m["total_ms"] < 1.5 * max(m["lexical_ms"], m["semantic_ms"]), m  # in parallel, as without speakers
+
+        named = await post(client, tenant, query="what does Melanie do to relax", strategy="hybrid", limit=10)
+        body = named.json()
+        assert body["reason"].endswith("the semantic branch searched 'what does do to relax' (the names left out)")
+        assert body["metrics"]["total_ms"] >= 2 * delay  # the lexical branch, then the topic's walk
+        topic = (await post(client, tenant, query="what does do to relax", strategy="semantic", limit=10)).json()
+        scores = {x["id"]: x["final_score"] for x in topic["results"]}
+        assert body["results"] and all(x["semantic_score"] == pytest.approx(scores[x["id"]], abs=1e-6)
+                                       for x in body["results"] if x["semantic_score"] is not None)

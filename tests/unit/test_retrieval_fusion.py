@@ -116,6 +116,85 @@ def test_auto_fusion_falls_back_to_rrf_and_says_why(lexical_scores: list[float],
         fusion.zscore(lexical, semantic, semantic_weight=0.4, limit=10)
 
 
+def spoken(ident: UUID, score: float, speaker: object) -> Hit:
+    return Hit(id=ident, text=str(ident), kind="episode", source=None, level=None, breadcrumb=None, score=score,
+               metadata={"speaker": speaker})
+
+
+def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -> None:
+    mel, car = ids(6), ids(6)
+    # Caroline's turns score a little higher in both branches (they mention Melanie); Melanie's are hers.
+    lexical = [spoken(i, 10.0 - n, "Caroline") for n, i in enumerate(car)] + [
+        spoken(i, 9.5 - n, "Melanie") for n, i in enumerate(mel)]
+    semantic = [spoken(i, 0.8 - n / 20, "Caroline") for n, i in enumerate(car)] + [
+        spoken(i, 0.78 - n / 20, "Melanie") for n, i in enumerate(mel)]
+    plain, plain_reason = fusion.auto(lexical, semantic, rrf_k=60, limit=12)
+    assert plain[0].id == car[0] and "names" not in plain_reason
+    boost = fusion.SpeakerBoost("speaker", 1.0)
+    results, reason = fusion.auto(lexical, semantic, rrf_k=60, limit=12,
+                                  query="What activities does melanie partake in?", speaker=boost)
+    assert results[0].id == mel[0]
+    by_id = {r.id: r for r in results}
+    unboosted = {r.id: r for r in plain}
+    assert by_id[mel[3]].final_score == pytest.approx(unboosted[mel[3]].final_score + 1.0)  # in the fusion's sd
+    assert by_id[car[3]].final_score == pytest.approx(unboosted[car[3]].final_score)
+    assert reason == plain_reason + "; 6 candidates said by someone the query names (metadata.speaker) +1 sd"
+    # No name in the query, a boost of 0, or RRF (ranks have no unit to add it in): as without it.
+    for query, speaker in (("What activities does she partake in?", boost),
+                           ("Melanie's hobbies?", fusion.SpeakerBoost("speaker", 0.0)),
+                           ("Melanie's hobbies?", fusion.SpeakerBoost("", 1.0))):
+        assert fusion.auto(lexical, semantic, rrf_k=60, limit=12, query=query, speaker=speaker) == (
+            plain, plain_reason)
+    few = lexical[:3]
+    assert fusion.auto(few, semantic, rrf_k=60, limit=12, query="Melanie?", speaker=boost) == fusion.auto(
+        few, semantic, rrf_k=60, limit=12)
+
+
+@pytest.mark.parametrize(("speaker", "query", "named"), [
+    ("Melanie", "What did Melanie paint?", True),
+    ("Melanie", "what did MELANIE paint", True),
+    ("Melanie", "Melanie's kids", True),
+    ("Mel", "What did Melanie paint?", False),  # a whole word, not a prefix
+    ("Ann", "Where did Joanna go?", False),
+    ("Mary Ann", "What did Mary  Ann say?", True),  # a multi-word name, any spacing
+    ("Mary Ann", "What did Mary say?", False),
+    ("Zoë", "Where does zoë live?", True),
+    ("C++", "who wrote C++ code", True),  # escaped, not a pattern
+    ("", "anything", False),
+    ("   ", "anything", False),
+    (42, "42", False),  # not a string
+    (["Melanie"], "Melanie", False),
+    ({"name": "Melanie"}, "Melanie", False),
+    ("x" * 101, "x" * 101, False),  # too long for a name
+])
+def test_speaker_names_match_as_whole_words(speaker: object, query: str, named: bool) -> None:
+    h = spoken(A, 1.0, speaker)
+    assert fusion.SpeakerBoost("speaker", 1.0).named(query, [h]) == ({A} if named else set())
+
+
+@pytest.mark.parametrize(("query", "topic"), [
+    ("What activities does Melanie partake in?", "What activities does partake in?"),
+    ("What is Melanie's favourite book?", "What is favourite book?"),
+    ("What is Melanie\u2019s favourite book?", "What is favourite book?"),
+    ("Did Caroline tell melanie about the race?", "Did tell about the race?"),  # every named speaker
+    ("Did Mary  Ann go?", "Did go?"),
+    ("What do people do to relax?", None),  # no one named
+    ("Melanie", None),  # nothing but a name: the query as it is
+    ("Melanie's?", None),
+    ("Melanies are many", None),  # not the name as a word
+])
+def test_the_dense_query_leaves_out_the_named_speakers(query: str, topic: str | None) -> None:
+    hits = [spoken(uuid4(), 1.0, who) for who in ("Melanie", "Caroline", "Mary Ann", "Melanie")]
+    assert fusion.SpeakerBoost("speaker", 1.0).without_names(query, hits) == topic
+    assert fusion.SpeakerBoost("speaker", 0.0).without_names(query, hits) is None  # off with the boost
+
+
+def test_speaker_boost_matches_a_bounded_number_of_distinct_names() -> None:
+    hits = [spoken(uuid4(), 1.0, f"Person{n}") for n in range(fusion.MAX_SPEAKERS + 10)]
+    query = " ".join(f"Person{n}" for n in range(len(hits)))
+    assert len(fusion.SpeakerBoost("speaker", 1.0).named(query, hits)) == fusion.MAX_SPEAKERS
+
+
 def test_cascade_orders_by_vector_and_keeps_lexical_rank() -> None:
     lexical = [hit(A, 3.0), hit(B, 2.0), hit(C, 1.0)]
     by_vector = [hit(C, 0.9), hit(A, 0.4)]

@@ -49,6 +49,7 @@ class SearchTuning(In):
     convex_alpha: float | None = None
     ef_search: int | None = None
     lookup_candidates: int | None = None
+    speaker_boost: float | None = None
 
 
 class SearchRequest(In):
