@@ -5,7 +5,9 @@
 DIR holds three files:
 
 * ``corpus.jsonl``: one turn per line (``_id``, ``text``, ``metadata``). ``metadata.sample_id`` names
-  the conversation: each gets its own org, so a question only ever sees its own conversation.
+  the conversation: each gets its own org, so a question only ever sees its own conversation. The
+  metadata is sent as the memory's; its ``speaker`` is who said the turn, which ``auto`` search uses
+  when a question names them (docs/retrieval.md "Speakers").
   ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is sent as the memory's
   ``occurred_at`` (left out if the service rejects the field: one that predates event time). The
   ``--context-turns`` turns before it in the file, of the same conversation and session
