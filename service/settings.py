@@ -285,7 +285,7 @@ class RetrievalSettings:
     speaker_key: str = "speaker"
     """Metadata key that names who said or wrote a memory (e.g. ``{"speaker": "Melanie"}`` on a chat
     turn), read by ``speaker_boost`` (docs/retrieval.md "Speakers")."""
-    speaker_boost: float = 1.0
+    speaker_boost: float = 1.5
     """Standard deviations added in ``auto``'s z-score fusion to a candidate whose speaker the query
     names as a word ("What does Melanie do to relax?"); 0 turns it off. A request may override it
     (``tuning.speaker_boost``)."""
@@ -617,7 +617,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.4),
             search_context_weight=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SEARCH_CONTEXT_WEIGHT", 0.25)),
             speaker_key=(_get(env, "PGCONTEXT_RETRIEVAL_SPEAKER_KEY") or "speaker").strip(),
-            speaker_boost=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SPEAKER_BOOST", 1.0)),
+            speaker_boost=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SPEAKER_BOOST", 1.5)),
             ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
             max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
             embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),

@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -31,13 +31,14 @@ from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.embeddings.lanes import EmbeddingLanes
 from service.errors import BadRequest, ServiceUnavailable, forget_tracebacks
-from service.retrieval import branches, fusion, modes, rerank
+from service.retrieval import branches, fusion, modes, rerank, speakers
 from service.retrieval.filters import check_time_ranges
 from service.retrieval.hits import Hit
 from service.retrieval.modes import ModeHit
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.shedding import LatencyEwma
+from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import (
     MAX_CANDIDATES,
     Mode,
@@ -149,12 +150,6 @@ def _fusion_depth(candidates: int, limit: int, run: _Run) -> int:
     if run.rows_scope is not None:  # context assembly
         return max(candidates, limit)
     return min(MAX_CANDIDATES, max(candidates, FUSION_DEPTH * limit))
-
-
-def _quietly(task: asyncio.Future[Any]) -> None:
-    """Retrieve a task's outcome that nobody awaits, so a failure is not logged as never retrieved."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _ms(since: float) -> float:
@@ -526,47 +521,24 @@ class RetrievalEngine:
                 run.fusion_reason += f"; the semantic branch searched {run.semantic_query!r} (the names left out)"
         return "hybrid", results, _ms(started)
 
-    def _speaker_boost(self, tuning: SearchTuning) -> fusion.SpeakerBoost | None:
+    def _speaker_boost(self, tuning: SearchTuning) -> SpeakerBoost | None:
         """``auto`` fusion's speaker boost for this search (docs/retrieval.md "Speakers"), None when off."""
         boost = self.settings.speaker_boost if tuning.speaker_boost is None else tuning.speaker_boost
-        speaker = fusion.SpeakerBoost(self.settings.speaker_key, boost)
+        speaker = SpeakerBoost(self.settings.speaker_key, boost)
         return speaker if tuning.fusion == "auto" and speaker.active else None
 
     async def _speaker_semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
-                                lexical: asyncio.Future[list[Hit]], speaker: fusion.SpeakerBoost) -> list[Hit]:
-        """The semantic branch of a hybrid search with speakers: for a query that names speakers of
-        the lexical candidates, the nearest neighbours of the query without their names
-        (:meth:`fusion.SpeakerBoost.without_names`: the boost carries who the question is about);
-        for any other query, those of the query itself, exactly as without speakers.
+                                lexical: asyncio.Future[list[Hit]], speaker: SpeakerBoost) -> list[Hit]:
+        """The semantic branch of a hybrid search with speakers (:func:`speakers.semantic_hits`)."""
+        async def walk(vector: npt.NDArray[np.float32]) -> list[Hit]:
+            return await self._vector(org_id, request, vector, limit, run)
 
-        Nothing waits for the lexical branch that did not have to: the query's own embedding and its
-        HNSW walk start as usual, and only when the lexical candidates show that the query names
-        someone is the topic embedded and searched (the first walk's rows are then dropped). A query
-        that names nobody costs what it did; one that names someone, one more embedding and walk."""
-        vector = await self.embed_query(org_id, request.query, run)
-        first: asyncio.Future[list[Hit]] | None = None
-        if not lexical.done():
-            first = asyncio.ensure_future(self._vector(org_id, request, vector, limit, run))
-        try:
-            try:
-                hits = await asyncio.shield(lexical)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                hits = []  # the lexical branch failed (its own outcome says so): the query as it is
-            topic = speaker.without_names(request.query, hits)
-            if topic is None:
-                return await (first if first is not None else self._vector(org_id, request, vector, limit, run))
-            run.semantic_query = topic
-            return await self._vector(org_id, request, await self.embed_query(org_id, topic, run), limit, run)
-        finally:
-            if first is not None and not first.done():
-                # Left to finish rather than cancelled (asyncpg cancels a query over a new connection);
-                # held so that the loop does not drop it meanwhile.
-                self._background.add(first)
-                first.add_done_callback(self._background.discard)
-            if first is not None:
-                first.add_done_callback(_quietly)
+        async def embed(text: str) -> npt.NDArray[np.float32]:
+            return await self.embed_query(org_id, text, run)
+
+        hits, run.semantic_query = await speakers.semantic_hits(request.query, lexical, speaker, embed, walk,
+                                                                self._background)
+        return hits
 
     async def _cascade(self, org_id: UUID, request: SearchRequest,
                        run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:

@@ -15,13 +15,13 @@ per-query confidence weighting, at the cost of a mean and a standard deviation p
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 from uuid import UUID
 
 from service.retrieval.hits import Hit
+from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import ResultFusion, SearchResult
 
 
@@ -150,74 +150,6 @@ def zscore(lexical: Sequence[Hit], semantic: Sequence[Hit], *, semantic_weight: 
 def _zscores(entries: dict[UUID, _Entry], lex: _Spread, sem: _Spread, semantic_weight: float) -> dict[UUID, float]:
     return {i: (1.0 - semantic_weight) * lex.above_low(e.lexical_score)
             + semantic_weight * sem.above_low(e.semantic_score) for i, e in entries.items()}
-
-
-MAX_SPEAKER_CHARS: Final = 100
-"""Longer metadata values are not taken for names."""
-MAX_SPEAKERS: Final = 64
-"""At most this many distinct speakers are matched against one query (the rest are not boosted)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpeakerBoost:
-    """Memories said or written by someone the query names rank higher: ``boost`` standard deviations
-    are added to their z-score fusion score.
-
-    Who said a memory is its ``metadata[key]`` (a string, e.g. ``"Melanie"`` for a chat turn). Asked
-    about a person ("What activities does Melanie partake in?"), the evidence is that person's own
-    turns far more often than the other speakers' turns that mention them (LoCoMo dev: 97% of the
-    evidence of questions naming one speaker), yet to BM25 the name is a low-idf term every one of
-    their turns shares, and to MiniLM a small part of one vector. The boost is in the fusion's own
-    unit, so it weighs as much as one standard deviation of either branch's candidate scores at 1.0."""
-
-    key: str
-    boost: float
-
-    @property
-    def active(self) -> bool:
-        return bool(self.key) and self.boost > 0.0
-
-    def _patterns(self, query: str, hits: Sequence[Hit]) -> dict[str, re.Pattern[str] | None]:
-        """Each distinct speaker of ``hits`` (at most :data:`MAX_SPEAKERS`) -> its pattern if the
-        query names them, else None."""
-        found: dict[str, re.Pattern[str] | None] = {}
-        if not self.active:
-            return found
-        for hit in hits:
-            name = self._speaker(hit)
-            if name is None or name in found or not (0 < len(name.strip()) <= MAX_SPEAKER_CHARS):
-                continue
-            if len(found) >= MAX_SPEAKERS:
-                break
-            pattern = re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, name.split())) + r"(?!\w)", re.IGNORECASE)
-            found[name] = pattern if pattern.search(query) else None
-        return found
-
-    def named(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
-        """The ids of the candidates whose speaker the query names as a whole word (case-insensitive)."""
-        patterns = self._patterns(query, hits)
-        return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
-
-    def _speaker(self, hit: Hit) -> str | None:
-        name = hit.metadata.get(self.key) if isinstance(hit.metadata, dict) else None
-        return name if isinstance(name, str) else None
-
-    def without_names(self, query: str, hits: Sequence[Hit]) -> str | None:
-        """``query`` without the speakers of ``hits`` it names (and their possessive ``'s``), for the
-        dense branch; None when it names none, or nothing but names.
-
-        The boost carries who the question is about; what is left for the embedding is what it asks
-        about. A MiniLM vector of "What activities does Melanie partake in?" leans towards the turns
-        that *mention* Melanie, mostly the other speaker's ("Thanks, Melanie!"), rather than hers
-        (LoCoMo dev, offline: evidence in the fused top 25 0.792 -> 0.819; docs/retrieval.md "Speakers")."""
-        topic = query
-        for pattern in self._patterns(query, hits).values():
-            if pattern is not None:
-                topic = re.sub(pattern.pattern + r"(?:['\u2019]s\b)?", " ", topic, flags=re.IGNORECASE)
-        if topic == query:
-            return None
-        topic = " ".join(topic.split())
-        return topic if re.search(r"\w", topic) else None
 
 
 def _spread_or_problem(name: str, hits: Sequence[Hit]) -> _Spread | str:

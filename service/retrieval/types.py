@@ -98,7 +98,7 @@ class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """HNSW candidate list size; unset uses the service default."""
     speaker_boost: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] | None = None
     """``auto`` fusion: standard deviations added to candidates whose speaker (``metadata.speaker``)
-    the query names; 0 turns it off; unset uses the service default (1.0)."""
+    the query names; 0 turns it off; unset uses the service default (1.5)."""
     lookup_candidates: Candidates = 50
     """``modes`` search: how many rows each of ``exact``/``path``/``symbol`` contributes to fusion."""
 

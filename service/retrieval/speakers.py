@@ -1,0 +1,133 @@
+"""Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion, and the semantic
+branch's query without the speakers it names (docs/retrieval.md "Speakers").
+
+A memory's speaker is its ``metadata[key]`` (``PGCONTEXT_RETRIEVAL_SPEAKER_KEY``, default
+``speaker``), e.g. ``"Melanie"`` on a chat turn. Pure logic but for :func:`semantic_hits`, which
+orders the semantic branch's work around the lexical branch (no I/O of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from uuid import UUID
+
+import numpy as np
+import numpy.typing as npt
+
+from service.retrieval.hits import Hit
+
+MAX_SPEAKER_CHARS: Final = 100
+"""Longer metadata values are not taken for names."""
+MAX_SPEAKERS: Final = 64
+"""At most this many distinct speakers are matched against one query (the rest are not boosted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeakerBoost:
+    """Memories said or written by someone the query names rank higher: ``boost`` standard deviations
+    are added to their z-score fusion score.
+
+    Who said a memory is its ``metadata[key]`` (a string, e.g. ``"Melanie"`` for a chat turn). Asked
+    about a person ("What activities does Melanie partake in?"), the evidence is that person's own
+    turns far more often than the other speakers' turns that mention them (LoCoMo dev: 97% of the
+    evidence of questions naming one speaker), yet to BM25 the name is a low-idf term every one of
+    their turns shares, and to MiniLM a small part of one vector. The boost is in the fusion's own
+    unit, so it weighs as much as one standard deviation of either branch's candidate scores at 1.0."""
+
+    key: str
+    boost: float
+
+    @property
+    def active(self) -> bool:
+        return bool(self.key) and self.boost > 0.0
+
+    def _patterns(self, query: str, hits: Sequence[Hit]) -> dict[str, re.Pattern[str] | None]:
+        """Each distinct speaker of ``hits`` (at most :data:`MAX_SPEAKERS`) -> its pattern if the
+        query names them, else None."""
+        found: dict[str, re.Pattern[str] | None] = {}
+        if not self.active:
+            return found
+        for hit in hits:
+            name = self._speaker(hit)
+            if name is None or name in found or not (0 < len(name.strip()) <= MAX_SPEAKER_CHARS):
+                continue
+            if len(found) >= MAX_SPEAKERS:
+                break
+            pattern = re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, name.split())) + r"(?!\w)", re.IGNORECASE)
+            found[name] = pattern if pattern.search(query) else None
+        return found
+
+    def named(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
+        """The ids of the candidates whose speaker the query names as a whole word (case-insensitive)."""
+        patterns = self._patterns(query, hits)
+        return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
+
+    def _speaker(self, hit: Hit) -> str | None:
+        name = hit.metadata.get(self.key) if isinstance(hit.metadata, dict) else None
+        return name if isinstance(name, str) else None
+
+    def without_names(self, query: str, hits: Sequence[Hit]) -> str | None:
+        """``query`` without the speakers of ``hits`` it names (and their possessive ``'s``), for the
+        dense branch; None when it names none, or nothing but names.
+
+        The boost carries who the question is about; what is left for the embedding is what it asks
+        about. A MiniLM vector of "What activities does Melanie partake in?" leans towards the turns
+        that *mention* Melanie, mostly the other speaker's ("Thanks, Melanie!"), rather than hers
+        (LoCoMo dev, offline: evidence in the fused top 25 0.792 -> 0.819; docs/retrieval.md "Speakers")."""
+        topic = query
+        for pattern in self._patterns(query, hits).values():
+            if pattern is not None:
+                topic = re.sub(pattern.pattern + r"(?:['\u2019]s\b)?", " ", topic, flags=re.IGNORECASE)
+        if topic == query:
+            return None
+        topic = " ".join(topic.split())
+        return topic if re.search(r"\w", topic) else None
+
+
+def _quietly(task: asyncio.Future[Any]) -> None:
+    """Retrieve a task's outcome that nobody awaits, so a failure is not logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def semantic_hits(query: str, lexical: asyncio.Future[list[Hit]], speaker: SpeakerBoost,
+                        embed: Callable[[str], Awaitable[npt.NDArray[np.float32]]],
+                        walk: Callable[[npt.NDArray[np.float32]], Awaitable[list[Hit]]],
+                        background: set[asyncio.Future[list[Hit]]]) -> tuple[list[Hit], str | None]:
+    """The semantic branch of a hybrid search with speakers, and the text it searched when that was
+    not ``query``: for a query that names speakers of the ``lexical`` branch's candidates, the nearest
+    neighbours of the query without their names (:meth:`SpeakerBoost.without_names`: the boost
+    carries who the question is about); for any other query, those of the query itself.
+
+    Nothing waits for the lexical branch that did not have to: the query's own embedding and its
+    HNSW walk start as usual, and only when the lexical candidates show that the query names someone
+    is the topic embedded and walked (the first walk's rows are then dropped; a walk still running is
+    left to finish in ``background`` rather than cancelled, since asyncpg cancels a query over a new
+    connection). A query that names nobody costs what it did; one that names someone, one more
+    embedding and walk after the lexical branch. The query's own embedding is always computed (and
+    cached by ``embed``): context assembly scores its hot set against it."""
+    vector = await embed(query)
+    first: asyncio.Future[list[Hit]] | None = None
+    if not lexical.done():
+        first = asyncio.ensure_future(walk(vector))
+    try:
+        try:
+            hits = await asyncio.shield(lexical)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            hits = []  # the lexical branch failed (its own outcome says so): the query as it is
+        topic = speaker.without_names(query, hits)
+        if topic is None:
+            return await (first if first is not None else walk(vector)), None
+        return await walk(await embed(topic)), topic
+    finally:
+        if first is not None:
+            if not first.done():
+                background.add(first)  # held so that the loop does not drop it while it finishes
+                first.add_done_callback(background.discard)
+            first.add_done_callback(_quietly)

@@ -1,0 +1,140 @@
+"""Who said a memory: which candidates' speakers a query names, and the query without them (pure logic)."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID, uuid4
+
+import numpy as np
+import pytest
+
+from service.retrieval.hits import Hit
+from service.retrieval.speakers import MAX_SPEAKERS, SpeakerBoost, semantic_hits
+
+A = uuid4()
+
+
+def spoken(ident: UUID, score: float, speaker: object) -> Hit:
+    return Hit(id=ident, text=str(ident), kind="episode", source=None, level=None, breadcrumb=None, score=score,
+               metadata={"speaker": speaker})
+
+
+@pytest.mark.parametrize(("speaker", "query", "named"), [
+    ("Melanie", "What did Melanie paint?", True),
+    ("Melanie", "what did MELANIE paint", True),
+    ("Melanie", "Melanie's kids", True),
+    ("Mel", "What did Melanie paint?", False),  # a whole word, not a prefix
+    ("Ann", "Where did Joanna go?", False),
+    ("Mary Ann", "What did Mary  Ann say?", True),  # a multi-word name, any spacing
+    ("Mary Ann", "What did Mary say?", False),
+    ("Zoë", "Where does zoë live?", True),
+    ("C++", "who wrote C++ code", True),  # escaped, not a pattern
+    ("", "anything", False),
+    ("   ", "anything", False),
+    (42, "42", False),  # not a string
+    (["Melanie"], "Melanie", False),
+    ({"name": "Melanie"}, "Melanie", False),
+    ("x" * 101, "x" * 101, False),  # too long for a name
+])
+def test_speaker_names_match_as_whole_words(speaker: object, query: str, named: bool) -> None:
+    h = spoken(A, 1.0, speaker)
+    assert SpeakerBoost("speaker", 1.0).named(query, [h]) == ({A} if named else set())
+
+
+@pytest.mark.parametrize(("query", "topic"), [
+    ("What activities does Melanie partake in?", "What activities does partake in?"),
+    ("What is Melanie's favourite book?", "What is favourite book?"),
+    ("What is Melanie\u2019s favourite book?", "What is favourite book?"),
+    ("Did Caroline tell melanie about the race?", "Did tell about the race?"),  # every named speaker
+    ("Did Mary  Ann go?", "Did go?"),
+    ("What do people do to relax?", None),  # no one named
+    ("Melanie", None),  # nothing but a name: the query as it is
+    ("Melanie's?", None),
+    ("Melanies are many", None),  # not the name as a word
+])
+def test_the_dense_query_leaves_out_the_named_speakers(query: str, topic: str | None) -> None:
+    hits = [spoken(uuid4(), 1.0, who) for who in ("Melanie", "Caroline", "Mary Ann", "Melanie")]
+    assert SpeakerBoost("speaker", 1.0).without_names(query, hits) == topic
+    assert SpeakerBoost("speaker", 0.0).without_names(query, hits) is None  # off with the boost
+
+
+def test_speaker_boost_matches_a_bounded_number_of_distinct_names() -> None:
+    hits = [spoken(uuid4(), 1.0, f"Person{n}") for n in range(MAX_SPEAKERS + 10)]
+    query = " ".join(f"Person{n}" for n in range(len(hits)))
+    assert len(SpeakerBoost("speaker", 1.0).named(query, hits)) == MAX_SPEAKERS
+
+
+class Branch:
+    """The semantic branch's two steps, recorded: ``embed`` returns a vector naming its text, ``walk``
+    returns one hit whose text is the vector's name (after ``walk_s``)."""
+
+    def __init__(self, walk_s: float = 0.0) -> None:
+        self.embedded: list[str] = []
+        self.walked: list[str] = []
+        self.walk_s = walk_s
+        self.names: dict[int, str] = {}
+
+    async def embed(self, text: str) -> np.ndarray:
+        self.embedded.append(text)
+        vector = np.full(2, len(self.names), dtype=np.float32)
+        self.names[len(self.names)] = text
+        return vector
+
+    async def walk(self, vector: np.ndarray) -> list[Hit]:
+        text = self.names[int(vector[0])]
+        self.walked.append(text)
+        await asyncio.sleep(self.walk_s)
+        return [Hit(id=uuid4(), text=text, kind="fact", source=None, level=None, breadcrumb=None, score=1.0)]
+
+
+async def lexical_after(delay: float, hits: list[Hit] | Exception) -> list[Hit]:
+    await asyncio.sleep(delay)
+    if isinstance(hits, Exception):
+        raise hits
+    return hits
+
+
+QUESTION = "What does Melanie paint?"
+CANDIDATES = [spoken(uuid4(), 2.0, "Melanie"), spoken(uuid4(), 1.0, "Caroline")]
+
+
+async def test_a_query_naming_a_speaker_walks_its_topic() -> None:
+    branch, background = Branch(), set[asyncio.Future[list[Hit]]]()
+    lexical = asyncio.ensure_future(lexical_after(0.0, CANDIDATES))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the lexical branch is done before the embedding
+    hits, topic = await semantic_hits(QUESTION, lexical, SpeakerBoost("speaker", 1.0), branch.embed, branch.walk,
+                                      background)
+    assert topic == "What does paint?" and [h.text for h in hits] == [topic]
+    assert branch.embedded == [QUESTION, topic]  # the query's own embedding too (assembly scores the hot set by it)
+    assert branch.walked == [topic] and not background
+
+
+async def test_a_slow_lexical_branch_does_not_hold_up_the_walk_of_a_query_naming_nobody() -> None:
+    branch, background = Branch(), set[asyncio.Future[list[Hit]]]()
+    lexical = asyncio.ensure_future(lexical_after(0.05, CANDIDATES))
+    hits, topic = await semantic_hits("What do people paint?", lexical, SpeakerBoost("speaker", 1.0), branch.embed,
+                                      branch.walk, background)
+    assert topic is None and [h.text for h in hits] == ["What do people paint?"]
+    assert branch.walked == ["What do people paint?"]  # started before the lexical branch ended, used as it is
+
+
+async def test_a_slow_lexical_branch_naming_a_speaker_replaces_the_first_walk() -> None:
+    branch, background = Branch(walk_s=0.2), set[asyncio.Future[list[Hit]]]()
+    lexical = asyncio.ensure_future(lexical_after(0.01, CANDIDATES))
+    hits, topic = await semantic_hits(QUESTION, lexical, SpeakerBoost("speaker", 1.0), branch.embed, branch.walk,
+                                      background)
+    assert topic == "What does paint?" and [h.text for h in hits] == [topic]
+    assert branch.walked == [QUESTION, topic]
+    await asyncio.sleep(0.25)
+    assert not background  # the first walk finished and let go
+
+
+async def test_a_failed_lexical_branch_leaves_the_query_as_it_is() -> None:
+    branch, background = Branch(), set[asyncio.Future[list[Hit]]]()
+    lexical = asyncio.ensure_future(lexical_after(0.01, RuntimeError("lexical down")))
+    hits, topic = await semantic_hits(QUESTION, lexical, SpeakerBoost("speaker", 1.0), branch.embed, branch.walk,
+                                      background)
+    assert topic is None and [h.text for h in hits] == [QUESTION] and branch.embedded == [QUESTION]
+    with pytest.raises(RuntimeError):
+        lexical.result()
