@@ -5,6 +5,7 @@ Every 4xx/5xx response body is ``{"error": {"code", "message", "details", "reque
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -99,3 +100,11 @@ def forget_tracebacks(exc: BaseException | None) -> None:
         if exc.__cause__ is not None:
             forget_tracebacks(exc.__cause__)
         exc = exc.__context__
+
+
+def forget_outcome(task: asyncio.Future[Any]) -> None:
+    """A done-callback for a task nobody awaits any more: retrieves its exception, so that a late
+    failure that is expected (an abandoned branch, an overdue probe, a dropped walk) is not logged
+    as "exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()

@@ -15,7 +15,7 @@ from litestar.plugins.prometheus import PrometheusController
 from litestar.response import Response
 
 from service.deps import ServicesDep
-from service.errors import Unauthorized
+from service.errors import Unauthorized, forget_outcome
 
 
 class Health(msgspec.Struct):
@@ -31,11 +31,6 @@ async def healthz() -> Health:
 READY_TIMEOUT_S = 1.0
 
 
-def _forget(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
 async def within(probe: Awaitable[object], timeout_s: float) -> None:
     """Await ``probe`` for at most ``timeout_s``, clean-up included: unlike ``asyncio.wait_for``, which
     waits for a cancelled probe to unwind (with a stopped Postgres, for the whole outage), an
@@ -44,7 +39,7 @@ async def within(probe: Awaitable[object], timeout_s: float) -> None:
     done, _ = await asyncio.wait({task}, timeout=timeout_s)
     if not done:
         task.cancel()
-        task.add_done_callback(_forget)
+        task.add_done_callback(forget_outcome)
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     task.result()
 

@@ -35,6 +35,7 @@ from redis.exceptions import RedisError
 
 from service.assembly.hot import RedisCircuit
 from service.assembly.types import Branch, Outcome
+from service.errors import forget_outcome
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -64,16 +65,11 @@ class BranchTimedOut(Exception):
     reported as ``timeout``, like a branch the assembly stopped waiting for."""
 
 
-def _forget(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # an abandoned branch's late failure is expected: do not warn about it
-
-
 def _stop(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` if it still runs; whatever it ends with is not worth a warning."""
     if not task.done():
         task.cancel()
-    task.add_done_callback(_forget)
+    task.add_done_callback(forget_outcome)
 
 
 class BranchTask(Generic[T]):
@@ -141,7 +137,7 @@ class BranchTask(Generic[T]):
         task = self.task
         assert task is not None
         if not task.done():
-            task.add_done_callback(_forget)
+            task.add_done_callback(forget_outcome)
             return BranchRun("timeout", None, elapsed_ms(self.started), f"no answer within {self.timeout_ms:.0f} ms")
         ms = max(0.0, elapsed_ms(self.started, self.finished))
         exc = task.exception()

@@ -12,12 +12,13 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
 
+from service.errors import forget_outcome
 from service.retrieval.hits import Hit
 
 MAX_SPEAKER_CHARS: Final = 100
@@ -88,12 +89,6 @@ class SpeakerBoost:
         return topic if re.search(r"\w", topic) else None
 
 
-def _quietly(task: asyncio.Future[Any]) -> None:
-    """Retrieve a task's outcome that nobody awaits, so a failure is not logged as never retrieved."""
-    if not task.cancelled():
-        task.exception()
-
-
 async def semantic_hits(query: str, lexical: asyncio.Future[list[Hit]], speaker: SpeakerBoost,
                         embed: Callable[[str], Awaitable[npt.NDArray[np.float32]]],
                         walk: Callable[[npt.NDArray[np.float32]], Awaitable[list[Hit]]],
@@ -130,4 +125,4 @@ async def semantic_hits(query: str, lexical: asyncio.Future[list[Hit]], speaker:
             if not first.done():
                 background.add(first)  # held so that the loop does not drop it while it finishes
                 first.add_done_callback(background.discard)
-            first.add_done_callback(_quietly)
+            first.add_done_callback(forget_outcome)
