@@ -33,11 +33,12 @@ from service.embeddings.lanes import EmbeddingLanes
 from service.errors import BadRequest, ServiceUnavailable, forget_tracebacks
 from service.retrieval import branches, fusion, modes, rerank, speakers
 from service.retrieval.filters import check_time_ranges
+from service.retrieval.guard import BranchFailed, guard
 from service.retrieval.hits import Hit
 from service.retrieval.modes import ModeHit
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
 from service.retrieval.query_cache import QueryEmbeddingCache
-from service.retrieval.shedding import LatencyEwma
+from service.retrieval.query_embedding import QueryEmbedder
 from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import (
     MAX_CANDIDATES,
@@ -56,24 +57,6 @@ from service.settings import EmbeddingSettings, RetrievalSettings
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-
-
-class BranchFailed(Exception):
-    """A branch (embedding, lexical, semantic) failed or missed its deadline; the message says which."""
-
-    def __init__(self, message: str, *, timed_out: bool = False, embedding: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
-        """It ran out of time (its own deadline, or the search's budget), rather than failing."""
-        self.embedding = embedding
-        """The query's embedding failed (rather than a database query)."""
-
-    @property
-    def reason(self) -> RetrievalReason:
-        """The response's ``retrieval.reason`` for a fallback caused by this failure."""
-        if self.embedding:
-            return "embedder_timeout" if self.timed_out else "embedder_error"
-        return "branch_timeout" if self.timed_out else "branch_error"
 
 
 @dataclass(slots=True)
@@ -114,22 +97,7 @@ class _Run:
             self.reduction = reason
 
 
-EMBED_QUERY_CHARS = 1000
-"""Queries are cut to this many characters before embedding. all-MiniLM-L6-v2 reads at most 256 word
-pieces (the tokenizer drops the rest), which English prose reaches at ~1,000-1,300 characters: the cut
-loses little, and a 4,000-character query costs the embedder (and the shared query lane) no more than a
-1,000-character one (measured here: ~30 vs ~48 ms; a short query ~2 ms). Lexical search still uses the
-whole query."""
-
-MAX_TRACKED_ORGS = 10_000
-"""Orgs with recent embedding failures kept; past it, entries older than the cooldown are dropped."""
-
 DB_TIMEOUT_GRACE_MS = 3
-
-BUSY_SHARE = 0.8
-"""``auto`` sheds the embedding (lexical only) only while ``embedder_max_in_flight`` embeddings are
-running *and* recent embeddings took more than this share of the embedding deadline
-(:mod:`service.retrieval.shedding`)."""
 """A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
 
 FUSION_DEPTH = 2
@@ -164,23 +132,10 @@ class RetrievalEngine:
         self.db = db
         self.embedder = embedder
         self._background: set[asyncio.Future[list[Hit]]] = set()
-        self.lanes = lanes or EmbeddingLanes(embedder, EmbeddingSettings())
-        """Query embeddings go through the app's query lane (one at a time for the local model,
-        orgs in turn), shared with the other engine and the write path's bulk lane."""
+        self.queries = QueryEmbedder(embedder, lanes or EmbeddingLanes(embedder, EmbeddingSettings()), settings)
+        """The query embeddings: the org's cache, the shared query lane, the circuit per org."""
         self.settings = settings
         self.max_limit = max_limit
-        self.cache = QueryEmbeddingCache(settings.query_cache_size)
-        self._embedder_failures: dict[UUID, tuple[int, float]] = {}
-        """Per org: consecutive query-embedding failures and the time of the last one. The circuit is
-        per org, so one org's failing (e.g. slow) queries never switch other orgs to lexical-only;
-        when the embedder itself is down each org pays ``embedder_failures_to_open`` failures."""
-        self._embeds_in_flight = 0
-        self._progress_at = time.monotonic()
-        """When the embedder last made progress: a query embedding completed, or one started while
-        none was in flight. A timeout is an embedder failure only when this is older than
-        ``embedder_stall_ms`` (stuck, not busy)."""
-        self.embed_latency = LatencyEwma()
-        """Recent query-embedding wall times (queueing included), for :meth:`embedder_busy`."""
         self.reranker = rerank.build_reranker(settings.rerank)
 
     async def aclose(self) -> None:
@@ -288,106 +243,33 @@ class RetrievalEngine:
             raise BadRequest("filters.kinds and filters.levels must not be empty lists (omit them instead)",
                              code="validation_error", details={"field": "filters"})
 
-    def embedder_available(self, org_id: UUID) -> bool:
-        """False for ``embedder_cooldown_s`` after ``embedder_failures_to_open`` consecutive failures of
-        this org's query embeddings."""
-        failures, failed_at = self._embedder_failures.get(org_id, (0, 0.0))
-        if failures < self.settings.embedder_failures_to_open:
-            return True
-        return time.monotonic() - failed_at > self.settings.embedder_cooldown_s
+    @property
+    def cache(self) -> QueryEmbeddingCache:
+        return self.queries.cache
 
-    def _embedder_failed(self, org_id: UUID) -> None:
-        now = time.monotonic()
-        if len(self._embedder_failures) >= MAX_TRACKED_ORGS and org_id not in self._embedder_failures:
-            cooldown = self.settings.embedder_cooldown_s
-            self._embedder_failures = {org: entry for org, entry in self._embedder_failures.items()
-                                       if now - entry[1] <= cooldown}
-        failures = self._embedder_failures.get(org_id, (0, 0.0))[0]
-        self._embedder_failures[org_id] = (failures + 1, now)
+    def embedder_available(self, org_id: UUID) -> bool:
+        """This org's query-embedding circuit is closed (:meth:`QueryEmbedder.available`)."""
+        return self.queries.available(org_id)
 
     def cached_embedding(self, org_id: UUID, query: str) -> npt.NDArray[np.float32] | None:
         """The org's cached embedding of ``query``, if any (no LRU touch, not counted as a hit or miss)."""
-        return self.cache.peek(org_id, query[:EMBED_QUERY_CHARS])
+        return self.queries.cached(org_id, query)
 
     def embedder_busy(self, org_id: UUID) -> bool:
-        """``embedder_max_in_flight`` query embeddings are already running or queued and this org has
-        its share (that many itself, or at least one while the lane is full: an org with none in
-        flight always gets one, so one org's burst never makes every other org's searches
-        lexical-only), and recent ones took more than :data:`BUSY_SHARE` of the embedding deadline:
-        one more would likely miss it."""
-        limit = self.settings.embedder_max_in_flight
-        if limit <= 0:
-            return False
-        mine = self.lanes.query.load(org_id)
-        full = mine >= limit or (mine > 0 and self.lanes.query.load() >= limit)
-        return full and self.embed_latency.would_miss(self.settings.embedding_timeout_ms, BUSY_SHARE)
+        """One more query embedding would likely miss its deadline (:meth:`QueryEmbedder.busy`)."""
+        return self.queries.busy(org_id)
 
     # -- steps -------------------------------------------------------------------------------------
-
-    async def _guard(self, what: str, timeout_ms: int, work: Callable[[], Awaitable[T]], *, grace_ms: int = 0) -> T:
-        """Run one step under its deadline (+ ``grace_ms``); any failure becomes BranchFailed (a fallback decision)."""
-        try:
-            async with asyncio.timeout((timeout_ms + grace_ms) / 1000):
-                return await work()
-        except TimeoutError as exc:
-            forget_tracebacks(exc)  # the cause stays named; its frames (and their rows) go now
-            raise BranchFailed(f"{what} timed out after {timeout_ms} ms", timed_out=True,
-                               embedding=what == "embedding") from exc
-        except BranchFailed as exc:
-            forget_tracebacks(exc.__cause__)
-            raise
-        except Exception as exc:  # every failure of a branch is a reason to fall back, not to fail
-            log.warning("retrieval_branch_failed", branch=what, error=repr(exc)[:300])
-            forget_tracebacks(exc)
-            raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}",
-                               embedding=what == "embedding") from exc
 
     async def embed_query(self, org_id: UUID, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
         """The query's embedding, from the org's LRU entries or the embedder (under the embedding deadline)."""
         started = time.perf_counter()
-        query = query[:EMBED_QUERY_CHARS]
-        cached = self.cache.get(org_id, query)
-        if run is not None:
-            run.embedding_cached = cached is not None
-        if cached is not None:
-            if run is not None:
-                run.embedding_ms = _ms(started)
-            return cached
-
-        def finished(task: asyncio.Future[npt.NDArray[np.float32]]) -> None:
-            self._embeds_in_flight -= 1
-            if not task.cancelled() and task.exception() is None:
-                self._progress_at = time.monotonic()  # progress, even when the caller stopped waiting
-
-        async def work() -> npt.NDArray[np.float32]:
-            # Shielded: the model's thread finishes the work anyway, and when it does, that counts as
-            # the embedder making progress (see the circuit below).
-            if self._embeds_in_flight == 0:
-                self._progress_at = time.monotonic()  # an idle embedder is not a stalled one
-            self._embeds_in_flight += 1
-            task = asyncio.ensure_future(self.lanes.embed_query(org_id, [query]))
-            task.add_done_callback(finished)
-            rows = await asyncio.shield(task)
-            return np.ascontiguousarray(rows[0], dtype=np.float32)
-
+        cached = False
         try:
-            vector = await self._guard("embedding", self.settings.embedding_timeout_ms, work)
-        except BranchFailed as exc:
-            self.embed_latency.observe(_ms(started))
-            # The circuit opens on embedder failure: an error, or a timeout while the embedder is
-            # stalled (no query embedding completed for ``embedder_stall_ms``). A timeout while
-            # embeddings keep completing is a queue (load), however short this request's deadline:
-            # it falls back for this request only.
-            stalled = time.monotonic() - self._progress_at >= self.settings.embedder_stall_ms / 1000
-            if not exc.timed_out or stalled:
-                self._embedder_failed(org_id)
-            raise
+            vector, cached = await self.queries.embed(org_id, query)
         finally:
             if run is not None:
-                run.embedding_ms = _ms(started)
-        self.embed_latency.observe(_ms(started))
-        self._embedder_failures.pop(org_id, None)
-        self.cache.put(org_id, query, vector)
+                run.embedding_ms, run.embedding_cached = _ms(started), cached
         return vector
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
@@ -421,7 +303,7 @@ class RetrievalEngine:
             # Postgres's statement_timeout (timeout_ms) ends a slow query by itself; the asyncio guard
             # only backs it up a little later. Were the guard first, asyncpg would cancel the query
             # over a new connection (a backend fork per cancel), which under overload is most of them.
-            hits = await self._guard(name, timeout_ms, work, grace_ms=DB_TIMEOUT_GRACE_MS)
+            hits = await guard(name, timeout_ms, work, grace_ms=DB_TIMEOUT_GRACE_MS)
         finally:
             setattr(run, f"{name}_ms", _ms(started))
         setattr(run, f"{name}_candidates", len(hits))
@@ -600,7 +482,7 @@ class RetrievalEngine:
             async def work() -> list[ModeHit]:
                 return await self.db.read(org_id, on, timeout_ms=s.lexical_timeout_ms)
 
-            return await self._guard(mode, s.lexical_timeout_ms, work)
+            return await guard(mode, s.lexical_timeout_ms, work)
 
         async def lexical_mode() -> list[ModeHit]:
             return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: modes.run_lexical(

@@ -14,8 +14,9 @@ from redis.asyncio import Redis
 
 from service.assembly.hot import hot_key
 from service.embeddings import Embedder, EmbeddingError
-from service.retrieval.engine import EMBED_QUERY_CHARS, RetrievalEngine
+from service.retrieval.engine import RetrievalEngine
 from service.retrieval.planner import EMBEDDER_DOWN
+from service.retrieval.query_embedding import EMBED_QUERY_CHARS
 from service.runtime import Endpoints, Services
 from service.settings import Settings
 from tests.conftest import Tenant

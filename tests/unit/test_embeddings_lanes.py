@@ -127,7 +127,7 @@ async def test_the_query_embedder_counts_as_busy_per_org() -> None:
     lanes = EmbeddingLanes(embedder, EmbeddingSettings())
     engine = RetrievalEngine(cast(Database, None), embedder, RetrievalSettings(embedder_max_in_flight=2),
                              max_limit=10, lanes=lanes)
-    engine.embed_latency.observe(10_000.0)  # recent embeddings were slow: a full lane is then busy
+    engine.queries.latency.observe(10_000.0)  # recent embeddings were slow: a full lane is then busy
     a, b = uuid4(), uuid4()
     calls = [asyncio.ensure_future(lanes.embed_query(a, [f"long query {i}"])) for i in range(2)]
     await asyncio.sleep(0)
