@@ -23,6 +23,7 @@ from tests.conftest import Tenant
 from tests.integration.test_assembly import AGENT, GENEROUS, MEMORIES, assemble, assembly_client, seed
 from tests.integration.test_assembly_faults import served
 from tests.integration.test_retrieval_report import SlowEmbedder, report
+from tests.integration.test_search_faults import RaisingEmbedder
 
 
 async def test_as_planned_and_light_only_when_full_searches_would_miss_the_budget(
@@ -87,6 +88,26 @@ async def test_a_cold_branch_without_an_answer_is_reported(settings: Settings, e
         body = (await assemble(client, tenant, headers={"X-Timeout-Ms": "1500"})).json()
         assert body["branches"]["cold"]["outcome"] == "skipped"
         assert report(body) == {"planned": "hybrid", "ran": None, "reduced": True, "reason": "cold_skipped"}
+
+
+async def test_a_cold_branch_whose_branches_both_fail_is_reported(settings: Settings, endpoints: Endpoints,
+                                                                 embedder: Embedder, tenant: Tenant) -> None:
+    # Both branches fail for real and quickly: the query embedder errors, and Postgres refuses the
+    # BM25 query (k1 -1 with b 0, set past the settings' parsing, divides a one-occurrence posting's
+    # weight by zero). The cold branch then ends in an error, not a timeout.
+    wrapper = RaisingEmbedder(embedder)
+    async with assembly_client(settings, endpoints, wrapper, **GENEROUS) as client:
+        await seed(client, tenant)
+    wrapper.broken = True
+    async with assembly_client(settings, endpoints, wrapper, retrieval={"bm25_k1": -1.0, "bm25_b": 0.0},
+                               **GENEROUS) as client:
+        with structlog.testing.capture_logs() as logs:
+            body = (await assemble(client, tenant, query="where is the espresso machine?")).json()
+    failed = {e["branch"]: e["error"] for e in logs if e["event"] == "retrieval_branch_failed"}
+    assert "division by zero" in failed["lexical"] and "provider exploded" in failed["embedding"], failed
+    assert body["branches"]["cold"]["outcome"] == "error", body["branches"]["cold"]
+    assert report(body) == {"planned": "hybrid", "ran": None, "reduced": True, "reason": "cold_error"}
+    assert body["degradation_level"] == "L1" and body["memories_used"]  # the hot set still answers
 
 
 @pytest.mark.slow
