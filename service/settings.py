@@ -275,10 +275,10 @@ class RetrievalSettings:
     500 keeps hybrid p95 under 15 ms on a 100K-row org at a SciFact lexical nDCG@10 cost of 0.006
     versus 2,000 (docs/retrieval.md)."""
     bm25_k1: float = 0.9
-    """BM25 term-frequency saturation (Anserini's default, as the BEIR BM25 baselines use)."""
+    """BM25 term-frequency saturation (Anserini's default, as the BEIR BM25 baselines use); 0 to 100."""
     bm25_b: float = 0.4
-    """BM25 document-length normalisation (Anserini's default; short memories such as chat turns lose
-    little to length, docs/retrieval.md "Fusion and BM25 defaults")."""
+    """BM25 document-length normalisation, 0 to 1 (Anserini's default; short memories such as chat turns
+    lose little to length, docs/retrieval.md "Fusion and BM25 defaults")."""
     search_context_weight: float = 0.25
     """BM25 weight of a memory's ``search_context`` terms against its text's (a term's frequency is
     ``tf + w * ctx_tf``, the length likewise); 0 ignores the context (docs/retrieval.md "Search context")."""
@@ -507,6 +507,22 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name} must be a boolean, got {raw!r}")
 
 
+def _number_in(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    """A finite number within ``[low, high]`` (else SettingsError: e.g. a negative BM25 k1 makes Postgres
+    divide by zero in every lexical search)."""
+    value = _float(env, name, default)
+    if not low <= value <= high:  # NaN fails both comparisons
+        raise SettingsError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+    return value
+
+
+def _at_least_one(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 1:
+        raise SettingsError(f"{name} must be at least 1, got {value}")
+    return value
+
+
 def _rerank_settings(env: Mapping[str, str]) -> RerankSettings:
     provider = (_get(env, "PGCONTEXT_RERANK_PROVIDER") or "none").lower()
     if provider not in ("none", "tei", "cohere", "jina"):
@@ -608,17 +624,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             max_in_flight=max(0, _int(env, "PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", 4 * usable_cpus())),
         ),
         retrieval=RetrievalSettings(
-            lexical_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),
-            semantic_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_SEMANTIC_TIMEOUT_MS", 1000),
-            embedding_timeout_ms=_int(env, "PGCONTEXT_RETRIEVAL_EMBEDDING_TIMEOUT_MS", 2000),
+            lexical_timeout_ms=_at_least_one(env, "PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", 1000),
+            semantic_timeout_ms=_at_least_one(env, "PGCONTEXT_RETRIEVAL_SEMANTIC_TIMEOUT_MS", 1000),
+            embedding_timeout_ms=_at_least_one(env, "PGCONTEXT_RETRIEVAL_EMBEDDING_TIMEOUT_MS", 2000),
             query_cache_size=_int(env, "PGCONTEXT_RETRIEVAL_QUERY_CACHE_SIZE", 1024),
-            postings_per_term=_int(env, "PGCONTEXT_RETRIEVAL_POSTINGS_PER_TERM", 500),
-            bm25_k1=_float(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 0.9),
-            bm25_b=_float(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.4),
+            postings_per_term=_at_least_one(env, "PGCONTEXT_RETRIEVAL_POSTINGS_PER_TERM", 500),
+            bm25_k1=_number_in(env, "PGCONTEXT_RETRIEVAL_BM25_K1", 0.9, 0.0, 100.0),
+            bm25_b=_number_in(env, "PGCONTEXT_RETRIEVAL_BM25_B", 0.4, 0.0, 1.0),
             search_context_weight=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SEARCH_CONTEXT_WEIGHT", 0.25)),
             speaker_key=(_get(env, "PGCONTEXT_RETRIEVAL_SPEAKER_KEY") or "speaker").strip(),
             speaker_boost=max(0.0, _float(env, "PGCONTEXT_RETRIEVAL_SPEAKER_BOOST", 1.5)),
-            ef_search=_int(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
+            ef_search=_at_least_one(env, "PGCONTEXT_RETRIEVAL_EF_SEARCH", 100),
             max_query_chars=_int(env, "PGCONTEXT_RETRIEVAL_MAX_QUERY_CHARS", 4000),
             embedder_cooldown_s=_float(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_COOLDOWN_S", 5.0),
             embedder_failures_to_open=max(1, _int(env, "PGCONTEXT_RETRIEVAL_EMBEDDER_FAILURES_TO_OPEN", 3)),

@@ -81,6 +81,12 @@ def test_false_booleans(value: str) -> None:
     ("PGCONTEXT_AUTH_CACHE_TTL_S", "5s"),
     ("PGCONTEXT_EMBEDDING_QUANTIZE", "maybe"),
     ("PGCONTEXT_EMBEDDING_PROVIDER", "torch"),
+    ("PGCONTEXT_RETRIEVAL_BM25_K1", "-1"),  # Postgres would divide by zero in every lexical search
+    ("PGCONTEXT_RETRIEVAL_BM25_K1", "nan"),
+    ("PGCONTEXT_RETRIEVAL_BM25_B", "1.5"),
+    ("PGCONTEXT_RETRIEVAL_POSTINGS_PER_TERM", "0"),
+    ("PGCONTEXT_RETRIEVAL_EF_SEARCH", "-5"),
+    ("PGCONTEXT_RETRIEVAL_LEXICAL_TIMEOUT_MS", "0"),  # statement_timeout 0 would mean none at all
 ])
 def test_bad_values_raise_settings_error(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
