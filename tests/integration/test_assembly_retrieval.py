@@ -67,9 +67,11 @@ async def test_as_planned_and_light_only_when_full_searches_would_miss_the_budge
         # A lexical plan embeds nothing: never light.
         ident = (await assemble(client, tenant, query="espresso_machine", retrieval={"use_hot": False})).json()
         assert report(ident) == {"planned": "lexical", "ran": "lexical", "reduced": False, "reason": "planned"}
-        # Light searches are not measured: after a second without a full one, the next probes in full.
+        # Light searches are not measured: once the window is stale, the next probes in full. Alone, a
+        # window is fresh for three of its latest search's durations (~1.4 s after ~450 ms searches) or
+        # 0.1 s doubled per window that shed, whichever is longer (service.retrieval.shedding).
         wrapper.delay = 0.0
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(1.6)
         probe = (await assemble(client, tenant, query="slow espresso probe", retrieval={"use_hot": False})).json()
         assert report(probe) == {"planned": "hybrid", "ran": "hybrid", "reduced": False, "reason": "planned"}
 

@@ -64,8 +64,9 @@ def test_a_few_outliers_do_not_shed_but_a_slow_majority_does() -> None:
     for i in range(3):
         recent.observe(40.0, now=1.2 + i * 0.01)  # five of the last nine slow: now it sheds
     assert recent.value == 40.0 and recent.would_miss(32.0, 0.8, now=1.25)
-    assert not recent.would_miss(32.0, 0.8, now=2.5)  # stale: the next one probes
-    recent.observe(12.0, now=2.5)  # and the probe starts the window afresh
+    assert recent.would_miss(32.0, 0.8, now=2.5)  # this window shed: it stays fresh twice as long (2 s)
+    assert not recent.would_miss(32.0, 0.8, now=3.5)  # stale: the next one probes
+    recent.observe(12.0, now=3.5)  # and the probe starts the window afresh
     assert list(recent.samples) == [12.0] and recent.describe() == "recent median 12.0 ms"
     assert not RecentLatency().would_miss(32.0, 0.8) and RecentLatency().describe() == "no recent samples"
 
@@ -109,11 +110,12 @@ def test_a_request_alone_probes_sooner_than_one_among_others() -> None:
         by_load.at(1).observe(30.0, now=5.0 + i * 0.01)
         by_load.at(4).observe(30.0, now=5.0 + i * 0.01)
     assert by_load.at(1).would_miss(32.0, 0.8, now=5.05) and by_load.at(4).would_miss(32.0, 0.8, now=5.05)
-    assert not by_load.at(1).would_miss(32.0, 0.8, now=5.2)  # alone: stale, the next one probes
-    assert by_load.at(4).would_miss(32.0, 0.8, now=5.2)  # among others: still shed
-    for i in range(3):  # the probes find the warm path
-        by_load.at(1).observe(15.0, now=5.2 + i * 0.01)
+    # alone: stale after 0.2 s (0.1 s, doubled as the window shed), the next one probes
     assert not by_load.at(1).would_miss(32.0, 0.8, now=5.25)
+    assert by_load.at(4).would_miss(32.0, 0.8, now=5.25)  # among others: still shed
+    for i in range(3):  # the probes find the warm path
+        by_load.at(1).observe(15.0, now=5.25 + i * 0.01)
+    assert not by_load.at(1).would_miss(32.0, 0.8, now=5.3)
 
 
 def test_a_single_client_with_searches_slower_than_the_alone_staleness_still_sheds() -> None:
@@ -124,3 +126,26 @@ def test_a_single_client_with_searches_slower_than_the_alone_staleness_still_she
         by_load.at(1).observe(450.0, now=10.0 + i * 0.46)
     assert by_load.at(1).would_miss(998.0, 0.4, now=10.93)
     assert not by_load.at(1).would_miss(998.0, 0.4, now=10.92 + 1.4)  # three searches' time: probe
+
+
+def test_probes_back_off_while_the_load_lasts_and_start_over_once_a_full_search_fits() -> None:
+    # Eight running on two cores: every window of probes finds the full search too slow. Each
+    # window that sheds doubles the time until the next probes (1, 2, 4 s, no more); a window whose
+    # probes fit starts over at 1 s.
+    recent = LatencyByLoad(stale_s=1.0).at(8)
+
+    def window(start: float, ms: float) -> bool:
+        for i in range(3):
+            recent.observe(ms, now=start + i * 0.01)
+        return recent.would_miss(32.0, 0.8, now=start + 0.03)
+
+    assert window(10.0, 40.0) and recent.would_miss(32.0, 0.8, now=10.5)
+    assert recent.would_miss(32.0, 0.8, now=11.5)  # 2 s after its last sample, not 1 s
+    assert not recent.would_miss(32.0, 0.8, now=12.1)  # stale: probe
+    assert window(12.1, 40.0) and recent.would_miss(32.0, 0.8, now=15.5)  # 4 s now
+    assert not recent.would_miss(32.0, 0.8, now=16.2)
+    assert window(16.2, 40.0) and not recent.would_miss(32.0, 0.8, now=20.3)  # 4 s at most
+    assert not window(20.3, 12.0)  # the load is gone: the full search fits
+    assert not recent.would_miss(32.0, 0.8, now=21.4)  # ... and 1 s again (nothing to shed anyway)
+    assert window(21.4, 40.0) and recent.would_miss(32.0, 0.8, now=22.5)  # the backoff starts over: 2 s,
+    assert not recent.would_miss(32.0, 0.8, now=23.5)  # not 8
