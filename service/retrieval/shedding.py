@@ -126,7 +126,8 @@ class RecentLatency:
 
     def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
         """The recent median exceeds ``share`` of ``budget_ms`` (False with fewer than ``min_samples``
-        fresh samples, or with ``share`` <= 0: never shed)."""
+        fresh samples, or with ``share`` <= 0: never shed). The verdict also sets the backoff: the first
+        "would miss" of a window doubles its staleness interval, a "fits" resets it."""
         if share <= 0 or len(self.samples) < self.min_samples:
             return False
         if self._stale(time.monotonic() if now is None else now):
