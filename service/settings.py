@@ -406,7 +406,8 @@ class AssemblySettings:
     term instead of the retrieval default. A light search inside the deadline (L0) beats a full
     one that times out (L1), but only then: the response says so (``retrieval.reason: light``).
     After a second without a full search at that load the next ones run full again to measure, three
-    of them before it sheds again (see service/retrieval/shedding.py)."""
+    of them before it sheds again; while the load lasts each shedding window doubles that second, up
+    to 4 s (see service/retrieval/shedding.py)."""
     light_cold_postings_per_term: int = 200
     """Postings per query term of a light cold search (the retrieval default is 500)."""
     hot_set_size: int = 16
