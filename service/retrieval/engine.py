@@ -33,7 +33,7 @@ from service.embeddings.lanes import EmbeddingLanes
 from service.errors import BadRequest, ServiceUnavailable, forget_tracebacks
 from service.retrieval import branches, fusion, modes, rerank, speakers
 from service.retrieval.filters import check_time_ranges
-from service.retrieval.guard import BranchFailed, guard
+from service.retrieval.guard import BranchFailed, guard, ms_since
 from service.retrieval.hits import Hit
 from service.retrieval.modes import ModeHit
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
@@ -120,10 +120,6 @@ def _fusion_depth(candidates: int, limit: int, run: _Run) -> int:
     return min(MAX_CANDIDATES, max(candidates, FUSION_DEPTH * limit))
 
 
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)
-
-
 class RetrievalEngine:
     """Hybrid retrieval over an org's memories. One instance per app (``services.extras["retrieval"]``)."""
 
@@ -132,7 +128,7 @@ class RetrievalEngine:
         self.db = db
         self.embedder = embedder
         self._background: set[asyncio.Future[list[Hit]]] = set()
-        self.queries = QueryEmbedder(embedder, lanes or EmbeddingLanes(embedder, EmbeddingSettings()), settings)
+        self.queries = QueryEmbedder(lanes or EmbeddingLanes(embedder, EmbeddingSettings()), settings)
         """The query embeddings: the org's cache, the shared query lane, the circuit per org."""
         self.settings = settings
         self.max_limit = max_limit
@@ -202,7 +198,7 @@ class RetrievalEngine:
                                                             limit=asked.limit, remaining_ms=remaining)
         request = asked  # the response reports what the caller asked for
         metrics = SearchMetrics(
-            total_ms=_ms(run.started), embedding_ms=run.embedding_ms, embedding_cached=run.embedding_cached,
+            total_ms=ms_since(run.started), embedding_ms=run.embedding_ms, embedding_cached=run.embedding_cached,
             lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
             semantic_candidates=run.semantic_candidates, final_count=len(results),
@@ -269,7 +265,7 @@ class RetrievalEngine:
             vector, cached = await self.queries.embed(org_id, query)
         finally:
             if run is not None:
-                run.embedding_ms, run.embedding_cached = _ms(started), cached
+                run.embedding_ms, run.embedding_cached = ms_since(started), cached
         return vector
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
@@ -305,7 +301,7 @@ class RetrievalEngine:
             # over a new connection (a backend fork per cancel), which under overload is most of them.
             hits = await guard(name, timeout_ms, work, grace_ms=DB_TIMEOUT_GRACE_MS)
         finally:
-            setattr(run, f"{name}_ms", _ms(started))
+            setattr(run, f"{name}_ms", ms_since(started))
         setattr(run, f"{name}_candidates", len(hits))
         if run.rows_scope is not None:
             for hit in hits:
@@ -401,7 +397,7 @@ class RetrievalEngine:
                                                      query=request.query, speaker=speaker)
             if run.semantic_query is not None:
                 run.fusion_reason += f"; the semantic branch searched {run.semantic_query!r} (the names left out)"
-        return "hybrid", results, _ms(started)
+        return "hybrid", results, ms_since(started)
 
     def _speaker_boost(self, tuning: SearchTuning) -> SpeakerBoost | None:
         """``auto`` fusion's speaker boost for this search (docs/retrieval.md "Speakers"), None when off."""
@@ -457,7 +453,7 @@ class RetrievalEngine:
                 return self._single(lexical, "lexical", request.limit)
             started = time.perf_counter()
             results = fusion.cascade(lexical, ranked, limit=request.limit)
-            return "lexical_first", results, _ms(started)
+            return "lexical_first", results, ms_since(started)
         finally:
             if not embedding.done():
                 embedding.cancel()
@@ -507,9 +503,9 @@ class RetrievalEngine:
                 else:
                     hits = await lookup_mode(mode)
             except BranchFailed as exc:
-                run.modes[mode] = ModeMetrics(ms=_ms(started), candidates=None, error=str(exc))
+                run.modes[mode] = ModeMetrics(ms=ms_since(started), candidates=None, error=str(exc))
                 raise
-            run.modes[mode] = ModeMetrics(ms=_ms(started), candidates=len(hits))
+            run.modes[mode] = ModeMetrics(ms=ms_since(started), candidates=len(hits))
             return hits
 
         outcomes = await asyncio.gather(*(timed(m) for m in names), return_exceptions=True)
@@ -530,13 +526,13 @@ class RetrievalEngine:
         run.fallbacks.extend(f"{reason}; fused the other modes" for reason in failures.values())
         started = time.perf_counter()
         results = modes.fuse(lists, k=tuning.rrf_k, limit=request.limit)
-        return results, _ms(started)
+        return results, ms_since(started)
 
     @staticmethod
     def _single(hits: list[Hit], branch: UsedStrategy, limit: int) -> tuple[UsedStrategy, list[SearchResult], float]:
         started = time.perf_counter()
         results = fusion.single(hits, branch=branch, method="none", limit=limit)
-        return branch, results, _ms(started)
+        return branch, results, ms_since(started)
 
 
 def _unavailable(lexical: BranchFailed, semantic: BranchFailed) -> ServiceUnavailable:

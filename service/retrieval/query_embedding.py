@@ -14,9 +14,8 @@ from uuid import UUID
 import numpy as np
 import numpy.typing as npt
 
-from service.embeddings import Embedder
 from service.embeddings.lanes import EmbeddingLanes
-from service.retrieval.guard import BranchFailed, guard
+from service.retrieval.guard import BranchFailed, guard, ms_since
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.shedding import LatencyEwma
 from service.settings import RetrievalSettings
@@ -40,8 +39,7 @@ running *and* recent embeddings took more than this share of the embedding deadl
 class QueryEmbedder:
     """One per :class:`~service.retrieval.engine.RetrievalEngine`: its query embeddings and their state."""
 
-    def __init__(self, embedder: Embedder, lanes: EmbeddingLanes, settings: RetrievalSettings) -> None:
-        self.embedder = embedder
+    def __init__(self, lanes: EmbeddingLanes, settings: RetrievalSettings) -> None:
         self.lanes = lanes
         """Query embeddings go through the app's query lane (one at a time for the local model,
         orgs in turn), shared with the other engine and the write path's bulk lane."""
@@ -120,7 +118,7 @@ class QueryEmbedder:
         try:
             vector = await guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed as exc:
-            self.latency.observe(_ms(started))
+            self.latency.observe(ms_since(started))
             # The circuit opens on embedder failure: an error, or a timeout while the embedder is
             # stalled (no query embedding completed for ``embedder_stall_ms``). A timeout while
             # embeddings keep completing is a queue (load), however short this request's deadline:
@@ -129,11 +127,7 @@ class QueryEmbedder:
             if not exc.timed_out or stalled:
                 self._failed(org_id)
             raise
-        self.latency.observe(_ms(started))
+        self.latency.observe(ms_since(started))
         self._failures.pop(org_id, None)
         self.cache.put(org_id, query, vector)
         return vector, False
-
-
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)

@@ -112,9 +112,7 @@ async def semantic_hits(query: str, lexical: asyncio.Future[list[Hit]], speaker:
     try:
         try:
             hits = await asyncio.shield(lexical)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # (a cancellation is not an Exception: it propagates)
             hits = []  # the lexical branch failed (its own outcome says so): the query as it is
         topic = speaker.without_names(query, hits)
         if topic is None:
