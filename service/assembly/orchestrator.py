@@ -50,50 +50,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 from uuid import UUID
 
-import asyncpg
 import msgspec
-import numpy as np
-import numpy.typing as npt
 import structlog
 from redis.exceptions import RedisError
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
-from service.assembly.branches import BranchRun, BranchTask, BranchTimedOut, EarlyReads, elapsed_ms, settle
-from service.assembly.budget import Budget, HistoryCost, history_limit, measure_history, plan_budget
+from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, elapsed_ms, settle
+from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget
+from service.assembly.candidates import cold_candidates, hot_candidates
 from service.assembly.cold_limit import ColdLimit, memories_budget_bound
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
-from service.assembly.hot import HotItem, HotRead, HotSetStore, RedisCircuit, SingleFlight, as_array
+from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, SingleFlight
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
-from service.assembly.packing import PackResult, pack
+from service.assembly.packing import pack
+from service.assembly.response import Ranked, build_response, log_assembled
 from service.assembly.scoring import (
     Candidate,
-    LineSpan,
-    ScoreBreakdown,
-    ScoredCandidate,
     ScoringRules,
-    content_terms,
-    scale_to_unit,
     score_candidates,
 )
 from service.assembly.types import (
     AssembleRequest,
     AssembleResponse,
-    Branches,
-    BudgetOut,
-    DirectiveUsed,
-    DroppedMemory,
     Level,
-    MemoryUsed,
-    Metrics,
-    Scores,
 )
 from service.db import Database
 from service.directives.store import DirectiveStore
@@ -163,67 +149,6 @@ def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalS
     inner = max(1, cold_ms - COLD_MARGIN_MS)
     half = max(1, inner // 2)
     return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
-
-
-def _hot_relevance(items: Sequence[HotItem], query: str, query_vector: npt.NDArray[np.float32] | None) -> list[float]:
-    vectors = [item.vector() for item in items]
-    if query_vector is not None and all(v is not None and v.shape == query_vector.shape for v in vectors):
-        if not items:
-            return []
-        matrix = np.stack(vectors)  # type: ignore[arg-type]
-        norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query_vector))
-        cosines = (matrix @ query_vector) / np.where(norms > 0, norms, 1.0)
-        return [max(0.0, min(1.0, float(c))) for c in cosines]
-    wanted = content_terms(query)
-    if not wanted:
-        return [0.0] * len(items)
-    return [len(wanted & content_terms(item.text)) / len(wanted) for item in items]
-
-
-def _hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.float32] | None) -> list[Candidate]:
-    relevance = _hot_relevance(read.items, query, query_vector)
-    order = sorted(range(len(read.items)), key=lambda i: -relevance[i])
-    ranks = {i: rank for rank, i in enumerate(order, start=1)}
-    return [
-        Candidate(id=item.id, text=item.text, origin="hot", relevance=relevance[i], created_at=item.created_at,
-                  occurred_at=item.occurred_at,
-                  last_accessed_at=item.last_accessed_at, importance=item.importance, usefulness=item.usefulness,
-                  embedding=item.vector(), pinned=item.pinned, rank=ranks[i])
-        for i, item in enumerate(read.items)
-    ]
-
-
-def _lines(row: asyncpg.Record) -> LineSpan | None:
-    """The file lines a document chunk covers (None for other memories)."""
-    path, start, end, level = row["source_path"], row["line_start"], row["line_end"], row["level"]
-    if path is None or start is None or end is None or level is None:
-        return None
-    return LineSpan(path, start, end, level)
-
-
-def _cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
-    relevance = scale_to_unit([scores[r["id"]] for r in rows])
-    return [
-        Candidate(id=str(r["id"]), text=r["text"], origin="cold", relevance=relevance[i], created_at=r["created_at"],
-                  occurred_at=r["occurred_at"],
-                  last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
-                  usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),
-                  rank=i + 1, lines=_lines(r))
-        for i, r in enumerate(rows)
-    ]
-
-
-@dataclass(slots=True)
-class _Ranked:
-    scored: list[ScoredCandidate]
-    result: PackResult
-    budget: Budget
-    context: str
-    context_tokens: int
-    budget_ms: float
-    ranking_ms: float
-    packing_ms: float
-    formatting_ms: float
 
 
 class Orchestrator:
@@ -386,13 +311,13 @@ class Orchestrator:
         # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
         # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).
         rows = [found[i] for i in scores if i in found]
-        return ColdResult(_cold_candidates(rows[:keep], scores), response)
+        return ColdResult(cold_candidates(rows[:keep], scores), response)
 
     # -- the pipeline ------------------------------------------------------------------------------
 
     def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
                           directive: str | None, history: list[tuple[str, str]], measured: HistoryCost,
-                          req: AssembleRequest, reserve: int, window: int | None) -> _Ranked:
+                          req: AssembleRequest, reserve: int, window: int | None) -> Ranked:
         started = time.perf_counter()
         budget, kept = plan_budget(counter, directive=directive, history=history, reserve_tokens=reserve,
                                    max_context_tokens=window,
@@ -418,7 +343,7 @@ class Orchestrator:
         context_tokens = (counter.count(format_directive(directive)) + result.tokens_used
                           + measured.section(len(kept)))
         done = time.perf_counter()
-        return _Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
+        return Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
                        elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
 
     def _plan_budget(self, query: str, planned: SelectiveBudget | None) -> asyncio.Future[SelectiveBudget]:
@@ -530,7 +455,7 @@ class Orchestrator:
         query_vector = self.engine.cached_embedding(org_id, req.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
-            candidates += _hot_candidates(hot_run.value, req.query, query_vector)
+            candidates += hot_candidates(hot_run.value, req.query, query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
         directive_text = directive.content if directive is not None else None
@@ -552,89 +477,13 @@ class Orchestrator:
                                         reason=COLD_REASONS[cold_run.outcome])
         level: Level = "L0" if len(usable) == 2 else "L1" if usable else "L2"
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
-        response = self._response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
+        response = build_response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
                                   budget_pre_ms, started, counting, sel, retrieval)
         response.metrics.queued_ms = queued_ms
         self.access.record(org_id, [m.id for m in response.memories_used])
-        self._log(org_id, req, response)
+        log_assembled(org_id, req, response)
         assembly_metrics.record(response)
         return response
-
-    def _response(self, req: AssembleRequest, ranked: _Ranked, directive: DirectiveOut | None, level: Level,
-                  sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
-                  cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float,
-                  counting: tuple[TokenCounter, ModelTokens], sel: SelectiveBudget,
-                  retrieval: RetrievalReport) -> AssembleResponse:
-        shaping = time.perf_counter()
-        counter, model = counting
-        margin = model.reason()
-        b = ranked.budget
-        memories = [
-            MemoryUsed(id=UUID(p.id), tag=p.tag, text=p.candidate.text, tokens=p.tokens, origin=p.candidate.origin,
-                       in_hot_and_cold=p.candidate.in_hot_and_cold,
-                       scores=_scores(p.scores),
-                       justification=p.justification,
-                       occurred_at=p.candidate.occurred_at or p.candidate.created_at)
-            for p in ranked.result.chosen
-        ]
-        dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
-                                 composite=round(d.scores.composite, 4)) for d in ranked.result.dropped]
-        if req.explain:
-            offered = {c.candidate.id: c.candidate for c in ranked.scored}
-            for out, d in zip(dropped, ranked.result.dropped, strict=True):
-                out.text, out.origin, out.scores = offered[d.id].text, offered[d.id].origin, _scores(d.scores)
-        budget = BudgetOut(
-            mode=b.mode, max_context_tokens=b.total, directive_tokens=b.directive, history_tokens=b.history,
-            reserve_tokens=b.reserve, overhead_tokens=b.overhead, memories_budget_tokens=b.memories_available,
-            memories_tokens=b.memories_tokens, tag_tokens=ranked.result.tag_tokens,
-            context_tokens=ranked.context_tokens, history_messages=b.history_messages,
-            history_messages_dropped=b.history_dropped, intent=str(sel.intent), complexity=str(sel.complexity),
-            tier=b.tier, multiplier=b.multiplier, encoding=counter.encoding_name,
-            reasons=(list(sel.reasons) if req.selective else []) + ([margin] if margin else []),
-            model_family=model.family, safety_factor=model.safety_factor,
-        )
-        hot_value, cold_value = hot_run.value, cold_run.value
-        branches = Branches(
-            directive=directive_run.report(count=None if directive_run.value is None else int(directive is not None),
-                                           source=None if directive_run.value is None else directive_run.value[1]),
-            hot=hot_run.report(count=None if hot_value is None else len(hot_value.items),
-                               source=None if hot_value is None else hot_value.source),
-            cold=cold_run.report(count=None if cold_value is None else len(cold_value.candidates),
-                                 source=None if cold_value is None else cold_value.search.strategy),
-        )
-        if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
-            search = cold_value.search
-            rerank = None if search.rerank is None else f"rerank {search.rerank.outcome}: {search.rerank.detail}"
-            branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank)))
-        formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
-        metrics = Metrics(
-            budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),
-            directive_load_ms=directive_run.ms, hot_memory_retrieval_ms=hot_run.ms,
-            cold_memory_retrieval_ms=cold_run.ms, ranking_ms=ranked.ranking_ms, packing_ms=ranked.packing_ms,
-            formatting_ms=round(formatting_ms, 3), total_ms=elapsed_ms(started),
-            candidates_evaluated=ranked.result.candidates_evaluated,
-        )
-        return AssembleResponse(
-            context=ranked.context, refs={p.tag: UUID(p.id) for p in ranked.result.chosen},
-            directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
-                                                                   directive.updated_at),
-            memories_used=memories, dropped=dropped, budget=budget, degradation_level=level,
-            sources_available=sources, branches=branches, metrics=metrics, retrieval=retrieval,
-        )
-
-    def _log(self, org_id: UUID, req: AssembleRequest, r: AssembleResponse) -> None:
-        # Ids, levels and timings only: memory text and queries never reach the logs.
-        log.info(
-            "context_assembled", org_id=str(org_id), agent_id=req.agent_id, degradation_level=r.degradation_level,
-            directive=r.branches.directive.outcome, hot=r.branches.hot.outcome, cold=r.branches.cold.outcome,
-            cold_strategy=r.branches.cold.source, retrieval_planned=r.retrieval.planned,
-            retrieval_ran=r.retrieval.ran, retrieval_reason=r.retrieval.reason, total_ms=r.metrics.total_ms,
-            directive_ms=r.metrics.directive_load_ms, hot_ms=r.metrics.hot_memory_retrieval_ms,
-            cold_ms=r.metrics.cold_memory_retrieval_ms, ranking_ms=r.metrics.ranking_ms,
-            packing_ms=r.metrics.packing_ms, formatting_ms=r.metrics.formatting_ms,
-            candidates=r.metrics.candidates_evaluated, tokens=r.budget.context_tokens, queued_ms=r.metrics.queued_ms,
-            memory_ids=[str(m.id) for m in r.memories_used], dropped=len(r.dropped),
-        )
 
     async def aclose(self) -> None:
         await self._directive_loads.drain()
@@ -642,12 +491,6 @@ class Orchestrator:
         await self.access.aclose()
         self._cpu.shutdown(wait=False, cancel_futures=True)
         self._history_cpu.shutdown(wait=False, cancel_futures=True)
-
-
-def _scores(s: ScoreBreakdown) -> Scores:
-    return Scores(relevance=round(s.relevance, 4), recency=round(s.recency, 4), usefulness=round(s.usefulness, 4),
-                  informativeness=round(s.informativeness, 4), uniqueness=round(s.uniqueness, 4),
-                  composite=round(s.composite, 4))
 
 
 async def build_orchestrator(services: Services) -> Orchestrator:

@@ -5,7 +5,7 @@ Everything that searches memories (the HTTP endpoint, context assembly) goes thr
 connection with ``statement_timeout`` set to the branch deadline, inside an asyncio timeout with the
 same deadline, so a slow branch is abandoned by both the client and Postgres.
 
-A request with ``modes`` takes a separate path (:meth:`RetrievalEngine._modes`): every named mode
+A request with ``modes`` takes a separate path (:mod:`service.retrieval.modes_search`): every named mode
 runs concurrently the same way (lookup modes under the lexical deadline), a failed mode is reported
 and the others are fused (RRF by memory id, :func:`service.retrieval.modes.fuse`); only when every
 mode fails is it a 503. Without ``modes`` nothing of that path runs.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 from uuid import UUID
 
@@ -27,24 +26,21 @@ import numpy.typing as npt
 import structlog
 
 from service.db import Database, TenantTx
-from service.documents.lookup import LookupMode
 from service.embeddings import Embedder
 from service.embeddings.lanes import EmbeddingLanes
-from service.errors import BadRequest, ServiceUnavailable, forget_tracebacks
+from service.errors import BadRequest, ServiceUnavailable
 from service.retrieval import branches, fusion, modes, rerank, speakers
 from service.retrieval.filters import check_time_ranges
-from service.retrieval.guard import BranchFailed, guard, ms_since
+from service.retrieval.guard import BranchFailed, guard, ms_since, unavailable
 from service.retrieval.hits import Hit
-from service.retrieval.modes import ModeHit
+from service.retrieval.modes_search import search_modes
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.query_embedding import QueryEmbedder
+from service.retrieval.run import SearchRun, fusion_depth
 from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import (
-    MAX_CANDIDATES,
     Mode,
-    ModeMetrics,
-    RetrievalReason,
     RetrievalReport,
     SearchMetrics,
     SearchRequest,
@@ -59,66 +55,8 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
-class _Run:
-    """Timings and counts collected while one search runs."""
-
-    started: float = field(default_factory=time.perf_counter)
-    embedding_ms: float | None = None
-    embedding_cached: bool | None = None
-    lexical_ms: float | None = None
-    semantic_ms: float | None = None
-    lexical_candidates: int | None = None
-    semantic_candidates: int | None = None
-    fallbacks: list[str] = field(default_factory=list)
-    modes: dict[str, ModeMetrics] = field(default_factory=dict)
-    deadline: float | None = None
-    """``time.perf_counter()`` after which no fallback work starts (the caller has stopped waiting)."""
-    postings_per_term: int | None = None
-    """Overrides the settings' BM25 postings per query term for this search (a lighter lexical query)."""
-    rows_scope: branches.RowsScope | None = None
-    """Branches also return the scoring fields (see :meth:`RetrievalEngine.search_rows`); their rows
-    are collected in ``rows`` by id."""
-    rows: dict[UUID, asyncpg.Record] = field(default_factory=dict)
-    semantic_query: str | None = None
-    """The text the semantic branch of a hybrid search embedded when it was not the query (speakers' names
-    left out, see :meth:`RetrievalEngine._speaker_semantic`)."""
-    fusion_reason: str | None = None
-    """How hybrid fused its branches and why (``tuning.fusion`` ``auto``), appended to the response's reason."""
-    reduction: RetrievalReason | None = None
-    """The first reason the search ran less than planned (``retrieval.reason``; None: as planned)."""
-
-    def out_of_time(self) -> bool:
-        return self.deadline is not None and time.perf_counter() >= self.deadline
-
-    def fell_back(self, note: str, reason: RetrievalReason) -> None:
-        self.fallbacks.append(note)
-        if self.reduction is None:
-            self.reduction = reason
-
-
 DB_TIMEOUT_GRACE_MS = 3
 """A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
-
-FUSION_DEPTH = 2
-"""Hybrid search fuses at least this many times ``limit`` rows of each branch (``*_candidates`` is a
-floor). Cut at ``limit``, each branch offers only rows it ranks that high, and a row that one branch
-puts 150th and the other 60th can never make a fused top 100, though its two scores together may
-well earn it a place; the dense branch's deeper rows carry most of that recall (SciFact train,
-limit 100: semantic Recall@200 0.959 against 0.926 at 100; docs/retrieval.md "Fusion depth"). At
-the default limit (10) the 50-row floor is deeper already, so nothing changes there. Context
-assembly (:meth:`RetrievalEngine.search_rows`) keeps ``max(candidates, limit)``: it sizes ``limit``
-to its budget, re-ranks the candidates with its own scores and packs the first few dozen, which a
-deeper tail does not change (LoCoMo, 60 vs 100 per branch: the same evidence within the first 25),
-while a twice deeper HNSW walk would cost every assembly."""
-
-
-def _fusion_depth(candidates: int, limit: int, run: _Run) -> int:
-    """Rows one branch of a hybrid search ranks (see :data:`FUSION_DEPTH`)."""
-    if run.rows_scope is not None:  # context assembly
-        return max(candidates, limit)
-    return min(MAX_CANDIDATES, max(candidates, FUSION_DEPTH * limit))
-
 
 class RetrievalEngine:
     """Hybrid retrieval over an org's memories. One instance per app (``services.extras["retrieval"]``)."""
@@ -143,7 +81,7 @@ class RetrievalEngine:
     async def search(self, org_id: UUID, request: SearchRequest, *, budget_ms: float | None = None) -> SearchResponse:
         """Run ``request`` for ``org_id``. Raises BadRequest on invalid input, ServiceUnavailable (503)
         when no branch could answer. After ``budget_ms`` no fallback branch is started any more."""
-        return await self._search(org_id, request, _Run(), budget_ms)
+        return await self._search(org_id, request, SearchRun(), budget_ms)
 
     async def search_rows(self, org_id: UUID, request: SearchRequest, scope: branches.RowsScope, *,
                           budget_ms: float | None = None, postings_per_term: int | None = None,
@@ -157,11 +95,12 @@ class RetrievalEngine:
         never cross the wire; fusion then ranks the in-scope hits among themselves. Rows the
         branches did not return (e.g. ``modes`` hits) are simply absent. ``postings_per_term``
         overrides the BM25 depth for this search."""
-        run = _Run(rows_scope=scope, postings_per_term=postings_per_term)
+        run = SearchRun(rows_scope=scope, postings_per_term=postings_per_term)
         response = await self._search(org_id, request, run, budget_ms)
         return response, run.rows
 
-    async def _search(self, org_id: UUID, request: SearchRequest, run: _Run, budget_ms: float | None) -> SearchResponse:
+    async def _search(self, org_id: UUID, request: SearchRequest, run: SearchRun,
+                      budget_ms: float | None) -> SearchResponse:
         self.validate(request)
         if budget_ms is not None:
             run.deadline = run.started + budget_ms / 1000
@@ -177,7 +116,7 @@ class RetrievalEngine:
             if not available and request.modes == "all":
                 run.reduction = "embedder_circuit_open"
             used: UsedStrategy = "modes"
-            results, fusion_ms = await self._modes(org_id, request, ran, run)
+            results, fusion_ms = await search_modes(self, org_id, request, ran, run)
         else:
             if request.strategy == "auto":
                 busy = self.embedder_busy(org_id) and self.cached_embedding(org_id, request.query) is None
@@ -257,7 +196,7 @@ class RetrievalEngine:
 
     # -- steps -------------------------------------------------------------------------------------
 
-    async def embed_query(self, org_id: UUID, query: str, run: _Run | None = None) -> npt.NDArray[np.float32]:
+    async def embed_query(self, org_id: UUID, query: str, run: SearchRun | None = None) -> npt.NDArray[np.float32]:
         """The query's embedding, from the org's LRU entries or the embedder (under the embedding deadline)."""
         started = time.perf_counter()
         cached = False
@@ -268,17 +207,17 @@ class RetrievalEngine:
                 run.embedding_ms, run.embedding_cached = ms_since(started), cached
         return vector
 
-    async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run) -> list[Hit]:
+    async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun) -> list[Hit]:
         s = self.settings
         postings = run.postings_per_term or s.postings_per_term
-        return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
+        return await self.branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=postings,
             k1=s.bm25_k1, b=s.bm25_b, context_weight=s.search_context_weight, rows_scope=run.rows_scope),
             settings=branches.lexical_settings(request.filters))
 
-    async def _branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: _Run,
-                      query: Callable[[TenantTx], Awaitable[list[T]]],
-                      settings: dict[str, str] | None = None) -> list[T]:
+    async def branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: SearchRun,
+                     query: Callable[[TenantTx], Awaitable[list[T]]],
+                     settings: dict[str, str] | None = None) -> list[T]:
         """Run one branch's query in its own org-scoped transaction (begun with ``settings``) under its
         deadline; record time and count."""
         started = time.perf_counter()
@@ -310,7 +249,7 @@ class RetrievalEngine:
         return hits
 
     async def _vector(self, org_id: UUID, request: SearchRequest, embedding: npt.NDArray[np.float32], limit: int,
-                      run: _Run, ids: list[UUID] | None = None) -> list[Hit]:
+                      run: SearchRun, ids: list[UUID] | None = None) -> list[Hit]:
         """HNSW search, or with ``ids`` the cascade's exact ranking of exactly those ids."""
         ef_search = request.tuning.ef_search or self.settings.ef_search
 
@@ -321,9 +260,9 @@ class RetrievalEngine:
                                                 rows_scope=run.rows_scope)
 
         settings = None if ids is not None else branches.hnsw_settings(limit=limit, ef_search=ef_search)
-        return await self._branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query, settings)
+        return await self.branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query, settings)
 
-    async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
+    async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:
         vector = await (embedding if embedding is not None else self.embed_query(org_id, request.query, run))
         return await self._vector(org_id, request, vector, limit, run)
@@ -331,14 +270,14 @@ class RetrievalEngine:
     # -- strategies: each returns (strategy used, results, fusion_ms) -------------------------------
 
     async def _lexical_only(self, org_id: UUID, request: SearchRequest,
-                            run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+                            run: SearchRun) -> tuple[UsedStrategy, list[SearchResult], float]:
         return await self._single_branch(org_id, request, run, first="lexical")
 
     async def _semantic_only(self, org_id: UUID, request: SearchRequest,
-                             run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+                             run: SearchRun) -> tuple[UsedStrategy, list[SearchResult], float]:
         return await self._single_branch(org_id, request, run, first="semantic")
 
-    async def _single_branch(self, org_id: UUID, request: SearchRequest, run: _Run, *,
+    async def _single_branch(self, org_id: UUID, request: SearchRequest, run: SearchRun, *,
                              first: Literal["lexical", "semantic"]) -> tuple[UsedStrategy, list[SearchResult], float]:
         """One branch; if it fails, the other one; if both fail, 503."""
         second: Literal["lexical", "semantic"] = "semantic" if first == "lexical" else "lexical"
@@ -349,24 +288,24 @@ class RetrievalEngine:
             if run.out_of_time():
                 skipped = {first: first_error, second: BranchFailed(f"{second} not tried: the search is out of time",
                                                                     timed_out=True)}
-                raise _unavailable(skipped["lexical"], skipped["semantic"]) from first_error
+                raise unavailable(skipped["lexical"], skipped["semantic"]) from first_error
             run.fell_back(f"{first_error}; fell back to {second}", first_error.reason)
             try:
                 hits = await branch[second](org_id, request, request.limit, run)
             except BranchFailed as second_error:
                 errors = {first: first_error, second: second_error}
-                raise _unavailable(errors["lexical"], errors["semantic"]) from second_error
+                raise unavailable(errors["lexical"], errors["semantic"]) from second_error
             return self._single(hits, second, request.limit)
 
     async def _hybrid(self, org_id: UUID, request: SearchRequest,
-                      run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+                      run: SearchRun) -> tuple[UsedStrategy, list[SearchResult], float]:
         tuning = request.tuning
         speaker = self._speaker_boost(tuning)
         # Both branches start now: the embedding overlaps the lexical query, and the vector query
         # starts the moment the embedding is ready, on a second connection.
         lexical_task = asyncio.ensure_future(
-            self._lexical(org_id, request, _fusion_depth(tuning.lexical_candidates, request.limit, run), run))
-        semantic_depth = _fusion_depth(tuning.semantic_candidates, request.limit, run)
+            self._lexical(org_id, request, fusion_depth(tuning.lexical_candidates, request.limit, run), run))
+        semantic_depth = fusion_depth(tuning.semantic_candidates, request.limit, run)
         lexical, semantic = await asyncio.gather(
             lexical_task,
             self._semantic(org_id, request, semantic_depth, run) if speaker is None else
@@ -377,7 +316,7 @@ class RetrievalEngine:
             if isinstance(outcome, BaseException) and not isinstance(outcome, BranchFailed):
                 raise outcome
         if isinstance(lexical, BranchFailed) and isinstance(semantic, BranchFailed):
-            raise _unavailable(lexical, semantic)
+            raise unavailable(lexical, semantic)
         if isinstance(semantic, BranchFailed):
             run.fell_back(f"{semantic}; lexical only", semantic.reason)
             assert isinstance(lexical, list)
@@ -405,7 +344,7 @@ class RetrievalEngine:
         speaker = SpeakerBoost(self.settings.speaker_key, boost)
         return speaker if tuning.fusion == "auto" and speaker.active else None
 
-    async def _speaker_semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: _Run,
+    async def _speaker_semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun,
                                 lexical: asyncio.Future[list[Hit]], speaker: SpeakerBoost) -> list[Hit]:
         """The semantic branch of a hybrid search with speakers (:func:`speakers.semantic_hits`)."""
         async def walk(vector: npt.NDArray[np.float32]) -> list[Hit]:
@@ -419,7 +358,7 @@ class RetrievalEngine:
         return hits
 
     async def _cascade(self, org_id: UUID, request: SearchRequest,
-                       run: _Run) -> tuple[UsedStrategy, list[SearchResult], float]:
+                       run: SearchRun) -> tuple[UsedStrategy, list[SearchResult], float]:
         width = max(request.tuning.cascade_width, request.limit)
         embedding = asyncio.ensure_future(self.embed_query(org_id, request.query, run))  # overlaps the lexical step
         try:
@@ -427,14 +366,14 @@ class RetrievalEngine:
                 lexical = await self._lexical(org_id, request, width, run)
             except BranchFailed as lexical_error:
                 if run.out_of_time():
-                    raise _unavailable(lexical_error, BranchFailed("semantic not tried: the search is out of time",
+                    raise unavailable(lexical_error, BranchFailed("semantic not tried: the search is out of time",
                                                                              timed_out=True)
                                        ) from lexical_error
                 run.fell_back(f"{lexical_error}; fell back to semantic", lexical_error.reason)
                 try:
                     hits = await self._semantic(org_id, request, request.limit, run, embedding)
                 except BranchFailed as semantic_error:
-                    raise _unavailable(lexical_error, semantic_error) from semantic_error
+                    raise unavailable(lexical_error, semantic_error) from semantic_error
                 return self._single(hits, "semantic", request.limit)
             if not lexical:
                 run.fell_back("lexical found no candidates; fell back to semantic", "no_lexical_candidates")
@@ -460,86 +399,8 @@ class RetrievalEngine:
             elif not embedding.cancelled():
                 embedding.exception()  # mark a failure we already reported as retrieved
 
-    # -- modes search: each named mode concurrently on its own connection, RRF across modes ------------
-
-    async def _modes(self, org_id: UUID, request: SearchRequest, names: list[Mode],
-                     run: _Run) -> tuple[list[SearchResult], float]:
-        s, tuning = self.settings, request.tuning
-        pushed, _ = modes.lookup_filters(request.filters)
-
-        async def lookup_mode(mode: LookupMode) -> list[ModeHit]:
-            if pushed is None:
-                return []  # the kinds filter excludes document chunks: nothing to look up
-
-            async def on(tx: TenantTx) -> list[ModeHit]:
-                await branches.branch_delay(tx, s.branch_delay_ms)
-                return await modes.run_lookup(tx, mode, request, limit=max(tuning.lookup_candidates, request.limit))
-
-            async def work() -> list[ModeHit]:
-                return await self.db.read(org_id, on, timeout_ms=s.lexical_timeout_ms)
-
-            return await guard(mode, s.lexical_timeout_ms, work)
-
-        async def lexical_mode() -> list[ModeHit]:
-            return await self._branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: modes.run_lexical(
-                tx, request, limit=max(tuning.lexical_candidates, request.limit),
-                postings_per_term=s.postings_per_term, k1=s.bm25_k1, b=s.bm25_b,
-                context_weight=s.search_context_weight))
-
-        async def semantic_mode() -> list[ModeHit]:
-            vector = await self.embed_query(org_id, request.query, run)
-            limit, ef_search = max(tuning.semantic_candidates, request.limit), tuning.ef_search or s.ef_search
-            return await self._branch("semantic", s.semantic_timeout_ms, org_id, run, lambda tx: modes.run_semantic(
-                tx, request, vector, limit=limit, ef_search=ef_search),
-                branches.hnsw_settings(limit=limit, ef_search=ef_search))
-
-        async def timed(mode: Mode) -> list[ModeHit]:
-            started = time.perf_counter()
-            try:
-                if mode == "lexical":
-                    hits = await lexical_mode()
-                elif mode == "semantic":
-                    hits = await semantic_mode()
-                else:
-                    hits = await lookup_mode(mode)
-            except BranchFailed as exc:
-                run.modes[mode] = ModeMetrics(ms=ms_since(started), candidates=None, error=str(exc))
-                raise
-            run.modes[mode] = ModeMetrics(ms=ms_since(started), candidates=len(hits))
-            return hits
-
-        outcomes = await asyncio.gather(*(timed(m) for m in names), return_exceptions=True)
-        lists: dict[Mode, list[ModeHit]] = {}
-        failures: dict[str, str] = {}
-        for mode, outcome in zip(names, outcomes, strict=True):
-            if isinstance(outcome, BranchFailed):
-                failures[mode] = str(outcome)
-                if run.reduction is None:
-                    run.reduction = outcome.reason
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                lists[mode] = outcome
-        if not lists:
-            raise ServiceUnavailable("search is unavailable: every requested mode failed",
-                                     code="search_unavailable", details=failures)
-        run.fallbacks.extend(f"{reason}; fused the other modes" for reason in failures.values())
-        started = time.perf_counter()
-        results = modes.fuse(lists, k=tuning.rrf_k, limit=request.limit)
-        return results, ms_since(started)
-
     @staticmethod
     def _single(hits: list[Hit], branch: UsedStrategy, limit: int) -> tuple[UsedStrategy, list[SearchResult], float]:
         started = time.perf_counter()
         results = fusion.single(hits, branch=branch, method="none", limit=limit)
         return branch, results, ms_since(started)
-
-
-def _unavailable(lexical: BranchFailed, semantic: BranchFailed) -> ServiceUnavailable:
-    """503; ``details.timed_out`` is true when both branches ran out of time rather than failed."""
-    forget_tracebacks(lexical)  # their frames hold them (the callers' locals): no cycles
-    forget_tracebacks(semantic)
-    return ServiceUnavailable("search is unavailable: both the lexical and the semantic branch failed",
-                              code="search_unavailable",
-                              details={"lexical": str(lexical), "semantic": str(semantic),
-                                       "timed_out": lexical.timed_out and semantic.timed_out})

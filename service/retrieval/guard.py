@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import structlog
 
-from service.errors import forget_tracebacks
+from service.errors import ServiceUnavailable, forget_tracebacks
 from service.retrieval.types import RetrievalReason
 
 log = structlog.get_logger(__name__)
@@ -56,3 +56,13 @@ async def guard(what: str, timeout_ms: int, work: Callable[[], Awaitable[T]], *,
         forget_tracebacks(exc)
         raise BranchFailed(f"{what} failed: {type(exc).__name__}: {str(exc)[:200]}",
                            embedding=what == "embedding") from exc
+
+
+def unavailable(lexical: BranchFailed, semantic: BranchFailed) -> ServiceUnavailable:
+    """503; ``details.timed_out`` is true when both branches ran out of time rather than failed."""
+    forget_tracebacks(lexical)  # their frames hold them (the callers' locals): no cycles
+    forget_tracebacks(semantic)
+    return ServiceUnavailable("search is unavailable: both the lexical and the semantic branch failed",
+                              code="search_unavailable",
+                              details={"lexical": str(lexical), "semantic": str(semantic),
+                                       "timed_out": lexical.timed_out and semantic.timed_out})

@@ -1,0 +1,61 @@
+"""Candidates for ranking from the two memory branches: the hot set's items and the cold search's rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID
+
+import asyncpg
+import numpy as np
+import numpy.typing as npt
+
+from service.assembly.hot import HotItem, HotRead, as_array
+from service.assembly.scoring import Candidate, LineSpan, content_terms, scale_to_unit
+
+
+def hot_relevance(items: Sequence[HotItem], query: str, query_vector: npt.NDArray[np.float32] | None) -> list[float]:
+    vectors = [item.vector() for item in items]
+    if query_vector is not None and all(v is not None and v.shape == query_vector.shape for v in vectors):
+        if not items:
+            return []
+        matrix = np.stack(vectors)  # type: ignore[arg-type]
+        norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query_vector))
+        cosines = (matrix @ query_vector) / np.where(norms > 0, norms, 1.0)
+        return [max(0.0, min(1.0, float(c))) for c in cosines]
+    wanted = content_terms(query)
+    if not wanted:
+        return [0.0] * len(items)
+    return [len(wanted & content_terms(item.text)) / len(wanted) for item in items]
+
+
+def hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.float32] | None) -> list[Candidate]:
+    relevance = hot_relevance(read.items, query, query_vector)
+    order = sorted(range(len(read.items)), key=lambda i: -relevance[i])
+    ranks = {i: rank for rank, i in enumerate(order, start=1)}
+    return [
+        Candidate(id=item.id, text=item.text, origin="hot", relevance=relevance[i], created_at=item.created_at,
+                  occurred_at=item.occurred_at,
+                  last_accessed_at=item.last_accessed_at, importance=item.importance, usefulness=item.usefulness,
+                  embedding=item.vector(), pinned=item.pinned, rank=ranks[i])
+        for i, item in enumerate(read.items)
+    ]
+
+
+def line_span(row: asyncpg.Record) -> LineSpan | None:
+    """The file lines a document chunk covers (None for other memories)."""
+    path, start, end, level = row["source_path"], row["line_start"], row["line_end"], row["level"]
+    if path is None or start is None or end is None or level is None:
+        return None
+    return LineSpan(path, start, end, level)
+
+
+def cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
+    relevance = scale_to_unit([scores[r["id"]] for r in rows])
+    return [
+        Candidate(id=str(r["id"]), text=r["text"], origin="cold", relevance=relevance[i], created_at=r["created_at"],
+                  occurred_at=r["occurred_at"],
+                  last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
+                  usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),
+                  rank=i + 1, lines=line_span(r))
+        for i, r in enumerate(rows)
+    ]
