@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import asyncpg
+import msgspec
 from pgvector.asyncpg import register_vector
+
+
+def decode_json(text: str) -> Any:
+    """A json/jsonb value: msgspec (~0.1 vs ~0.9 µs for ``{}``, 0.3 vs 1.8 for a small object; every
+    search hit carries its ``metadata``), or the standard library for what msgspec refuses but
+    Postgres stores, a number beyond float range (``1e400`` -> ``inf``, as before)."""
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
-    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
-    await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=decode_json, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=json.dumps, decoder=decode_json, schema="pg_catalog")
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
