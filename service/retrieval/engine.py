@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 
 DB_TIMEOUT_GRACE_MS = 3
-"""A branch's asyncio deadline trails its statement_timeout by this much (see ``_branch``)."""
+"""A branch's asyncio deadline trails its statement_timeout by this much (see ``RetrievalEngine.branch``)."""
 
 class RetrievalEngine:
     """Hybrid retrieval over an org's memories. One instance per app (``services.extras["retrieval"]``)."""
