@@ -36,17 +36,13 @@ from redis.exceptions import RedisError
 from service.assembly.hot import RedisCircuit
 from service.assembly.types import Branch, Outcome
 from service.errors import forget_outcome
+from service.timing import elapsed_ms
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 EARLY_DETAIL_MS = 1.0
 """A read sent at least this long before its assembly started says so in its ``detail``."""
-
-
-def elapsed_ms(since: float, until: float | None = None) -> float:
-    """ms from ``since`` to ``until`` (default: now), both ``time.perf_counter()`` readings."""
-    return round(((until if until is not None else time.perf_counter()) - since) * 1000, 3)
 
 
 @dataclass(slots=True)

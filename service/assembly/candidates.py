@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from uuid import UUID
 
 import asyncpg
@@ -11,6 +12,15 @@ import numpy.typing as npt
 
 from service.assembly.hot import HotItem, HotRead, as_array
 from service.assembly.scoring import Candidate, LineSpan, content_terms, scale_to_unit
+from service.retrieval import SearchResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ColdResult:
+    """The cold branch's answer: its candidates and the search response they came from."""
+
+    candidates: list[Candidate]
+    search: SearchResponse
 
 
 def hot_relevance(items: Sequence[HotItem], query: str, query_vector: npt.NDArray[np.float32] | None) -> list[float]:

@@ -61,9 +61,9 @@ from redis.exceptions import RedisError
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
-from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, elapsed_ms, settle
+from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, settle
 from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget
-from service.assembly.candidates import cold_candidates, hot_candidates
+from service.assembly.candidates import ColdResult, cold_candidates, hot_candidates
 from service.assembly.cold_limit import ColdLimit, memories_budget_bound
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
@@ -87,12 +87,13 @@ from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
-from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
+from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.shedding import LatencyByLoad
 from service.retrieval.types import RetrievalReason, RetrievalReport
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
+from service.timing import elapsed_ms
 from service.tokens import TokenCounter, Tokenizers
 
 log = structlog.get_logger(__name__)
@@ -104,12 +105,6 @@ INLINE_PLAN_CHARS = 500
 COLD_REASONS: Final[dict[str, RetrievalReason]] = {"timeout": "cold_timeout", "error": "cold_error",
                                                    "skipped": "cold_skipped", "ok": "planned"}
 """``retrieval.reason`` of an assembly whose cold branch gave no answer, by its outcome."""
-
-
-@dataclass(frozen=True, slots=True)
-class ColdResult:
-    candidates: list[Candidate]
-    search: SearchResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +339,7 @@ class Orchestrator:
                           + measured.section(len(kept)))
         done = time.perf_counter()
         return Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
-                       elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
+                      elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
 
     def _plan_budget(self, query: str, planned: SelectiveBudget | None) -> asyncio.Future[SelectiveBudget]:
         """Intent and complexity of the query (unless ``planned`` already): on the event loop when

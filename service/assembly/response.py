@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import structlog
 
-from service.assembly.branches import BranchRun, elapsed_ms
+from service.assembly.branches import BranchRun
 from service.assembly.budget import Budget
+from service.assembly.candidates import ColdResult
 from service.assembly.hot import HotRead
 from service.assembly.intent import SelectiveBudget
 from service.assembly.packing import PackResult
@@ -30,10 +31,8 @@ from service.assembly.types import (
 from service.directives.types import DirectiveOut
 from service.model_families import ModelTokens
 from service.retrieval.types import RetrievalReport
+from service.timing import elapsed_ms
 from service.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from service.assembly.orchestrator import ColdResult
 
 log = structlog.get_logger(__name__)
 

@@ -53,6 +53,7 @@ from service.memories.validation import check_agent_id, check_metadata
 from service.memories.write import embed_texts
 from service.runtime import Services
 from service.settings import DocumentSettings, LimitSettings
+from service.timing import elapsed_ms
 from service.tokens import TokenCounter, Tokenizers
 
 KIND = DOCUMENT_CHUNK_KIND
@@ -223,8 +224,6 @@ def _rows(chunked: Sequence[FileChunks], files: Sequence[FileIn], collection: st
 # ---------------------------------------------------------------------------------------- ingest
 
 
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)
 
 
 async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> IngestResponse:
@@ -239,7 +238,7 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> In
         stored = {r["path"]: r for r in await tx.fetch("documents.existing", org_id, request.collection,
                                                        [f.path for f in request.files])}
         revision = int(await tx.fetchval("documents.revision", org_id))
-    db_ms = _ms(db_started)
+    db_ms = elapsed_ms(db_started)
 
     results: dict[str, FileResult] = {}
     changed: list[tuple[FileIn, int]] = []
@@ -262,14 +261,14 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> In
         counter = await asyncio.to_thread(token_counter, services)
         chunked = await asyncio.to_thread(chunk_files, files, counter, docs)
         rows = _rows(chunked, files, request.collection, request.agent_id)
-        chunking_ms = _ms(t)
+        chunking_ms = elapsed_ms(t)
         t = time.perf_counter()
         embeddings = await embed_texts(services, org_id, rows.embed_texts)
-        embedding_ms = _ms(t)
+        embedding_ms = elapsed_ms(t)
         t = time.perf_counter()
         revision, inserted = await _write(services, org_id, request, chunked, [s for _, s in changed], rows,
                                           embeddings, embedder_name)
-        db_ms += _ms(t)
+        db_ms += elapsed_ms(t)
         written = len(rows.texts)
         for fc in chunked:
             results[fc.path] = FileResult(path=fc.path, status="created" if inserted[fc.path] else "updated",
@@ -282,7 +281,7 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> In
         created=sum(r.status == "created" for r in ordered), updated=sum(r.status == "updated" for r in ordered),
         unchanged=sum(r.status == "unchanged" for r in ordered), chunks_written=written,
         timings=IngestTimings(chunking_ms=chunking_ms, embedding_ms=embedding_ms, database_ms=round(db_ms, 3),
-                              total_ms=_ms(started)))
+                              total_ms=elapsed_ms(started)))
 
 
 async def _write(services: Services, org_id: UUID, request: IngestRequest, chunked: Sequence[FileChunks],

@@ -31,7 +31,7 @@ from service.embeddings.lanes import EmbeddingLanes
 from service.errors import BadRequest, ServiceUnavailable
 from service.retrieval import branches, fusion, modes, rerank, speakers
 from service.retrieval.filters import check_time_ranges
-from service.retrieval.guard import BranchFailed, guard, ms_since, unavailable
+from service.retrieval.guard import BranchFailed, guard, unavailable
 from service.retrieval.hits import Hit
 from service.retrieval.modes_search import search_modes
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
@@ -50,6 +50,7 @@ from service.retrieval.types import (
     UsedStrategy,
 )
 from service.settings import EmbeddingSettings, RetrievalSettings
+from service.timing import elapsed_ms
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -137,7 +138,7 @@ class RetrievalEngine:
                                                             limit=asked.limit, remaining_ms=remaining)
         request = asked  # the response reports what the caller asked for
         metrics = SearchMetrics(
-            total_ms=ms_since(run.started), embedding_ms=run.embedding_ms, embedding_cached=run.embedding_cached,
+            total_ms=elapsed_ms(run.started), embedding_ms=run.embedding_ms, embedding_cached=run.embedding_cached,
             lexical_ms=run.lexical_ms,
             semantic_ms=run.semantic_ms, fusion_ms=fusion_ms, lexical_candidates=run.lexical_candidates,
             semantic_candidates=run.semantic_candidates, final_count=len(results),
@@ -204,7 +205,7 @@ class RetrievalEngine:
             vector, cached = await self.queries.embed(org_id, query)
         finally:
             if run is not None:
-                run.embedding_ms, run.embedding_cached = ms_since(started), cached
+                run.embedding_ms, run.embedding_cached = elapsed_ms(started), cached
         return vector
 
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun) -> list[Hit]:
@@ -240,7 +241,7 @@ class RetrievalEngine:
             # over a new connection (a backend fork per cancel), which under overload is most of them.
             hits = await guard(name, timeout_ms, work, grace_ms=DB_TIMEOUT_GRACE_MS)
         finally:
-            setattr(run, f"{name}_ms", ms_since(started))
+            setattr(run, f"{name}_ms", elapsed_ms(started))
         setattr(run, f"{name}_candidates", len(hits))
         if run.rows_scope is not None:
             for hit in hits:
@@ -336,7 +337,7 @@ class RetrievalEngine:
                                                      query=request.query, speaker=speaker)
             if run.semantic_query is not None:
                 run.fusion_reason += f"; the semantic branch searched {run.semantic_query!r} (the names left out)"
-        return "hybrid", results, ms_since(started)
+        return "hybrid", results, elapsed_ms(started)
 
     def _speaker_boost(self, tuning: SearchTuning) -> SpeakerBoost | None:
         """``auto`` fusion's speaker boost for this search (docs/retrieval.md "Speakers"), None when off."""
@@ -392,7 +393,7 @@ class RetrievalEngine:
                 return self._single(lexical, "lexical", request.limit)
             started = time.perf_counter()
             results = fusion.cascade(lexical, ranked, limit=request.limit)
-            return "lexical_first", results, ms_since(started)
+            return "lexical_first", results, elapsed_ms(started)
         finally:
             if not embedding.done():
                 embedding.cancel()
@@ -403,4 +404,4 @@ class RetrievalEngine:
     def _single(hits: list[Hit], branch: UsedStrategy, limit: int) -> tuple[UsedStrategy, list[SearchResult], float]:
         started = time.perf_counter()
         results = fusion.single(hits, branch=branch, method="none", limit=limit)
-        return branch, results, ms_since(started)
+        return branch, results, elapsed_ms(started)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -14,11 +13,6 @@ from service.retrieval.types import RetrievalReason
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-
-
-def ms_since(since: float) -> float:
-    """Milliseconds since ``since`` (a ``time.perf_counter()``), to the microsecond."""
-    return round((time.perf_counter() - since) * 1000, 3)
 
 
 class BranchFailed(Exception):

@@ -17,10 +17,11 @@ from service.db import TenantTx
 from service.documents.lookup import LookupMode
 from service.errors import ServiceUnavailable
 from service.retrieval import branches, modes
-from service.retrieval.guard import BranchFailed, guard, ms_since
+from service.retrieval.guard import BranchFailed, guard
 from service.retrieval.modes import ModeHit
 from service.retrieval.run import SearchRun
 from service.retrieval.types import Mode, ModeMetrics, SearchRequest, SearchResult
+from service.timing import elapsed_ms
 
 if TYPE_CHECKING:
     from service.retrieval.engine import RetrievalEngine
@@ -68,9 +69,9 @@ async def search_modes(engine: RetrievalEngine, org_id: UUID, request: SearchReq
             else:
                 hits = await lookup_mode(mode)
         except BranchFailed as exc:
-            run.modes[mode] = ModeMetrics(ms=ms_since(started), candidates=None, error=str(exc))
+            run.modes[mode] = ModeMetrics(ms=elapsed_ms(started), candidates=None, error=str(exc))
             raise
-        run.modes[mode] = ModeMetrics(ms=ms_since(started), candidates=len(hits))
+        run.modes[mode] = ModeMetrics(ms=elapsed_ms(started), candidates=len(hits))
         return hits
 
     outcomes = await asyncio.gather(*(timed(m) for m in names), return_exceptions=True)
@@ -91,4 +92,4 @@ async def search_modes(engine: RetrievalEngine, org_id: UUID, request: SearchReq
     run.fallbacks.extend(f"{reason}; fused the other modes" for reason in failures.values())
     started = time.perf_counter()
     results = modes.fuse(lists, k=tuning.rrf_k, limit=request.limit)
-    return results, ms_since(started)
+    return results, elapsed_ms(started)

@@ -15,10 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from service.embeddings.lanes import EmbeddingLanes
-from service.retrieval.guard import BranchFailed, guard, ms_since
+from service.retrieval.guard import BranchFailed, guard
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.shedding import LatencyEwma
 from service.settings import RetrievalSettings
+from service.timing import elapsed_ms
 
 EMBED_QUERY_CHARS = 1000
 """Queries are cut to this many characters before embedding. all-MiniLM-L6-v2 reads at most 256 word
@@ -118,7 +119,7 @@ class QueryEmbedder:
         try:
             vector = await guard("embedding", self.settings.embedding_timeout_ms, work)
         except BranchFailed as exc:
-            self.latency.observe(ms_since(started))
+            self.latency.observe(elapsed_ms(started))
             # The circuit opens on embedder failure: an error, or a timeout while the embedder is
             # stalled (no query embedding completed for ``embedder_stall_ms``). A timeout while
             # embeddings keep completing is a queue (load), however short this request's deadline:
@@ -127,7 +128,7 @@ class QueryEmbedder:
             if not exc.timed_out or stalled:
                 self._failed(org_id)
             raise
-        self.latency.observe(ms_since(started))
+        self.latency.observe(elapsed_ms(started))
         self._failures.pop(org_id, None)
         self.cache.put(org_id, query, vector)
         return vector, False

@@ -28,6 +28,7 @@ import structlog
 
 from service.retrieval.types import RerankReport, SearchResult
 from service.settings import RerankSettings
+from service.timing import elapsed_ms
 
 log = structlog.get_logger(__name__)
 
@@ -127,8 +128,8 @@ async def apply(reranker: Reranker, query: str, results: list[SearchResult], *, 
     except RerankFailed as exc:
         log.warning("rerank_failed", provider=s.provider, error=str(exc)[:300])
         report.outcome, report.detail = "failed", f"{exc}; fused order kept"
-        return results[:limit], report, round((time.perf_counter() - started) * 1000, 3)
-    ms = round((time.perf_counter() - started) * 1000, 3)
+        return results[:limit], report, elapsed_ms(started)
+    ms = elapsed_ms(started)
     order = sorted(range(len(results)), key=lambda i: (-scores[i], i))[:limit]
     reranked = [msgspec.structs.replace(results[i], final_score=scores[i], fused_score=results[i].final_score)
                 for i in order]
