@@ -388,8 +388,10 @@ class AssemblySettings:
     ``overloaded`` and ``Retry-After``."""
     queue_target_ms: int = 100
     """Longest wait for a slot while the line is standing (not empty for ``queue_interval_ms``):
-    CoDel's target. A request still waiting then is refused (503 ``overloaded``), and freed slots
-    go to the newest waiters first, so a standing line drains to what the slots serve this fast."""
+    CoDel's target. A request still waiting at twice this is refused (503 ``overloaded``), and while
+    the line is full or nobody was admitted within this of arriving for ``queue_interval_ms``,
+    freed slots go to the newest waiters first, so a standing line drains to what the slots serve
+    this fast."""
     queue_interval_ms: int = 500
     """Longest wait for a slot when the line is not standing (a burst), and how long the line must
     have been non-empty to count as standing. A request whose caller deadline leaves less than the

@@ -18,12 +18,16 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   it holds what the slots serve within ``target_ms``, otherwise within ``interval_ms`` (at least
   one round of the slots), and a request waits at most twice that (or two service times). A burst
   is absorbed, a standing queue is drained to what the slots serve within ``target_ms``.
-* **Adaptive LIFO.** While the line is standing and longer than the slots, a freed slot goes to the
-  newest waiter (the one most likely to still be wanted); otherwise to the oldest. A line that one
-  round of the slots clears (a closed loop of up to twice ``limit`` clients: standing, yet every
-  waiter served within a service time) stays first-come-first-served, so no waiter there is passed
-  over by newer arrivals until it times out (0.2-0.4% of assemblies refused at concurrency 8 with
-  4 slots, when such lines were LIFO too).
+* **Adaptive LIFO.** While the line is standing, longer than the slots, and either full (arrivals
+  are being refused) or it has not served anyone within ``target_ms`` of their arrival for
+  ``interval_ms`` (CoDel's own signal: the wait stayed above the target for an interval), a freed
+  slot goes to the newest waiter (the one most likely to still be wanted); otherwise to the
+  oldest. A line that the slots clear within the target stays first-come-first-served, so no
+  waiter there is passed over by newer arrivals until it times out: a closed loop of twice
+  ``limit`` clients (0.2-0.4% of assemblies refused at concurrency 8 with 4 slots when such lines
+  were LIFO too), or of four times ``limit`` (16 clients on 4 slots at 100K: 3.7-4.9% refused
+  when every standing line longer than the slots was LIFO, 1.5-3.1% when one whose oldest waiter
+  was past the target was, none since; see docs/benchmarks.md).
 * Beyond that length (and never more than ``max_queued``) a request is refused, by
   :mod:`service.assembly.shedding` at the edge, before its body is read. A request let in at the
   edge holds a place (:meth:`Admission.arrive`) until it reaches the line: a crowd arriving together
@@ -61,6 +65,9 @@ SHED = prometheus_client.Counter(
 QUEUE_WAIT = prometheus_client.Histogram(
     "pgcontext_assembly_queue_seconds", "Time admitted assemblies waited for a slot",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
+
+ROOM_REFUSALS = frozenset({"line_full", "queue_full"})
+"""Refusals of arrivals for want of room in line (at the edge, or on reaching the line): overload."""
 
 SERVICE_EWMA_WEIGHT = 0.05
 """Weight of one finished assembly in the service-time average (~20 assemblies of memory)."""
@@ -111,6 +118,10 @@ class Admission:
         """Per org, its waiters in line; the dict's order is the round robin's (next turn first)."""
         self._empty_since = time.monotonic()
         """When the line was last seen empty (CoDel: a line not empty for ``interval_ms`` is standing)."""
+        self._served_in_target_at = self._empty_since
+        """When a request was last admitted within ``target_ms`` of arriving (see :meth:`lifo`)."""
+        self._turned_away_at = -math.inf
+        """When an arrival was last refused for want of room in line (see :meth:`lifo`)."""
 
     @property
     def waiting(self) -> int:
@@ -159,6 +170,8 @@ class Admission:
 
     def refusal(self, reason: str, message: str) -> ServiceUnavailable:
         SHED.labels(reason).inc()
+        if reason in ROOM_REFUSALS:
+            self._turned_away_at = time.monotonic()
         return ServiceUnavailable(message, code="overloaded", retry_after_s=self.retry_after_s(),
                                   details={"in_flight": self.in_flight, "queued": len(self._line), "reason": reason})
 
@@ -188,6 +201,7 @@ class Admission:
         queued_ms = 0.0
         if self.in_flight < self.limit and not self._line:
             self.in_flight += 1  # a free slot: does not wait
+            self._served_in_target_at = time.monotonic()
         else:
             queued_ms = await self._wait(caller_left_ms, org)
         started = time.monotonic()
@@ -261,15 +275,29 @@ class Admission:
             self._empty_since = time.monotonic()
 
     def _release(self) -> None:
-        """Hand the slot to a waiter (newest first while the line is standing and longer than the slots), or
-        free it."""
+        """Hand the slot to a waiter (newest first while :meth:`lifo`), or free it."""
         if not self._hand_over():
             self.in_flight -= 1
 
+    def lifo(self, now: float | None = None) -> bool:
+        """Serve the newest first: the line is standing and longer than the slots, and either full
+        (an arrival was refused for want of room within ``interval_ms``: overload) or not draining:
+        its oldest waiter has waited past ``target_ms`` and nobody was admitted within ``target_ms``
+        of arriving for ``interval_ms`` (CoDel's own test: the wait stayed above the target for an
+        interval, rather than the odd slow round of a line that drains)."""
+        if len(self._line) <= self.limit:
+            return False
+        now = now or time.monotonic()
+        if not self.standing(now):
+            return False
+        return (now - self._turned_away_at) * 1000 < self.interval_ms or (
+            (now - self._line[0].arrived) * 1000 > self.target_ms
+            and (now - self._served_in_target_at) * 1000 >= self.interval_ms)
+
     def _hand_over(self) -> bool:
-        """The org whose turn it is gets the slot: its newest waiter while the line is standing and
-        longer than the slots, else its oldest; that org's next waiter then goes after the other orgs'."""
-        lifo = len(self._line) > self.limit and self.standing()
+        """The org whose turn it is gets the slot: its newest waiter while :meth:`lifo`, else its
+        oldest; that org's next waiter then goes after the other orgs'."""
+        lifo = self.lifo()
         while self._turns:
             org = next(iter(self._turns))
             waiter = next(w for w in (reversed(self._line) if lifo else self._line) if w.org == org)
@@ -278,5 +306,8 @@ class Admission:
                 self._turns.move_to_end(org)
             if not waiter.future.done():
                 waiter.future.set_result(None)  # the slot passes on: in_flight is unchanged
+                now = time.monotonic()
+                if (now - waiter.arrived) * 1000 <= self.target_ms:
+                    self._served_in_target_at = now
                 return True
         return False

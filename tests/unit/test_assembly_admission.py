@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -162,6 +163,90 @@ async def test_a_standing_line_no_longer_than_the_slots_is_served_oldest_first()
     release.set()
     await asyncio.gather(*holders, *tasks)
     assert admitted == ["old", "new"]
+    assert admission.in_flight == 0 and admission.waiting == 0
+
+
+async def line_of_three(admission: Admission, gap_s: float, check: Callable[[Admission], None]) -> list[str]:
+    """One slot held, three waiters arriving ``gap_s`` apart, ``check`` run ``gap_s`` after the last,
+    then the slot freed: the waiters in the order they were admitted."""
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    admitted: list[str] = []
+
+    async def one(name: str) -> None:
+        async with admission.admit():
+            admitted.append(name)
+
+    tasks = []
+    for name in ("first", "second", "third"):
+        tasks.append(asyncio.ensure_future(one(name)))
+        await asyncio.sleep(gap_s)
+    check(admission)
+    release.set()
+    await asyncio.gather(holder, *tasks)
+    assert admission.in_flight == 0 and admission.waiting == 0
+    return admitted
+
+
+async def test_a_standing_line_that_drains_within_the_target_is_served_oldest_first() -> None:
+    """A closed loop of four times the slots keeps a standing line longer than the slots whose oldest
+    waiter is still inside ``target_ms``: first come first served (LIFO passed the oldest over until
+    it timed out: the 503s of 16 clients on 4 slots). Past the target the same line is newest first."""
+    for target_ms, lifo in ((400, False), (30, True)):
+        def check(admission: Admission, lifo: bool = lifo) -> None:
+            # The line has not been empty for 120 ms (standing) and is longer than the slots.
+            assert admission.standing() and admission.waiting == 3 and admission.lifo() == lifo
+
+        admitted = await line_of_three(Admission(limit=1, max_queued=100, target_ms=target_ms, interval_ms=100,
+                                                 initial_service_ms=5), 0.04, check)
+        assert admitted[0] == ("third" if lifo else "first")
+        if not lifo:
+            assert admitted == ["first", "second", "third"]
+
+
+async def test_a_line_that_served_someone_within_the_target_lately_stays_oldest_first() -> None:
+    """CoDel's test for a line that does not drain: nobody admitted within ``target_ms`` of arriving
+    for a whole ``interval_ms``. One slow round (the oldest waiter past the target) in a line that
+    served a waiter in time lately keeps it first come first served."""
+    def check(admission: Admission) -> None:
+        # Standing (90 ms), longer than the slot, not full (room for 6), the oldest waited past the target.
+        assert admission.standing() and admission.waiting == 3 and admission.line_cap() == 6
+        admission._served_in_target_at = time.monotonic() - 0.04  # someone was served in time 40 ms ago
+        assert not admission.lifo()
+        admission._served_in_target_at = time.monotonic() - 0.07  # ... or a whole interval ago: not draining
+        assert admission.lifo()
+
+    admitted = await line_of_three(Admission(limit=1, max_queued=100, target_ms=30, interval_ms=60,
+                                             initial_service_ms=5), 0.03, check)
+    assert sorted(admitted) == ["first", "second", "third"]
+
+
+async def test_a_full_standing_line_is_newest_first_even_while_it_drains() -> None:
+    """A line that turned an arrival away for want of room within the interval (overload) serves the
+    newest first, however recently it served someone in time; otherwise it stays oldest first."""
+    admission = Admission(limit=1, max_queued=100, target_ms=50, interval_ms=40, initial_service_ms=10)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(holding(admission, release))
+    await asyncio.sleep(0)
+    waiters = []
+    for _ in range(3):
+        waiters.append(asyncio.ensure_future(holding(admission, release)))
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.04)
+    assert admission.standing() and admission.waiting == 3
+    admission._served_in_target_at = time.monotonic()  # as if a waiter had just been served in time
+    assert admission.line_cap() == 5 and not admission.lifo()  # 1 slot x 50 ms / 10 ms: room for 5
+    admission.service_ms = 20.0  # slower assemblies: the same line is now full ...
+    assert admission.line_cap() == 3 and admission.full() and not admission.lifo()
+    with pytest.raises(ServiceUnavailable) as refused:  # ... and the next arrival is turned away
+        async with admission.admit():
+            pass
+    assert refused.value.details["reason"] == "queue_full" and admission.lifo()
+    admission._turned_away_at -= 0.05  # a whole interval ago
+    assert not admission.lifo()
+    release.set()
+    await asyncio.gather(holder, *waiters)
     assert admission.in_flight == 0 and admission.waiting == 0
 
 
