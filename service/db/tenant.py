@@ -129,7 +129,7 @@ class Database:
         event-loop turns, each behind every other ready callback (milliseconds under load), for
         bookkeeping that normally needs no round trip here (the transaction has ended and ``reset``
         is a no-op, see ``service.db.pool``). ``clean=False``: the transaction (or a statement) may
-        still be open, see :meth:`_end_and_release`."""
+        still be open (always, after a read-only one), see :meth:`_end_and_release`."""
         owner = pool or self._pool
         work = owner.release(conn, timeout=self.cleanup_timeout_ms / 1000) if clean \
             else self._end_and_release(conn, owner)
@@ -138,9 +138,10 @@ class Database:
         releasing.add_done_callback(self._released)
 
     async def _end_and_release(self, conn: asyncpg.pool.PoolConnectionProxy, pool: asyncpg.Pool) -> None:
-        """Roll back what a failed or cancelled transaction left open, then release; terminate the
-        connection if that does not finish in time. asyncpg's next statement first waits for the
-        cancellation of one a timeout or a task cancel interrupted (bounded here by the timeout)."""
+        """Roll back what a failed or cancelled transaction left open (or end a read-only one, which
+        has nothing to commit), then release; terminate the connection if that does not finish in
+        time. asyncpg's next statement first waits for the cancellation of one a timeout or a task
+        cancel interrupted (bounded here by the timeout)."""
         timeout_s = self.cleanup_timeout_ms / 1000
         try:
             if not conn.is_closed():
@@ -188,9 +189,13 @@ class Database:
             left_s = max(0.001, self.acquire_timeout_ms / 1000 - (time.monotonic() - started))
             await conn.execute(begin, timeout=left_s)
             yield TenantTx(conn, org_id, settings, statement_s)
+            if readonly:
+                # A read-only transaction has nothing to commit: the background release ends it
+                # (ROLLBACK, see _end_and_release), and the caller has its rows a round trip sooner.
+                return
             await conn.execute("COMMIT", timeout=statement_s)
             clean = True
-            if not readonly and self.replicas is not None and pool is self._pool:
+            if self.replicas is not None and pool is self._pool:
                 await self.replicas.note_write(org_id, int(await conn.fetchval(WRITE_LSN, timeout=statement_s)))
         finally:
             self._release_soon(conn, clean=clean, pool=pool)

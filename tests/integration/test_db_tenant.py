@@ -49,6 +49,23 @@ async def test_scope_timeout_and_read_only(one_connection: tuple[Database, async
     await _clean(pool)
 
 
+async def test_a_read_only_block_returns_before_its_transaction_ends(
+        one_connection: tuple[Database, asyncpg.Pool], tenant: Tenant) -> None:
+    """A read has nothing to commit: the caller goes on with its rows at once, and the background
+    release ends the transaction before the connection is pooled again (a write still waits for
+    its COMMIT)."""
+    db, pool = one_connection
+    async with db.tenant(tenant.org_id, readonly=True) as tx:
+        conn = tx.conn
+        assert await tx.conn.fetchval("SELECT 1") == 1
+    assert conn.is_in_transaction()  # not yet ended: no COMMIT round trip was awaited
+    await _clean(pool)  # ... and ended before anyone else got the connection
+    async with db.tenant(tenant.org_id) as tx:
+        conn = tx.conn
+        await tx.conn.fetchval("SELECT 1")
+    assert not conn.is_in_transaction()  # a write's COMMIT is awaited
+
+
 async def test_an_error_inside_rolls_back(one_connection: tuple[Database, asyncpg.Pool], tenant: Tenant) -> None:
     db, pool = one_connection
     with pytest.raises(RuntimeError):
