@@ -47,16 +47,21 @@ def _merge(lexical: Sequence[Hit], semantic: Sequence[Hit]) -> dict[UUID, _Entry
     return entries
 
 
+_UNRANKED: Final = 1 << 30
+
+
 def _best_rank(entry: _Entry) -> int:
-    return min(r for r in (entry.lexical_rank, entry.semantic_rank, 1 << 30) if r is not None)
+    lexical, semantic = entry.lexical_rank or _UNRANKED, entry.semantic_rank or _UNRANKED
+    return lexical if lexical < semantic else semantic
 
 
 def _ranked(entries: dict[UUID, _Entry], scores: dict[UUID, float], method: ResultFusion,
             limit: int) -> list[SearchResult]:
-    # Ties (common in RRF: rank 3 lexical-only vs rank 3 semantic-only) break by best rank, then id,
-    # so the order is deterministic.
+    # Ties (common in RRF: rank 3 lexical-only vs rank 3 semantic-only) break by best rank, then id
+    # (its 128-bit value: the order of its text, without formatting one per candidate), so the order
+    # is deterministic.
     scores = {i: s if math.isfinite(s) else 0.0 for i, s in scores.items()}  # never a NaN -> null score
-    order = sorted(entries, key=lambda i: (-scores[i], _best_rank(entries[i]), str(i)))[:limit]
+    order = sorted(entries, key=lambda i: (-scores[i], _best_rank(entries[i]), i.int))[:limit]
     return [_result(entries[i], scores[i], method) for i in order]
 
 

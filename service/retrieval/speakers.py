@@ -65,11 +65,14 @@ class SpeakerBoost:
     def named(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
         """The ids of the candidates whose speaker the query names as a whole word (case-insensitive)."""
         patterns = self._patterns(query, hits)
+        if all(pattern is None for pattern in patterns.values()):
+            return set()  # the query names nobody (most queries): no second pass over the candidates
         return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
 
     def _speaker(self, hit: Hit) -> str | None:
-        name = hit.metadata.get(self.key) if isinstance(hit.metadata, dict) else None
-        return name if isinstance(name, str) else None
+        metadata = hit.metadata
+        name = metadata.get(self.key) if type(metadata) is dict else None
+        return name if type(name) is str else None
 
     def without_names(self, query: str, hits: Sequence[Hit]) -> str | None:
         """``query`` without the speakers of ``hits`` it names (and their possessive ``'s``), for the
