@@ -201,10 +201,10 @@ class Admission:
         queued_ms = 0.0
         if self.in_flight < self.limit and not self._line:
             self.in_flight += 1  # a free slot: does not wait
-            self._served_in_target_at = time.monotonic()
+            started = self._served_in_target_at = time.monotonic()
         else:
             queued_ms = await self._wait(caller_left_ms, org)
-        started = time.monotonic()
+            started = time.monotonic()
         try:
             yield queued_ms
         finally:
@@ -297,7 +297,8 @@ class Admission:
     def _hand_over(self) -> bool:
         """The org whose turn it is gets the slot: its newest waiter while :meth:`lifo`, else its
         oldest; that org's next waiter then goes after the other orgs'."""
-        lifo = self.lifo()
+        now = time.monotonic()
+        lifo = self.lifo(now)
         while self._turns:
             org = next(iter(self._turns))
             waiter = next(w for w in (reversed(self._line) if lifo else self._line) if w.org == org)
@@ -306,7 +307,6 @@ class Admission:
                 self._turns.move_to_end(org)
             if not waiter.future.done():
                 waiter.future.set_result(None)  # the slot passes on: in_flight is unchanged
-                now = time.monotonic()
                 if (now - waiter.arrived) * 1000 <= self.target_ms:
                     self._served_in_target_at = now
                 return True
