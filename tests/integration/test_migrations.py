@@ -185,3 +185,42 @@ def test_a_database_from_before_the_portable_uuidv7_gets_it(pg_server: str) -> N
 
         version, defaults = asyncio.run(ids_and_defaults())
         assert version == 7 and defaults == {"pgcontext_uuidv7()"}
+
+
+def test_the_occurred_at_rewrite_leaves_memories_vacuumed(pg_server: str) -> None:
+    """0005 rewrites ``memories`` (its backfill): a rewritten table has an empty visibility map that
+    autovacuum has no reason to fill, so index-only scans would read the heap for every row until
+    later writes woke it. The migration vacuums the table itself."""
+    with fresh_database(pg_server) as dsn:
+        alembic(dsn, "upgrade", "0004")
+
+        async def write(*statements: str) -> None:
+            conn = await asyncpg.connect(dsn)
+            try:
+                for sql in statements:
+                    await conn.execute(sql)
+            finally:
+                await conn.close()
+
+        asyncio.run(write(
+            "WITH o AS (INSERT INTO orgs (name) VALUES ('rewritten') RETURNING id) "
+            "INSERT INTO memories (org_id, agent_id, text) "
+            "SELECT o.id, 'agent-' || (i % 5), 'memory number ' || i FROM o, generate_series(1, 3000) i",
+            "VACUUM memories"))
+
+        async def pages() -> tuple[int, int, int]:
+            conn = await asyncpg.connect(dsn)
+            try:
+                row = await conn.fetchrow("SELECT relpages, relallvisible, "
+                                          "pg_relation_filenode('memories') AS node FROM pg_class "
+                                          "WHERE relname = 'memories'")
+                return row["relpages"], row["relallvisible"], row["node"]
+            finally:
+                await conn.close()
+
+        relpages, visible, before = asyncio.run(pages())
+        assert relpages > 10 and visible == relpages
+        alembic(dsn, "upgrade", "0005")
+        relpages, visible, after = asyncio.run(pages())
+        assert after != before, "0005 is expected to rewrite the table (else this test pins nothing)"
+        assert relpages > 10 and visible == relpages, (relpages, visible)
