@@ -403,13 +403,14 @@ class AssemblySettings:
     light_cold_share: float = 0.8
     """A cold search that would embed the query is light when the recent full ones at the same load
     (the median latency of the last nine that ran with as many assemblies running, per process)
-    took more than this share of its cold budget (0 = never): ``auto`` plans lexical (no
-    embedding, no HNSW walk) and BM25 reads ``light_cold_postings_per_term`` postings per query
-    term instead of the retrieval default. A light search inside the deadline (L0) beats a full
-    one that times out (L1), but only then: the response says so (``retrieval.reason: light``).
-    After a second without a full search at that load the next ones run full again to measure, three
-    of them before it sheds again; while the load lasts each shedding window doubles that second, up
-    to 4 s (see service/retrieval/shedding.py)."""
+    took more than this share of what is left of its cold budget once its wait in line is taken
+    off (0 = never): ``auto`` plans lexical (no embedding, no HNSW walk) and BM25 reads
+    ``light_cold_postings_per_term`` postings per query term instead of the retrieval default. A
+    light search inside the deadline (L0) beats a full one that times out (L1), but only then: the
+    response says so (``retrieval.reason: light``). After a second without a full search at that
+    load the next ones run full again to measure, at most three at a time, before it sheds again;
+    while the load lasts each shedding window doubles that second, up to 4 s, and only a request
+    with this share of its budget still ahead of it measures (see service/retrieval/shedding.py)."""
     light_cold_postings_per_term: int = 200
     """Postings per query term of a light cold search (the retrieval default is 500)."""
     hot_set_size: int = 16

@@ -89,8 +89,8 @@ from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unp
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
-from service.retrieval.shedding import LatencyByLoad
-from service.retrieval.types import RetrievalReason, RetrievalReport
+from service.retrieval.shedding import SHEDS, LatencyByLoad
+from service.retrieval.types import RetrievalReason, RetrievalReport, UsedStrategy
 from service.runtime import Services
 from service.settings import AssemblySettings, RetrievalSettings
 from service.timing import elapsed_ms
@@ -252,18 +252,50 @@ class Orchestrator:
                             updated_at=row["updated_at"])
 
     async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                    timeout_ms: float) -> ColdResult:
-        wide = req.retrieval.include_org_wide
-        s = self.settings
+                    timeout_ms: float, queued_ms: float) -> ColdResult:
         # Light only when a full search would miss this one's budget, as measured (the recent full
-        # searches' latency; see service.retrieval.shedding). Waiting in line or other searches in
-        # flight is no reason by itself: most full searches fit in the budget even then.
+        # searches' latency; see service.retrieval.shedding). Other searches in flight are no reason
+        # by themselves: most full searches fit in the budget even then. Time spent waiting in line
+        # is: the caller has already spent it, and a full search's extra CPU makes everyone behind
+        # this one wait longer (a standing line is the service running out of cores).
         budget_ms = timeout_ms - COLD_MARGIN_MS
+        left_ms = budget_ms - queued_ms
         intended = planned_strategy(search)
         embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
         running = self.admission.in_flight
         recent = self.full_cold.at(running)  # full searches that ran with as many running as this one
-        light = embeds and recent.would_miss(budget_ms, s.light_cold_share)
+        # After a window that shed, a few full searches re-measure at a time; the rest stay light.
+        verdict = recent.judge(budget_ms, self.settings.light_cold_share, waited_ms=queued_ms) if embeds else "fits"
+        if verdict == "probe":
+            recent.probing += 1
+            try:
+                return await self._cold_search(org_id, req, search, keep, budget_ms, intended, None, running)
+            finally:
+                recent.probing -= 1
+        note = None
+        if verdict in SHEDS:
+            waited = f"{queued_ms:.0f} ms in line, " if queued_ms >= 1 else ""
+            if verdict == "late":
+                why = (f"{max(0.0, left_ms):.0f} ms left of the {budget_ms:.0f} ms budget: too little for a full "
+                       f"{intended} search")
+            elif verdict == "probing":
+                why = (f"{recent.probing} full {intended} searches with {running} running are measuring whether "
+                       f"one fits the {left_ms:.0f} ms left of the {budget_ms:.0f} ms budget ({recent.describe()})")
+            else:
+                why = (f"full {intended} searches' {recent.describe()} with {running} running > "
+                       f"{self.settings.light_cold_share:.0%} of the {left_ms:.0f} ms left of the {budget_ms:.0f} ms "
+                       "budget")
+            note = f"light lexical ({self.settings.light_cold_postings_per_term} postings per term: {waited}{why})"
+        return await self._cold_search(org_id, req, search, keep, budget_ms, intended, note, running)
+
+    async def _cold_search(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
+                           budget_ms: float, intended: UsedStrategy, light_note: str | None,
+                           running: int) -> ColdResult:
+        """The cold search, light (lexical, fewer postings) with ``light_note`` as its reason."""
+        wide = req.retrieval.include_org_wide
+        s = self.settings
+        embeds = intended != "lexical"
+        light = light_note is not None
 
         def observe(ms: float) -> None:
             # Filed under the most that ran during it (at its start or its end): a search that began
@@ -291,14 +323,11 @@ class Orchestrator:
             raise
         if embeds and not light and response.retrieval.reason not in ("embedder_circuit_open", "embedder_busy"):
             observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
-        if light:
-            note = (f"light lexical ({s.light_cold_postings_per_term} postings per term: full {intended} searches' "
-                    f"{recent.describe()} with {running} running > {s.light_cold_share:.0%} of the "
-                    f"{budget_ms:.0f} ms budget)")
+        if light_note is not None:
             if planned:
-                response.requested_strategy, response.reason = "auto", f"auto: {note}"
+                response.requested_strategy, response.reason = "auto", f"auto: {light_note}"
             else:
-                response.reason = f"{response.reason}; {note}"
+                response.reason = f"{response.reason}; {light_note}"
             response.retrieval = RetrievalReport(planned=intended, ran=response.strategy, reduced=True, reason="light")
         # auto quietly going lexical shows here, and in the response's ``retrieval``
         assembly_metrics.cold_search(response.strategy, response.retrieval.reason)
@@ -424,7 +453,7 @@ class Orchestrator:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
         cold_branch = BranchTask.start("cold", cold_ms,
-                                       lambda: self._cold(org_id, req, search, keep, cold_ms))
+                                       lambda: self._cold(org_id, req, search, keep, cold_ms, queued_ms))
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below

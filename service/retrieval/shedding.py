@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Final
+from typing import Final, Literal
 
 ALPHA: Final = 0.2
 """Weight of the latest sample (≈ the last 5-10 samples dominate)."""
@@ -70,6 +70,12 @@ MAX_BACKOFF: Final = 2
 MIN_SAMPLES: Final = 3
 """Fresh samples a median needs before it may shed: until then requests run in full (probes)."""
 
+Verdict = Literal["fits", "probe", "miss", "probing", "late"]
+""":meth:`RecentLatency.judge`: run in full (``fits``), run in full to measure (``probe``), reduce
+(``miss``: the window's median would miss; ``probing``: enough probes are already measuring;
+``late``: too little budget left, after waiting in line)."""
+SHEDS: Final = frozenset({"miss", "probing", "late"})
+
 
 class RecentLatency:
     """The median of the last ``size`` latencies (ms) of one kind of work. A median, not an average:
@@ -90,9 +96,17 @@ class RecentLatency:
     until the next one goes stale, up to ``2 ** MAX_BACKOFF`` times ``stale_s``; a window that finds
     the full search fits starts over at ``stale_s``. Under a load that lasts, a probe is a full search
     that misses: at concurrency 8 on two cores the probes were ~3% of assemblies, each about twice a
-    light one's CPU, and most ended as the semantic branch's timeout."""
+    light one's CPU, and most ended as the semantic branch's timeout.
 
-    __slots__ = ("backoff", "judged", "min_samples", "samples", "stale_latencies", "stale_s", "updated")
+    **At most ``min_samples`` probes run at once.** Every request that arrived while the window was
+    unjudged used to probe, until ``min_samples`` probes had finished: at concurrency 16 that was
+    10-25 full searches per window (3-8% of assemblies, each holding its slot for up to its
+    embedding wait: issue 12's c=16 p99 +18% against 634c972); the others now stay light until the
+    window can judge. After a window that shed, a request probes only with ``share`` of its budget
+    still ahead of it (see :meth:`judge`)."""
+
+    __slots__ = ("backoff", "judged", "min_samples", "probing", "samples", "stale_latencies", "stale_s",
+                 "updated")
 
     def __init__(self, *, size: int = 9, stale_s: float = STALE_S, min_samples: int = MIN_SAMPLES,
                  stale_latencies: float = 0.0) -> None:
@@ -105,6 +119,8 @@ class RecentLatency:
         """Windows in a row that shed (each doubles the staleness interval, up to MAX_BACKOFF)."""
         self.judged = False
         """The current window has shed at least once (and counted in ``backoff``)."""
+        self.probing = 0
+        """Probes running (the caller counts them: ``+= 1`` on a ``probe`` verdict, ``-= 1`` when it ends)."""
 
     def _stale(self, now: float) -> bool:
         last_s = self.samples[-1] / 1000 if self.samples else 0.0
@@ -124,22 +140,37 @@ class RecentLatency:
         self.samples.append(ms)
         self.updated = now
 
-    def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
-        """The recent median exceeds ``share`` of ``budget_ms`` (False with fewer than ``min_samples``
-        fresh samples, or with ``share`` <= 0: never shed). The verdict also sets the backoff: the first
-        "would miss" of a window doubles its staleness interval, a "fits" resets it."""
-        if share <= 0 or len(self.samples) < self.min_samples:
-            return False
-        if self._stale(time.monotonic() if now is None else now):
-            return False
+    def judge(self, budget_ms: float, share: float, now: float | None = None, waited_ms: float = 0.0) -> Verdict:
+        """Whether the next full search runs, with ``budget_ms`` less ``waited_ms`` (the time this one
+        already waited in line) left for it: ``miss`` if the recent median exceeds ``share`` of what
+        is left, ``fits`` if not; with fewer than ``min_samples`` fresh samples ``probe``, or
+        ``probing`` while ``min_samples`` probes are already running. ``late``: nothing
+        left, or after a window that shed too little to probe with (a probe then is for a request
+        with ``share`` of the budget still ahead of it: one that waited in line has already spent its
+        caller's time, and under a lasting load most do). ``share`` <= 0: always ``fits`` (never shed).
+        The verdict also sets the backoff: the first ``miss`` of a window doubles its staleness
+        interval, a ``fits`` resets it."""
+        if share <= 0:
+            return "fits"
+        left_ms = budget_ms - waited_ms
+        if left_ms <= 0:
+            return "late"
+        if len(self.samples) < self.min_samples or self._stale(time.monotonic() if now is None else now):
+            if self.backoff and left_ms < share * budget_ms:
+                return "late"
+            return "probing" if self.probing >= self.min_samples else "probe"
         value = self.value  # sorted only past the cheap checks
-        miss = value is not None and value > share * budget_ms
-        if not miss:
+        if value is None or value <= share * left_ms:
             self.backoff = 0
-        elif not self.judged:
+            return "fits"
+        if not self.judged:
             self.judged = True
             self.backoff = min(self.backoff + 1, MAX_BACKOFF)
-        return miss
+        return "miss"
+
+    def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
+        """:meth:`judge` says reduce (``miss`` or ``probing``)."""
+        return self.judge(budget_ms, share, now) in SHEDS
 
     def describe(self) -> str:
         value = self.value

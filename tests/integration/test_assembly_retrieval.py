@@ -76,6 +76,35 @@ async def test_as_planned_and_light_only_when_full_searches_would_miss_the_budge
         assert report(probe) == {"planned": "hybrid", "ran": "hybrid", "reduced": False, "reason": "planned"}
 
 
+async def test_an_assembly_that_waited_its_cold_budget_in_line_runs_light(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    # The wait counts against the light rule's budget: the caller has already spent it, and a full
+    # search's CPU would make everyone behind it wait longer. One slot, cold searches slowed to 150
+    # ms (inside the vector query's half of the budget), a 400 ms cold budget, five assemblies at
+    # once: the fourth and fifth wait 450 ms or more for the slot, and have nothing left for a full search.
+    custom = dataclasses.replace(
+        settings, retrieval=dataclasses.replace(settings.retrieval, branch_delay_ms=150),
+        assembly=dataclasses.replace(settings.assembly, **{
+            **GENEROUS, "cold_timeout_ms": 400, "max_in_flight": 1, "queue_target_ms": 5000,
+            "queue_interval_ms": 5000}))
+    body = {"agent_id": AGENT, "query": "where is the espresso machine?", "model": "gpt-4o",
+            "max_context_tokens": 2000, "retrieval": {"use_hot": False}}
+    with served(create_app(custom, endpoints, embedder=embedder)) as url:
+        async with httpx.AsyncClient(base_url=url, headers=tenant.headers, timeout=30) as http:
+            r = await http.post("/v1/memories", json={"memories": [{"text": t, "agent_id": a} for t, a, _ in MEMORIES]})
+            assert r.status_code == 201, r.text
+            responses = await asyncio.gather(*(http.post("/v1/context/assemble", json=body) for _ in range(5)))
+    bodies = sorted((r.json() for r in responses), key=lambda b: float(b["metrics"]["queued_ms"]))
+    assert bodies[0]["metrics"]["queued_ms"] < 100, bodies[0]["metrics"]
+    assert report(bodies[0]) == {"planned": "hybrid", "ran": "hybrid", "reduced": False, "reason": "planned"}
+    late = [b for b in bodies if b["metrics"]["queued_ms"] >= 398]
+    assert len(late) >= 2, [b["metrics"]["queued_ms"] for b in bodies]
+    for b in late:
+        assert report(b) == {"planned": "hybrid", "ran": "lexical", "reduced": True, "reason": "light"}
+        detail = b["branches"]["cold"]["detail"]
+        assert " ms in line, 0 ms left of the 398 ms budget: too little for a full hybrid search" in detail, detail
+
+
 async def test_a_cold_branch_without_an_answer_is_reported(settings: Settings, endpoints: Endpoints,
                                                           embedder: Embedder, tenant: Tenant) -> None:
     timeouts = {**GENEROUS, "deadline_ms": 1500, "cold_timeout_ms": 200}

@@ -149,3 +149,52 @@ def test_probes_back_off_while_the_load_lasts_and_start_over_once_a_full_search_
     assert not recent.would_miss(32.0, 0.8, now=21.4)  # ... and 1 s again (nothing to shed anyway)
     assert window(21.4, 40.0) and recent.would_miss(32.0, 0.8, now=22.5)  # the backoff starts over: 2 s,
     assert not recent.would_miss(32.0, 0.8, now=23.5)  # not 8
+
+
+def test_only_a_few_probes_run_at_once() -> None:
+    # At concurrency 16 every arrival of an unjudged window used to probe until three probes had
+    # finished (10-25 full searches per window); now three at a time measure, the rest stay light.
+    recent = RecentLatency(size=9, stale_s=1.0)
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(recent.judge(32.0, 0.8, now=1.0))
+        recent.probing += verdicts[-1] == "probe"
+    assert verdicts == ["probe", "probe", "probe", "probing"]
+    recent.probing = 0
+    for i in range(3):
+        recent.observe(60.0, now=1.0 + i * 0.01)
+    assert recent.judge(32.0, 0.8, now=1.1) == "miss" and recent.backoff == 1
+    # Stale after 2 s: the next three probe, a fourth while they run stays light.
+    verdicts = []
+    for _ in range(4):
+        verdicts.append(recent.judge(32.0, 0.8, now=3.2))
+        recent.probing += verdicts[-1] == "probe"
+    assert verdicts == ["probe", "probe", "probe", "probing"] and recent.would_miss(32.0, 0.8, now=3.2)
+    recent.probing -= 1
+    recent.observe(14.0, now=3.21)  # the first probe ends: a new window of one sample, still unjudged
+    assert recent.judge(32.0, 0.8, now=3.22) == "probe"  # a place is free again
+    recent.probing -= 2
+    recent.observe(15.0, now=3.23)
+    recent.observe(13.0, now=3.24)
+    assert recent.judge(32.0, 0.8, now=3.25) == "fits" and recent.backoff == 0
+    assert RecentLatency().judge(32.0, 0.0) == "fits"
+
+
+def test_time_waited_in_line_counts_against_the_budget() -> None:
+    # 32 ms budget, share 0.8: a full search's 20 ms median fits a request that did not wait (20 <=
+    # 25.6), not one that waited 10 ms of it (20 > 0.8 * 22); one that waited it all has nothing left.
+    recent = RecentLatency(size=9, stale_s=1.0)
+    for i in range(3):
+        recent.observe(20.0, now=1.0 + i * 0.01)
+    assert recent.judge(32.0, 0.8, now=1.1) == "fits"
+    # A stale window after one that fitted: every request measures, however long it waited.
+    assert recent.judge(32.0, 0.8, now=9.0, waited_ms=20.0) == "probe"
+    for i in range(3):
+        recent.observe(20.0, now=10.0 + i * 0.01)
+    assert recent.judge(32.0, 0.8, now=10.1, waited_ms=10.0) == "miss" and recent.backoff == 1
+    assert recent.judge(32.0, 0.8, now=10.1, waited_ms=32.0) == "late"
+    # After a window that shed, only with share of the budget still ahead: a request that waited 6
+    # ms (26 left >= 25.6) probes, one that waited 7 ms does not.
+    assert recent.judge(32.0, 0.8, now=13.0, waited_ms=6.0) == "probe"
+    assert recent.judge(32.0, 0.8, now=13.0, waited_ms=7.0) == "late"
+    assert recent.judge(32.0, 0.0, now=13.0, waited_ms=100.0) == "fits"  # share 0: never shed
