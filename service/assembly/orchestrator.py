@@ -264,7 +264,7 @@ class Orchestrator:
         embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
         running = self.admission.in_flight
         recent = self.full_cold.at(running)  # full searches that ran with as many running as this one
-        # After a window that shed, a few full searches re-measure at a time; the rest stay light.
+        # Three probes at a time measure an unjudged window; the rest stay light meanwhile.
         verdict = recent.judge(budget_ms, self.settings.light_cold_share, waited_ms=queued_ms) if embeds else "fits"
         if verdict == "probe":
             recent.probing += 1

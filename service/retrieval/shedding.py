@@ -169,7 +169,7 @@ class RecentLatency:
         return "miss"
 
     def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
-        """:meth:`judge` says reduce (``miss`` or ``probing``)."""
+        """:meth:`judge` says reduce (``miss``, ``probing`` or ``late``)."""
         return self.judge(budget_ms, share, now) in SHEDS
 
     def describe(self) -> str:
