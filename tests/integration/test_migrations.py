@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 
 from service.db import guard, migrate
 from tests.catalog import catalog, differences
+from tests.integration.test_operations_doc import execute_all
 from tests.servers import fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,19 +195,11 @@ def test_the_occurred_at_rewrite_leaves_memories_vacuumed(pg_server: str) -> Non
     with fresh_database(pg_server) as dsn:
         alembic(dsn, "upgrade", "0004")
 
-        async def write(*statements: str) -> None:
-            conn = await asyncpg.connect(dsn)
-            try:
-                for sql in statements:
-                    await conn.execute(sql)
-            finally:
-                await conn.close()
-
-        asyncio.run(write(
+        asyncio.run(execute_all(dsn, [
             "WITH o AS (INSERT INTO orgs (name) VALUES ('rewritten') RETURNING id) "
             "INSERT INTO memories (org_id, agent_id, text) "
             "SELECT o.id, 'agent-' || (i % 5), 'memory number ' || i FROM o, generate_series(1, 3000) i",
-            "VACUUM memories"))
+            "VACUUM memories"]))
 
         async def pages() -> tuple[int, int, int]:
             conn = await asyncpg.connect(dsn)
