@@ -111,20 +111,37 @@ async def test_kill_9_of_the_service_loses_nothing_then_sigterm_under_load_compl
         await replayed(second.base, writer, 0)
     assert any(isinstance(k, str) for w in writers for k in w.statuses), "the kill cut no request off"
 
-    # SIGTERM while batch writes are being embedded: every request in flight completes, then it exits 0.
+    # SIGTERM while batch writes are in flight: every one completes, then it exits 0. The writes are held
+    # in flight by a lock on `memories` (their INSERTs wait on it), not by how long embedding takes: a
+    # fast machine embeds four 64-text batches before any fixed sleep is over.
     loaded = Writer(fault_tenant, "term", batches=4, size=64)
 
     async def one(http: httpx.AsyncClient, i: int) -> httpx.Response:
         return await http.post(f"{second.base}/v1/memories", json=loaded.body(i),
                                headers={"Idempotency-Key": f"term-{i}"})
 
-    async with httpx.AsyncClient(headers=fault_tenant.headers, timeout=60) as http:
-        in_flight = [asyncio.ensure_future(one(http, i)) for i in range(loaded.batches)]
-        await asyncio.sleep(0.3)  # sent and being embedded (four 64-text batches take seconds)
-        assert not all(t.done() for t in in_flight), "the requests finished before SIGTERM: nothing tested"
-        stopping = asyncio.ensure_future(asyncio.to_thread(second.terminate))
-        responses = await asyncio.gather(*in_flight)
-        assert await stopping == 0, second.output.text()
+    holder = await cluster.owner()
+    try:
+        held = holder.transaction()
+        await held.start()
+        await holder.execute("LOCK TABLE memories IN SHARE MODE")  # INSERT (ROW EXCLUSIVE) waits on it
+        async with httpx.AsyncClient(headers=fault_tenant.headers, timeout=60) as http:
+            in_flight = [asyncio.ensure_future(one(http, i)) for i in range(loaded.batches)]
+            deadline = time.monotonic() + 60
+            while await holder.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                        " AND relation = 'memories'::regclass") < loaded.batches:
+                assert time.monotonic() < deadline, "the batch writes never reached their INSERT"
+                assert not any(t.done() for t in in_flight), [t.result().text for t in in_flight if t.done()]
+                await asyncio.sleep(0.05)
+            stopping = asyncio.ensure_future(asyncio.to_thread(second.terminate))
+            await asyncio.sleep(0.5)
+            assert second.proc.poll() is None, "the service exited with requests in flight"
+            assert not any(t.done() for t in in_flight), "a request was answered before its INSERT could run"
+            await held.rollback()  # the writes go on; the stopping service lets them finish
+            responses = await asyncio.gather(*in_flight)
+            assert await stopping == 0, second.output.text()
+    finally:
+        await holder.close()
     for i, r in enumerate(responses):
         assert r.status_code == 201, r.text
         loaded.acknowledged[f"term-{i}"] = r.json()["ids"]
