@@ -22,11 +22,13 @@ context (a directive branch that misses its timeout is left out without changing
 the assemble/baseline p50 ratio (which
 survives a noisy machine better than absolute numbers). ``--search N`` adds, per measured service,
 N claims searched one at a time with each strategy (client and server latency), and
-``--compare-root DIR`` measures another source tree first on the same data. The load generator runs on the same machine
-as the service, Postgres and Redis, and competes with them for CPU: it uses aiohttp and decodes
-only the response fields it needs with msgspec, and every level also reports the CPU ms per
-assembly of each process group (service, Postgres, Redis, the load generator itself; from
-``/proc``), which says where a saturated machine's cores went.
+``--compare-root DIR`` measures another source tree first on the same data; ``--url A --beside B``
+drives two running services (on copies of one data directory) at the same time with the same
+assemblies, for ratios that a noisy machine does not swing (:func:`run_beside`). The load
+generator runs on the same machine as the service, Postgres and Redis, and competes with them
+for CPU: it uses aiohttp and decodes only the response fields it needs with msgspec, and every
+level also reports the CPU ms per assembly of each process group (service, Postgres, Redis, the
+load generator itself; from ``/proc``), which says where a saturated machine's cores went.
 """
 
 from __future__ import annotations
@@ -345,9 +347,11 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
     level.cpu_ms = {k: round(1000 * (v - cpu_before.get(k, 0.0)) / done, 2) for k, v in cpu_after.items()}
 
 
-def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Random) -> dict[str, Any]:
+def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Random,
+                  strategy: str | None = None) -> dict[str, Any]:
     query = queries[i % len(queries)]
-    return {
+    retrieval = {} if strategy is None else {"retrieval": {"strategy": strategy}}
+    return {**retrieval,
         "agent_id": f"agent-{rng.randrange(1, agents)}", "query": query, "model": MODEL, "max_context_tokens": 4000,
         "reserve_tokens": 500,
         "recent_messages": [{"role": "user", "content": f"I am reading about this: {query}"},
@@ -357,7 +361,8 @@ def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Rando
 
 
 async def run_levels(url: str, headers: dict[str, str], queries: list[str], agents: int,
-                     concurrencies: list[int], requests: int, seconds: float) -> list[tuple[Level, Level]]:
+                     concurrencies: list[int], requests: int, seconds: float,
+                     strategy: str | None = None) -> list[tuple[Level, Level]]:
     # aiohttp + msgspec: the client shares the machine's two cores with the service, so it should
     # cost as little CPU per request as possible (httpx + json cost ~2.5 ms per assembly here).
     connector = aiohttp.TCPConnector(limit=max(concurrencies) + 4)
@@ -371,7 +376,8 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
                 return r.status, await r.read()
 
         async def assemble(i: int) -> tuple[int, bytes]:
-            async with http.post("/v1/context/assemble", data=encode(assemble_body(i, queries, agents, rng)),
+            body = assemble_body(i, queries, agents, rng, strategy)
+            async with http.post("/v1/context/assemble", data=encode(body),
                                  headers={"Content-Type": "application/json"}) as r:
                 return r.status, await r.read()
 
@@ -401,6 +407,75 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
 
 
 SEARCH_STRATEGIES = ("lexical", "semantic", "hybrid", "auto")
+
+
+async def run_beside(urls: Sequence[str], headers: dict[str, str], queries: list[str], agents: int,
+                     concurrencies: list[int], requests: int, seconds: float, strategy: str | None,
+                     rounds: int) -> dict[str, dict[int, list[Level]]]:
+    """Every service in ``urls`` driven at the same time with the same assemblies (``concurrency``
+    workers each), ``rounds`` times per level, the start order reversed every other round. The
+    services share the machine's cores for the whole run, so a slow minute (a noisy neighbour, a
+    checkpoint) is felt by all of them alike: on a machine whose sequential runs swing by 20%, the
+    ratios between services side by side hold where those of runs one after the other do not. Each
+    service must hold the same org (a copy of one loaded ``--data-dir``) under the same key. CPU is
+    not split per service (the process groups are shared)."""
+    encode = msgspec.json.encode
+    measured: dict[str, dict[int, list[Level]]] = {u: {c: [] for c in concurrencies} for u in urls}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {u: await stack.enter_async_context(aiohttp.ClientSession(
+            u, headers=headers, connector=aiohttp.TCPConnector(limit=max(concurrencies) + 4),
+            timeout=aiohttp.ClientTimeout(total=10))) for u in urls}
+
+        def caller(u: str, offset: int) -> Call:
+            rng = random.Random(3)  # the same agents, in the same order, for every service
+
+            async def assemble(i: int) -> tuple[int, bytes]:
+                body = assemble_body(i + offset, queries, agents, rng, strategy)
+                async with sessions[u].post("/v1/context/assemble", data=encode(body),
+                                            headers={"Content-Type": "application/json"}) as r:
+                    return r.status, await r.read()
+
+            return assemble
+
+        await asyncio.gather(*(drive("assemble", 4, 2 * agents, 60, caller(u, 0), Level("warmup", 4)) for u in urls))
+        offset = 2 * agents
+        for r in range(rounds):
+            for c in concurrencies:
+                order = list(urls) if r % 2 == 0 else list(reversed(urls))
+                levels = [Level("assemble", c) for _ in order]
+                await asyncio.gather(*(drive("assemble", c, requests, seconds, caller(u, offset), lv)
+                                       for u, lv in zip(order, levels, strict=True)))
+                offset += requests
+                for u, lv in zip(order, levels, strict=True):
+                    measured[u][c].append(lv)
+                    print(f"round {r + 1} {u}", lv.row(None), f"runs {dict(lv.runs.most_common(3))}",
+                          f"errors {dict(lv.errors)}",
+                          file=sys.stderr, flush=True)
+    return measured
+
+
+def beside_rows(measured: dict[str, dict[int, list[Level]]]) -> list[str]:
+    """Per service and level: the mean over rounds of p50/p95/p99 and throughput, and each against
+    the first service's (paired by round: the ratio of the means)."""
+    first = next(iter(measured))
+    rows = ["| service | concurrency | rounds | p50 / p95 / p99 ms (mean of rounds) | assemblies/s | "
+            "vs first: p50 / p95 / p99 / throughput | L0 |", "|---|---|---|---|---|---|---|"]
+
+    def means(levels: list[Level]) -> list[float]:
+        return [sum(percentile(lv.latencies_ms, q) for lv in levels) / len(levels) for q in (50, 95, 99)] + [
+            sum(len(lv.latencies_ms) / max(lv.seconds, 1e-9) for lv in levels) / len(levels)]
+
+    for u, by_level in measured.items():
+        for c, levels in by_level.items():
+            if not levels:
+                continue
+            m, b = means(levels), means(measured[first][c])
+            vs = " / ".join(f"{100 * (x / y - 1):+.0f}%" for x, y in zip(m, b, strict=True))
+            ok = sum(len(lv.latencies_ms) for lv in levels)
+            l0 = 100 * sum(lv.levels["L0"] for lv in levels) / max(ok, 1)
+            rows.append(f"| {u} | {c} | {len(levels)} | {m[0]:.1f} / {m[1]:.1f} / {m[2]:.1f} | {m[3]:.0f} | "
+                        f"{'-' if u == first else vs} | {l0:.1f}% |")
+    return rows
 
 
 async def run_search(url: str, headers: dict[str, str], queries: list[str], n: int) -> dict[str, list[float]]:
@@ -580,6 +655,13 @@ def main() -> None:
                              "in the same run on the same data, before this one (repeatable)")
     parser.add_argument("--deadline-ms", type=int, help="PGCONTEXT_DEADLINE_MS of the measured services "
                         "(default: the service's own, 40)")
+    parser.add_argument("--strategy", choices=["auto", "hybrid", "lexical_first", "semantic", "lexical"],
+                        help="the assemblies' retrieval.strategy (default: none given, so the service's auto); "
+                             "one strategy for every tree compares the same work, whatever each tree sheds")
+    parser.add_argument("--beside", action="append", default=[], metavar="URL",
+                        help="with --url: another running service on a copy of the same data, driven at the "
+                             "same time with the same assemblies (repeatable; see run_beside)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per level with --beside")
     parser.add_argument("--search", type=int, metavar="N", default=0,
                         help="after the assembly levels, N claims searched one at a time with each strategy "
                              "(search latency of every measured service, same run)")
@@ -603,8 +685,16 @@ def main() -> None:
     if args.url:
         if not args.key:
             raise SystemExit("--url needs --key")
+        if args.beside:
+            beside = asyncio.run(run_beside([args.url, *args.beside], {"Authorization": f"Bearer {args.key}"},
+                                            queries, args.agents, concurrencies, args.requests, args.seconds,
+                                            args.strategy, args.rounds))
+            print(f"\n## side by side: {args.strategy or 'auto'}, {args.rounds} rounds per level\n")
+            print("\n".join(beside_rows(beside)))
+            return
         measured[args.url] = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
-                                                    args.agents, concurrencies, args.requests, args.seconds))
+                                                    args.agents, concurrencies, args.requests, args.seconds,
+                                                    args.strategy))
         if args.search:
             searched[args.url] = asyncio.run(run_search(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
                                                         args.search))
@@ -643,7 +733,7 @@ def main() -> None:
                     print(f"# service from {root}", file=sys.stderr, flush=True)
                     measured[str(root)] = asyncio.run(run_levels(
                         url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.agents, concurrencies,
-                        args.requests, args.seconds))
+                        args.requests, args.seconds, args.strategy))
                     if args.search:
                         searched[str(root)] = asyncio.run(run_search(
                             url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.search))
