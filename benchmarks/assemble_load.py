@@ -19,9 +19,12 @@ bounded by ``--requests`` per level and ``--seconds`` per level. Reported per le
 p50/p95/p99 latency, throughput, error rate, the degradation-level distribution, the server's own
 ``metrics.total_ms`` p50/p99, the cold strategies used, how often the directive made it into the
 context (a directive branch that misses its timeout is left out without changing the level) and
-the assemble/baseline p50 ratio (which
-survives a noisy machine better than absolute numbers). ``--search N`` adds, per measured service,
-N claims searched one at a time with each strategy (client and server latency), and
+the assemble/baseline p50 ratio (which survives a noisy machine better than absolute numbers), and
+how many query embeddings the level computed or took from the service's query-embedding cache
+(``/metrics``). The 809 claims repeat: from the second level on every query's embedding is cached,
+which spares a full hybrid assembly its costliest step; ``--fresh-queries`` makes every query new to
+the cache (:data:`FRESH_SUFFIXES`). ``--search N`` adds, per measured service, N claims searched one
+at a time with each strategy (client and server latency), and
 ``--compare-root DIR`` measures another source tree first on the same data; ``--url A --beside B``
 drives two running services (on copies of one data directory) at the same time with the same
 assemblies, for ratios that a noisy machine does not swing (:func:`run_beside`). The load
@@ -120,9 +123,17 @@ def random_vectors(n: int, dim: int = 384) -> npt.NDArray[np.float32]:
     return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), dtype=np.float32)
 
 
-def load_queries(root: Path) -> list[str]:
+FRESH_SUFFIXES = ("", " ?", " !")
+"""``--fresh-queries``: each claim three times, as it is and ending in " ?" and " !". Postgres's text
+search drops the punctuation (the lexical branch's work is the claim's), the model reads it (another
+vector), so the 2,427 queries a level cycles through in order never repeat within the service's
+query-embedding cache (an LRU of 1,024 by default): every assembly embeds its query."""
+
+
+def load_queries(root: Path, *, fresh: bool = False) -> list[str]:
     with (root / "queries.jsonl").open() as f:
-        return [json.loads(line)["text"] for line in f]
+        claims = [json.loads(line)["text"] for line in f]
+    return [claim + suffix for suffix in FRESH_SUFFIXES for claim in claims] if fresh else claims
 
 
 # -- the service under test ------------------------------------------------------------------------
@@ -239,6 +250,16 @@ class Level:
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
+    embeddings: Counter[str] = field(default_factory=Counter)
+    """Query-embedding cache lookups during the level (``hit``/``miss``, from ``/metrics``; empty when
+    it is not readable): a hit skips the model, the costliest step of a full hybrid assembly."""
+
+    def embeddings_line(self) -> str:
+        looked = sum(self.embeddings.values())
+        if not looked:
+            return "-"
+        return (f"{self.embeddings['miss']} embedded, {self.embeddings['hit']} from the cache "
+                f"({100 * self.embeddings['hit'] / looked:.0f}% cached)")
 
     def runs_line(self) -> str:
         """What the cold searches ran against what they planned, and the share that ran the plan."""
@@ -395,7 +416,9 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
             async def shifted(i: int, start: int = offset) -> tuple[int, bytes]:
                 return await assemble(i + start)  # every level asks new (query, agent) pairs first
 
+            looked = await embedding_lookups(http)
             await drive("assemble", c, requests, seconds, shifted, asm)
+            asm.embeddings = await embedding_lookups(http) - looked
             offset += requests
             results.append((base, asm))
             print(base.row(None), file=sys.stderr, flush=True)
@@ -403,7 +426,17 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
                   flush=True)
             print(f"  CPU ms per assembly: {asm.cpu_line()}", file=sys.stderr, flush=True)
             print(f"  cold search planned->ran: {asm.runs_line()}", file=sys.stderr, flush=True)
+            print(f"  query embeddings: {asm.embeddings_line()}", file=sys.stderr, flush=True)
     return results
+
+
+async def embedding_lookups(http: aiohttp.ClientSession) -> Counter[str]:
+    """The service's ``pgcontext_query_embedding_cache_total`` counters (empty if ``/metrics`` is
+    closed, e.g. by a metrics token; with several workers, those of the process that answered)."""
+    async with http.get("/metrics") as r:
+        text = await r.text() if r.status == 200 else ""
+    found = re.findall(r'^pgcontext_query_embedding_cache_total\{outcome="(hit|miss)"\} (\S+)$', text, re.M)
+    return Counter({outcome: int(float(value)) for outcome, value in found})
 
 
 SEARCH_STRATEGIES = ("lexical", "semantic", "hybrid", "auto")
@@ -658,6 +691,10 @@ def main() -> None:
     parser.add_argument("--strategy", choices=["auto", "hybrid", "lexical_first", "semantic", "lexical"],
                         help="the assemblies' retrieval.strategy (default: none given, so the service's auto); "
                              "one strategy for every tree compares the same work, whatever each tree sheds")
+    parser.add_argument("--fresh-queries", action="store_true",
+                        help="every assembly's query new to the query-embedding cache (FRESH_SUFFIXES); by "
+                             "default the 809 claims repeat, and from the second level on their embeddings "
+                             "are cached")
     parser.add_argument("--beside", action="append", default=[], metavar="URL",
                         help="with --url: another running service on a copy of the same data, driven at the "
                              "same time with the same assemblies (repeatable; see run_beside)")
@@ -676,7 +713,7 @@ def main() -> None:
         print(asyncio.run(selective_eval(args.scifact, args.selective_eval, doc_ids, texts, vectors)))
         return
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    queries = load_queries(args.scifact)
+    queries = load_queries(args.scifact, fresh=args.fresh_queries)
     print(f"# assemble load: {platform.platform()}, python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
 
@@ -749,7 +786,7 @@ def main() -> None:
             directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
             print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
                   f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}; "
-                  f"cold search planned->ran: {asm.runs_line()}")
+                  f"cold search planned->ran: {asm.runs_line()}; query embeddings: {asm.embeddings_line()}")
         if root in searched:
             print(f"\nsearch, one at a time ({args.search} claims x {len(SEARCH_STRATEGIES)} strategies):\n")
             print("\n".join(search_rows(searched[root])))

@@ -15,8 +15,15 @@ from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
+from prometheus_client import Counter
 
 CacheKey = tuple[UUID, str]
+
+LOOKUPS = Counter("pgcontext_query_embedding_cache", "Query-embedding cache lookups of searches and assembly cold "
+                  "searches (a miss embeds the query): the hit share says how much embedding the load repeated",
+                  ["outcome"])
+"""Labelled by outcome only (never an org), like the other metrics; process-wide over all engines."""
+_HIT, _MISS = LOOKUPS.labels("hit"), LOOKUPS.labels("miss")
 
 
 class QueryEmbeddingCache:
@@ -35,8 +42,10 @@ class QueryEmbeddingCache:
         vector = self._items.get(key)
         if vector is None:
             self.misses += 1
+            _MISS.inc()
         else:
             self.hits += 1
+            _HIT.inc()
             self._items.move_to_end(key)
         return vector
 

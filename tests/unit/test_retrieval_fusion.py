@@ -7,6 +7,7 @@ from uuid import UUID, uuid4
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from service.retrieval import fusion
 from service.retrieval.filters import filter_args, like_prefix
@@ -193,8 +194,13 @@ def test_identifier_detection_ignores_long_prose() -> None:
     assert not looks_like_identifier_query("coffee preferences")
 
 
+def lookups(outcome: str) -> float:
+    return REGISTRY.get_sample_value("pgcontext_query_embedding_cache_total", {"outcome": outcome}) or 0.0
+
+
 def test_query_cache_is_a_bounded_lru() -> None:
     org = uuid4()
+    hit, miss = lookups("hit"), lookups("miss")
     cache = QueryEmbeddingCache(2)
     a, b, c = (np.full(3, i, dtype=np.float32) for i in range(3))
     cache.put(org, "a", a)
@@ -203,6 +209,7 @@ def test_query_cache_is_a_bounded_lru() -> None:
     cache.put(org, "c", c)
     assert cache.get(org, "b") is None and cache.get(org, "a") is a and cache.get(org, "c") is c and len(cache) == 2
     assert (cache.hits, cache.misses) == (3, 1)
+    assert (lookups("hit") - hit, lookups("miss") - miss) == (3, 1)  # /metrics counts them too
     disabled = QueryEmbeddingCache(0)
     disabled.put(org, "a", a)
     assert disabled.get(org, "a") is None
