@@ -31,7 +31,9 @@ def _owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iter
     if settings.database.url:
         yield settings.database.url
         return
-    pg = EmbeddedPostgres(settings.data_dir / "postgres")
+    buffers = settings.database.embedded_shared_buffers_mb
+    pg = (EmbeddedPostgres(settings.data_dir / "postgres", shared_buffers=f"{buffers}MB") if buffers
+          else EmbeddedPostgres(settings.data_dir / "postgres"))
     try:
         pg.start()
         if supervisor is not None:

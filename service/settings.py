@@ -66,6 +66,10 @@ class DatabaseSettings:
     """How often each instance polls the primary's WAL position and each replica's replay position."""
     read_lsn_ttl_s: float = 60.0
     """How long an org's last-write WAL position is kept in Redis (must exceed ``read_max_lag_ms``)."""
+    embedded_shared_buffers_mb: int = 0
+    """``shared_buffers`` of the embedded PostgreSQL (when no ``url`` is set), in MB. 0: an eighth of
+    the machine's memory, between 128 MB and 1 GB. Its buffers are saved at shutdown and read back
+    after a start (``pg_prewarm``'s autoprewarm)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,6 +555,14 @@ def _rerank_settings(env: Mapping[str, str]) -> RerankSettings:
     return settings
 
 
+def _buffers_mb(env: Mapping[str, str], name: str) -> int:
+    """0 (automatic) or a size in MB that PostgreSQL accepts for ``shared_buffers``."""
+    value = _int(env, name, 0)
+    if not 0 <= value <= 1024 * 1024:
+        raise SettingsError(f"{name} must be 0 (automatic) or a size in MB up to 1048576, got {value}")
+    return value
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings from ``env`` (default: ``os.environ``). Call once at start-up."""
     env = os.environ if env is None else env
@@ -575,6 +587,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             read_max_lag_ms=_int(env, "PGCONTEXT_READ_MAX_LAG_MS", 1000),
             read_poll_ms=_int(env, "PGCONTEXT_READ_POLL_MS", 100),
             read_lsn_ttl_s=_float(env, "PGCONTEXT_READ_LSN_TTL_S", 60.0),
+            embedded_shared_buffers_mb=_buffers_mb(env, "PGCONTEXT_EMBEDDED_PG_SHARED_BUFFERS_MB"),
         ),
         redis=RedisSettings(
             url=_get(env, "PGCONTEXT_REDIS_URL"),

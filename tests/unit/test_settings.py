@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from service.embedded import default_shared_buffers_mb
 from service.settings import Settings, SettingsError, load_settings, usable_cpus
 
 
@@ -128,3 +129,22 @@ def test_reading_is_explicit_not_at_import(monkeypatch: pytest.MonkeyPatch) -> N
     assert load_settings().server.port == 8123
     monkeypatch.setenv("PGCONTEXT_PORT", "8124")
     assert load_settings().server.port == 8124
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, 0), ("0", 0), ("7", 7), ("4096", 4096)])
+def test_embedded_shared_buffers(raw: str | None, expected: int) -> None:
+    env = {} if raw is None else {"PGCONTEXT_EMBEDDED_PG_SHARED_BUFFERS_MB": raw}
+    assert load_settings(env).database.embedded_shared_buffers_mb == expected
+
+
+@pytest.mark.parametrize("raw", ["-1", "2000000", "1GB"])
+def test_bad_embedded_shared_buffers(raw: str) -> None:
+    with pytest.raises(SettingsError, match="PGCONTEXT_EMBEDDED_PG_SHARED_BUFFERS_MB"):
+        load_settings({"PGCONTEXT_EMBEDDED_PG_SHARED_BUFFERS_MB": raw})
+
+
+@pytest.mark.parametrize(("memory_gib", "expected_mb"), [(0, 128), (0.5, 128), (2, 256), (4, 512), (8, 1024),
+                                                         (24, 1024), (512, 1024)])
+def test_default_embedded_shared_buffers_is_an_eighth_of_memory_within_bounds(memory_gib: float,
+                                                                              expected_mb: int) -> None:
+    assert default_shared_buffers_mb(int(memory_gib * 2**30)) == expected_mb
