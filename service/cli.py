@@ -16,7 +16,7 @@ import asyncpg
 from service.auth import admin
 from service.db import guard
 from service.db import migrate as migrations
-from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.embedded import EmbeddedPostgres, EmbeddedRedis, default_shared_buffers_mb
 from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
@@ -31,9 +31,8 @@ def _owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iter
     if settings.database.url:
         yield settings.database.url
         return
-    buffers = settings.database.embedded_shared_buffers_mb
-    pg = (EmbeddedPostgres(settings.data_dir / "postgres", shared_buffers=f"{buffers}MB") if buffers
-          else EmbeddedPostgres(settings.data_dir / "postgres"))
+    buffers_mb = settings.database.embedded_shared_buffers_mb or default_shared_buffers_mb()
+    pg = EmbeddedPostgres(settings.data_dir / "postgres", shared_buffers=f"{buffers_mb}MB")
     try:
         pg.start()
         if supervisor is not None:

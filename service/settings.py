@@ -524,6 +524,14 @@ def _number_in(env: Mapping[str, str], name: str, default: float, low: float, hi
     return value
 
 
+def _int_in(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    """An integer within ``[low, high]`` (else SettingsError)."""
+    value = _int(env, name, default)
+    if not low <= value <= high:
+        raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
 def _at_least_one(env: Mapping[str, str], name: str, default: int) -> int:
     value = _int(env, name, default)
     if value < 1:
@@ -555,14 +563,6 @@ def _rerank_settings(env: Mapping[str, str]) -> RerankSettings:
     return settings
 
 
-def _buffers_mb(env: Mapping[str, str], name: str) -> int:
-    """0 (automatic) or a size in MB that PostgreSQL accepts for ``shared_buffers``."""
-    value = _int(env, name, 0)
-    if not 0 <= value <= 1024 * 1024:
-        raise SettingsError(f"{name} must be 0 (automatic) or a size in MB up to 1048576, got {value}")
-    return value
-
-
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings from ``env`` (default: ``os.environ``). Call once at start-up."""
     env = os.environ if env is None else env
@@ -587,7 +587,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             read_max_lag_ms=_int(env, "PGCONTEXT_READ_MAX_LAG_MS", 1000),
             read_poll_ms=_int(env, "PGCONTEXT_READ_POLL_MS", 100),
             read_lsn_ttl_s=_float(env, "PGCONTEXT_READ_LSN_TTL_S", 60.0),
-            embedded_shared_buffers_mb=_buffers_mb(env, "PGCONTEXT_EMBEDDED_PG_SHARED_BUFFERS_MB"),
+            embedded_shared_buffers_mb=_int_in(env, "PGCONTEXT_EMBEDDED_PG_SHARED_BUFFERS_MB", 0, 0, 1024 * 1024),
         ),
         redis=RedisSettings(
             url=_get(env, "PGCONTEXT_REDIS_URL"),
