@@ -11,7 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from service.assembly.hot import HotItem, HotRead, as_array
-from service.assembly.scoring import Candidate, LineSpan, content_terms, scale_to_unit
+from service.assembly.scoring import Candidate, LineSpan, scale_to_unit
+from service.assembly.terms import content_terms
 from service.retrieval import SearchResponse
 
 

@@ -17,8 +17,9 @@ from litestar.params import HeaderParameter, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
 from service.assembly import metrics as assembly_metrics
+from service.assembly.deadline import CallerDeadline
 from service.assembly.feedback import apply_feedback
-from service.assembly.orchestrator import CallerDeadline, Orchestrator
+from service.assembly.orchestrator import Orchestrator
 from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
 from service.deps import OrgId, ServicesDep
 from service.errors import DeadlineExceeded, ServiceUnavailable

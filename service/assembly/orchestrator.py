@@ -19,13 +19,13 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
   before admission: one that waits in line is admitted with them in hand (``EarlyReads``; their
   timeouts still count from t=0 below). At concurrency 8 on two cores, hot sets that missed their
   15 ms behind a busy event loop were most of the L1 answers.
-* **Cold** is the retrieval engine's search on an engine of its own whose lexical, embedding and
-  vector deadlines are derived from the cold budget (lexical ≈ the budget, embedding and vector
-  query half each), so the engine's own fallbacks (e.g. a slow embedder -> lexical only) happen
-  inside the cold budget instead of the whole branch timing out. The search API filters one agent
-  exactly but cannot say "this agent or org-wide", so by default each branch ranks the org's best
-  ``n * cold_overfetch`` rows and returns only the agent's own and org-wide ones among
-  them, with the scoring fields (embedding, importance, last access, ...)
+* **Cold** (:mod:`service.assembly.cold`) is the retrieval engine's search on an engine of its own
+  whose lexical, embedding and vector deadlines are derived from the cold budget (lexical ≈ the
+  budget, embedding and vector query half each), so the engine's own fallbacks (e.g. a slow
+  embedder -> lexical only) happen inside the cold budget instead of the whole branch timing out.
+  The search API filters one agent exactly but cannot say "this agent or org-wide", so by default
+  each branch ranks the org's best ``n * cold_overfetch`` rows and returns only the agent's own
+  and org-wide ones among them, with the scoring fields (embedding, importance, last access, ...)
   (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire. The
   ``n`` candidates kept follow the memory budget (:mod:`service.assembly.cold_limit`): enough to
   fill it, from ``cold_limit`` to ``cold_limit_max``; a light search under load keeps to ``cold_limit``.
@@ -51,20 +51,19 @@ import asyncio
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 from uuid import UUID
 
-import msgspec
 import structlog
 from redis.exceptions import RedisError
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
-from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, settle
+from service.assembly.branches import BranchTask, EarlyReads, settle
 from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget
-from service.assembly.candidates import ColdResult, cold_candidates, hot_candidates
-from service.assembly.cold_limit import ColdLimit, memories_budget_bound
+from service.assembly.candidates import hot_candidates
+from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
+from service.assembly.deadline import CallerDeadline
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
 from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, SingleFlight
@@ -85,65 +84,20 @@ from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
-from service.errors import BadRequest, DeadlineExceeded, ServiceUnavailable, Unprocessable
+from service.errors import BadRequest, DeadlineExceeded, Unprocessable
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
-from service.retrieval.shedding import SHEDS, LatencyByLoad
-from service.retrieval.types import RetrievalReason, RetrievalReport, UsedStrategy
+from service.retrieval.types import RetrievalReport
 from service.runtime import Services
-from service.settings import AssemblySettings, RetrievalSettings
+from service.settings import AssemblySettings
 from service.timing import elapsed_ms
 from service.tokens import TokenCounter, Tokenizers
 
 log = structlog.get_logger(__name__)
 
-COLD_MARGIN_MS = 2
-"""The search's inner deadlines end this much before the cold branch's, leaving room to fuse and read rows."""
 INLINE_PLAN_CHARS = 500
 """Queries longer than this are classified (intent, complexity) off the event loop."""
-COLD_REASONS: Final[dict[str, RetrievalReason]] = {"timeout": "cold_timeout", "error": "cold_error",
-                                                   "skipped": "cold_skipped", "ok": "planned"}
-"""``retrieval.reason`` of an assembly whose cold branch gave no answer, by its outcome."""
-
-
-@dataclass(frozen=True, slots=True)
-class CallerDeadline:
-    """The caller's own deadline as a ``time.monotonic()`` instant (None: only the server's wall)."""
-
-    at: float | None = None
-
-    def remaining_ms(self) -> float | None:
-        return None if self.at is None else (self.at - time.monotonic()) * 1000
-
-    def passed(self) -> bool:
-        return self.at is not None and time.monotonic() >= self.at
-
-    @classmethod
-    def from_headers(cls, deadline_ms: str | None, timeout_ms: str | None) -> CallerDeadline:
-        """``X-Deadline-Ms``: absolute Unix time in ms; ``X-Timeout-Ms``: ms from now. Sooner wins."""
-        candidates: list[float] = []
-        now_mono, now_unix = time.monotonic(), time.time()
-        for name, raw, absolute in (("X-Deadline-Ms", deadline_ms, True), ("X-Timeout-Ms", timeout_ms, False)):
-            if raw is None:
-                continue
-            try:
-                value = float(raw)
-            except ValueError as exc:
-                raise BadRequest(f"{name} must be a number of milliseconds, got {raw[:40]!r}",
-                                 code="validation_error") from exc
-            if value != value or value in (float("inf"), float("-inf")):
-                raise BadRequest(f"{name} must be finite", code="validation_error")
-            seconds = (value / 1000 - now_unix) if absolute else value / 1000
-            candidates.append(now_mono + seconds)
-        return cls(min(candidates) if candidates else None)
-
-
-def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:
-    """The search's inner deadlines for a cold budget of ``cold_ms`` (see the module docstring)."""
-    inner = max(1, cold_ms - COLD_MARGIN_MS)
-    half = max(1, inner // 2)
-    return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
 
 
 class Orchestrator:
@@ -164,12 +118,9 @@ class Orchestrator:
         self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
-        self.cold_limits = ColdLimit(settings)
-        self.full_cold = LatencyByLoad()
-        """Recent latency of full (not light) cold searches that embed, by the most assemblies running
-        during each (service.retrieval.shedding.LatencyByLoad): when a search goes light."""
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
                                    interval_ms=settings.queue_interval_ms, hold_ms=settings.refusal_hold_ms)
+        self.cold = ColdBranch(engine, settings, self.admission)
 
     # -- validation --------------------------------------------------------------------------------
 
@@ -199,32 +150,6 @@ class Orchestrator:
             raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
                              code="validation_error", details={"field": "retrieval.filters.agent_id"})
 
-    def _search_request(self, org_id: UUID, req: AssembleRequest, sel: SelectiveBudget | None
-                        ) -> tuple[SearchRequest, int]:
-        opts = req.retrieval
-        keep = opts.limit or self.cold_limits.for_budget(
-            org_id, memories_budget_bound(req, sel, self.settings.default_reserve_tokens))
-        if opts.include_org_wide:
-            filters = opts.filters
-        else:
-            filters = msgspec.structs.replace(opts.filters, agent_id=req.agent_id)
-        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=self._rows_for(keep, req),
-                               filters=filters, tuning=opts.tuning)
-        self.engine.validate(search)  # bad input is the caller's 400, not a failed branch
-        return search, keep
-
-    def _rows_for(self, keep: int, req: AssembleRequest) -> int:
-        """Rows of the org the search ranks to hand ``keep`` candidates on. With org-wide memories
-        the agent's scope cannot be a search filter, so the search ranks ``cold_limit *
-        cold_overfetch`` rows and keeps those in scope; a larger budget raises that to ``keep``
-        rows, not ``keep`` times the overfetch: ranking three times the rows cost ~45% more CPU per
-        assembly at 100K memories (benchmarks/assemble_load.py, concurrency 1), while where every
-        row is in scope (org-wide memories) ``keep`` rows are the candidates the budget asked for."""
-        if not req.retrieval.include_org_wide:
-            return keep
-        s = self.settings
-        return min(self.engine.max_limit, max(keep, s.cold_limit * max(1, s.cold_overfetch)))
-
     # -- branches ----------------------------------------------------------------------------------
 
     async def _directive(self, org_id: UUID, agent_id: str) -> tuple[DirectiveOut | None, str]:
@@ -250,92 +175,6 @@ class Orchestrator:
             return None
         return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
                             updated_at=row["updated_at"])
-
-    async def _cold(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                    timeout_ms: float, queued_ms: float) -> ColdResult:
-        # Light only when a full search would miss this one's budget, as measured (the recent full
-        # searches' latency; see service.retrieval.shedding). Other searches in flight are no reason
-        # by themselves: most full searches fit in the budget even then. Time spent waiting in line
-        # is: the caller has already spent it, and a full search's extra CPU makes everyone behind
-        # this one wait longer (a standing line is the service running out of cores).
-        budget_ms = timeout_ms - COLD_MARGIN_MS
-        left_ms = budget_ms - queued_ms
-        intended = planned_strategy(search)
-        embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
-        running = self.admission.in_flight
-        recent = self.full_cold.at(running)  # full searches that ran with as many running as this one
-        # Three probes at a time measure an unjudged window; the rest stay light meanwhile.
-        verdict = recent.judge(budget_ms, self.settings.light_cold_share, waited_ms=queued_ms) if embeds else "fits"
-        if verdict == "probe":
-            recent.probing += 1
-            try:
-                return await self._cold_search(org_id, req, search, keep, budget_ms, intended, None, running)
-            finally:
-                recent.probing -= 1
-        note = None
-        if verdict in SHEDS:
-            waited = f"{queued_ms:.0f} ms in line, " if queued_ms >= 1 else ""
-            if verdict == "late":
-                why = (f"{max(0.0, left_ms):.0f} ms left of the {budget_ms:.0f} ms budget: too little for a full "
-                       f"{intended} search")
-            elif verdict == "probing":
-                why = (f"{recent.probing} full {intended} searches with {running} running are measuring whether "
-                       f"one fits the {left_ms:.0f} ms left of the {budget_ms:.0f} ms budget ({recent.describe()})")
-            else:
-                why = (f"full {intended} searches' {recent.describe()} with {running} running > "
-                       f"{self.settings.light_cold_share:.0%} of the {left_ms:.0f} ms left of the {budget_ms:.0f} ms "
-                       "budget")
-            note = f"light lexical ({self.settings.light_cold_postings_per_term} postings per term: {waited}{why})"
-        return await self._cold_search(org_id, req, search, keep, budget_ms, intended, note, running)
-
-    async def _cold_search(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                           budget_ms: float, intended: UsedStrategy, light_note: str | None,
-                           running: int) -> ColdResult:
-        """The cold search, light (lexical, fewer postings) with ``light_note`` as its reason."""
-        wide = req.retrieval.include_org_wide
-        s = self.settings
-        embeds = intended != "lexical"
-        light = light_note is not None
-
-        def observe(ms: float) -> None:
-            # Filed under the most that ran during it (at its start or its end): a search that began
-            # alone as a burst started ran beside the burst, and says nothing about one that is alone.
-            self.full_cold.at(max(running, self.admission.in_flight)).observe(ms)
-
-        planned = light and search.strategy == "auto"
-        if planned:  # under load auto is lexical: no embedding, no HNSW walk
-            search = msgspec.structs.replace(search, strategy="lexical")
-        if light and req.retrieval.limit is None and keep > s.cold_limit:
-            # Under load the budget does not buy more candidates: fewer rows, less ranking.
-            keep = s.cold_limit
-            search = msgspec.structs.replace(search, limit=self._rows_for(keep, req))
-        started = time.perf_counter()
-        try:
-            response, found = await self.engine.search_rows(
-                org_id, search, (req.agent_id, wide), budget_ms=budget_ms,
-                postings_per_term=s.light_cold_postings_per_term if light else None)
-        except ServiceUnavailable as exc:
-            if embeds and not light:
-                observe(elapsed_ms(started))
-            if exc.details.get("timed_out") is True:
-                raise BranchTimedOut(f"lexical: {exc.details.get('lexical')}; "
-                                     f"semantic: {exc.details.get('semantic')}"[:300]) from exc
-            raise
-        if embeds and not light and response.retrieval.reason not in ("embedder_circuit_open", "embedder_busy"):
-            observe(elapsed_ms(started))  # (auto skipping the embedder is no full search)
-        if light_note is not None:
-            if planned:
-                response.requested_strategy, response.reason = "auto", f"auto: {light_note}"
-            else:
-                response.reason = f"{response.reason}; {light_note}"
-            response.retrieval = RetrievalReport(planned=intended, ran=response.strategy, reduced=True, reason="light")
-        # auto quietly going lexical shows here, and in the response's ``retrieval``
-        assembly_metrics.cold_search(response.strategy, response.retrieval.reason)
-        scores = {r.id: r.final_score for r in response.results}
-        # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
-        # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).
-        rows = [found[i] for i in scores if i in found]
-        return ColdResult(cold_candidates(rows[:keep], scores), response)
 
     # -- the pipeline ------------------------------------------------------------------------------
 
@@ -402,7 +241,7 @@ class Orchestrator:
         # Selective mode sizes the cold search by its budget, so it is planned first; otherwise the
         # plan is made while the branches' I/O is in flight.
         sel = plan_selective_budget(req.query) if req.selective else None
-        search, keep = self._search_request(org_id, req, sel)
+        search, keep = self.cold.request(org_id, req, sel)
         # The cache reads go out now, not after admission: a request waiting in line has them then.
         early = EarlyReads()
         early.start("directive", lambda: self._directive(org_id, req.agent_id))
@@ -453,7 +292,7 @@ class Orchestrator:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
         cold_branch = BranchTask.start("cold", cold_ms,
-                                       lambda: self._cold(org_id, req, search, keep, cold_ms, queued_ms))
+                                       lambda: self.cold.run(org_id, req, search, keep, cold_ms, queued_ms))
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
@@ -488,7 +327,7 @@ class Orchestrator:
             ranked = await asyncio.get_running_loop().run_in_executor(self._cpu, self._rank_pack_format, *work)
         else:
             ranked = self._rank_pack_format(*work)
-        self.cold_limits.learn(org_id, ranked.scored)
+        self.cold.limits.learn(org_id, ranked.scored)
 
         if caller.passed():
             raise DeadlineExceeded("the caller's deadline passed during assembly", code="deadline_exceeded",

@@ -37,13 +37,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Final, Literal
+from typing import Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.assembly.format import memories_section_overhead, memory_tag
 from service.assembly.intent import Intent
+from service.assembly.justify import justify
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     Candidate,
@@ -51,10 +52,9 @@ from service.assembly.scoring import (
     ScoredCandidate,
     ScoringRules,
     Weights,
-    feature_hashes,
-    justify,
     score_candidates,
 )
+from service.assembly.terms import WordSimilarity
 from service.tokens import TokenCounter
 
 DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
@@ -126,105 +126,6 @@ class PackResult:
         return sum(p.tag_tokens for p in self.chosen)
 
 
-class _WordIndex:
-    """Word features shared by one member with many others, vectorised.
-
-    The members' feature hashes are laid end to end. A table over the hashes' low bits marks the
-    chosen member's features; the few positions whose low bits are marked are then compared
-    exactly, and counted per member. No vocabulary (hence no sort of every feature) is needed.
-    """
-
-    BUCKETS: ClassVar[int] = 1 << 14
-
-    def __init__(self, per_member: Sequence[NDArray[np.int64]]) -> None:
-        self.per_member = per_member
-        self.n = len(per_member)
-        self.sizes = np.array([h.size for h in per_member], dtype=np.int64)
-        self.flat = np.concatenate(per_member) if per_member else np.zeros(0, dtype=np.int64)
-        self.rows = np.repeat(np.arange(self.n), self.sizes)
-        self.buckets = self.flat & (self.BUCKETS - 1)
-
-    def shared_and_union(self, chosen: int, targets: list[int]) -> tuple[list[int], list[int]]:
-        """Features ``chosen`` shares with each target and the size of their union (member rows)."""
-        mine = self.per_member[chosen]  # sorted (see feature_hashes)
-        rows = np.array(targets, dtype=np.intp)
-        if mine.size:
-            mark = np.zeros(self.BUCKETS, dtype=bool)
-            mark[mine & (self.BUCKETS - 1)] = True
-            maybe = np.flatnonzero(mark[self.buckets])
-            values = self.flat[maybe]
-            at = np.searchsorted(mine, values)
-            at[at == mine.size] = 0
-            exact = maybe[mine[at] == values]
-            shared = np.bincount(self.rows[exact], minlength=self.n)[rows]
-        else:
-            shared = np.zeros(rows.size, dtype=np.int64)
-        union = self.sizes[rows] + (mine.size - shared)
-        return shared.tolist(), union.tolist()
-
-
-class _WordSimilarity:
-    """Jaccard similarity over word features, for pairs where an embedding is missing.
-
-    Features (:func:`~service.assembly.scoring.feature_hashes`, cached across requests by text)
-    are gathered the first time an item is compared, so items only ever compared by cosine never
-    pay for them. A few targets are compared as Python sets; many at once (an item without an
-    embedding was chosen, or none has one) through a :class:`_WordIndex` of the items still in
-    play, built on first need. Feature hashes only need to agree within this process; a 64-bit
-    collision costs at most one feature's worth of similarity. Texts without features (a lone
-    stopword, only punctuation) match only their equals.
-    """
-
-    SET_MAX_TARGETS: ClassVar[int] = 16
-    """Above this many targets, one vectorised comparison beats a set intersection per target."""
-
-    def __init__(self, scored: Sequence[ScoredCandidate]) -> None:
-        self.texts = [s.candidate.text for s in scored]
-        self._hashes: list[NDArray[np.int64] | None] = [None] * len(scored)
-        self._sets: dict[int, frozenset[int]] = {}
-        self._index: _WordIndex | None = None
-        self._row: dict[int, int] = {}
-
-    def _features(self, i: int) -> NDArray[np.int64]:
-        hashes = self._hashes[i]
-        if hashes is None:
-            hashes = self._hashes[i] = feature_hashes(self.texts[i])
-        return hashes
-
-    def _set(self, i: int) -> frozenset[int]:
-        hashes = self._sets.get(i)
-        if hashes is None:
-            hashes = self._sets[i] = frozenset(self._features(i).tolist())
-        return hashes
-
-    def against(self, chosen: int, targets: list[int], in_play: list[int]) -> list[float]:
-        """Similarity of ``chosen`` to each of ``targets``; ``in_play``: every item that can still
-        be compared (chosen now or later, or a target now or later)."""
-        shared: list[int]
-        union: list[int]
-        if len(targets) > self.SET_MAX_TARGETS:
-            if self._index is None:
-                self._row = {k: row for row, k in enumerate(in_play)}
-                self._index = _WordIndex([self._features(k) for k in in_play])
-            row = self._row
-            shared, union = self._index.shared_and_union(row[chosen], [row[k] for k in targets])
-        else:
-            mine = self._set(chosen)
-            shared, union = [], []
-            for k in targets:
-                theirs = self._set(k)
-                common = len(mine & theirs)
-                shared.append(common)
-                union.append(len(mine) + len(theirs) - common)
-        sims = [s / u if u > 0 else 0.0 for s, u in zip(shared, union, strict=True)]
-        if self._features(chosen).size == 0:
-            bare = self.texts[chosen].strip().casefold()
-            for pos, k in enumerate(targets):
-                if self._features(k).size == 0 and self.texts[k].strip().casefold() == bare:
-                    sims[pos] = 1.0
-        return sims
-
-
 class _Selection:
     """Mutable state of one packing run: who is still in play and how similar to the chosen.
 
@@ -265,7 +166,7 @@ class _Selection:
         """Items whose composite fell since the last :meth:`take_fallen` (in order; some may have
         died since); at first, all of them."""
         self.dropped: list[Dropped] = []
-        self.words = _WordSimilarity(scored)
+        self.words = WordSimilarity([item.candidate.text for item in scored])
         self.has_embedding = [s.unit_embedding is not None for s in scored]
         self.embeddings: NDArray[np.float32] | None = None
         self.without_embedding = list(range(n))

@@ -43,10 +43,7 @@ score should cost ranking quality, not the whole request.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +55,7 @@ from numpy.typing import NDArray
 
 from service.assembly.format import format_body, short_date
 from service.assembly.intent import Intent
+from service.assembly.terms import content_term_count
 from service.tokens import TokenCounter
 
 Origin = Literal["hot", "cold"]
@@ -195,128 +193,11 @@ class ScoredCandidate:
         return self.candidate.id
 
 
-_WORD = re.compile(r"\w+")
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_CJK_CHAR = re.compile(f"[{_CJK}]")
-_CJK_PIECES = re.compile(f"[{_CJK}]|[^{_CJK}]+")
-# For ASCII text, \w is exactly [0-9A-Za-z_]: every other byte becomes a space.
-_ASCII_NON_WORD_TO_SPACE: Final = bytes(
-    b if (chr(b).isalnum() and b < 128) or b == ord("_") else ord(" ") for b in range(256)
-)
-
-
-def _word_list(listing: str) -> frozenset[str]:
-    return frozenset(listing.split())
-
-
-STOPWORDS: Final = _word_list(
-    "a about above after again against all am an and any are as at be because been before being below "
-    "between both but by can could did do does doing down during each few for from further had has "
-    "have having he her here hers herself him himself his how i if in into is it its itself just me "
-    "more most my myself no nor not now of off on once only or other our ours ourselves out over own "
-    "same she should so some such than that the their theirs them themselves then there these they "
-    "this those through to too under until up very was we were what when where which while who whom "
-    "why will with would you your yours yourself yourselves also may might must shall via per etc eg "
-    "ie"
-)
-
-
-def _clamp(value: float, low: float, high: float) -> float:
+def clamp(value: float, low: float, high: float) -> float:
     """``value`` within ``[low, high]`` (``low < high``); NaN becomes ``low``."""
     if value > low:
         return value if value < high else high
     return low
-
-
-def words(text: str) -> list[str]:
-    """Lowercased words; CJK ideographs and kana count one per character (no spaces to split on)."""
-    if text.isascii():
-        # The same words as the regex below, found by bytes.translate and split (~3x faster).
-        return text.lower().encode("ascii").translate(_ASCII_NON_WORD_TO_SPACE).decode("ascii").split()
-    found = _WORD.findall(text.lower())
-    if _CJK_CHAR.search(text) is None:
-        return found
-    out: list[str] = []
-    for w in found:
-        if _CJK_CHAR.search(w) is None:
-            out.append(w)
-        else:
-            out.extend(_CJK_PIECES.findall(w))
-    return out
-
-
-def _content(distinct: set[str]) -> set[str]:
-    distinct -= STOPWORDS
-    return {w for w in distinct if len(w) > 1 or _CJK_CHAR.match(w) is not None}
-
-
-@functools.lru_cache(maxsize=8192)
-def content_term_count(text: str) -> int:
-    """Distinct content words (see :func:`content_terms`); cached, memory texts recur per request."""
-    return len(content_terms(text))
-
-
-def _content_terms(text: str) -> frozenset[str]:
-    return frozenset(_content(set(words(text))))
-
-
-_cached_content_terms = functools.lru_cache(maxsize=4096)(_content_terms)
-
-
-def content_terms(text: str) -> frozenset[str]:
-    """Distinct words that carry content: not stopwords, two characters or more (or one CJK char).
-
-    Cached for texts up to :data:`FEATURE_CACHE_MAX_CHARS` characters: hot-set texts are matched
-    against the query on every request that has no query embedding."""
-    return _content_terms(text) if len(text) > FEATURE_CACHE_MAX_CHARS else _cached_content_terms(text)
-
-
-def similarity_features(text: str) -> frozenset[str]:
-    """Content words plus adjacent word pairs, for Jaccard similarity."""
-    ws = words(text)
-    features = _content(set(ws))
-    features.update(map(" ".join, itertools.pairwise(ws)))
-    return frozenset(features)
-
-
-FEATURE_CACHE_MAX_CHARS: Final = 4096
-
-
-def _feature_hash_array(text: str) -> NDArray[np.int64]:
-    ws = words(text)
-    # The features of similarity_features, hashed without building the pair strings: a pair is
-    # hashed as the tuple of its two words (words have no spaces, so "a b" <-> ("a", "b")).
-    hashes = {hash(w) for w in _content(set(ws))}
-    hashes.update(map(hash, itertools.pairwise(ws)))
-    array = np.fromiter(hashes, dtype=np.int64, count=len(hashes))
-    array.sort()
-    return array
-
-
-@functools.lru_cache(maxsize=2048)
-def _cached_feature_hashes(text: str) -> NDArray[np.int64]:
-    hashes = _feature_hash_array(text)
-    hashes.setflags(write=False)  # shared between calls through the cache
-    return hashes
-
-
-def feature_hashes(text: str) -> NDArray[np.int64]:
-    """:func:`similarity_features` as distinct integer hashes (valid within this process only), sorted.
-
-    Cached for texts up to :data:`FEATURE_CACHE_MAX_CHARS` characters, as memory texts recur
-    (as an array: a few hundred bytes per text where a set of strings would take kilobytes).
-    """
-    if len(text) > FEATURE_CACHE_MAX_CHARS:
-        return _feature_hash_array(text)
-    return _cached_feature_hashes(text)
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    """Reference definition (the packer computes the same thing); empty sets match nothing, the
-    packer compares such texts for equality instead."""
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
 
 
 def _utc(moment: datetime) -> datetime:
@@ -336,7 +217,7 @@ def recency_score(age_hours: float, access_age_hours: float | None, rules: Scori
 
 
 def usefulness_score(usefulness: float, importance: float) -> float:
-    return 0.5 * _clamp(importance, 0.0, 1.0) + 0.25 * (_clamp(usefulness, -1.0, 1.0) + 1.0)
+    return 0.5 * clamp(importance, 0.0, 1.0) + 0.25 * (clamp(usefulness, -1.0, 1.0) + 1.0)
 
 
 def informativeness_score(terms: int, text_tokens: int, rules: ScoringRules) -> float:
@@ -372,7 +253,7 @@ def scale_to_unit(scores: Sequence[float]) -> list[float]:
     top = max((s for s in scores if s > 0 and not math.isnan(s)), default=0.0)
     if top <= 0:
         return [0.0 for _ in scores]
-    return [_clamp(s / top, 0.0, 1.0) for s in scores]
+    return [clamp(s / top, 0.0, 1.0) for s in scores]
 
 
 def merge_by_id(candidates: Iterable[Candidate]) -> list[Candidate]:
@@ -458,7 +339,7 @@ def score_candidates(
         terms = content_term_count(cand.text)
         age = _hours_between(cand.occurred_at or cand.created_at, now)
         access_age = None if cand.last_accessed_at is None else _hours_between(cand.last_accessed_at, now)
-        relevance = _clamp(cand.relevance, 0.0, 1.0)
+        relevance = clamp(cand.relevance, 0.0, 1.0)
         created_recency = recency_score(age, None, rules)
         recency = created_recency if access_age is None else recency_score(age, access_age, rules)
         usefulness = usefulness_score(cand.usefulness, cand.importance)
@@ -492,78 +373,3 @@ def score_candidates(
         )
     scored.sort(key=lambda s: (-s.scores.composite, -s.scores.relevance, s.id))
     return scored
-
-
-def humanize_hours(hours: float) -> str:
-    if hours < 1:
-        return f"{max(1, round(hours * 60))}m"
-    if hours < 48:
-        return f"{round(hours)}h"
-    if hours < 24 * 60:
-        return f"{round(hours / 24)}d"
-    return f"{round(hours / (24 * 30))}mo"
-
-
-_RELEVANCE, _RECENCY, _USEFULNESS, _INFORMATIVE, _OVERLAP = range(5)
-"""The factors :func:`justify` can name, in its tie-breaking order."""
-
-
-def _factor_text(factor: int, item: ScoredCandidate, scores: ScoreBreakdown, similar_to: str | None) -> str:
-    cand = item.candidate
-    if factor == _RELEVANCE:
-        where = cand.origin if not cand.in_hot_and_cold else "hot+cold"
-        rel_note = f"rank {cand.rank} {where}" if cand.rank is not None else where
-        return f"relevance {scores.relevance:.2f} ({rel_note})"
-    if factor == _RECENCY:
-        if item.recency_from_access and item.access_age_hours is not None:
-            recency_note = f"accessed {humanize_hours(item.access_age_hours)} ago"
-        else:
-            recency_note = f"{humanize_hours(item.age_hours)} old"
-        recent = "recent" if scores.recency >= 0.5 else "recency"
-        return f"{recent} {scores.recency:.2f} ({recency_note})"
-    if factor == _USEFULNESS:
-        if cand.usefulness > 0.05:
-            useful_note = f"helpful feedback {cand.usefulness:+.1f}"
-        elif cand.usefulness < -0.05:
-            useful_note = f"unhelpful feedback {cand.usefulness:+.1f}"
-        else:
-            useful_note = f"importance {_clamp(cand.importance, 0.0, 1.0):.2f}"
-        return f"usefulness {scores.usefulness:.2f} ({useful_note})"
-    if factor == _INFORMATIVE:
-        return f"informative {scores.informativeness:.2f} ({item.content_terms} terms/{item.text_tokens} tokens)"
-    return f"overlaps {1 - scores.uniqueness:.2f} with [{similar_to}]"
-
-
-def justify(
-    item: ScoredCandidate,
-    scores: ScoreBreakdown,
-    weights: Weights,
-    *,
-    similar_to: str | None = None,
-    top: int = 3,
-) -> str:
-    """One line: the ``top`` factors that contributed most to the composite, with numbers, plus
-    whatever is notable regardless of size (pinned, clear feedback, overlap with a chosen item).
-
-    Full uniqueness is the default state, not a reason, so it is named only when it was lowered.
-    """
-    contributions = [
-        weights.relevance * scores.relevance,
-        weights.recency * scores.recency,
-        weights.usefulness * scores.usefulness,
-        weights.informativeness * scores.informativeness,
-    ]
-    overlap = similar_to is not None and scores.uniqueness < 0.999
-    if overlap:
-        contributions.append(weights.uniqueness * scores.uniqueness)
-    # Largest contribution first; equal ones keep the order above (the sort is stable).
-    ranked = sorted(range(len(contributions)), key=contributions.__getitem__, reverse=True)
-    named = ranked[:top]
-    if abs(item.candidate.usefulness) >= 0.3 and _USEFULNESS in ranked[top:]:
-        named.append(_USEFULNESS)  # clear feedback is always named
-    if overlap and scores.uniqueness < 0.7 and _OVERLAP not in ranked[:top]:
-        named.append(_OVERLAP)
-    parts = [_factor_text(f, item, scores, similar_to) for f in named]
-    if item.candidate.pinned:
-        parts.insert(0, "pinned")
-    return f"score {scores.composite:.2f}: " + ", ".join(parts)

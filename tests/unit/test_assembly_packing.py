@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from service.assembly.format import format_memories, memories_section_overhead
 from service.assembly.intent import Intent
+from service.assembly.justify import justify
 from service.assembly.packing import (
     Dropped,
     DropReason,
@@ -26,11 +27,9 @@ from service.assembly.scoring import (
     LineSpan,
     ScoreBreakdown,
     ScoredCandidate,
-    jaccard,
-    justify,
     score_candidates,
-    similarity_features,
 )
+from service.assembly.terms import jaccard, similarity_features
 from service.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.assembly.intent import Intent
+from service.assembly.justify import humanize_hours, justify
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     DEFAULT_WEIGHTS,
@@ -23,21 +24,15 @@ from service.assembly.scoring import (
     ScoringRules,
     Weights,
     composite,
-    content_terms,
-    feature_hashes,
-    humanize_hours,
     informativeness_score,
-    jaccard,
-    justify,
     merge_by_id,
     recency_score,
     scale_to_unit,
     score_candidates,
-    similarity_features,
     unit_embeddings,
     usefulness_score,
-    words,
 )
+from service.assembly.terms import content_terms, feature_hashes, jaccard, similarity_features, words
 from service.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
