@@ -54,6 +54,16 @@ def test_services_and_images() -> None:
         assert found[name]["build"] == "." and found[name]["image"] == found["pgcontext"]["image"]
 
 
+def test_compose_postgres_preloads_pg_prewarm_through_the_image_entrypoint() -> None:
+    # The image's entrypoint initialises PGDATA only when the command starts with "postgres"
+    # (anything else it execs as is); the embedded server passes the same -c (test_embedded_prewarm).
+    command = services()["postgres"]["command"]
+    assert command[0] == "postgres"
+    settings = dict(arg.split("=", 1) for flag, arg in zip(command[1::2], command[2::2], strict=True)
+                    if flag == "-c")
+    assert settings["shared_preload_libraries"].split(",") == ["pg_prewarm"]
+
+
 def test_every_long_running_service_has_a_healthcheck_and_a_restart_policy() -> None:
     found = services()
     checks = {name: " ".join(found[name]["healthcheck"]["test"]) for name in ("postgres", "redis", "pgcontext")}
