@@ -130,6 +130,13 @@ vector), so the 2,427 queries a level cycles through in order never repeat withi
 query-embedding cache (an LRU of 1,024 by default): every assembly embeds its query."""
 
 
+def add_fresh_queries_flag(parser: argparse.ArgumentParser) -> None:
+    """``--fresh-queries`` for every load benchmark that sends :func:`load_queries`'s claims."""
+    parser.add_argument("--fresh-queries", action="store_true",
+                        help="every assembly's query new to the query-embedding cache (FRESH_SUFFIXES); by "
+                             "default the 809 claims repeat, and once each has been sent its embedding is cached")
+
+
 def load_queries(root: Path, *, fresh: bool = False) -> list[str]:
     with (root / "queries.jsonl").open() as f:
         claims = [json.loads(line)["text"] for line in f]
@@ -691,10 +698,7 @@ def main() -> None:
     parser.add_argument("--strategy", choices=["auto", "hybrid", "lexical_first", "semantic", "lexical"],
                         help="the assemblies' retrieval.strategy (default: none given, so the service's auto); "
                              "one strategy for every tree compares the same work, whatever each tree sheds")
-    parser.add_argument("--fresh-queries", action="store_true",
-                        help="every assembly's query new to the query-embedding cache (FRESH_SUFFIXES); by "
-                             "default the 809 claims repeat, and from the second level on their embeddings "
-                             "are cached")
+    add_fresh_queries_flag(parser)
     parser.add_argument("--beside", action="append", default=[], metavar="URL",
                         help="with --url: another running service on a copy of the same data, driven at the "
                              "same time with the same assemblies (repeatable; see run_beside)")

@@ -125,7 +125,7 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}, {args.memories} memories, deadline {args.deadline_ms} ms, "
           f"{args.seconds:.0f} s per phase",
           flush=True)
-    queries = load_queries(args.scifact)
+    queries = load_queries(args.scifact, fresh=args.fresh_queries)
     texts = build_texts(args.scifact / "corpus.jsonl", args.memories + 20_000)[args.memories:]
     trees = [("new", ROOT)] + ([("old", args.baseline_tree.resolve())] if args.baseline_tree else [])
     phases: list[Phase] = []

@@ -55,6 +55,7 @@ from benchmarks._common import percentile  # noqa: E402
 from benchmarks.assemble_load import (  # noqa: E402
     MODEL,
     SCIFACT,
+    add_fresh_queries_flag,
     agent_of,
     assemble_body,
     build_texts,
@@ -256,11 +257,12 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3, help="solo/flood pairs (interleaved, same run)")
     parser.add_argument("--scifact", type=Path, default=SCIFACT)
+    add_fresh_queries_flag(parser)
     args = parser.parse_args()
 
     texts = build_texts(args.scifact / "corpus.jsonl", args.memories)
     vectors = embeddings_for(texts)
-    queries = load_queries(args.scifact)
+    queries = load_queries(args.scifact, fresh=args.fresh_queries)
     print(f"# noisy neighbour, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="pgc-noisy-") as tmp:

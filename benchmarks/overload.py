@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import cpu_seconds_of, cpu_used, percentile, postmaster_pid, service_pid, tree_pids  # noqa: E402
-from benchmarks.assemble_load import assemble_body, load_queries, prepare_org, service  # noqa: E402
+from benchmarks.assemble_load import add_fresh_queries_flag, assemble_body, load_queries, prepare_org, service  # noqa: E402
 from service.embedded import free_port  # noqa: E402
 
 
@@ -186,6 +186,7 @@ def add_same_run_args(parser: argparse.ArgumentParser, memories: int = 20_000) -
     parser.add_argument("--baseline-tree", type=Path, help="another checkout to measure in the same run")
     parser.add_argument("--data-dir", type=Path, help="keep the embedded servers and loaded org here (reused)")
     parser.add_argument("--scifact", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
+    add_fresh_queries_flag(parser)
     parser.add_argument("--random-vectors", action="store_true", help="dry run: random vectors, no model")
 
 
@@ -197,7 +198,7 @@ def main() -> None:
     parser.add_argument("--patience", type=float, default=2.0, help="client timeout per request, seconds")
     parser.add_argument("--retry", default="impatient,polite")
     args = parser.parse_args()
-    queries = load_queries(args.scifact)
+    queries = load_queries(args.scifact, fresh=args.fresh_queries)
     clients = [int(c) for c in args.clients.split(",")]
     retries = args.retry.split(",")
     print(f"# overload: {platform.platform()}, python {platform.python_version()}, {os.cpu_count()} CPUs, "

@@ -49,6 +49,7 @@ from benchmarks._common import new_tenant, percentile, wait_ready  # noqa: E402
 from benchmarks.assemble_load import (  # noqa: E402
     SCIFACT,
     Level,
+    add_fresh_queries_flag,
     assemble_body,
     build_texts,
     drive,
@@ -166,10 +167,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--scifact", type=Path, default=SCIFACT)
+    add_fresh_queries_flag(parser)
     parser.add_argument("--old-tree", type=Path, help="also run one instance of the service code in this "
                         "checkout (e.g. `git archive main`), same servers: old vs new without replicas")
     args = parser.parse_args()
-    queries = load_queries(args.scifact)
+    queries = load_queries(args.scifact, fresh=args.fresh_queries)
     print(f"# scale-out: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (machine shared with other jobs)", flush=True)
     with contextlib.ExitStack() as stack:

@@ -204,7 +204,7 @@ def main() -> None:
     print(f"# soak: {platform.platform()}, python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}, {args.minutes:g} min per code, {args.memories} memories",
           flush=True)
-    queries = load_queries(args.scifact)
+    queries = load_queries(args.scifact, fresh=args.fresh_queries)
     texts = build_texts(args.scifact / "corpus.jsonl", 5000)
     trees = ([("old", args.baseline_tree.resolve())] if args.baseline_tree else []) + [("new", ROOT)]
     runs = []
