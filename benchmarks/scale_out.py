@@ -58,7 +58,8 @@ from benchmarks.assemble_load import (  # noqa: E402
     random_vectors,
 )
 from service.db import migrate  # noqa: E402
-from service.embedded import EmbeddedPostgres, EmbeddedRedis, free_port  # noqa: E402
+from service.embedded import EmbeddedPostgres, free_port  # noqa: E402
+from service.embedded_redis import EmbeddedRedis  # noqa: E402
 from tests.replica import make_replica, wait_caught_up, with_host  # noqa: E402
 
 AGENTS = 20

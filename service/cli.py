@@ -16,7 +16,8 @@ import asyncpg
 from service.auth import admin
 from service.db import guard
 from service.db import migrate as migrations
-from service.embedded import EmbeddedPostgres, EmbeddedRedis, default_shared_buffers_mb
+from service.embedded import EmbeddedPostgres, default_shared_buffers_mb
+from service.embedded_redis import EmbeddedRedis
 from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints

@@ -18,7 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.embedded import EmbeddedPostgres
+from service.embedded_redis import EmbeddedRedis
 
 
 def docker_available() -> bool:

@@ -28,7 +28,8 @@ import redis
 
 from service.app import create_app
 from service.db import migrate
-from service.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
+from service.embedded import EmbeddedPostgres, free_port
+from service.embedded_redis import EmbeddedRedis
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings

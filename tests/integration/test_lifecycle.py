@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from service.db import migrate
-from service.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
+from service.embedded import EmbeddedPostgres, free_port
+from service.embedded_redis import EmbeddedRedis
 from service.ownership import ProcessId, read_pid_file
 from service.settings import Settings
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, children_of, clean_env, copy_models
@@ -268,7 +269,8 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from service.db import migrate
-from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.embedded import EmbeddedPostgres
+from service.embedded_redis import EmbeddedRedis
 from service.logs import configure
 configure("warning")  # stdout carries only the line below
 data = Path(sys.argv[1])

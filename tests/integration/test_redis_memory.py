@@ -18,7 +18,7 @@ from service.cachebound import TOTAL_FIELD, sizes_key
 from service.db import Database, create_pool
 from service.directives import DirectiveStore
 from service.directives.store import DIRECTIVE_CACHE, cache_key
-from service.embedded import EmbeddedRedis
+from service.embedded_redis import EmbeddedRedis
 from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
