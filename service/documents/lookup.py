@@ -67,6 +67,7 @@ import numpy.typing as npt
 from pgvector import Vector
 
 from service.db import TenantTx
+from service.documents.globs import compile_path, escape_like, path_score
 from service.documents.languages import split_lines
 from service.errors import BadRequest
 
@@ -132,11 +133,6 @@ class LookupHit:
 
 
 # --------------------------------------------------------------------------------------- helpers
-
-
-def escape_like(text: str) -> str:
-    """Escape ``\\``, ``%`` and ``_`` for LIKE/ILIKE (default escape character ``\\``)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _levels(filters: LookupFilters) -> list[int] | None:
@@ -236,108 +232,6 @@ async def exact(tx: TenantTx, query: str, *, case_sensitive: bool = False, limit
 # ------------------------------------------------------------------------------------------ path
 
 
-@dataclass(frozen=True, slots=True)
-class PathPattern:
-    """A path query compiled for SQL: LIKE prefix (index), anchored POSIX regex, and the literal."""
-
-    like: str
-    regex: str
-    literal: str | None
-    """The pattern itself when it has no wildcards (ranks exact paths first), else None."""
-    basename: bool
-    """True when the pattern has no ``/`` and may match a file name at any depth."""
-
-
-def _re_escape(text: str) -> str:
-    """Escape for a PostgreSQL ARE (and Python ``re``): backslash before every non-word character."""
-    return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in text)
-
-
-def _check_class(pattern: str, escaped: str) -> None:
-    """A ``[...]`` class PostgreSQL would reject (a reversed range such as ``[z-a]``) is the caller's error."""
-    try:
-        re.compile("[" + escaped + "]")
-    except re.error as exc:
-        raise BadRequest(f"path glob {pattern[:200]!r} has an invalid character class: {exc.msg}",
-                         code="validation_error", details={"field": "query", "glob": pattern[:200]}) from exc
-
-
-def compile_path(pattern: str) -> PathPattern | None:
-    """Compile a glob/prefix (see the module docstring); None for an empty pattern."""
-    p = pattern.strip()
-    while p.startswith("./"):
-        p = p[2:]
-    p = p.lstrip("/")
-    if not p:
-        return None
-    wild = any(c in p for c in "*?[")
-    base = "/" not in p.rstrip("/")
-    if not wild:
-        if p.endswith("/"):
-            return PathPattern(like=escape_like(p) + "%", regex="^" + _re_escape(p), literal=None, basename=False)
-        if base:
-            regex = "(^|/)" + _re_escape(p)
-            return PathPattern(like="%", regex=regex, literal=p, basename=True)
-        return PathPattern(like=escape_like(p) + "%", regex="^" + _re_escape(p), literal=p, basename=False)
-    out: list[str] = []
-    i = 0
-    literal_prefix: list[str] = []
-    seen_wild = False
-    while i < len(p):
-        c = p[i]
-        if c == "*":
-            seen_wild = True
-            if p.startswith("**/", i):
-                out.append("(.*/)?")
-                i += 3
-                continue
-            if p.startswith("**", i):
-                out.append(".*")
-                i += 2
-                continue
-            out.append("[^/]*")
-        elif c == "?":
-            seen_wild = True
-            out.append("[^/]")
-        elif c == "[" and p.find("]", i + 2) != -1:
-            seen_wild = True
-            negate = p[i + 1 : i + 2] in ("!", "^")
-            close = p.find("]", i + (3 if negate else 2))
-            if close == -1:
-                close = p.find("]", i + 2)
-            body = p[i + (2 if negate else 1) : close]
-            escaped = "".join("\\" + ch if ch in "\\]^[" else ch for ch in body)
-            out.append(("[^" if negate else "[") + escaped + "]")
-            _check_class(pattern, escaped)
-            i = close + 1
-            continue
-        else:
-            out.append(_re_escape(c))
-            if not seen_wild:
-                literal_prefix.append(c)
-        i += 1
-    body = "".join(out)
-    if p.endswith("/"):
-        body += ".*"
-    if base:
-        return PathPattern(like="%", regex="(^|/)" + body + "$", literal=None, basename=True)
-    return PathPattern(like=escape_like("".join(literal_prefix)) + "%", regex="^" + body + "$", literal=None,
-                       basename=False)
-
-
-def _path_score(p: PathPattern, path: str) -> float:
-    lit = p.literal
-    if lit is None:
-        return 0.8
-    if path == lit:
-        return 1.0
-    if p.basename and path.rsplit("/", 1)[-1] == lit:
-        return 0.9
-    if path.startswith(lit.rstrip("/") + "/"):
-        return 0.8
-    return 0.7
-
-
 async def path(tx: TenantTx, pattern: str, *, limit: int = 20,
                filters: LookupFilters | None = None) -> list[LookupHit]:
     """Files (their L0 chunks, or ``filters.levels``) whose path matches a glob or prefix."""
@@ -349,7 +243,7 @@ async def path(tx: TenantTx, pattern: str, *, limit: int = 20,
     rows = await tx.fetch("documents.path", tx.org_id, compiled.like, compiled.regex, compiled.literal or "",
                           levels, limit * _CANDIDATE_FACTOR + 10, filters.collection, filters.agent_id,
                           _prefix(filters))
-    hits = [_hit(r, "path", _path_score(compiled, r["source_path"]), []) for r in rows]
+    hits = [_hit(r, "path", path_score(compiled, r["source_path"]), []) for r in rows]
     order = {h.id: i for i, h in enumerate(hits)}
     hits.sort(key=lambda h: (-h.score, order[h.id]))
     return _ranked(hits, limit)

@@ -29,8 +29,9 @@ import numpy.typing as npt
 
 from service.db import TenantTx
 from service.documents import lookup
+from service.documents.globs import compile_path
 from service.documents.languages import split_lines
-from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes, compile_path
+from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
 from service.retrieval import branches
 from service.retrieval.filters import filter_args
 from service.retrieval.hits import Hit

@@ -12,7 +12,8 @@ from litestar.testing import AsyncTestClient
 
 from service.db import Database, TenantTx, create_pool
 from service.documents import lookup
-from service.documents.lookup import LookupFilters, applicable_modes, compile_path
+from service.documents.globs import compile_path
+from service.documents.lookup import LookupFilters, applicable_modes
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from tests.conftest import Tenant
