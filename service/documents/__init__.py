@@ -4,7 +4,8 @@ The pure part (no database, no network):
 
 * :mod:`service.documents.walk` — ``walk_tree``: the text files of a tree that git would track.
 * :mod:`service.documents.languages` — extension → language, and per-language outlines
-  (Markdown headings, Python ``ast``, tree-sitter or a heuristic for other code).
+  (Markdown headings, Python ``ast``, TOML/INI tables) of :mod:`~service.documents.sections`;
+  other code through :mod:`service.documents.code_outline` (tree-sitter or a heuristic).
 * :mod:`service.documents.chunking` — ``chunk_file``: L0 file summary, L1 section/symbol and L2
   size-bounded, line-anchored chunks that reproduce the file exactly.
 
@@ -14,6 +15,7 @@ The service part:
   files, chunk, embed, replace a file's chunks in one transaction, bump the org's revision.
 * :mod:`service.documents.index` — the listing and ``GET /v1/documents/index`` summary.
 * :mod:`service.documents.lookup` — ``exact``/``path``/``symbol`` lookup over chunks (and ``nearest``).
+* :mod:`service.documents.globs` — the ``path`` mode's globs compiled for SQL.
 * :mod:`service.documents.handlers` — the Litestar controller.
 * :mod:`service.documents.importer` — the client side of ``pgcontext import``.
 """

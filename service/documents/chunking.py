@@ -28,13 +28,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
-from service.documents.languages import (
-    Section,
-    breadcrumb,
-    detect_language,
-    outline,
-    split_lines,
-)
+from service.documents.languages import breadcrumb, detect_language, outline, split_lines
+from service.documents.sections import Section
 
 __all__ = [
     "Chunk",

@@ -11,13 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.documents.chunking import Chunk, FileChunks, chunk_file, content_hash
-from service.documents.languages import (
-    MAX_OUTLINE_DEPTH,
-    detect_language,
-    outline,
-    split_lines,
-    tree_sitter_available,
-)
+from service.documents.code_outline import tree_sitter_available
+from service.documents.languages import detect_language, outline, split_lines
+from service.documents.sections import MAX_OUTLINE_DEPTH
 
 Counter = Callable[[str], int]
 
@@ -472,9 +468,9 @@ def test_chunks_this_repository_service_package() -> None:
 
 
 def test_without_tree_sitter_the_heuristic_outlines_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.documents import languages
+    from service.documents import code_outline
 
-    monkeypatch.setattr(languages, "_tree_sitter_language", lambda language: None)
+    monkeypatch.setattr(code_outline, "_tree_sitter_language", lambda language: None)
     content = "export class Store {\n  async load() {\n    return 1\n  }\n}\n\nfunction helper(x) {\n  return x\n}\n"
     fc = chunk("store.js", content)
     assert {c.breadcrumb for c in fc.at_level(1)} == {"store.js > class Store", "store.js > function helper"}
