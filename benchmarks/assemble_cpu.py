@@ -85,14 +85,21 @@ class Impl:
 
 
 def load_baseline(rev: str, workdir: Path) -> Impl:
-    """The scoring and packing modules as of ``rev``, imported under private module names."""
-    names = {"scoring": "_baseline_assembly_scoring", "packing": "_baseline_assembly_packing"}
+    """The scoring and packing modules as of ``rev`` (with the terms and justify modules they import,
+    where ``rev`` has them), imported under private module names."""
+    parts = ("terms", "scoring", "justify", "packing")  # each imports only the ones before it
+    names = {part: f"_baseline_assembly_{part}" for part in parts}
     modules: dict[str, ModuleType] = {}
-    for part in ("scoring", "packing"):  # scoring first: the baseline packer imports it
-        source = subprocess.run(
-            ["git", "show", f"{rev}:service/assembly/{part}.py"], cwd=ROOT, check=True, capture_output=True, text=True
-        ).stdout
-        source = source.replace("from service.assembly.scoring import", f"from {names['scoring']} import")
+    for part in parts:
+        shown = subprocess.run(["git", "show", f"{rev}:service/assembly/{part}.py"], cwd=ROOT, capture_output=True,
+                               text=True)
+        if shown.returncode != 0:
+            if part in ("terms", "justify"):
+                continue  # before they were split out of scoring.py
+            shown.check_returncode()
+        source = shown.stdout
+        for other in parts:
+            source = source.replace(f"from service.assembly.{other} import", f"from {names[other]} import")
         path = workdir / f"{names[part]}.py"
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(names[part], path)
@@ -249,8 +256,7 @@ def compare_scored(old: Sequence[Any], new: Sequence[Any]) -> float:
     worst = 0.0
     for a, b in zip(old, new, strict=True):
         for f in (
-            "tag",
-            "formatted",
+            "body",
             "tokens",
             "text_tokens",
             "content_terms",
