@@ -217,3 +217,23 @@ def test_the_occurred_at_rewrite_leaves_memories_vacuumed(pg_server: str) -> Non
         relpages, visible, after = asyncio.run(pages())
         assert after != before, "0005 is expected to rewrite the table (else this test pins nothing)"
         assert relpages > 10 and visible == relpages, (relpages, visible)
+
+
+def test_appended_rows_wake_autovacuum_after_one_percent(pg_server: str) -> None:
+    """0010: ``memories`` and ``memory_postings`` are vacuumed after 1% new rows (not the default 20%),
+    so BM25's index-only scans of the postings do not visit the heap for most recent rows."""
+    async def insert_scale_factors(dsn: str) -> dict[str, list[str] | None]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return {r["relname"]: r["reloptions"] for r in await conn.fetch(
+                "SELECT relname, reloptions FROM pg_class WHERE relname IN ('memories', 'memory_postings')")}
+        finally:
+            await conn.close()
+
+    with fresh_database(pg_server) as dsn:
+        alembic(dsn, "upgrade", "0010")
+        assert asyncio.run(insert_scale_factors(dsn)) == {
+            "memories": ["autovacuum_vacuum_insert_scale_factor=0.01"],
+            "memory_postings": ["autovacuum_vacuum_insert_scale_factor=0.01"]}
+        alembic(dsn, "downgrade", "0009")
+        assert asyncio.run(insert_scale_factors(dsn)) == {"memories": None, "memory_postings": None}
