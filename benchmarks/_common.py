@@ -61,6 +61,25 @@ def servers(settings: Settings) -> Iterator[tuple[str, str]]:
         yield owner, redis_url
 
 
+def running_embedded_dsn(data_dir: Path) -> str:
+    """The superuser DSN of the embedded Postgres that a running service keeps under ``data_dir``
+    (its ``PGCONTEXT_DATA_DIR``). Attached, not owned: the server keeps running after this process."""
+    pg = EmbeddedPostgres(data_dir.resolve() / "postgres")
+    if not pg.running():
+        raise SystemExit(f"no embedded Postgres runs under {data_dir}: start the service on it first")
+    return pg.start().dsn()
+
+
+async def vacuum_loaded(dsn: str) -> None:
+    """What autovacuum does to appended rows, now: after a bulk load the postings pages are not yet
+    marked all-visible, and BM25's index-only scans would visit the heap for them (migration 0010)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("VACUUM (ANALYZE) memories, memory_postings, memory_term_df, memory_lex_stats")
+    finally:
+        await conn.close()
+
+
 async def new_tenant(owner_dsn: str, name: str) -> tuple[str, dict[str, str]]:
     """Create an org and a key; returns (org id, auth headers)."""
     conn = await asyncpg.connect(owner_dsn)

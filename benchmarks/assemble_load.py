@@ -6,7 +6,8 @@
 Without ``--url`` it starts ``pgcontext serve`` as a subprocess on the embedded default (its own
 Postgres + Redis under a temporary ``PGCONTEXT_DATA_DIR``, or ``--data-dir`` to keep and reuse the
 loaded org between runs), then loads the org with ``--memories`` memories (default 100,000) spread
-over ``--agents`` agents plus org-wide ones, one directive per agent. Texts are sentences (then
+over ``--agents`` agents plus org-wide ones, one directive per agent, and vacuums it (the steady
+state autovacuum keeps, see migration 0010). Texts are sentences (then
 titles, then runs of adjacent sentences) of the SciFact corpus; their embeddings are computed once
 with the service's own embedder, in batches, and cached as ``.npy`` under
 ``.pgcontext/bench-cache`` so later runs and the load itself skip the model (the write API takes an
@@ -64,7 +65,14 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import cached_embeddings, cpu_seconds_by_group, percentile, wait_ready  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    cached_embeddings,
+    cpu_seconds_by_group,
+    percentile,
+    running_embedded_dsn,
+    vacuum_loaded,
+    wait_ready,
+)
 from service.embedded import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -644,14 +652,16 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
 
 
 def prepare_org(data_dir: Path, memories: int, agents: int, org_wide_every: int, scifact: Path,
-                random: bool) -> str:
+                random: bool, *, workers: int = 1) -> str:
     """The API key of the benchmark org in ``data_dir``, loading it first (memories and one directive
-    per agent) unless a previous run left one of that size there."""
+    per agent, then a vacuum) unless a previous run left one of that size there. The loading service
+    stops before this returns: started on loaded data, this tree's service would migrate and secure it
+    before a ``--compare-root`` of an older schema is measured on it."""
     marker = data_dir / "bench-org.json"
     loaded = json.loads(marker.read_text()) if marker.exists() else None
     if loaded is not None and loaded["memories"] == memories:
         return str(loaded["key"])
-    with service(data_dir, free_port()) as (url, key):
+    with service(data_dir, free_port(), workers) as (url, key):
         if key is None:
             raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
         texts = build_texts(scifact / "corpus.jsonl", memories)
@@ -667,6 +677,7 @@ def prepare_org(data_dir: Path, memories: int, agents: int, org_wide_every: int,
                         "content": f"You are research assistant {a}. Cite the memories you use by tag."})
 
         asyncio.run(directives())
+        asyncio.run(vacuum_loaded(running_embedded_dsn(data_dir)))  # steady state, not a load's last minute
     marker.write_text(json.dumps({"memories": memories, "key": key}))
     return key
 
@@ -743,31 +754,10 @@ def main() -> None:
         with contextlib.ExitStack() as stack:
             data_dir = args.data_dir or Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="pgcontext-assemble-", dir="/tmp")))
-            marker = data_dir / "bench-org.json"
-            loaded = json.loads(marker.read_text()) if marker.exists() else None
-            loading = contextlib.ExitStack()
-            if loaded is None or loaded["memories"] != args.memories:
-                # (Only to load: started on loaded data, this tree's service would migrate and secure
-                # it before a --compare-root of an older schema is measured on it.)
-                url, key = loading.enter_context(service(data_dir, free_port(), args.workers))
-                if key is None:
-                    raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
-                texts = build_texts(args.scifact / "corpus.jsonl", args.memories)
-                vectors = random_vectors(len(texts)) if args.random_vectors else embeddings_for(texts)
-                headers = {"Authorization": f"Bearer {key}"}
-                seconds = asyncio.run(load_org(url, headers, texts, vectors, args.agents, args.org_wide_every))
-                print(f"# loaded {len(texts)} memories in {seconds:.0f} s ({len(texts) / seconds:.0f}/s)", flush=True)
-
-                async def directives() -> None:
-                    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
-                        for a in range(args.agents):
-                            await http.put(f"/v1/agents/agent-{a}/directive", json={
-                                "content": f"You are research assistant {a}. Cite the memories you use by tag."})
-
-                asyncio.run(directives())
-                loaded = {"memories": args.memories, "key": key}
-                marker.write_text(json.dumps(loaded))
-            loading.close()  # the loading service stops: each measured one starts on the loaded data
+            # Loaded (if not yet) by a service that then stops: each measured one starts on the loaded data.
+            key = prepare_org(data_dir, args.memories, args.agents, args.org_wide_every, args.scifact,
+                              args.random_vectors, workers=args.workers)
+            loaded = {"memories": args.memories, "key": key}
             for root in [*args.compare_root, ROOT]:
                 with service(data_dir, free_port(), args.workers, source=root,
                              deadline_ms=args.deadline_ms) as (url, _):

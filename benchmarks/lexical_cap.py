@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the repository's packages
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import running_embedded_dsn  # noqa: E402
 from benchmarks.assemble_load import _SENTENCE_END, SCIFACT, scifact_train  # noqa: E402
 from service.retrieval.branches import PREFETCH_MARGIN  # noqa: E402
 from service.settings import load_settings  # noqa: E402
@@ -121,13 +122,6 @@ async def measure(dsn: str, caps: list[int], k: int, scifact: Path, max_claims: 
         await conn.close()
 
 
-def embedded_dsn(data_dir: Path) -> str:
-    """The superuser DSN of the embedded server a running service keeps under ``data_dir``."""
-    pg = data_dir / "postgres"
-    secret = (pg / "superuser.secret").read_text().strip()
-    return f"postgresql://postgres:{secret}@/postgres?host={pg / 'run'}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
@@ -140,7 +134,7 @@ def main() -> None:
     parser.add_argument("--scifact", type=Path, default=SCIFACT)
     args = parser.parse_args()
     caps = [EXACT if c.strip() == "exact" else int(c) for c in args.postings.split(",")]
-    dsn = args.dsn or embedded_dsn(args.data_dir)
+    dsn = args.dsn or running_embedded_dsn(args.data_dir)
     asyncio.run(measure(dsn, caps, args.k, args.scifact, args.claims))
 
 
