@@ -85,36 +85,37 @@ MODEL = "gpt-4o"
 # -- corpus and embeddings -------------------------------------------------------------------------
 
 
-def build_texts(corpus: Path, n: int) -> list[str]:
-    """``n`` distinct memory-sized texts: sentences, then titles, then runs of 2, 3, ... sentences."""
-    docs: list[tuple[str, list[str]]] = []
+def corpus_pieces(corpus: Path) -> Iterator[tuple[str, str]]:
+    """(document id, memory-sized text) in :func:`build_texts`'s order: every document's sentences,
+    then the titles, then runs of 2, 3, ... adjacent sentences; texts cut to 600 characters."""
+    docs: list[tuple[str, str, list[str]]] = []
     with corpus.open() as f:
         for line in f:
             doc = json.loads(line)
             sentences = [s.strip() for s in _SENTENCE_END.split(doc.get("text") or "") if len(s.strip()) >= 20]
-            docs.append(((doc.get("title") or "").strip(), sentences))
+            docs.append((str(doc["_id"]), (doc.get("title") or "").strip(), sentences))
+    for doc_id, _, sentences in docs:
+        for s in sentences:
+            yield doc_id, s[:600]
+    for doc_id, title, _ in docs:
+        if len(title) >= 20:
+            yield doc_id, title[:600]
+    for run in range(2, 8):
+        for doc_id, _, sentences in docs:
+            for i in range(len(sentences) - run + 1):
+                yield doc_id, " ".join(sentences[i : i + run])[:600]
+
+
+def build_texts(corpus: Path, n: int) -> list[str]:
+    """``n`` distinct memory-sized texts: sentences, then titles, then runs of 2, 3, ... sentences."""
     seen: set[str] = set()
     out: list[str] = []
-
-    def add(text: str) -> bool:
-        text = text[:600]
+    for _, text in corpus_pieces(corpus):
         if text and text not in seen:
             seen.add(text)
             out.append(text)
-        return len(out) >= n
-
-    for _, sentences in docs:
-        for s in sentences:
-            if add(s):
+            if len(out) >= n:
                 return out
-    for title, _ in docs:
-        if len(title) >= 20 and add(title):
-            return out
-    for run in range(2, 8):
-        for _, sentences in docs:
-            for i in range(len(sentences) - run + 1):
-                if add(" ".join(sentences[i : i + run])):
-                    return out
     raise SystemExit(f"{corpus} yields only {len(out)} distinct texts, fewer than {n}")
 
 
@@ -757,17 +758,16 @@ def main() -> None:
             # Loaded (if not yet) by a service that then stops: each measured one starts on the loaded data.
             key = prepare_org(data_dir, args.memories, args.agents, args.org_wide_every, args.scifact,
                               args.random_vectors, workers=args.workers)
-            loaded = {"memories": args.memories, "key": key}
             for root in [*args.compare_root, ROOT]:
                 with service(data_dir, free_port(), args.workers, source=root,
                              deadline_ms=args.deadline_ms) as (url, _):
                     print(f"# service from {root}", file=sys.stderr, flush=True)
                     measured[str(root)] = asyncio.run(run_levels(
-                        url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.agents, concurrencies,
+                        url, {"Authorization": f"Bearer {key}"}, queries, args.agents, concurrencies,
                         args.requests, args.seconds, args.strategy))
                     if args.search:
                         searched[str(root)] = asyncio.run(run_search(
-                            url, {"Authorization": f"Bearer {loaded['key']}"}, queries, args.search))
+                            url, {"Authorization": f"Bearer {key}"}, queries, args.search))
                         print("\n".join(search_rows(searched[str(root)])), file=sys.stderr, flush=True)
     for root, results in measured.items():
         print(f"\n## service from {root}\n")

@@ -30,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 from uuid import UUID
 
 import asyncpg
@@ -39,7 +40,7 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's packages
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import running_embedded_dsn  # noqa: E402
-from benchmarks.assemble_load import _SENTENCE_END, SCIFACT, scifact_train  # noqa: E402
+from benchmarks.assemble_load import SCIFACT, corpus_pieces, scifact_train  # noqa: E402
 from service.retrieval.branches import PREFETCH_MARGIN  # noqa: E402
 from service.settings import load_settings  # noqa: E402
 
@@ -50,16 +51,8 @@ EXACT = 1_000_000_000
 def texts_to_docs(corpus: Path) -> dict[str, set[str]]:
     """Every text ``assemble_load.build_texts`` can make from the corpus -> the documents it comes from."""
     out: dict[str, set[str]] = {}
-    with corpus.open() as f:
-        for line in f:
-            doc = json.loads(line)
-            doc_id = str(doc["_id"])
-            sentences = [s.strip() for s in _SENTENCE_END.split(doc.get("text") or "") if len(s.strip()) >= 20]
-            title = (doc.get("title") or "").strip()
-            pieces = [*sentences, *([title] if len(title) >= 20 else [])]
-            pieces += [" ".join(sentences[i:i + run]) for run in range(2, 8) for i in range(len(sentences) - run + 1)]
-            for piece in pieces:
-                out.setdefault(piece[:600], set()).add(doc_id)
+    for doc_id, text in corpus_pieces(corpus):
+        out.setdefault(text, set()).add(doc_id)
     return out
 
 
@@ -72,13 +65,16 @@ class Outcome:
     exact_overlap: float = 0.0
 
 
-async def rank(conn: asyncpg.Connection, statement: asyncpg.prepared_stmt.PreparedStatement, org: UUID,
-               query: str, cap: int, k: int) -> tuple[float, list[UUID]]:
-    s = load_settings().retrieval
+BM25: Final = load_settings().retrieval
+"""The service's BM25 settings (k1, b, search-context weight), from the environment as it reads them."""
+
+
+async def rank(statement: asyncpg.prepared_stmt.PreparedStatement, org: UUID, query: str, cap: int,
+               k: int) -> tuple[float, list[UUID]]:
     filters = [None] * 9  # $8-$16: no filters
     started = time.perf_counter()
-    rows = await statement.fetch(org, query, cap, k + PREFETCH_MARGIN, k, s.bm25_k1, s.bm25_b, *filters,
-                                 False, None, False, s.search_context_weight)
+    rows = await statement.fetch(org, query, cap, k + PREFETCH_MARGIN, k, BM25.bm25_k1, BM25.bm25_b, *filters,
+                                 False, None, False, BM25.search_context_weight)
     return (time.perf_counter() - started) * 1000, [r["id"] for r in rows]
 
 
@@ -96,15 +92,15 @@ async def measure(dsn: str, caps: list[int], k: int, scifact: Path, max_claims: 
               f"corpus), {len(claims)} SciFact train claims, top {k}", flush=True)
         await conn.execute("SET plan_cache_mode = force_generic_plan")  # as the service runs it unfiltered
         statement = await conn.prepare((ROOT / "sql" / "retrieval" / "lexical_bm25.sql").read_text())
-        exact = {qid: (await rank(conn, statement, org, q, EXACT, k))[1] for qid, q in claims}
+        exact = {qid: (await rank(statement, org, q, EXACT, k))[1] for qid, q in claims}
         print("| postings per term | mean ms | p95 ms | MRR | relevant in top 10 | doc recall@k "
               "| overlap with exact@k |")
         print("|---|---|---|---|---|---|---|")
         for cap in caps:
-            await rank(conn, statement, org, claims[0][1], cap, k)  # plan and caches
+            await rank(statement, org, claims[0][1], cap, k)  # plan and caches
             out = Outcome(ms=[])
             for qid, query in claims:
-                ms, ids = await rank(conn, statement, org, query, cap, k)
+                ms, ids = await rank(statement, org, query, cap, k)
                 out.ms.append(ms)
                 relevant = [bool(docs_of.get(texts[i], set()) & qrels[qid]) for i in ids]
                 first = next((n for n, hit in enumerate(relevant) if hit), None)
