@@ -40,7 +40,7 @@ lint: $(STAMP) ## ruff and mypy
 	$(BIN)/mypy service tests client/pgcontext_client
 	$(BIN)/mypy --explicit-package-bases benchmarks
 
-docs: $(STAMP) ## regenerate the configuration reference in docs/operations.md from service/settings.py
+docs: $(STAMP) ## regenerate the configuration reference in docs/operations.md from service/settings/
 	$(BIN)/python -m service.config_reference --write
 
 bench-ingest: $(STAMP) ## write-path throughput (memories/s, embed vs Postgres share)

@@ -1,4 +1,4 @@
-"""The configuration reference, generated from ``service/settings.py``.
+"""The configuration reference, generated from the ``service/settings`` package.
 
 Each dataclass field's docstring is its documentation; the ``PGCONTEXT_*`` variable it is read from
 is found where :func:`service.settings.load_settings` reads it (the ``return Settings(...)`` call,
@@ -57,8 +57,11 @@ class _Field:
     doc: str
 
 
-def _source() -> str:
-    return inspect.getsource(settings_module)
+def _tree() -> ast.Module:
+    """Every module of the settings package (its groups, parsers and ``load_settings``) as one module."""
+    package = Path(inspect.getfile(settings_module)).parent
+    body = [stmt for path in sorted(package.glob("*.py")) for stmt in ast.parse(path.read_text("utf-8")).body]
+    return ast.Module(body=body, type_ignores=[])
 
 
 def _clean(doc: str) -> str:
@@ -66,7 +69,7 @@ def _clean(doc: str) -> str:
 
 
 def _dataclass_fields(tree: ast.Module) -> tuple[dict[str, list[_Field]], dict[str, str]]:
-    """Fields (with docstrings) of every class in settings.py, and each class's own docstring."""
+    """Fields (with docstrings) of every class in the settings package, and each class's own docstring."""
     classes: dict[str, list[_Field]] = {}
     class_docs: dict[str, str] = {}
     for node in tree.body:
@@ -163,7 +166,7 @@ def _machine_dependent(default: ast.expr | None) -> str | None:
 
 def reference() -> list[SettingDoc]:
     """Every setting: group, field, the variables load_settings reads for it, type, default, docstring."""
-    tree = ast.parse(_source())
+    tree = _tree()
     classes, _ = _dataclass_fields(tree)
     returned, local, _ = _load_settings_calls(tree)
     defaults = settings_module.load_settings({})
@@ -208,7 +211,7 @@ def reference() -> list[SettingDoc]:
 
 def env_names_read() -> list[str]:
     """Every ``PGCONTEXT_*`` name that appears anywhere in load_settings (attached to a field or not)."""
-    tree = ast.parse(_source())
+    tree = _tree()
     _, _, func = _load_settings_calls(tree)
     names: list[str] = []
     for builder in _builders(tree, func):
@@ -228,7 +231,7 @@ def _group_title(group: str, group_class: str, class_doc: str) -> str:
 
 def render_block() -> str:
     """The generated markdown: one table per settings group, then the fixed settings."""
-    _, class_docs = _dataclass_fields(ast.parse(_source()))
+    _, class_docs = _dataclass_fields(_tree())
     items = reference()
     lines = [BEGIN, ""]
     groups: dict[str, list[SettingDoc]] = {}

@@ -1,4 +1,4 @@
-"""The configuration reference in docs/operations.md: generated from settings.py, complete and current."""
+"""The configuration reference in docs/operations.md: generated from the settings package, complete and current."""
 
 from __future__ import annotations
 
