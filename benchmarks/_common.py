@@ -9,6 +9,7 @@ import hashlib
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,6 +118,17 @@ def wait_ready(url: str, proc: subprocess.Popen[Any], log_path: Path, *, timeout
         if time.monotonic() > deadline or proc.poll() is not None:
             raise SystemExit(f"{name} did not become ready; see {log_path}")
         time.sleep(poll_s)
+
+
+def stop_service(proc: subprocess.Popen[Any], timeout_s: float = 60) -> None:
+    """Stop a ``pgcontext serve`` the benchmark started as an operator would (SIGINT: it stops its embedded
+    servers first), killing it when it has not exited within ``timeout_s``."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def cached_embeddings(settings: Settings, texts: Sequence[str], cache_dir: Path, name: str) -> npt.NDArray[np.float32]:

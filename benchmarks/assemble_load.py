@@ -45,7 +45,6 @@ import os
 import platform
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +69,7 @@ from benchmarks._common import (  # noqa: E402
     cpu_seconds_by_group,
     percentile,
     running_embedded_dsn,
+    stop_service,
     vacuum_loaded,
     wait_ready,
 )
@@ -199,11 +199,7 @@ def service(data_dir: Path, port: int, workers: int = 1, *, source: Path = ROOT,
             wait_ready(url, proc, log_path, timeout_s=120, name="the service", poll_s=0.2)
             yield url, key
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_service(proc)
 
 
 def agent_of(i: int, agents: int, org_wide_every: int) -> str | None:

@@ -29,7 +29,6 @@ import contextlib
 import os
 import platform
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import new_tenant, percentile, wait_ready  # noqa: E402
+from benchmarks._common import new_tenant, percentile, stop_service, wait_ready  # noqa: E402
 from benchmarks.assemble_load import (  # noqa: E402
     SCIFACT,
     Level,
@@ -87,11 +86,7 @@ def serve(data_dir: Path, env: dict[str, str], port: int, name: str, cwd: Path =
             wait_ready(url, proc, log_path, timeout_s=180, name=f"service {name}", poll_s=0.3)
             yield url, proc.pid
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_service(proc)
 
 
 def _stat(pid: int) -> tuple[int, float] | None:

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.processes import stop_process
+
 NODE_TIMEOUT_MS = 1000
 """``cluster-node-timeout``: a master unreachable this long is failed, and its replica takes over."""
 BUS_OFFSET = 10_000
@@ -209,13 +211,8 @@ class LocalCluster:
 
     def stop(self) -> None:
         for node in self.nodes:
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.terminate()
-                try:
-                    node.proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    node.proc.kill()
-                    node.proc.wait(5)
+            if node.proc is not None:
+                stop_process(node.proc, 5, 5)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from service.embedded import free_port
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
+from tests.processes import stop_process
 
 GENEROUS_DEADLINES = {"PGCONTEXT_DEADLINE_MS": "5000", "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": "2000",
                       "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS": "2000", "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS": "3000"}
@@ -42,14 +43,7 @@ class LiveService:
             time.sleep(0.2)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                return self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return stop_process(self.proc, 60)
 
 
 @contextlib.contextmanager

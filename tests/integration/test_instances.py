@@ -35,6 +35,7 @@ from service.retrieval import maintenance
 from service.settings import Settings
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models, wait_until_answering
 from tests.integration.test_serve_no_migrate import app_dsn_for
+from tests.processes import stop_process
 from tests.servers import fresh_database
 
 pytestmark = pytest.mark.slow
@@ -72,7 +73,7 @@ def instances(pg_server: str, app_dsn: str, redis_url: str, settings: Settings,
                             PGCONTEXT_ASSEMBLY_ACCESS_FLUSH_S="0.5", **GENEROUS)
             proc = subprocess.Popen([*PGCONTEXT, "serve"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
-            stack.callback(_stop, proc)
+            stack.callback(stop_process, proc, 30)
             procs.append(proc)
             outputs.append(Output(proc))
             urls.append(f"http://127.0.0.1:{port}")
@@ -81,15 +82,6 @@ def instances(pg_server: str, app_dsn: str, redis_url: str, settings: Settings,
         issued = asyncio.run(_tenant(owner))
         yield Instances(owner, app_dsn_for(app_dsn, owner), (urls[0], urls[1]), (outputs[0], outputs[1]),
                         issued.org_id, {"Authorization": f"Bearer {issued.key}"})
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 async def _tenant(owner: str) -> admin.IssuedKey:

@@ -27,6 +27,7 @@ from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.live import live_service
 from tests.integration.test_cli import PGCONTEXT, clean_env
+from tests.processes import stop_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -142,8 +143,7 @@ def mcp_http_server(service_url: str, agent: str) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_process(proc, 30)
 
 
 @pytest.fixture

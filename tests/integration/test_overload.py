@@ -25,6 +25,7 @@ from service.embedded import free_port
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_cli import ROOT, Output, clean_env, copy_models, wait_until_answering
+from tests.processes import stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -53,12 +54,7 @@ def serving(owner_dsn: str, redis_url: str, settings: Settings, data_dir: Path, 
         wait_until_answering(proc, out, f"{base}/readyz")
         yield base, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, 60)
 
 
 def text(i: int) -> str:

@@ -30,6 +30,7 @@ from service.auth import admin
 from service.db import Database, create_pool
 from service.db.migrate import APP_ROLE
 from service.embedded import free_port
+from tests.processes import stop_process
 
 INSTALL = "apt-get update && apt-get install -y pgbouncer"
 
@@ -105,8 +106,7 @@ def bouncer(app_dsn: str, pgbouncer_binary: str) -> Iterator[StartBouncer]:
         yield start
     finally:
         for proc in procs:
-            proc.terminate()
-            proc.wait(10)
+            stop_process(proc, 10)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
