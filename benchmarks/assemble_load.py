@@ -24,7 +24,7 @@ the assemble/baseline p50 ratio (which survives a noisy machine better than abso
 how many query embeddings the level computed or took from the service's query-embedding cache
 (``/metrics``). The 809 claims repeat: from the second level on every query's embedding is cached,
 which spares a full hybrid assembly its costliest step; ``--fresh-queries`` makes every query new to
-the cache (:data:`FRESH_SUFFIXES`). ``--search N`` adds, per measured service, N claims searched one
+the cache (:data:`bench_org.FRESH_SUFFIXES`). ``--search N`` adds, per measured service, N claims searched one
 at a time with each strategy (client and server latency), and
 ``--compare-root DIR`` measures another source tree first on the same data; ``--url A --beside B``
 drives two running services (on copies of one data directory) at the same time with the same
@@ -40,207 +40,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx
 import msgspec
-import numpy as np
-import numpy.typing as npt
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import (  # noqa: E402
-    cached_embeddings,
-    cpu_seconds_by_group,
-    percentile,
-    running_embedded_dsn,
-    stop_service,
-    vacuum_loaded,
-    wait_ready,
+from benchmarks._common import cpu_seconds_by_group, percentile  # noqa: E402
+from benchmarks.bench_org import (  # noqa: E402
+    SCIFACT,
+    add_fresh_queries_flag,
+    load_queries,
+    prepare_org,
+    random_vectors,
+    service,
 )
 from service.embedded import free_port  # noqa: E402
 
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
-CACHE_DIR = ROOT / ".pgcontext" / "bench-cache"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
-BATCH = 256
 MODEL = "gpt-4o"
-
-
-# -- corpus and embeddings -------------------------------------------------------------------------
-
-
-def corpus_pieces(corpus: Path) -> Iterator[tuple[str, str]]:
-    """(document id, memory-sized text) in :func:`build_texts`'s order: every document's sentences,
-    then the titles, then runs of 2, 3, ... adjacent sentences; texts cut to 600 characters."""
-    docs: list[tuple[str, str, list[str]]] = []
-    with corpus.open() as f:
-        for line in f:
-            doc = json.loads(line)
-            sentences = [s.strip() for s in _SENTENCE_END.split(doc.get("text") or "") if len(s.strip()) >= 20]
-            docs.append((str(doc["_id"]), (doc.get("title") or "").strip(), sentences))
-    for doc_id, _, sentences in docs:
-        for s in sentences:
-            yield doc_id, s[:600]
-    for doc_id, title, _ in docs:
-        if len(title) >= 20:
-            yield doc_id, title[:600]
-    for run in range(2, 8):
-        for doc_id, _, sentences in docs:
-            for i in range(len(sentences) - run + 1):
-                yield doc_id, " ".join(sentences[i : i + run])[:600]
-
-
-def build_texts(corpus: Path, n: int) -> list[str]:
-    """``n`` distinct memory-sized texts: sentences, then titles, then runs of 2, 3, ... sentences."""
-    seen: set[str] = set()
-    out: list[str] = []
-    for _, text in corpus_pieces(corpus):
-        if text and text not in seen:
-            seen.add(text)
-            out.append(text)
-            if len(out) >= n:
-                return out
-    raise SystemExit(f"{corpus} yields only {len(out)} distinct texts, fewer than {n}")
-
-
-def embeddings_for(texts: Sequence[str]) -> npt.NDArray[np.float32]:
-    """The service embedder's vectors for ``texts``, cached on disk by content hash and model."""
-    from service.settings import load_settings
-
-    return cached_embeddings(load_settings(), texts, CACHE_DIR, "assemble")
-
-
-def random_vectors(n: int, dim: int = 384) -> npt.NDArray[np.float32]:
-    """Dry runs only (``--random-vectors``): unit vectors without the model. Never for reported numbers."""
-    vectors = np.random.default_rng(7).normal(size=(n, dim)).astype(np.float32)
-    return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), dtype=np.float32)
-
-
-FRESH_SUFFIXES = ("", " ?", " !")
-"""``--fresh-queries``: each claim three times, as it is and ending in " ?" and " !". Postgres's text
-search drops the punctuation (the lexical branch's work is the claim's), the model reads it (another
-vector), so the 2,427 queries a level cycles through in order never repeat within the service's
-query-embedding cache (an LRU of 1,024 by default): every assembly embeds its query."""
-
-
-def add_fresh_queries_flag(parser: argparse.ArgumentParser) -> None:
-    """``--fresh-queries`` for every load benchmark that sends :func:`load_queries`'s claims."""
-    parser.add_argument("--fresh-queries", action="store_true",
-                        help="every assembly's query new to the query-embedding cache (FRESH_SUFFIXES); by "
-                             "default the 809 claims repeat, and once each has been sent its embedding is cached")
-
-
-def load_queries(root: Path, *, fresh: bool = False) -> list[str]:
-    with (root / "queries.jsonl").open() as f:
-        claims = [json.loads(line)["text"] for line in f]
-    return [claim + suffix for suffix in FRESH_SUFFIXES for claim in claims] if fresh else claims
-
-
-# -- the service under test ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def service(data_dir: Path, port: int, workers: int = 1, *, source: Path = ROOT,
-            env_extra: dict[str, str] | None = None,
-            deadline_ms: int | None = None) -> Iterator[tuple[str, str | None]]:
-    """``pgcontext serve`` on the embedded default in ``data_dir``; yields (url, first-start key or None).
-
-    ``source``: the project checkout whose ``service`` package runs (another one measures old code
-    against this tree in the same run, on the same data directory); ``env_extra``: more
-    ``PGCONTEXT_*`` settings for the service; ``deadline_ms``: its ``PGCONTEXT_DEADLINE_MS``."""
-    from service.settings import load_settings
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    shared = load_settings().data_dir
-    for cache in ("models", "tiktoken"):  # reuse the built model / BPE files instead of rebuilding them
-        target = data_dir / cache
-        if (shared / cache).is_dir() and not target.exists():
-            target.symlink_to((shared / cache).resolve(), target_is_directory=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PGCONTEXT_")}
-    env.update({"PGCONTEXT_DATA_DIR": str(data_dir), "PGCONTEXT_PORT": str(port), "PGCONTEXT_WORKERS": str(workers),
-                "PGCONTEXT_SQL_DIR": str(source / "sql"), "PYTHONPATH": str(source)})
-    # One org at full speed is what this benchmark measures: no per-org limit unless asked for.
-    env["PGCONTEXT_RATE_LIMIT_RPS"] = os.environ.get("PGCONTEXT_RATE_LIMIT_RPS", "0")
-    env["PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT"] = os.environ.get("PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT", "0")
-    if deadline_ms is not None:
-        env["PGCONTEXT_DEADLINE_MS"] = str(deadline_ms)
-    env.update(env_extra or {})
-    log_path = data_dir / "service.log"
-    with log_path.open("ab") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)], cwd=source,
-                                env=env, stdout=subprocess.PIPE, stderr=log_file, text=True)
-        try:
-            assert proc.stdout is not None
-            key: str | None = None
-            for line in proc.stdout:  # "Created org ...", the key, then "pgcontext serving on ..."
-                if line.startswith("pgc_"):
-                    key = line.strip()
-                if line.startswith("pgcontext serving on"):
-                    break
-            else:
-                raise SystemExit(f"the service exited early; see {log_path}")
-            url = f"http://127.0.0.1:{port}"
-            wait_ready(url, proc, log_path, timeout_s=120, name="the service", poll_s=0.2)
-            yield url, key
-        finally:
-            stop_service(proc)
-
-
-def agent_of(i: int, agents: int, org_wide_every: int) -> str | None:
-    return None if i % org_wide_every == 0 else f"agent-{i % agents}"
-
-
-async def load_org(url: str, headers: dict[str, str], texts: Sequence[str], vectors: npt.NDArray[np.float32],
-                   agents: int, org_wide_every: int) -> float:
-    """POST every memory (vectors given, batches of 256, two requests in flight); returns seconds."""
-    started = time.perf_counter()
-    rng = random.Random(11)
-    batches = [range(s, min(s + BATCH, len(texts))) for s in range(0, len(texts), BATCH)]
-    queue: asyncio.Queue[range] = asyncio.Queue()
-    for batch in batches:
-        queue.put_nowait(batch)
-    done = 0
-
-    async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal done
-        while not queue.empty():
-            batch = queue.get_nowait()
-            body = {"memories": [
-                {"text": texts[i], "agent_id": agent_of(i, agents, org_wide_every), "embedding": vectors[i].tolist(),
-                 "importance": round(rng.random(), 2), "pinned": i % 997 == 0,
-                 "kind": "fact" if i % 3 else "episode"} for i in batch]}
-            r = await http.post("/v1/memories", json=body)
-            for _ in range(3):  # a loaded machine: a batch (one transaction) may hit its statement_timeout
-                if r.status_code != 503:
-                    break
-                await asyncio.sleep(1)
-                r = await http.post("/v1/memories", json=body)
-            if r.status_code != 201:
-                raise SystemExit(f"load failed: {r.status_code} {r.text[:300]}")
-            done += len(batch)
-            if done % (BATCH * 40) < BATCH:
-                print(f"  loaded {done}/{len(texts)} ({done / (time.perf_counter() - started):.0f}/s)",
-                      file=sys.stderr, flush=True)
-
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as http:
-        await asyncio.gather(*(worker(http) for _ in range(2)))
-    return time.perf_counter() - started
 
 
 # -- the load --------------------------------------------------------------------------------------
@@ -561,129 +391,6 @@ def search_rows(timings: dict[str, list[float]]) -> list[str]:
     return rows
 
 
-# -- selective mode on SciFact (quality, not latency) ------------------------------------------------
-
-
-def scifact_docs(root: Path) -> tuple[list[str], list[str]]:
-    ids, texts = [], []
-    with (root / "corpus.jsonl").open() as f:
-        for line in f:
-            doc = json.loads(line)
-            ids.append(str(doc["_id"]))
-            texts.append(f"{doc.get('title') or ''}. {doc.get('text') or ''}".strip())
-    return ids, texts
-
-
-def scifact_train(root: Path) -> dict[str, set[str]]:
-    relevant: dict[str, set[str]] = {}
-    with (root / "qrels" / "train.tsv").open() as f:
-        for line in f:
-            parts = line.strip().split("\t")
-            if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) > 0:
-                relevant.setdefault(parts[0], set()).add(parts[1])
-    return relevant
-
-
-async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts: list[str],
-                         vectors: npt.NDArray[np.float32]) -> str:
-    """Selective mode vs the naive top-10 on SciFact train: tokens packed and relevant documents kept."""
-    import dataclasses
-
-    from benchmarks._common import app_client, new_tenant, servers
-    from service.assembly.format import format_memories, format_memory, memory_tag
-    from service.settings import load_settings
-    from service.tokens import Tokenizers
-
-    base = load_settings()
-    # Quality, not latency: no branch may time out here.
-    settings = dataclasses.replace(base, assembly=dataclasses.replace(
-        base.assembly, deadline_ms=20_000, directive_timeout_ms=10_000, hot_timeout_ms=10_000, cold_timeout_ms=15_000))
-    queries = {str(json.loads(line)["_id"]): json.loads(line)["text"] for line in (root / "queries.jsonl").open()}
-    relevant = scifact_train(root)
-    wanted = [q for q in queries if q in relevant][:max_queries]
-    counter = Tokenizers(settings.data_dir / "tiktoken").for_model(MODEL)
-    with servers(settings) as (owner_dsn, redis_url):
-        async with app_client(settings, owner_dsn, redis_url) as client:
-            _, headers = await new_tenant(owner_dsn, "scifact-selective")
-            memory_doc: dict[str, str] = {}
-            for start in range(0, len(texts), 32):  # whole abstracts: small batches stay under statement_timeout
-                batch = range(start, min(start + 32, len(texts)))
-                r = await client.post("/v1/memories", headers=headers, json={"memories": [
-                    {"text": texts[i], "kind": "document", "embedding": vectors[i].tolist()} for i in batch]})
-                assert r.status_code == 201, r.text
-                memory_doc.update({str(m): doc_ids[i] for m, i in zip(r.json()["ids"], batch, strict=True)})
-            naive_tokens, naive_recall, sel_tokens, sel_recall, sel_docs = [], [], [], [], []
-            tiers: Counter[str] = Counter()
-            for qid in wanted:
-                rel = relevant[qid]
-                r = await client.post("/v1/memories/search", headers=headers,
-                                      json={"query": queries[qid], "strategy": "lexical", "limit": 10})
-                top = r.json()["results"]
-                # written exactly as the assembly writes memories
-                block = format_memories([_Line(format_memory(memory_tag(n), x["text"]))
-                                         for n, x in enumerate(top, start=1)])
-                naive_tokens.append(counter.count(block))
-                naive_recall.append(len(rel & {memory_doc[str(x["id"])] for x in top}) / len(rel))
-                r = await client.post("/v1/context/assemble", headers=headers, json={
-                    "agent_id": "eval", "query": queries[qid], "model": MODEL, "selective": True,
-                    "retrieval": {"use_hot": False, "strategy": "lexical", "limit": 30}})
-                body = r.json()
-                assert body["degradation_level"] == "L1", body["branches"]  # hot is off on purpose
-                packed = {memory_doc[m["id"]] for m in body["memories_used"]}
-                sel_tokens.append(body["budget"]["memories_tokens"])
-                sel_recall.append(len(rel & packed) / len(rel))
-                sel_docs.append(len(packed))
-                tiers[body["budget"]["tier"]] += 1
-    n = len(wanted)
-    return (
-        f"SciFact train, {n} queries, {MODEL} tokens of the memories section "
-        "(BM25 retrieval for both, random document vectors: no model time):\n\n"
-        "| context | mean tokens | median tokens | mean docs | recall of relevant docs |\n|---|---|---|---|---|\n"
-        f"| naive top-10 | {np.mean(naive_tokens):.0f} | {np.median(naive_tokens):.0f} | 10 | "
-        f"{np.mean(naive_recall):.3f} |\n"
-        f"| selective mode (from 30 candidates) | {np.mean(sel_tokens):.0f} | {np.median(sel_tokens):.0f} | "
-        f"{np.mean(sel_docs):.1f} | {np.mean(sel_recall):.3f} |\n\n"
-        f"tiers chosen: {dict(tiers)}; selective uses {np.mean(sel_tokens) / np.mean(naive_tokens):.0%} of the "
-        "naive tokens"
-    )
-
-
-def prepare_org(data_dir: Path, memories: int, agents: int, org_wide_every: int, scifact: Path,
-                random: bool, *, workers: int = 1) -> str:
-    """The API key of the benchmark org in ``data_dir``, loading it first (memories and one directive
-    per agent, then a vacuum) unless a previous run left one of that size there. The loading service
-    stops before this returns: started on loaded data, this tree's service would migrate and secure it
-    before a ``--compare-root`` of an older schema is measured on it."""
-    marker = data_dir / "bench-org.json"
-    loaded = json.loads(marker.read_text()) if marker.exists() else None
-    if loaded is not None and loaded["memories"] == memories:
-        return str(loaded["key"])
-    with service(data_dir, free_port(), workers) as (url, key):
-        if key is None:
-            raise SystemExit(f"{data_dir} holds an org from another run; use a fresh --data-dir")
-        texts = build_texts(scifact / "corpus.jsonl", memories)
-        vectors = random_vectors(len(texts)) if random else embeddings_for(texts)
-        headers = {"Authorization": f"Bearer {key}"}
-        seconds = asyncio.run(load_org(url, headers, texts, vectors, agents, org_wide_every))
-        print(f"# loaded {len(texts)} memories in {seconds:.0f} s ({len(texts) / seconds:.0f}/s)", flush=True)
-
-        async def directives() -> None:
-            async with httpx.AsyncClient(base_url=url, headers=headers) as http:
-                for a in range(agents):
-                    await http.put(f"/v1/agents/agent-{a}/directive", json={
-                        "content": f"You are research assistant {a}. Cite the memories you use by tag."})
-
-        asyncio.run(directives())
-        asyncio.run(vacuum_loaded(running_embedded_dsn(data_dir)))  # steady state, not a load's last minute
-    marker.write_text(json.dumps({"memories": memories, "key": key}))
-    return key
-
-
-@dataclass(frozen=True)
-class _Line:
-    formatted: str
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running service (default: start one on the embedded default)")
@@ -718,6 +425,8 @@ def main() -> None:
                         help="instead of the load test: selective mode vs naive top-10 on SciFact train")
     args = parser.parse_args()
     if args.selective_eval:
+        from benchmarks.selective_eval import scifact_docs, selective_eval
+
         doc_ids, texts = scifact_docs(args.scifact)
         # Lexical retrieval for both sides (BM25 here is as good as hybrid on SciFact, see "Retrieval
         # quality"), so the documents need no model time: their vectors only fill the column.

@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's packages
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import running_embedded_dsn  # noqa: E402
-from benchmarks.assemble_load import SCIFACT, corpus_pieces, scifact_train  # noqa: E402
+from benchmarks.bench_org import SCIFACT, corpus_pieces, scifact_train  # noqa: E402
 from service.retrieval.branches import PREFETCH_MARGIN  # noqa: E402
 from service.settings import load_settings  # noqa: E402
 
@@ -49,7 +49,7 @@ EXACT = 1_000_000_000
 
 
 def texts_to_docs(corpus: Path) -> dict[str, set[str]]:
-    """Every text ``assemble_load.build_texts`` can make from the corpus -> the documents it comes from."""
+    """Every text ``bench_org.build_texts`` can make from the corpus -> the documents it comes from."""
     out: dict[str, set[str]] = {}
     for doc_id, text in corpus_pieces(corpus):
         out.setdefault(text, set()).add(doc_id)

@@ -45,13 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import new_tenant, percentile, stop_service, wait_ready  # noqa: E402
-from benchmarks.assemble_load import (  # noqa: E402
+from benchmarks.assemble_load import Level, assemble_body, drive  # noqa: E402
+from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
-    Level,
     add_fresh_queries_flag,
-    assemble_body,
     build_texts,
-    drive,
     load_org,
     load_queries,
     random_vectors,
