@@ -7,7 +7,7 @@ from pathlib import Path
 from service.embeddings.base import Embedder, EmbeddingError
 from service.embeddings.bert_graph import MINILM_L6
 from service.embeddings.hosted import OpenAIEmbedder
-from service.embeddings.local import LocalEmbedder
+from service.embeddings.local import QUERY_THREADS, LocalEmbedder
 from service.embeddings.onnx_model import MODEL_NAME, bundled_model_files, ensure_model
 from service.settings import EmbeddingSettings
 
@@ -49,5 +49,6 @@ def build_embedder(settings: EmbeddingSettings, data_dir: Path) -> Embedder:
             batch_size=settings.batch_size,
             threads=settings.threads,
             bulk_nice=settings.bulk_nice,
+            query_threads=settings.query_concurrency or QUERY_THREADS,
         )
     raise ValueError(f"unknown embedding provider {settings.provider!r}: expected 'local' or 'openai'")

@@ -3,12 +3,12 @@
 Two lanes share the embedder:
 
 * **query** (search and assembly: one short text, a deadline of a few ms) — at most
-  ``query_concurrency`` calls at once (the local model's query lane is two threads), the next call
-  taken from the orgs in turn, so one org's burst of long queries queues behind itself, not in front
-  of every other org; and no org holds every slot (at most ``query_concurrency - 1``): a query at
-  the model's cut (256 word pieces) embeds for ~37 ms, and with one slot another org's short query
-  arriving meanwhile waited all of it (its assembly's cold branch missed the 40 ms wall: L1). With
-  a slot kept for the others it embeds beside it;
+  ``query_concurrency`` calls at once (the local model's query lane is that many threads, three by
+  default), the next call taken from the orgs in turn, so one org's burst of long queries queues
+  behind itself, not in front of every other org; and no org holds every slot (at most
+  ``query_concurrency - 1``): a query at the model's cut (256 word pieces) embeds for ~37 ms, and
+  with one slot another org's short query arriving meanwhile waited all of it (its assembly's cold
+  branch missed the 40 ms wall: L1). With a slot kept for the others it embeds beside it;
 * **bulk** (memory batches, document ingest) — cut into sub-batches of ``bulk_batch`` texts, at
   most ``bulk_concurrency`` at once, orgs in turn, and before each sub-batch it yields to query
   embeddings (waits, up to ``bulk_yield_ms``, until none is running or queued). The local
@@ -46,6 +46,7 @@ import numpy.typing as npt
 import prometheus_client
 
 from service.embeddings.base import Embedder
+from service.embeddings.local import QUERY_THREADS
 from service.runtime import Services
 from service.settings import EmbeddingSettings
 
@@ -163,7 +164,10 @@ class EmbeddingLanes:
     def __init__(self, embedder: Embedder, settings: EmbeddingSettings) -> None:
         self.embedder = embedder
         local = isinstance(embedder, BulkCapable)
-        query_slots = settings.query_concurrency or (2 if local else 8)
+        # The local model's lane is as wide as its query threads (``LocalEmbedder.query_threads``, which
+        # ``build_embedder`` sets from the same setting), so a granted slot never waits for a thread.
+        threads = int(getattr(embedder, "query_threads", 0))
+        query_slots = settings.query_concurrency or threads or (QUERY_THREADS if local else 8)
         self.query = FairGate(query_slots, per_key=max(1, query_slots - 1))
         self.bulk = FairGate(settings.bulk_concurrency or (1 if local else 2))
         self.bulk_batch = max(1, settings.bulk_batch)

@@ -31,6 +31,10 @@ busy machine the kernel serves short queries, the event loop and Postgres first,
 queries cost others little (issue 13's noisy neighbour); on an idle one it runs at full speed."""
 LONG_QUERY_NICE = 5
 """Niceness of the long-query thread above the process's (see ``LONG_QUERY_CHARS``)."""
+QUERY_THREADS = 3
+"""Query-lane threads (and so query embeddings at once, ``service.embeddings.lanes``) by default.
+One org may hold all but one, so two slots serialised one org's queries; three let two of its
+queries embed at once with a third kept for the others (docs/benchmarks.md, sessions 13 and 14)."""
 
 
 class LocalEmbedder:
@@ -43,9 +47,12 @@ class LocalEmbedder:
         batch_size: int = 64,
         threads: int = 0,
         bulk_nice: int = 10,
+        query_threads: int = QUERY_THREADS,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if query_threads < 1:
+            raise ValueError(f"query_threads must be at least 1, got {query_threads}")
         self.name = name
         self.dim = MINILM_L6.hidden
         self._batch_size = batch_size
@@ -62,9 +69,11 @@ class LocalEmbedder:
         # the kernel serves queries, the event loop and Postgres before them. Within a lane calls
         # queue up instead of oversubscribing the cores.
         self._query_session = _session(model_path, 1, arena=True)
-        # Two query threads on the one session (onnxruntime runs are thread-safe): one org's query at the
-        # model's cut (~37 ms) does not hold another org's short one (service.embeddings.lanes).
-        self._query_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed-query")
+        # Several query threads on the one session (onnxruntime runs are thread-safe), one per query
+        # slot of the lane: one org's query at the model's cut (~37 ms) does not hold another org's
+        # short one, and a slot the lane grants never waits for a thread (service.embeddings.lanes).
+        self.query_threads = query_threads
+        self._query_executor = ThreadPoolExecutor(max_workers=query_threads, thread_name_prefix="embed-query")
         self._long_query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-long-query",
                                                        initializer=_lower_priority, initargs=(LONG_QUERY_NICE,))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-bulk",

@@ -42,8 +42,9 @@ class QueryEmbedder:
 
     def __init__(self, lanes: EmbeddingLanes, settings: RetrievalSettings) -> None:
         self.lanes = lanes
-        """Query embeddings go through the app's query lane (one at a time for the local model,
-        orgs in turn), shared with the other engine and the write path's bulk lane."""
+        """Query embeddings go through the app's query lane (three at a time for the local model,
+        at most two of one org, orgs in turn), shared with the other engine and the write path's
+        bulk lane."""
         self.settings = settings
         self.cache = QueryEmbeddingCache(settings.query_cache_size)
         self._failures: dict[UUID, tuple[int, float]] = {}

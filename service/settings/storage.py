@@ -125,8 +125,8 @@ class EmbeddingSettings:
     bulk_concurrency: int = 0
     """Bulk turns at once; 0 = 1 for the local model (one bulk thread), 2 for a hosted API."""
     query_concurrency: int = 0
-    """Query embeddings at once; 0 = 2 for the local model (its query lane is two threads), 8 for
-    a hosted API. Further calls wait, orgs in turn; one org holds at most all but one of them."""
+    """Query embeddings at once; 0 = 3 for the local model (its query lane has as many threads as
+    this), 8 for a hosted API. Further calls wait, orgs in turn; one org holds at most all but one."""
     api_base: str | None = None
     """Hosted provider base URL, e.g. ``https://api.openai.com/v1``."""
     api_key: str | None = None

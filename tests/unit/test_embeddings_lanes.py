@@ -13,6 +13,7 @@ import pytest
 
 from service.db import Database
 from service.embeddings.lanes import BulkCapable, EmbeddingLanes, FairGate
+from service.embeddings.local import QUERY_THREADS
 from service.retrieval import RetrievalEngine
 from service.settings import EmbeddingSettings, RetrievalSettings
 
@@ -124,7 +125,7 @@ async def test_a_bulk_turn_waits_for_queries_at_most_the_yield_time() -> None:
 
 async def test_the_query_embedder_counts_as_busy_per_org() -> None:
     embedder = _Recorder()
-    lanes = EmbeddingLanes(embedder, EmbeddingSettings())
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings(query_concurrency=2))
     engine = RetrievalEngine(cast(Database, None), embedder, RetrievalSettings(embedder_max_in_flight=2),
                              max_limit=10, lanes=lanes)
     engine.queries.latency.observe(10_000.0)  # recent embeddings were slow: a full lane is then busy
@@ -136,13 +137,28 @@ async def test_the_query_embedder_counts_as_busy_per_org() -> None:
     calls.append(asyncio.ensure_future(lanes.embed_query(b, ["short"])))
     await asyncio.sleep(0)
     assert engine.embedder_busy(b)  # now b has one while the lane is full
-    # The local model's lane has two slots, one org at most one of them: b's query runs beside a's
-    # first at once, not behind all of a's.
+    # A lane of two slots, one org at most one of them: b's query runs beside a's first at once, not
+    # behind all of a's.
     assert embedder.calls == ["query:long query 0", "query:short"]
     embedder.query_release.set()
     await asyncio.gather(*calls)
     assert embedder.calls == ["query:long query 0", "query:short", "query:long query 1"]
     assert not engine.embedder_busy(a) and not engine.embedder_busy(b)
+
+
+async def test_the_local_lane_runs_two_of_one_orgs_queries_and_keeps_a_third_slot() -> None:
+    embedder = _Recorder()
+    lanes = EmbeddingLanes(embedder, EmbeddingSettings())
+    assert (lanes.query.capacity, lanes.query.per_key) == (QUERY_THREADS, QUERY_THREADS - 1) == (3, 2)
+    a, b = uuid4(), uuid4()
+    calls = [asyncio.ensure_future(lanes.embed_query(a, [f"a{i}"])) for i in range(3)]
+    await asyncio.sleep(0)
+    calls.append(asyncio.ensure_future(lanes.embed_query(b, ["b"])))
+    await asyncio.sleep(0)
+    assert embedder.calls == ["query:a0", "query:a1", "query:b"]  # a's third waits; b's does not
+    embedder.query_release.set()
+    await asyncio.gather(*calls)
+    assert embedder.calls == ["query:a0", "query:a1", "query:b", "query:a2"]
 
 
 async def test_no_org_holds_every_slot() -> None:

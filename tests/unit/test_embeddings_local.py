@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from uuid import uuid4
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +20,8 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from service.embeddings import EmbeddingError, LocalEmbedder, build_embedder
-from service.embeddings.local import LONG_QUERY_CHARS, LONG_QUERY_NICE, QUERY_BATCH
+from service.embeddings.lanes import EmbeddingLanes
+from service.embeddings.local import LONG_QUERY_CHARS, LONG_QUERY_NICE, QUERY_BATCH, QUERY_THREADS
 from service.embeddings.onnx_model import ModelFiles, bundled_model_files, ensure_model
 from service.settings import EmbeddingSettings
 
@@ -280,6 +283,41 @@ async def test_build_embedder_local_uses_cache(models: BuiltModels) -> None:
     finally:
         await embedder.aclose()
     assert models.int8.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize(("setting", "threads"), [(0, QUERY_THREADS), (4, 4)])
+async def test_query_lane_is_as_wide_as_the_query_threads(models: BuiltModels, setting: int, threads: int) -> None:
+    """A slot the query lane grants never waits for a thread: one org's queries fill all but one
+    slot, and the others' query must still find a thread of its own (issue 13's spare slot)."""
+    settings = EmbeddingSettings(query_concurrency=setting)
+    embedder = await asyncio.to_thread(build_embedder, settings, models.data_dir)
+    try:
+        assert isinstance(embedder, LocalEmbedder) and embedder.query_threads == threads
+        lanes = EmbeddingLanes(embedder, settings)
+        assert (lanes.query.capacity, lanes.query.per_key) == (threads, threads - 1)
+        # Every granted slot embeds at the same time as the others: each run waits for all of them.
+        together = threading.Barrier(threads, timeout=10)
+        run = embedder._embed_with
+
+        def meet_then_run(*args: Any) -> npt.NDArray[np.float32]:
+            together.wait()
+            return run(*args)
+
+        embedder._embed_with = meet_then_run  # type: ignore[method-assign,assignment]
+        texts = [f"query number {i} about cells" for i in range(threads)]
+        a, b = uuid4(), uuid4()
+        vectors = await asyncio.gather(*(lanes.embed_query(a if i else b, [text]) for i, text in enumerate(texts)))
+        embedder._embed_with = run  # type: ignore[method-assign]
+        alone = [await embedder.embed([text]) for text in texts]
+        for got, want in zip(vectors, alone, strict=True):
+            np.testing.assert_array_equal(got, want)
+    finally:
+        await embedder.aclose()
+
+
+def test_query_threads_must_be_positive(models: BuiltModels) -> None:
+    with pytest.raises(ValueError, match="query_threads"):
+        LocalEmbedder(models.int8, models.files.tokenizer, name="test", query_threads=0)
 
 
 def test_build_embedder_local_rejects_other_dims(tmp_path: Path) -> None:
