@@ -164,10 +164,11 @@ class EmbeddingLanes:
     def __init__(self, embedder: Embedder, settings: EmbeddingSettings) -> None:
         self.embedder = embedder
         local = isinstance(embedder, BulkCapable)
-        # The local model's lane is as wide as its query threads (``LocalEmbedder.query_threads``, which
-        # ``build_embedder`` sets from the same setting), so a granted slot never waits for a thread.
+        # An embedder with its own query threads (``LocalEmbedder.query_threads``, which ``build_embedder``
+        # sets from ``query_concurrency``) gets a lane exactly as wide: a granted slot never waits for a
+        # thread, whatever the settings passed here say.
         threads = int(getattr(embedder, "query_threads", 0))
-        query_slots = settings.query_concurrency or threads or (QUERY_THREADS if local else 8)
+        query_slots = threads or settings.query_concurrency or (QUERY_THREADS if local else 8)
         self.query = FairGate(query_slots, per_key=max(1, query_slots - 1))
         self.bulk = FairGate(settings.bulk_concurrency or (1 if local else 2))
         self.bulk_batch = max(1, settings.bulk_batch)
