@@ -247,10 +247,22 @@ CPU_GROUPS = (("service", ("service.cli serve", "uvicorn", "multiprocessing")), 
               ("redis", ("redis-server",)))
 
 
+SERVICE_MAIN_THREADS = "service main threads"
+"""Key of :func:`cpu_seconds_by_group`'s reading of the service processes' main threads alone: their
+event loops (with several workers, also the idle supervisor's). Part of ``service``, not a group of
+its own: the rest of ``service`` is its other threads (the query embeddings, mostly)."""
+
+
+def _stat_cpu_seconds(stat: str, tick: int) -> float:
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
 def cpu_seconds_by_group() -> dict[str, float]:
     """CPU seconds (user + system) used so far by this machine's service, Postgres and Redis processes,
     plus this process (``loadgen``), from ``/proc`` (Linux; elsewhere only ``loadgen``). Backends that
-    exited are not counted, so take the difference of two readings around a run on pooled connections."""
+    exited are not counted, so take the difference of two readings around a run on pooled connections.
+    :data:`SERVICE_MAIN_THREADS` is the share of ``service`` spent on its processes' main threads."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     out: dict[str, float] = {}
     proc = Path("/proc")
@@ -259,12 +271,16 @@ def cpu_seconds_by_group() -> dict[str, float]:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = _stat_cpu_seconds((entry / "stat").read_text(), tick)
         except OSError:
             continue
         for group, needles in CPU_GROUPS:
             if any(n in cmdline for n in needles):
-                out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+                out[group] = out.get(group, 0.0) + seconds
+                if group == "service":
+                    with contextlib.suppress(OSError):
+                        main = _stat_cpu_seconds((entry / "task" / entry.name / "stat").read_text(), tick)
+                        out[SERVICE_MAIN_THREADS] = out.get(SERVICE_MAIN_THREADS, 0.0) + main
                 break
     times = os.times()
     out["loadgen"] = times.user + times.system
