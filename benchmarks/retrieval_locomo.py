@@ -306,7 +306,8 @@ async def forget_accesses(client: Any, owner_dsn: str, org_ids: Sequence[str]) -
     assembly line starts from the loaded state: the memories an earlier line packed for the same
     questions would otherwise count as recently used, and each line would score higher the more lines
     ran before it (``assemble_1000`` after ``assemble_500``: +0.012 of evidence on LoCoMo dev)."""
-    await client.app.state.services.extras["assembly"].access.flush()
+    # The app (its pool included) runs on the test client's portal loop, not this one: flush there.
+    await asyncio.to_thread(client.blocking_portal.call, client.app.state.services.extras["assembly"].access.flush)
     conn = await asyncpg.connect(owner_dsn)
     try:
         await conn.execute("DELETE FROM memory_access WHERE org_id = ANY($1::uuid[])", list(org_ids))
