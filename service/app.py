@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -164,6 +165,16 @@ async def close_services(services: Services, *, close_embedder: bool) -> None:
         await services.embedder.aclose()
 
 
+GIL_SWITCH_INTERVAL_S = 0.0005
+"""How long a running thread keeps the GIL from one that asks for it, while the app serves
+(CPython's default: 5 ms). A query embedding gives up the GIL inside onnxruntime and needs it back
+to hand in its tokens and to hand back the vector; behind an event loop busy with other requests,
+each of those waits lasted up to the whole interval, so under load an embedding of ~2 ms of CPU
+took long enough to miss its deadline (``embedder_timeout``). At 0.5 ms, three assemblies at a time
+on two cores: 65-93 embedder timeouts in 1,500 instead of 129-146, and 93-96% of the assemblies ran
+their planned search instead of 90-91% (docs/benchmarks.md, session 15)."""
+
+
 def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder | None = None) -> Litestar:
     """Build the ASGI app. ``embedder`` lets tests inject a provider; by default it is built from settings."""
 
@@ -177,11 +188,14 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         gc.collect()
         gc.freeze()
         log.info("gc_frozen", objects=gc.get_freeze_count())
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         try:
             yield
         finally:
             await close_services(services, close_embedder=embedder is None)
             gc.unfreeze()  # collectable again (several apps can come and go in one process, e.g. tests)
+            sys.setswitchinterval(switch_interval)
 
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
     app = Litestar(

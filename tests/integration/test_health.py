@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 from litestar.testing import AsyncTestClient
 
-from service.app import create_app
+from service.app import GIL_SWITCH_INTERVAL_S, create_app
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings
@@ -38,3 +39,16 @@ async def test_startup_objects_are_frozen_out_of_full_collections_while_the_app_
         assert (await http.get("/healthz")).status_code == 200
         assert gc.get_freeze_count() > 10_000  # modules, settings, pools, tokenizers, ...
     assert gc.get_freeze_count() == 0  # unfrozen at shutdown: collectable again
+
+
+async def test_threads_get_the_gil_back_sooner_while_the_app_runs(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder) -> None:
+    outer = sys.getswitchinterval()  # another app of this session may be running and have set it
+    sys.setswitchinterval(0.004)
+    try:
+        async with AsyncTestClient(app=create_app(settings, endpoints, embedder=embedder)) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            assert sys.getswitchinterval() == GIL_SWITCH_INTERVAL_S  # process-wide, set in the lifespan
+        assert sys.getswitchinterval() == 0.004  # what it was before the app started, restored at shutdown
+    finally:
+        sys.setswitchinterval(outer)
