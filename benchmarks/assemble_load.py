@@ -401,6 +401,14 @@ def search_rows(timings: dict[str, list[float]]) -> list[str]:
     return rows
 
 
+def service_env(text: str) -> tuple[str, str]:
+    """``--service-env`` NAME=VALUE, NAME a ``PGCONTEXT_*`` setting."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("PGCONTEXT_"):
+        raise argparse.ArgumentTypeError(f"expected PGCONTEXT_NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running service (default: start one on the embedded default)")
@@ -420,6 +428,10 @@ def main() -> None:
                              "in the same run on the same data, before this one (repeatable)")
     parser.add_argument("--deadline-ms", type=int, help="PGCONTEXT_DEADLINE_MS of the measured services "
                         "(default: the service's own, 40)")
+    parser.add_argument("--service-env", action="append", default=[], metavar="PGCONTEXT_NAME=VALUE",
+                        type=service_env,
+                        help="a setting for the started services (repeatable); they get no PGCONTEXT_* variable "
+                             "from this environment but these and --deadline-ms")
     parser.add_argument("--strategy", choices=["auto", "hybrid", "lexical_first", "semantic", "lexical"],
                         help="the assemblies' retrieval.strategy (default: none given, so the service's auto); "
                              "one strategy for every tree compares the same work, whatever each tree sheds")
@@ -475,7 +487,7 @@ def main() -> None:
                               args.random_vectors, workers=args.workers)
             for root in [*args.compare_root, ROOT]:
                 with service(data_dir, free_port(), args.workers, source=root,
-                             deadline_ms=args.deadline_ms) as (url, _):
+                             env_extra=dict(args.service_env), deadline_ms=args.deadline_ms) as (url, _):
                     print(f"# service from {root}", file=sys.stderr, flush=True)
                     measured[str(root)] = asyncio.run(run_levels(
                         url, {"Authorization": f"Bearer {key}"}, queries, args.agents, concurrencies,

@@ -1,7 +1,9 @@
-"""The load benchmarks' CPU accounting: the service's main threads (event loops) apart from its other threads."""
+"""benchmarks/assemble_load.py's own parts: its CPU accounting (the service's main threads, i.e. event loops,
+apart from its other threads) and its settings for the services it starts."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks._common import SERVICE_MAIN_THREADS, cpu_seconds_by_group
-from benchmarks.assemble_load import Level
+from benchmarks.assemble_load import Level, service_env
 
 # A stand-in "service" (its command line carries the needle): one thread spins, the main thread sleeps.
 SPIN_IN_A_THREAD = """
@@ -60,3 +62,11 @@ def test_a_service_threads_cpu_is_not_counted_as_its_event_loop() -> None:
     assert service >= 0.5
     assert service - main >= 0.5
     assert main <= service
+
+
+def test_service_env_takes_pgcontext_settings_only() -> None:
+    assert service_env("PGCONTEXT_EMBEDDING_QUERY_CONCURRENCY=1") == ("PGCONTEXT_EMBEDDING_QUERY_CONCURRENCY", "1")
+    assert service_env("PGCONTEXT_X=a=b") == ("PGCONTEXT_X", "a=b")
+    for bad in ("PGCONTEXT_X", "PATH=/bin", "=1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            service_env(bad)
