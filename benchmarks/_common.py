@@ -227,14 +227,19 @@ def tree_pids(pid: int) -> list[int]:
     return [pid, *_children(pid)]
 
 
+def _stat_cpu_seconds(stat: str, tick: int) -> float:
+    """User + system CPU seconds in a ``/proc/<pid>/stat`` (or ``.../task/<tid>/stat``) line."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
 def cpu_seconds_of(pids: Sequence[int]) -> dict[int, float]:
     """CPU seconds (user + system) used so far by each of these processes (those gone are left out)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, float] = {}
     for pid in pids:
         with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[pid] = (int(fields[11]) + int(fields[12])) / tick
+            out[pid] = _stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text(), tick)
     return out
 
 
@@ -251,11 +256,6 @@ SERVICE_MAIN_THREADS = "service main threads"
 """Key of :func:`cpu_seconds_by_group`'s reading of the service processes' main threads alone: their
 event loops (with several workers, also the idle supervisor's). Part of ``service``, not a group of
 its own: the rest of ``service`` is its other threads (the query embeddings, mostly)."""
-
-
-def _stat_cpu_seconds(stat: str, tick: int) -> float:
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick
 
 
 def cpu_seconds_by_group() -> dict[str, float]:

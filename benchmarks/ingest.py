@@ -26,7 +26,7 @@ import platform
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -80,9 +80,12 @@ class TimingEmbedder:
         self.seconds = 0.0
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return await self._timed(self.inner.embed(texts))
+
+    async def _timed(self, work: Awaitable[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
         started = time.perf_counter()
         try:
-            return await self.inner.embed(texts)
+            return await work
         finally:
             self.seconds += time.perf_counter() - started
 
@@ -100,11 +103,7 @@ class TimingBulkEmbedder(TimingEmbedder):
     which is what the write path's lane calls; its time is added up too."""
 
     async def embed_bulk(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        started = time.perf_counter()
-        try:
-            return await cast(BulkCapable, self.inner).embed_bulk(texts)
-        finally:
-            self.seconds += time.perf_counter() - started
+        return await self._timed(cast(BulkCapable, self.inner).embed_bulk(texts))
 
 
 class TimingDatabase(Database):
