@@ -38,6 +38,7 @@ import tiktoken
 from service.model_families import ENCODINGS as ENCODINGS
 from service.model_families import UnknownModelError as UnknownModelError
 from service.model_families import resolve_model
+from service.orgscope import org_memo
 
 MESSAGE_OVERHEAD: Final = 3
 """Tokens of chat framing per message (OpenAI chat format)."""
@@ -118,7 +119,8 @@ def load_encoding(encoding_name: str, cache_dir: Path) -> tiktoken.Encoding:
 
 
 COUNT_CACHE_SIZE: Final = 8192
-"""Counts remembered per encoding; hot memories and popular cold ones recur on every request."""
+"""Counts remembered per encoding, one bound for all orgs; hot memories and popular cold ones recur on
+every request."""
 COUNT_CACHE_MAX_CHARS: Final = 4096
 """Longer texts are counted every time, which bounds the cache to tens of MB at worst."""
 
@@ -129,16 +131,22 @@ class TokenCounter:
     :meth:`count` remembers recent results (an LRU of :data:`COUNT_CACHE_SIZE` texts up to
     :data:`COUNT_CACHE_MAX_CHARS` characters): counting runs at about 3 M tokens/s, so the same
     memory texts recounted on every assemble request would otherwise cost milliseconds each time.
+    Entries are the current org's alone (:func:`service.orgscope.org_memo`): a text another org
+    counted is never a hit.
     """
 
     __slots__ = ("_cached_count", "_encoding")
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
         self._encoding = encoding
-        self._cached_count = functools.lru_cache(maxsize=COUNT_CACHE_SIZE)(self._count)
+        self._cached_count = org_memo(COUNT_CACHE_SIZE)(self._count)
 
     def _count(self, text: str) -> int:
         return len(self._encoding.encode_ordinary(text))
+
+    def cache_info(self) -> functools._CacheInfo:
+        """Hits, misses and size of the count cache (every org's entries together)."""
+        return self._cached_count.cache_info()
 
     @classmethod
     def load(cls, encoding_name: str, cache_dir: Path) -> TokenCounter:

@@ -48,6 +48,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from service.orgscope import org_memo
+
 
 class Intent(enum.StrEnum):
     FACTUAL = "factual"
@@ -272,10 +274,10 @@ _ENTITY = re.compile(r"""\w+[_./:]\w[\w./:]*|[a-z]+[A-Z]\w*|"[^"]+"|'[^']{2,}'|`
 _CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][\w-]+")
 
 
-@functools.lru_cache(maxsize=256)
+@org_memo(256)
 def _phrases_in(query: str) -> frozenset[str]:
     """Every run of one to four consecutive words: a cue matches by set lookup, as whole words.
-    Cached: one plan asks three times for the same query's."""
+    Cached (per org: :mod:`service.orgscope`): one plan asks three times for the same query's."""
     ws = _phrase_words(query)
     return frozenset(" ".join(ws[i : i + n]) for n in range(1, _MAX_PHRASE_WORDS + 1) for i in range(len(ws) - n + 1))
 

@@ -48,6 +48,7 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +87,7 @@ from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, Unprocessable
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
+from service.orgscope import org_scope
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
@@ -232,10 +234,18 @@ class Orchestrator:
             done: asyncio.Future[HistoryCost] = loop.create_future()
             done.set_result(measure_history(counter, history, limit))
             return done
-        return loop.run_in_executor(self._history_cpu, measure_history, counter, history, limit)
+        # The thread counts in this org's scope of the count cache (service.orgscope).
+        return loop.run_in_executor(self._history_cpu, contextvars.copy_context().run, measure_history, counter,
+                                    history, limit)
 
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
-        """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble."""
+        """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble; the
+        in-process caches of text read and write ``org_id``'s entries only (:mod:`service.orgscope`)."""
+        with org_scope(org_id):
+            return await self._admit_and_assemble(org_id, req, caller)
+
+    async def _admit_and_assemble(self, org_id: UUID, req: AssembleRequest,
+                                  caller: CallerDeadline) -> AssembleResponse:
         self._validate(req)
         counter, model = self.counter_for(req)
         # Selective mode sizes the cold search by its budget, so it is planned first; otherwise the

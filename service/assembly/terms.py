@@ -9,7 +9,6 @@ request to the next, so the per-text results are cached by text.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -17,6 +16,8 @@ from typing import ClassVar, Final
 
 import numpy as np
 from numpy.typing import NDArray
+
+from service.orgscope import org_memo
 
 _WORD = re.compile(r"\w+")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -66,9 +67,9 @@ def _content(distinct: set[str]) -> set[str]:
     return {w for w in distinct if len(w) > 1 or _CJK_CHAR.match(w) is not None}
 
 
-@functools.lru_cache(maxsize=8192)
+@org_memo(8192)
 def content_term_count(text: str) -> int:
-    """Distinct content words (see :func:`content_terms`); cached, memory texts recur per request."""
+    """Distinct content words (see :func:`content_terms`); cached per org, memory texts recur per request."""
     return len(content_terms(text))
 
 
@@ -76,7 +77,7 @@ def _content_terms(text: str) -> frozenset[str]:
     return frozenset(_content(set(words(text))))
 
 
-_cached_content_terms = functools.lru_cache(maxsize=4096)(_content_terms)
+_cached_content_terms = org_memo(4096)(_content_terms)
 
 
 def content_terms(text: str) -> frozenset[str]:
@@ -109,7 +110,7 @@ def _feature_hash_array(text: str) -> NDArray[np.int64]:
     return array
 
 
-@functools.lru_cache(maxsize=2048)
+@org_memo(2048)
 def _cached_feature_hashes(text: str) -> NDArray[np.int64]:
     hashes = _feature_hash_array(text)
     hashes.setflags(write=False)  # shared between calls through the cache

@@ -51,6 +51,7 @@ from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_agent_id, check_metadata
 from service.memories.write import embed_texts
+from service.orgscope import org_scope
 from service.runtime import Services
 from service.settings import DocumentSettings, LimitSettings
 from service.timing import elapsed_ms
@@ -259,7 +260,8 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> In
         files = [item for item, _ in changed]
         t = time.perf_counter()
         counter = await asyncio.to_thread(token_counter, services)
-        chunked = await asyncio.to_thread(chunk_files, files, counter, docs)
+        with org_scope(org_id):  # the count cache's entries are this org's (to_thread carries the scope)
+            chunked = await asyncio.to_thread(chunk_files, files, counter, docs)
         rows = _rows(chunked, files, request.collection, request.agent_id)
         chunking_ms = elapsed_ms(t)
         t = time.perf_counter()

@@ -12,16 +12,20 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import pytest
 import structlog
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.assembly import Orchestrator
+from service.assembly.types import AssembleRequest
 from service.db import Database, create_pool
 from service.embeddings import Embedder
+from service.orgscope import org_scope
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.types import Strategy
 from service.runtime import Endpoints, Services
@@ -381,6 +385,30 @@ async def test_another_orgs_directive_hot_set_and_memories_never_appear(
         assert r.status_code == 200 and set(r.json()["not_found"]) == set(their_ids)
         row = (await client.get(f"/v1/memories/{their_ids[0]}", headers=other_tenant.headers)).json()
         assert row["usefulness"] == 0.0
+
+
+
+@pytest.mark.parametrize("inline_history_chars", [16_000, 0])  # history counted on the loop; in its thread
+async def test_token_counts_are_cached_per_org(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                               tenant: Tenant, other_tenant: Tenant, inline_history_chars: int) -> None:
+    line = f"SECRET-B message {uuid.uuid4()}"
+    async with assembly_client(settings, endpoints, embedder, inline_history_chars=inline_history_chars) as client:
+        r = await assemble(client, other_tenant, recent_messages=[{"role": "user", "content": line}])
+        assert r.status_code == 200, r.text
+        counter, _ = orchestrator(client).counter_for(
+            AssembleRequest(agent_id=AGENT, query="q", model="gpt-4o", max_context_tokens=1000))
+
+        def is_hit(scope: contextlib.AbstractContextManager[None]) -> bool:
+            before = counter.cache_info().hits
+            with scope:
+                counter.count(line)
+            return counter.cache_info().hits > before
+
+        # Their assembly counted the line in their org's scope only: my first count of it is a miss,
+        # and nothing was cached for work outside any org.
+        assert not is_hit(org_scope(tenant.org_id))
+        assert not is_hit(contextlib.nullcontext())
+        assert is_hit(org_scope(other_tenant.org_id))
 
 
 async def test_openapi_documents_the_assembly_endpoints(client: AsyncTestClient[Any]) -> None:

@@ -7,10 +7,13 @@ import math
 import os
 import threading
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
+import tiktoken
 
 from service.model_families import resolve_model
+from service.orgscope import org_scope
 from service.tokens import (
     ENCODINGS,
     MESSAGE_OVERHEAD,
@@ -19,6 +22,7 @@ from service.tokens import (
     Tokenizers,
     UnknownModelError,
     encoding_for_model,
+    load_encoding,
     seed_bpe_file,
 )
 
@@ -100,6 +104,37 @@ def test_counts_are_cached_but_identical(cl100k: TokenCounter) -> None:
     long_text = "x " * 5000  # past the cache's size limit: still exact
     assert cl100k.count(long_text) == len(cl100k.encode(long_text))
     assert cl100k.count_many(["a", "hello world"]) == [1, 2]
+
+
+class CountingEncoding:
+    """A tiktoken encoding that counts how often text is really encoded (cache misses)."""
+
+    def __init__(self, encoding: tiktoken.Encoding) -> None:
+        self.encoding = encoding
+        self.name = encoding.name
+        self.encoded: list[str] = []
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.encoded.append(text)
+        return self.encoding.encode_ordinary(text)
+
+
+def test_cached_counts_are_kept_per_org(tokenizers: Tokenizers) -> None:
+    encoding = CountingEncoding(load_encoding("cl100k_base", tokenizers.cache_dir))
+    counter = TokenCounter(encoding)  # type: ignore[arg-type]
+    org_a, org_b = uuid4(), uuid4()
+    text = "a memory line both orgs happen to hold"
+    expected = len(encoding.encoding.encode_ordinary(text))
+    with org_scope(org_a):
+        assert counter.count(text) == counter.count(text) == expected  # the second is org A's hit
+    assert encoding.encoded == [text]
+    # Another org's count is never a hit on org A's entry (nor is unscoped work), so how long it
+    # takes says nothing about what org A counted.
+    with org_scope(org_b):
+        assert counter.count(text) == expected
+    assert counter.count(text) == expected
+    assert encoding.encoded == [text, text, text]
+    assert counter.cache_info().currsize == 3  # one cache, one bound, for all orgs
 
 
 @pytest.mark.parametrize(
