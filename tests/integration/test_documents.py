@@ -8,10 +8,11 @@ and tenant isolation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 import numpy as np
@@ -22,10 +23,11 @@ from redis.asyncio import Redis
 
 from service.db import Database, create_pool
 from service.documents import lookup
-from service.documents.ingest import ingest
+from service.documents.ingest import ingest, token_counter
 from service.documents.lookup import LookupFilters
 from service.documents.types import FileIn, IngestRequest
 from service.embeddings import Embedder
+from service.orgscope import org_scope
 from service.runtime import Endpoints, Services
 from service.settings import Settings
 from tests.conftest import Tenant
@@ -365,6 +367,26 @@ async def test_another_org_never_sees_the_documents(
     async with db.tenant(other_tenant.org_id, readonly=True) as tx:
         assert len(await lookup.path(tx, "secret/plan.py", filters=LookupFilters(collection="default"))) == 1
 
+
+async def test_chunk_token_counts_are_cached_per_org(client: AsyncTestClient[Any], tenant: Tenant,
+                                                     other_tenant: Tenant) -> None:
+    """The chunker counts every line; another org's import of a line is not a cache hit for mine
+    (docs/security.md, "In-process caches")."""
+    line = f"secret_{uuid4().hex} = 1\n"
+    await post(client, other_tenant, {"secret/counted.py": line})
+    services = client.app.state.services
+    assert isinstance(services, Services)
+    counter = token_counter(services)
+
+    def is_hit(scope: contextlib.AbstractContextManager[None]) -> bool:
+        before = counter.cache_info().hits
+        with scope:
+            counter.count(line)
+        return counter.cache_info().hits > before
+
+    assert not is_hit(org_scope(tenant.org_id))
+    assert not is_hit(contextlib.nullcontext())
+    assert is_hit(org_scope(other_tenant.org_id))
 
 async def test_deeply_nested_sources_do_not_fail_the_batch(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     """Sources nested a thousand levels (TS namespaces, Rust mods, Java classes) answered 500 and
