@@ -11,15 +11,18 @@ flooding distinct texts can only push entries out, which everyone then recompute
 
 The org is the running task's: :func:`org_scope` sets it for a block (context assembly, a document
 import), tasks started inside inherit it, and so does ``asyncio.to_thread``; a plain
-``run_in_executor`` does not (pass ``contextvars.copy_context().run``). Work outside any org's scope
-(start-up, offline tools) uses scope 0, shared by all such work.
+``run_in_executor`` does not: use :func:`in_thread`. Work outside any org's scope (start-up, offline
+tools) uses scope 0, shared by all such work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import functools
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, cast
 from uuid import UUID
@@ -38,6 +41,12 @@ def org_scope(org_id: UUID) -> Iterator[None]:
         yield
     finally:
         _SCOPE.reset(token)
+
+
+def in_thread(executor: Executor, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``loop.run_in_executor(executor, fn, *args)`` in the caller's org scope (a plain
+    ``run_in_executor`` runs ``fn`` outside it, where the caches of text are shared)."""
+    return asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, fn, *args)
 
 
 def current_scope() -> int:

@@ -4,6 +4,7 @@ embedder, the app under an in-process ASGI client, and org/key factories."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -20,6 +21,7 @@ from service.app import create_app
 from service.auth import admin
 from service.db import migrate
 from service.embeddings import Embedder, build_embedder
+from service.orgscope import org_scope
 from service.runtime import Endpoints, Services
 from service.settings import Settings, load_settings
 from tests.servers import fresh_database, postgres_server, redis_server
@@ -106,6 +108,15 @@ def services(client: AsyncTestClient[Any]) -> Services:
     services = client.app.state.services
     assert isinstance(services, Services)
     return services
+
+
+def is_cache_hit(call: Callable[[str], object], info: Callable[[], Any], text: str, org_id: UUID | None) -> bool:
+    """Whether ``call(text)`` in ``org_id``'s scope (None: outside any org's) hits its in-process cache
+    (``info``: the cache's ``cache_info``); see service.orgscope."""
+    before = info().hits
+    with org_scope(org_id) if org_id is not None else contextlib.nullcontext():
+        call(text)
+    return bool(info().hits > before)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,6 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -87,7 +86,7 @@ from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, Unprocessable
 from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
-from service.orgscope import org_scope
+from service.orgscope import in_thread, org_scope
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
@@ -220,7 +219,7 @@ class Orchestrator:
             done: asyncio.Future[SelectiveBudget] = loop.create_future()
             done.set_result(planned or plan_selective_budget(query))
             return done
-        return loop.run_in_executor(self._history_cpu, plan_selective_budget, query)
+        return in_thread(self._history_cpu, plan_selective_budget, query)
 
     def _measure_history(self, counter: TokenCounter, history: list[tuple[str, str]],
                          limit: int | None) -> asyncio.Future[HistoryCost]:
@@ -234,9 +233,7 @@ class Orchestrator:
             done: asyncio.Future[HistoryCost] = loop.create_future()
             done.set_result(measure_history(counter, history, limit))
             return done
-        # The thread counts in this org's scope of the count cache (service.orgscope).
-        return loop.run_in_executor(self._history_cpu, contextvars.copy_context().run, measure_history, counter,
-                                    history, limit)
+        return in_thread(self._history_cpu, measure_history, counter, history, limit)
 
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
         """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble; the
@@ -334,7 +331,7 @@ class Orchestrator:
         directive_text = directive.content if directive is not None else None
         work = (candidates, sel, counter, directive_text, history, measured, req, reserve, window)
         if len(candidates) > s.inline_cpu_candidates:
-            ranked = await asyncio.get_running_loop().run_in_executor(self._cpu, self._rank_pack_format, *work)
+            ranked = await in_thread(self._cpu, self._rank_pack_format, *work)
         else:
             ranked = self._rank_pack_format(*work)
         self.cold.limits.learn(org_id, ranked.scored)

@@ -22,16 +22,16 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.assembly import Orchestrator
+from service.assembly.terms import content_term_count
 from service.assembly.types import AssembleRequest
 from service.db import Database, create_pool
 from service.embeddings import Embedder
-from service.orgscope import org_scope
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.types import Strategy
 from service.runtime import Endpoints, Services
 from service.settings import Settings
 from service.tokens import Tokenizers
-from tests.conftest import Tenant
+from tests.conftest import Tenant, is_cache_hit
 
 GENEROUS: dict[str, Any] = {"deadline_ms": 5000, "directive_timeout_ms": 2000, "hot_timeout_ms": 2000,
                             "cold_timeout_ms": 3000}
@@ -388,28 +388,27 @@ async def test_another_orgs_directive_hot_set_and_memories_never_appear(
 
 
 
-@pytest.mark.parametrize("inline_history_chars", [16_000, 0])  # history counted on the loop; in its thread
-async def test_token_counts_are_cached_per_org(settings: Settings, endpoints: Endpoints, embedder: Embedder,
-                                               tenant: Tenant, other_tenant: Tenant, inline_history_chars: int) -> None:
-    line = f"SECRET-B message {uuid.uuid4()}"
-    async with assembly_client(settings, endpoints, embedder, inline_history_chars=inline_history_chars) as client:
+@pytest.mark.parametrize("inline", [True, False])  # counting and ranking on the event loop; in their threads
+async def test_text_caches_are_kept_per_org(settings: Settings, endpoints: Endpoints, embedder: Embedder,
+                                            tenant: Tenant, other_tenant: Tenant, inline: bool) -> None:
+    """Another org's assembly counted a history line and scored a memory line: neither is a cache hit
+    for my org, nor for work outside any org (docs/security.md, "In-process caches")."""
+    marker = uuid.uuid4().hex
+    line = f"SECRET-B message {marker}"
+    memory = f"SECRET-B espresso machine {marker} stands in the basement."
+    threads: dict[str, Any] = {} if inline else {"inline_history_chars": 0, "inline_cpu_candidates": 0}
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS, **threads) as client:
+        await seed(client, other_tenant, [(memory, AGENT, False)])
         r = await assemble(client, other_tenant, recent_messages=[{"role": "user", "content": line}])
         assert r.status_code == 200, r.text
+        assert memory in r.json()["context"]  # scored and packed
         counter, _ = orchestrator(client).counter_for(
             AssembleRequest(agent_id=AGENT, query="q", model="gpt-4o", max_context_tokens=1000))
-
-        def is_hit(scope: contextlib.AbstractContextManager[None]) -> bool:
-            before = counter.cache_info().hits
-            with scope:
-                counter.count(line)
-            return counter.cache_info().hits > before
-
-        # Their assembly counted the line in their org's scope only: my first count of it is a miss,
-        # and nothing was cached for work outside any org.
-        assert not is_hit(org_scope(tenant.org_id))
-        assert not is_hit(contextlib.nullcontext())
-        assert is_hit(org_scope(other_tenant.org_id))
-
+        for call, info, text in ((counter.count, counter.cache_info, line),
+                                 (content_term_count, content_term_count.cache_info, memory)):
+            assert not is_cache_hit(call, info, text, tenant.org_id), text
+            assert not is_cache_hit(call, info, text, None), text
+            assert is_cache_hit(call, info, text, other_tenant.org_id), text
 
 async def test_openapi_documents_the_assembly_endpoints(client: AsyncTestClient[Any]) -> None:
     r = await client.get("/schema/openapi.json")

@@ -8,7 +8,6 @@ and tenant isolation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -27,10 +26,9 @@ from service.documents.ingest import ingest, token_counter
 from service.documents.lookup import LookupFilters
 from service.documents.types import FileIn, IngestRequest
 from service.embeddings import Embedder
-from service.orgscope import org_scope
 from service.runtime import Endpoints, Services
 from service.settings import Settings
-from tests.conftest import Tenant
+from tests.conftest import Tenant, is_cache_hit
 
 PY = '''"""Geometry helpers."""
 
@@ -377,16 +375,9 @@ async def test_chunk_token_counts_are_cached_per_org(client: AsyncTestClient[Any
     services = client.app.state.services
     assert isinstance(services, Services)
     counter = token_counter(services)
-
-    def is_hit(scope: contextlib.AbstractContextManager[None]) -> bool:
-        before = counter.cache_info().hits
-        with scope:
-            counter.count(line)
-        return counter.cache_info().hits > before
-
-    assert not is_hit(org_scope(tenant.org_id))
-    assert not is_hit(contextlib.nullcontext())
-    assert is_hit(org_scope(other_tenant.org_id))
+    assert not is_cache_hit(counter.count, counter.cache_info, line, tenant.org_id)
+    assert not is_cache_hit(counter.count, counter.cache_info, line, None)
+    assert is_cache_hit(counter.count, counter.cache_info, line, other_tenant.org_id)
 
 async def test_deeply_nested_sources_do_not_fail_the_batch(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     """Sources nested a thousand levels (TS namespaces, Rust mods, Java classes) answered 500 and
