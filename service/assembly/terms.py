@@ -4,7 +4,7 @@ Content terms (not stopwords, two characters or more, or one CJK character) meas
 says per token (informativeness) and, without a query embedding, how much of the query a hot item
 holds; similarity features (content words plus adjacent word pairs) measure redundancy between
 candidates (Jaccard, computed by the packer on the features' hashes). Memory texts recur from one
-request to the next, so the per-text results are cached by text.
+request to the next, so the per-text results are cached by org and text (:mod:`service.orgscope`).
 """
 
 from __future__ import annotations
