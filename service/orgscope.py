@@ -61,8 +61,6 @@ class OrgMemo(Protocol[T_co]):
 
     def cache_info(self) -> functools._CacheInfo: ...
 
-    def cache_clear(self) -> None: ...
-
 
 def org_memo(maxsize: int) -> Callable[[Callable[[str], T]], OrgMemo[T]]:
     """Decorator: ``fn(text)`` cached per org, at most ``maxsize`` entries for all orgs together.
@@ -81,7 +79,7 @@ def org_memo(maxsize: int) -> Callable[[Callable[[str], T]], OrgMemo[T]]:
 
         functools.update_wrapper(call, fn)
         memo = cast(Any, call)
-        memo.cache_info, memo.cache_clear = by_org.cache_info, by_org.cache_clear
+        memo.cache_info = by_org.cache_info
         return cast(OrgMemo[T], memo)
 
     return wrap

@@ -387,7 +387,6 @@ async def test_another_orgs_directive_hot_set_and_memories_never_appear(
         assert row["usefulness"] == 0.0
 
 
-
 @pytest.mark.parametrize("inline", [True, False])  # counting and ranking on the event loop; in their threads
 async def test_text_caches_are_kept_per_org(settings: Settings, endpoints: Endpoints, embedder: Embedder,
                                             tenant: Tenant, other_tenant: Tenant, inline: bool) -> None:
@@ -409,6 +408,7 @@ async def test_text_caches_are_kept_per_org(settings: Settings, endpoints: Endpo
             assert not is_cache_hit(call, info, text, tenant.org_id), text
             assert not is_cache_hit(call, info, text, None), text
             assert is_cache_hit(call, info, text, other_tenant.org_id), text
+
 
 async def test_openapi_documents_the_assembly_endpoints(client: AsyncTestClient[Any]) -> None:
     r = await client.get("/schema/openapi.json")

@@ -379,6 +379,7 @@ async def test_chunk_token_counts_are_cached_per_org(client: AsyncTestClient[Any
     assert not is_cache_hit(counter.count, counter.cache_info, line, None)
     assert is_cache_hit(counter.count, counter.cache_info, line, other_tenant.org_id)
 
+
 async def test_deeply_nested_sources_do_not_fail_the_batch(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     """Sources nested a thousand levels (TS namespaces, Rust mods, Java classes) answered 500 and
     failed the whole batch; now each is indexed beside an ordinary file in the same request."""

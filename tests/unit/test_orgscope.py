@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from uuid import uuid4
 
 from service.assembly.terms import content_term_count
-from service.orgscope import OrgMemo, current_scope, org_memo, org_scope
+from service.orgscope import OrgMemo, current_scope, in_thread, org_memo, org_scope
 
 
 def counting_memo() -> tuple[OrgMemo[int], list[str]]:
@@ -59,7 +58,7 @@ async def test_tasks_and_threads_started_inside_work_in_the_scope() -> None:
         with org_scope(org):
             in_task = await asyncio.create_task(scope_in_a_task())
             in_to_thread = await asyncio.to_thread(current_scope)
-            in_copied = await loop.run_in_executor(pool, contextvars.copy_context().run, current_scope)
+            in_copied = await in_thread(pool, current_scope)
             in_plain = await loop.run_in_executor(pool, current_scope)  # plain executors lose it: see orgscope
         assert (in_task, in_to_thread, in_copied, in_plain) == (org.int, org.int, org.int, 0)
 
