@@ -41,7 +41,7 @@ lint: $(STAMP) ## ruff and mypy
 	$(BIN)/mypy --explicit-package-bases benchmarks
 
 docs: $(STAMP) ## regenerate the configuration reference in docs/operations.md from service/settings/
-	$(BIN)/python -m service.config_reference --write
+	$(BIN)/python -m service.cli.config_reference --write
 
 bench-ingest: $(STAMP) ## write-path throughput (memories/s, embed vs Postgres share)
 	$(BIN)/python benchmarks/ingest.py

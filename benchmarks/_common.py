@@ -26,9 +26,9 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.auth import admin
-from service.cli import prepare_database
-from service.embedded import EmbeddedPostgres
-from service.embedded_redis import EmbeddedRedis
+from service.cli.main import prepare_database
+from service.embedded.postgres import EmbeddedPostgres
+from service.embedded.redis_server import EmbeddedRedis
 from service.runtime import Endpoints
 from service.settings import Settings
 

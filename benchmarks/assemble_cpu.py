@@ -63,7 +63,7 @@ from service.assembly import packing, scoring
 from service.assembly.intent import Intent
 from service.assembly.scoring import Candidate
 from service.settings import load_settings
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path("/work/shared/data/scifact/corpus.jsonl")

@@ -68,7 +68,7 @@ from benchmarks.bench_org import (  # noqa: E402
     random_vectors,
     service,
 )
-from service.embedded import free_port  # noqa: E402
+from service.embedded.postgres import free_port  # noqa: E402
 
 MODEL = "gpt-4o"
 

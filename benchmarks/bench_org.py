@@ -32,7 +32,7 @@ from benchmarks._common import (  # noqa: E402
     vacuum_loaded,
     wait_ready,
 )
-from service.embedded import free_port  # noqa: E402
+from service.embedded.postgres import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 CACHE_DIR = ROOT / ".pgcontext" / "bench-cache"

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from service.auth import admin  # noqa: E402
 from service.db import Database, create_pool, migrate  # noqa: E402
 from service.db.epochs import CacheEpochs  # noqa: E402
-from service.embedded import EmbeddedPostgres  # noqa: E402
+from service.embedded.postgres import EmbeddedPostgres  # noqa: E402
 
 
 async def measure(owner_dsn: str, app_dsn: str, seconds: float, check_s: float) -> None:

@@ -13,7 +13,7 @@ run, alternating ``--rounds`` times:
   is sent on schedule whatever the previous ones do, so a slow service shows as latency, not as
   fewer requests);
 * **flood**: the same, while org B sends ``--flood-factor`` times its rate limit (in the limiter's
-  own tokens, priced by :mod:`service.ratecost` as the service prices them) of, in turn:
+  own tokens, priced by :mod:`service.tenancy.ratecost` as the service prices them) of, in turn:
   ``GET /v1/memories/hot`` for a new agent id each time, and searches and assemblies with a
   different 4,000-character query each time (SciFact sentences, ``strategy: semantic``: every one
   asks the embedder and misses its cache).
@@ -62,9 +62,9 @@ from benchmarks.bench_org import (  # noqa: E402
     load_queries,
     service,
 )
-from service.embedded import free_port  # noqa: E402
-from service.ratecost import base_cost, work_cost  # noqa: E402
+from service.embedded.postgres import free_port  # noqa: E402
 from service.settings import RateLimitSettings, load_settings  # noqa: E402
+from service.tenancy.ratecost import base_cost, work_cost  # noqa: E402
 
 LEVELS = ("L0", "L1", "L2")
 JSON = {"Content-Type": "application/json"}

@@ -67,7 +67,7 @@ from benchmarks._common import (
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine
 from service.settings import load_settings
-from service.tokens import Tokenizers
+from service.text.tokens import Tokenizers
 
 BATCH = 64
 K = 10

@@ -55,8 +55,8 @@ from benchmarks.bench_org import (  # noqa: E402
     random_vectors,
 )
 from service.db import migrate  # noqa: E402
-from service.embedded import EmbeddedPostgres, free_port  # noqa: E402
-from service.embedded_redis import EmbeddedRedis  # noqa: E402
+from service.embedded.postgres import EmbeddedPostgres, free_port  # noqa: E402
+from service.embedded.redis_server import EmbeddedRedis  # noqa: E402
 from tests.replica import make_replica, wait_caught_up, with_host  # noqa: E402
 
 AGENTS = 20

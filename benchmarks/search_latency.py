@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import cached_embeddings, percentile
 from benchmarks.search_latency_build import SCIFACT, build, sentence_pool
 from service.db import Database, create_pool
-from service.embedded import EmbeddedPostgres
+from service.embedded.postgres import EmbeddedPostgres
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine, maintenance
 from service.retrieval.filters import filter_args
@@ -318,7 +318,7 @@ def main() -> None:
         shutil.rmtree(home / "postgres")
     pg = EmbeddedPostgres(home / "postgres", shared_buffers=args.shared_buffers).start()
     try:
-        from service.cli import prepare_database
+        from service.cli.main import prepare_database
 
         owner_dsn = pg.dsn()
         app_dsn = prepare_database(settings, owner_dsn)

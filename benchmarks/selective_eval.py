@@ -38,7 +38,7 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
     from benchmarks._common import app_client, new_tenant, servers
     from service.assembly.format import format_memories, format_memory, memory_tag
     from service.settings import load_settings
-    from service.tokens import Tokenizers
+    from service.text.tokens import Tokenizers
 
     base = load_settings()
     # Quality, not latency: no branch may time out here.

@@ -52,7 +52,7 @@ from benchmarks._common import postmaster_pid, rollup_kb, service_pid, status_kb
 from benchmarks.assemble_load import assemble_body  # noqa: E402
 from benchmarks.bench_org import build_texts, load_queries, prepare_org, service  # noqa: E402
 from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
-from service.embedded import free_port  # noqa: E402
+from service.embedded.postgres import free_port  # noqa: E402
 
 
 @dataclass

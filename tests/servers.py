@@ -18,8 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from service.embedded import EmbeddedPostgres
-from service.embedded_redis import EmbeddedRedis
+from service.embedded.postgres import EmbeddedPostgres
+from service.embedded.redis_server import EmbeddedRedis
 
 
 def docker_available() -> bool:

@@ -9,7 +9,7 @@
   overhead, see :meth:`TokenCounter.count_messages`). Either way the memories still fit.
 * ``reserve`` is kept free for the model's answer.
 * ``overhead`` is the chat envelope of the block itself when sent as one system message
-  (:data:`~service.tokens.MESSAGE_OVERHEAD` + the role + :data:`~service.tokens.REPLY_PRIMING`).
+  (:data:`~service.text.tokens.MESSAGE_OVERHEAD` + the role + :data:`~service.text.tokens.REPLY_PRIMING`).
 * The memories section's own open/close tags are charged by the packer against
   ``memories_available`` (only when something is packed), so a packed block always satisfies
   ``count(format_context(...)) <= total - reserve - overhead`` when the fixed parts fit at all;
@@ -34,7 +34,7 @@ from service.assembly.format import (
     format_history_line,
 )
 from service.assembly.intent import Complexity, Intent, SelectiveBudget
-from service.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
+from service.text.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 
 BLOCK_ROLE = "system"
 """Role the formatted block is assumed to travel in when measuring its chat envelope."""

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Final, Protocol
 
-from service.tokens import TokenCounter
+from service.text.tokens import TokenCounter
 
 DIRECTIVE_OPEN: Final = "<directive>\n"
 DIRECTIVE_CLOSE: Final = "</directive>\n"

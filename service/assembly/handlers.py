@@ -21,11 +21,11 @@ from service.assembly.deadline import CallerDeadline
 from service.assembly.feedback import apply_feedback
 from service.assembly.orchestrator import Orchestrator
 from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
-from service.deps import OrgId, ServicesDep
 from service.errors import DeadlineExceeded, ServiceUnavailable
+from service.http.deps import OrgId, ServicesDep
+from service.http.openapi import errors
 from service.memories.handlers import AgentIdQuery
 from service.memories.validation import check_agent_id
-from service.openapi import errors
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -132,7 +132,7 @@ class HotMemoryController(Controller):
         check_agent_id(agent_id)
         out = await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
         if out.source == "postgres" and services.rate_limiter is not None:
-            # Not cached: a Postgres read the route's price did not cover (service.ratecost)
+            # Not cached: a Postgres read the route's price did not cover (service.tenancy.ratecost)
             await services.rate_limiter.charge(org_id, services.settings.rate_limit.hot_miss_cost)
         return out
 

@@ -28,7 +28,7 @@ holding only org-wide memories made every one of its assemblies rank all of the 
 memories in Postgres, 15-30 ms at 10,000 of them, so its hot branch timed out: L1). Every set
 is written with a TTL (``hot_ttl_s``), and an org's sets together stay under
 ``RedisSettings.org_hot_set_bytes``: storing one deletes the org's least recently filled sets past
-it (:mod:`service.cachebound`; ``{org_id}:hot_lru`` and ``{org_id}:hot_bytes`` keep the account).
+it (:mod:`service.tenancy.cachebound`; ``{org_id}:hot_lru`` and ``{org_id}:hot_bytes`` keep the account).
 
 Fills are single-flight per (org, agent, stamps) and shielded: when a request stops waiting at its
 hot-branch deadline, the fill still finishes and caches the set, so the next request hits. A set
@@ -60,11 +60,11 @@ import structlog
 from redis.exceptions import RedisError
 
 from service.assembly.types import HotMemoryOut, HotSetOut
-from service.cachebound import BOUND_LUA, lru_key, sizes_key
 from service.db import Database
 from service.db.epochs import CacheEpochs
-from service.redisconn import RedisClient
+from service.db.redisconn import RedisClient
 from service.settings import AssemblySettings
+from service.tenancy.cachebound import BOUND_LUA, lru_key, sizes_key
 
 log = structlog.get_logger(__name__)
 K = TypeVar("K")
@@ -88,7 +88,8 @@ def version_key(org_id: UUID, agent_id: str) -> str:
 
 
 HOT_CACHE = "hot"
-"""Name of the org's bounded hot-set cache (:mod:`service.cachebound`): ``{org_id}:hot_lru``, ``{org_id}:hot_bytes``."""
+"""Name of the org's bounded hot-set cache (:mod:`service.tenancy.cachebound`): ``{org_id}:hot_lru``,
+``{org_id}:hot_bytes``."""
 
 # KEYS[1] hot set, KEYS[2] the org's lru, KEYS[3] its sizes; ARGV[1] agent, ARGV[2] blob, ARGV[3] ttl ms,
 # ARGV[4] the org's byte bound, ARGV[5] hot-set key prefix. The bookkeeping lives as long as the sets.

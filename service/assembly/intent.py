@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from service.orgscope import org_memo
+from service.tenancy.orgscope import org_memo
 
 
 class Intent(enum.StrEnum):
@@ -277,7 +277,7 @@ _CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][\w-]+")
 @org_memo(256)
 def _phrases_in(query: str) -> frozenset[str]:
     """Every run of one to four consecutive words: a cue matches by set lookup, as whole words.
-    Cached (per org: :mod:`service.orgscope`): one plan asks three times for the same query's."""
+    Cached (per org: :mod:`service.tenancy.orgscope`): one plan asks three times for the same query's."""
     ws = _phrase_words(query)
     return frozenset(" ".join(ws[i : i + n]) for n in range(1, _MAX_PHRASE_WORDS + 1) for i in range(len(ws) - n + 1))
 

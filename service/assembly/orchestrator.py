@@ -85,15 +85,15 @@ from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, Unprocessable
-from service.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
-from service.orgscope import in_thread, org_scope
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
 from service.runtime import Services
 from service.settings import AssemblySettings
+from service.tenancy.orgscope import in_thread, org_scope
+from service.text.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
+from service.text.tokens import TokenCounter, Tokenizers
 from service.timing import elapsed_ms
-from service.tokens import TokenCounter, Tokenizers
 
 log = structlog.get_logger(__name__)
 
@@ -237,7 +237,7 @@ class Orchestrator:
 
     async def assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
         """Validate, wait to be admitted (:mod:`service.assembly.admission`), then assemble; the
-        in-process caches of text read and write ``org_id``'s entries only (:mod:`service.orgscope`)."""
+        in-process caches of text read and write ``org_id``'s entries only (:mod:`service.tenancy.orgscope`)."""
         with org_scope(org_id):
             return await self._admit_and_assemble(org_id, req, caller)
 
@@ -307,7 +307,7 @@ class Orchestrator:
             planning = self._plan_budget(req.query, planned)
             history = [(m.role, m.content) for m in req.recent_messages]
             # A model counted with another family's encoding budgets only a share of its window (see
-            # service.model_families): the window rounds down, the reserve kept free rounds up.
+            # service.text.model_families): the window rounds down, the reserve kept free rounds up.
             reserve = model.scale(req.reserve_tokens if req.reserve_tokens is not None else s.default_reserve_tokens,
                                   round_up=True)
             window = None if req.max_context_tokens is None else model.scale(req.max_context_tokens)

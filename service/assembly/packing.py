@@ -55,7 +55,7 @@ from service.assembly.scoring import (
     score_candidates,
 )
 from service.assembly.terms import WordSimilarity
-from service.tokens import TokenCounter
+from service.text.tokens import TokenCounter
 
 DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
 

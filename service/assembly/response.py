@@ -29,10 +29,10 @@ from service.assembly.types import (
     Scores,
 )
 from service.directives.types import DirectiveOut
-from service.model_families import ModelTokens
 from service.retrieval.types import RetrievalReport
+from service.text.model_families import ModelTokens
+from service.text.tokens import TokenCounter
 from service.timing import elapsed_ms
-from service.tokens import TokenCounter
 
 log = structlog.get_logger(__name__)
 

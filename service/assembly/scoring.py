@@ -56,7 +56,7 @@ from numpy.typing import NDArray
 from service.assembly.format import format_body, short_date
 from service.assembly.intent import Intent
 from service.assembly.terms import content_term_count
-from service.tokens import TokenCounter
+from service.text.tokens import TokenCounter
 
 Origin = Literal["hot", "cold"]
 FloatVector = NDArray[np.floating]

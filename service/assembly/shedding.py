@@ -19,7 +19,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
-from service.edge import send_error
+from service.http.edge import send_error
 
 ASSEMBLE_PATH = "/v1/context/assemble"
 

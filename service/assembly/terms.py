@@ -4,7 +4,7 @@ Content terms (not stopwords, two characters or more, or one CJK character) meas
 says per token (informativeness) and, without a query embedding, how much of the query a hot item
 holds; similarity features (content words plus adjacent word pairs) measure redundancy between
 candidates (Jaccard, computed by the packer on the features' hashes). Memory texts recur from one
-request to the next, so the per-text results are cached by org and text (:mod:`service.orgscope`).
+request to the next, so the per-text results are cached by org and text (:mod:`service.tenancy.orgscope`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import ClassVar, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from service.orgscope import org_memo
+from service.tenancy.orgscope import org_memo
 
 _WORD = re.compile(r"\w+")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"

@@ -37,7 +37,7 @@ from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
 if TYPE_CHECKING:
-    from service.redisconn import RedisClient
+    from service.db.redisconn import RedisClient
     from service.settings import DatabaseSettings
 
 log = structlog.get_logger(__name__)

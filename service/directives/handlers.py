@@ -8,11 +8,11 @@ from litestar import Controller, delete, get, put
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_204_NO_CONTENT
 
-from service.deps import OrgId, ServicesDep
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveIn, DirectiveOut
 from service.errors import BadRequest, NotFound, PayloadTooLarge
-from service.openapi import errors
+from service.http.deps import OrgId, ServicesDep
+from service.http.openapi import errors
 from service.runtime import Services
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")

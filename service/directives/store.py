@@ -13,7 +13,7 @@ step fails bumps the epoch, so when Redis comes back with the old envelope no in
 
 Envelopes are stored without a TTL, so a Redis run with ``maxmemory-policy volatile-lru`` (the
 embedded one; docs/operations.md for others) never evicts them under memory pressure; instead each
-org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`service.cachebound`).
+org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`service.tenancy.cachebound`).
 """
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ import msgspec
 import structlog
 from redis.exceptions import RedisError
 
-from service.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
 from service.db import Database
 from service.db.epochs import CacheEpochs
+from service.db.redisconn import RedisClient
 from service.directives.types import DirectiveOut
-from service.redisconn import RedisClient
+from service.tenancy.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
 
 log = structlog.get_logger(__name__)
 
 DIRECTIVE_CACHE = "directive"
-"""Name of the org's bounded envelope cache (:mod:`service.cachebound`): ``{org_id}:directive_lru``, ``..._bytes``."""
+"""Name of the org's bounded envelope cache (:mod:`service.tenancy.cachebound`): ``{org_id}:directive_lru``,
+``..._bytes``."""
 
 # KEYS[1] envelope key, KEYS[2] the org's lru, KEYS[3] its sizes; ARGV[1] envelope JSON; ARGV[2] its
 # version; ARGV[3] its epoch; ARGV[4] agent id; ARGV[5] the org's byte bound; ARGV[6] envelope key

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 from litestar import Controller, Request, delete, get, post
 from litestar.params import FromQuery, QueryParameter
 
-from service.deps import OrgId, ServicesDep
 from service.documents import index, ingest
 from service.documents.types import (
     DEFAULT_COLLECTION,
@@ -18,7 +17,8 @@ from service.documents.types import (
     IngestResponse,
 )
 from service.errors import BadRequest, NotFound
-from service.openapi import errors
+from service.http.deps import OrgId, ServicesDep
+from service.http.openapi import errors
 
 COLLECTION_PATTERN = r"^[A-Za-z0-9_.:@/-]+$"
 MAX_DELETE_PATHS = 256

@@ -32,7 +32,7 @@ from service.documents.types import (
     SemanticStatus,
 )
 from service.errors import BadRequest
-from service.jsondepth import json_depth
+from service.http.jsondepth import json_depth
 
 DIRTY_LIST_LIMIT = 100
 

@@ -51,11 +51,11 @@ from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_agent_id, check_metadata
 from service.memories.write import embed_texts
-from service.orgscope import org_scope
 from service.runtime import Services
 from service.settings import DocumentSettings, LimitSettings
+from service.tenancy.orgscope import org_scope
+from service.text.tokens import TokenCounter, Tokenizers
 from service.timing import elapsed_ms
-from service.tokens import TokenCounter, Tokenizers
 
 KIND = DOCUMENT_CHUNK_KIND
 RESERVED_METADATA = ("collection", "language", "content_hash", "symbol", "symbol_name", "truncated")

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from litestar import Controller, get
 from litestar.response import Stream
 
-from service.deps import OrgId, ServicesDep
 from service.export.stream import MEDIA_TYPE, export_lines
+from service.http.deps import OrgId, ServicesDep
 from service.memories.handlers import AgentIdQuery
 from service.memories.validation import check_agent_id
 

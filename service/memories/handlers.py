@@ -10,9 +10,10 @@ from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from service.deps import OrgId, ServicesDep, parse_uuid
 from service.errors import BadRequest, NotFound
-from service.jsondepth import check_json_depth
+from service.http.deps import OrgId, ServicesDep, parse_uuid
+from service.http.jsondepth import check_json_depth
+from service.http.openapi import errors
 from service.memories import repo, write
 from service.memories.types import (
     AGENT_ID_MAX_LENGTH,
@@ -27,7 +28,6 @@ from service.memories.types import (
     MemoryPatch,
 )
 from service.memories.validation import check_agent_id, check_metadata
-from service.openapi import errors
 
 AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
                                              description="The agent (1-200 letters, digits and _.:@-).")]

@@ -7,8 +7,8 @@ from litestar import Controller, post
 from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
-from service.deps import OrgId, ServicesDep
-from service.openapi import errors
+from service.http.deps import OrgId, ServicesDep
+from service.http.openapi import errors
 from service.retrieval.engine import RetrievalEngine
 from service.retrieval.types import SearchRequest, SearchResponse
 from service.runtime import Services

@@ -4,7 +4,7 @@ Settings are read once, by :func:`load_settings`, when the CLI or the app factor
 import time — so tests and tools can build as many differently-configured apps as they need.
 
 The groups live in modules by subsystem (``storage``, ``retrieval``, ``assembly``; the value
-parsers in ``env``); this module assembles them. ``service.config_reference`` reads all of them.
+parsers in ``env``); this module assembles them. ``service.cli.config_reference`` reads all of them.
 """
 
 from __future__ import annotations

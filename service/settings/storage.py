@@ -81,7 +81,7 @@ class RedisSettings:
     ``redis+cluster://`` URL)."""
 
     def __post_init__(self) -> None:
-        from service.redisconn import check_url
+        from service.db.redisconn import check_url
 
         if self.cluster and not self.url:
             raise SettingsError("PGCONTEXT_REDIS_CLUSTER needs PGCONTEXT_REDIS_URL (a node of the cluster)")
@@ -178,7 +178,7 @@ class RateLimitSettings:
 
     rps: float = 150.0
     """Tokens added to an org's bucket per second (0 = no limit). A token is about what a light request
-    costs (~1-1.5 ms of CPU); heavier requests take more (see below and :mod:`service.ratecost`).
+    costs (~1-1.5 ms of CPU); heavier requests take more (see below and :mod:`service.tenancy.ratecost`).
     Past the bucket a request answers 429 ``rate_limited`` with ``Retry-After``. Default sized for
     one 2-core instance serving several orgs: such an instance serves ~100-200 ordinary assemblies/s
     (6 tokens each), ~600-1,200 tokens/s in all; 150 per org (~25 ordinary assemblies/s, or ~4

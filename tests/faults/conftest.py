@@ -28,8 +28,8 @@ import redis
 
 from service.app import create_app
 from service.db import migrate
-from service.embedded import EmbeddedPostgres, free_port
-from service.embedded_redis import EmbeddedRedis
+from service.embedded.postgres import EmbeddedPostgres, free_port
+from service.embedded.redis_server import EmbeddedRedis
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models

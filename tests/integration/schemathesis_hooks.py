@@ -1,7 +1,7 @@
 """Schemathesis hooks: the schema's own string formats (loaded through ``schemathesis.toml``).
 
 A page cursor is ``next_cursor`` from an earlier page; the schema documents its encoding under a
-format of its own (see ``service.openapi``). These strategies make cursors of exactly that form --
+format of its own (see ``service.http.openapi``). These strategies make cursors of exactly that form --
 positions that may or may not hold rows -- so generated requests use cursors the service could have
 issued, as the schema says, and anything else is negative data.
 """

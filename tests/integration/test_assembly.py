@@ -30,7 +30,7 @@ from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.types import Strategy
 from service.runtime import Endpoints, Services
 from service.settings import Settings
-from service.tokens import Tokenizers
+from service.text.tokens import Tokenizers
 from tests.conftest import Tenant, is_cache_hit
 
 GENEROUS: dict[str, Any] = {"deadline_ms": 5000, "directive_timeout_ms": 2000, "hot_timeout_ms": 2000,

@@ -21,8 +21,8 @@ import structlog
 import uvicorn
 
 from service.app import create_app
-from service.embedded import free_port
-from service.embedded_redis import EmbeddedRedis
+from service.embedded.postgres import free_port
+from service.embedded.redis_server import EmbeddedRedis
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings

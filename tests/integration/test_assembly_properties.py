@@ -23,7 +23,7 @@ from litestar.testing import AsyncTestClient
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings
-from service.tokens import Tokenizers, encoding_for_model
+from service.text.tokens import Tokenizers, encoding_for_model
 from tests.conftest import Tenant
 from tests.integration.test_assembly import GENEROUS, assembly_client
 

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from service.jsondepth import MAX_JSON_DEPTH, json_depth
+from service.http.jsondepth import MAX_JSON_DEPTH, json_depth
 from tests.conftest import Tenant
 
 DEEP = 1000
@@ -52,7 +52,7 @@ def test_json_depth_reads_hostile_strings_in_linear_time() -> None:
     pattern took 8.6 s on a 36-byte unterminated string and doubled per byte). Run in a child process
     so a regression fails here instead of hanging the suite."""
     probe = (
-        "from service.jsondepth import json_depth\n"
+        "from service.http.jsondepth import json_depth\n"
         "assert json_depth(b'{\"a\": \"' + b'x' * 200_000) == 1\n"
         "assert json_depth(b'{\"a\": \"' + b'\\\\\"' * 200_000 + b'[[') == 1\n"
         "assert json_depth(b'[\"' + b'a\\\\\"' * 200_000 + b'\\\\') == 1\n"

@@ -20,7 +20,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings

@@ -220,7 +220,7 @@ async def test_errors_are_typed_and_carry_code_message_details_and_request_id(li
 
 
 def _closed_port() -> int:
-    from service.embedded import free_port
+    from service.embedded.postgres import free_port
 
     return free_port()  # nothing listens there
 

@@ -23,8 +23,8 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.deps import strip_param_types
 from service.embeddings import Embedder
+from service.http.deps import strip_param_types
 from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from service.embedded import EmbeddedPostgres, _pg_bin, free_port
+from service.embedded.postgres import EmbeddedPostgres, _pg_bin, free_port
 
 OTHER_USER = "nobody"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from service.cli import _owner_dsn
-from service.embedded import EmbeddedPostgres, default_shared_buffers_mb
+from service.cli.main import _owner_dsn
+from service.embedded.postgres import EmbeddedPostgres, default_shared_buffers_mb
 from service.settings import load_settings
 
 TABLE_ROWS = 20_000

@@ -30,7 +30,7 @@ import structlog
 from service.assembly.feedback import AccessRecorder
 from service.auth import admin
 from service.db import Database, create_pool
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.retrieval import maintenance
 from service.settings import Settings
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models, wait_until_answering

@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from service.db import migrate
-from service.embedded import EmbeddedPostgres, free_port
-from service.embedded_redis import EmbeddedRedis
-from service.ownership import ProcessId, read_pid_file
+from service.embedded.ownership import ProcessId, read_pid_file
+from service.embedded.postgres import EmbeddedPostgres, free_port
+from service.embedded.redis_server import EmbeddedRedis
 from service.settings import Settings
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, children_of, clean_env, copy_models
 
@@ -269,8 +269,8 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from service.db import migrate
-from service.embedded import EmbeddedPostgres
-from service.embedded_redis import EmbeddedRedis
+from service.embedded.postgres import EmbeddedPostgres
+from service.embedded.redis_server import EmbeddedRedis
 from service.logs import configure
 configure("warning")  # stdout carries only the line below
 data = Path(sys.argv[1])

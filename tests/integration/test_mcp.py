@@ -19,8 +19,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from pgcontext_client import Client
 
-from service import cli
-from service.embedded import free_port
+from service.cli import main as cli
+from service.embedded.postgres import free_port
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from service.auth import admin
-from service.config_reference import reference
+from service.cli.config_reference import reference
 from service.db import migrate
 from tests.integration.test_cli import clean_env, run
 from tests.servers import fresh_database

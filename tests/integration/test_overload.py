@@ -21,7 +21,7 @@ import aiohttp
 import httpx
 import pytest
 
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_cli import ROOT, Output, clean_env, copy_models, wait_until_answering

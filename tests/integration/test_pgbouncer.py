@@ -29,7 +29,7 @@ import pytest
 from service.auth import admin
 from service.db import Database, create_pool
 from service.db.migrate import APP_ROLE
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from tests.processes import stop_process
 
 INSTALL = "apt-get update && apt-get install -y pgbouncer"

@@ -18,14 +18,14 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.assembly.hot import ORG_WIDE, hot_key
-from service.deps import strip_param_types
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.embeddings import Embedder
 from service.errors import TooManyRequests
-from service.ratecost import HEAVY_ROUTES
-from service.ratelimit import FAIL_OPEN, RateLimiter, bucket_key
+from service.http.deps import strip_param_types
 from service.runtime import Endpoints
 from service.settings import RateLimitSettings, Settings
+from service.tenancy.ratecost import HEAVY_ROUTES
+from service.tenancy.ratelimit import FAIL_OPEN, RateLimiter, bucket_key
 from tests.conftest import Tenant
 from tests.integration.test_assembly_faults import served
 

@@ -23,7 +23,7 @@ from prometheus_client import REGISTRY
 from service.app import create_app
 from service.auth import admin
 from service.db import migrate
-from service.embedded import EmbeddedPostgres
+from service.embedded.postgres import EmbeddedPostgres
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings

@@ -23,9 +23,9 @@ from redis.crc import key_slot
 
 from service.app import create_app
 from service.assembly.hot import hot_key, version_key
+from service.db.redisconn import Cluster, RedisClient, connect
 from service.directives.store import cache_key
 from service.embeddings import Embedder
-from service.redisconn import Cluster, RedisClient, connect
 from service.runtime import Endpoints, Services
 from service.settings import Settings, load_settings
 from tests.conftest import Tenant

@@ -14,13 +14,13 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from service.assembly.hot import HOT_CACHE, HotSetStore, RedisCircuit, hot_key
-from service.cachebound import TOTAL_FIELD, sizes_key
 from service.db import Database, create_pool
 from service.directives import DirectiveStore
 from service.directives.store import DIRECTIVE_CACHE, cache_key
-from service.embedded_redis import EmbeddedRedis
+from service.embedded.redis_server import EmbeddedRedis
 from service.runtime import Endpoints
 from service.settings import Settings
+from service.tenancy.cachebound import TOTAL_FIELD, sizes_key
 from tests.conftest import Tenant
 
 PERMANENT = (":directive:", ":directive_lru", ":directive_bytes")

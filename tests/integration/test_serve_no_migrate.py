@@ -18,7 +18,7 @@ import pytest
 
 from service.auth import admin
 from service.db import guard, migrate
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.settings import Settings, load_settings
 from tests.integration.test_cli import (
     PGCONTEXT,

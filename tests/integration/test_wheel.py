@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embedded import free_port
+from service.embedded.postgres import free_port
 from service.embeddings import Embedder
 from service.settings import Settings
 from tests.integration.test_cli import Output, copy_models, processes_mentioning

@@ -14,7 +14,7 @@ from service.assembly.budget import (
 )
 from service.assembly.format import format_directive, format_history
 from service.assembly.intent import Intent, plan_selective_budget
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from service.assembly.intent import Intent, plan_selective_budget
 from service.assembly.scoring import Candidate, ScoredCandidate, score_candidates
 from service.assembly.types import AssembleRequest
 from service.settings import AssemblySettings
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 SETTINGS = AssemblySettings(cold_limit=20, cold_limit_max=60, cold_candidates_per_slot=2.0, cold_tokens_per_memory=40)
 

@@ -22,7 +22,7 @@ from service.assembly.format import (
     memory_tag,
     short_date,
 )
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 
 @dataclass(frozen=True)

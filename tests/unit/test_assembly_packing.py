@@ -30,7 +30,7 @@ from service.assembly.scoring import (
     score_candidates,
 )
 from service.assembly.terms import jaccard, similarity_features
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 

@@ -20,7 +20,7 @@ from service.assembly.format import format_context, format_history, format_memor
 from service.assembly.intent import Intent, plan_selective_budget
 from service.assembly.packing import select_memories
 from service.assembly.scoring import Candidate
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 REASONS = {"empty", "duplicate", "below_threshold", "over_budget"}

@@ -31,7 +31,7 @@ from service.assembly.scoring import (
     unit_embeddings,
     usefulness_score,
 )
-from service.tokens import TokenCounter, Tokenizers
+from service.text.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 HALF_LIFE = DEFAULT_SCORING_RULES.recency_half_life_hours

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from service.assembly.shedding import caller_left_ms
-from service.edge import request_id
+from service.http.edge import request_id
 
 
 def test_the_callers_remaining_time_comes_from_either_header_and_the_sooner_wins() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli import main
+from service.cli.main import main
 
 
 def test_a_bad_setting_is_one_error_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from service import config_reference
 from service import settings as settings_module
-from service.config_reference import DOC_PATH, SettingDoc, current_block, reference, render_block
-from service.ops import display_value, mask_dsn
+from service.cli import config_reference
+from service.cli.config_reference import DOC_PATH, SettingDoc, current_block, reference, render_block
+from service.cli.ops import display_value, mask_dsn
 from service.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

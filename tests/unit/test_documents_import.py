@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.cli import build_parser
+from service.cli.main import build_parser
 from service.documents.chunking import content_hash
 from service.documents.importer import ServerFile, batches, plan
 from service.documents.walk import WalkedFile

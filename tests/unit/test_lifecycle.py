@@ -16,8 +16,8 @@ import pytest
 import uvicorn
 from structlog.testing import capture_logs
 
-from service.embedded import free_port
-from service.lifecycle import Supervisor, stop_on_signals
+from service.embedded.lifecycle import Supervisor, stop_on_signals
+from service.embedded.postgres import free_port
 
 
 async def _app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:

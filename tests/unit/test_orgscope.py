@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from uuid import uuid4
 
 from service.assembly.terms import content_term_count
-from service.orgscope import OrgMemo, current_scope, in_thread, org_memo, org_scope
+from service.tenancy.orgscope import OrgMemo, current_scope, in_thread, org_memo, org_scope
 
 
 def counting_memo() -> tuple[OrgMemo[int], list[str]]:

@@ -1,9 +1,9 @@
-"""Request prices (service.ratecost): what each part of a request adds, computed before its work runs."""
+"""Request prices (service.tenancy.ratecost): what each part of a request adds, computed before its work runs."""
 
 from __future__ import annotations
 
-from service.ratecost import base_cost, work_cost
 from service.settings import RateLimitSettings
+from service.tenancy.ratecost import base_cost, work_cost
 
 S = RateLimitSettings(rps=100, burst=200, heavy_cost=4, embed_chars_per_token=40, embed_max_chars=1000,
                       text_chars_per_token=400, body_bytes_per_token=16384)

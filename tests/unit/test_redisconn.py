@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from service.redisconn import Cluster, ClusterUnavailable, as_redis_error, connect, startup_nodes
+from service.db.redisconn import Cluster, ClusterUnavailable, as_redis_error, connect, startup_nodes
 from service.settings import SettingsError, load_settings
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.embedded import default_shared_buffers_mb
+from service.embedded.postgres import default_shared_buffers_mb
 from service.settings import Settings, SettingsError, load_settings, usable_cpus
 
 

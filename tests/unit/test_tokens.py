@@ -12,9 +12,9 @@ from uuid import uuid4
 import pytest
 import tiktoken
 
-from service.model_families import resolve_model
-from service.orgscope import org_scope
-from service.tokens import (
+from service.tenancy.orgscope import org_scope
+from service.text.model_families import resolve_model
+from service.text.tokens import (
     ENCODINGS,
     MESSAGE_OVERHEAD,
     REPLY_PRIMING,

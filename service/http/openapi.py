@@ -4,7 +4,7 @@ Litestar builds the schema from the handlers' types and decorators. This module 
 types cannot say, and :func:`finish_schema` completes the built schema once, when the app is made:
 
 - the HTTP bearer security scheme, on every operation that authenticates (a handler with an
-  ``org_id`` dependency -- the same test :func:`service.deps.before_request` applies);
+  ``org_id`` dependency -- the same test :func:`service.http.deps.before_request` applies);
 - the request body of the handlers that decode their own (``opt={"body": <type>}`` on the decorator);
 - errors in the service's one shape (:class:`ErrorBody`), with every status an operation can
   answer: its own (``responses=errors(404, 409)`` on its decorator) and the ones shared by every
@@ -48,7 +48,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from litestar.typing import FieldDefinition
 
 from service import __version__
-from service.openapi_rules import apply_limits, apply_rules, constrain
+from service.http.openapi_rules import apply_limits, apply_rules, constrain
 from service.settings import Settings
 
 BEARER: Final = "bearerAuth"

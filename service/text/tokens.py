@@ -35,10 +35,10 @@ from typing import Final
 
 import tiktoken
 
-from service.model_families import ENCODINGS as ENCODINGS
-from service.model_families import UnknownModelError as UnknownModelError
-from service.model_families import resolve_model
-from service.orgscope import org_memo
+from service.tenancy.orgscope import org_memo
+from service.text.model_families import ENCODINGS as ENCODINGS
+from service.text.model_families import UnknownModelError as UnknownModelError
+from service.text.model_families import resolve_model
 
 MESSAGE_OVERHEAD: Final = 3
 """Tokens of chat framing per message (OpenAI chat format)."""
@@ -62,7 +62,7 @@ _env_lock = threading.Lock()
 def encoding_for_model(model: str) -> str:
     """The tiktoken encoding name for ``model`` (or ``model`` itself if it is an encoding name).
 
-    Raises :class:`UnknownModelError` listing what is accepted; see :mod:`service.model_families`
+    Raises :class:`UnknownModelError` listing what is accepted; see :mod:`service.text.model_families`
     for the families and their safety margins.
     """
     return resolve_model(model).encoding
@@ -131,7 +131,7 @@ class TokenCounter:
     :meth:`count` remembers recent results (an LRU of :data:`COUNT_CACHE_SIZE` texts up to
     :data:`COUNT_CACHE_MAX_CHARS` characters): counting runs at about 3 M tokens/s, so the same
     memory texts recounted on every assemble request would otherwise cost milliseconds each time.
-    Entries are the current org's alone (:func:`service.orgscope.org_memo`): a text another org
+    Entries are the current org's alone (:func:`service.tenancy.orgscope.org_memo`): a text another org
     counted is never a hit.
     """
 

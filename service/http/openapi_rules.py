@@ -1,6 +1,6 @@
 """The parts of the OpenAPI contract that validation code decides: limits read from the running
 settings, and the rules checked in code (not blank, no NUL, path form, cross-field forms), stated in
-the schema Litestar built so that it says exactly what the service accepts (see ``service.openapi``)."""
+the schema Litestar built so that it says exactly what the service accepts (see ``service.http.openapi``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any, Final
 from litestar.openapi.spec import OpenAPI, OpenAPIMediaType, Reference, Schema
 from litestar.openapi.spec.enums import OpenAPIType
 
-from service.jsondepth import MAX_JSON_DEPTH
-from service.model_families import ENCODINGS, FAMILIES, VENDORS
+from service.http.jsondepth import MAX_JSON_DEPTH
 from service.settings import Settings
+from service.text.model_families import ENCODINGS, FAMILIES, VENDORS
 
 _SPACE: Final = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 """Exactly the characters ``str.isspace`` (and so ``str.strip``) treats as whitespace: regex engines'
@@ -116,7 +116,7 @@ DOCUMENT_PATH: Final = (lambda seg: rf"^{seg}(?:/{seg})*$")(
 
 
 def model_pattern() -> str:
-    """What :func:`service.model_families.resolve_model` accepts, as a (case-insensitive) regex: an
+    """What :func:`service.text.model_families.resolve_model` accepts, as a (case-insensitive) regex: an
     encoding name, or after an optional gateway path (``vendor/``), fine-tune (``ft:``) and Bedrock
     vendor (``[region.]vendor.``) a family's prefix followed by nothing, a separator, or (except
     OpenAI's) a digit."""

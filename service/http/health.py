@@ -14,8 +14,8 @@ from litestar.handlers import BaseRouteHandler
 from litestar.plugins.prometheus import PrometheusController
 from litestar.response import Response
 
-from service.deps import ServicesDep
 from service.errors import Unauthorized, forget_outcome
+from service.http.deps import ServicesDep
 
 
 class Health(msgspec.Struct):

@@ -7,7 +7,7 @@ instance behind a load balancer shares one bucket per org and no client clock ma
 expires once a bucket would have refilled anyway, so idle orgs cost no memory (and the key has a
 TTL, which ``volatile-lru`` eviction may take: an evicted bucket is simply full again).
 
-Each authenticated request takes a price that follows its work (:mod:`service.ratecost`: the
+Each authenticated request takes a price that follows its work (:mod:`service.tenancy.ratecost`: the
 route, the body's size, the query's length and whether it is embedded; a hot-set miss pays after
 the read); an empty bucket answers 429 ``rate_limited`` with ``Retry-After`` (whole seconds, at
 least 1) until enough tokens are back. Each org may also have at most ``max_in_flight`` requests in
@@ -43,11 +43,11 @@ from redis.exceptions import RedisError
 
 from service.auth.guard import KeyCache
 from service.auth.keys import hash_key
-from service.edge import send_error
+from service.db.redisconn import RedisClient
 from service.errors import TooManyRequests
-from service.ratecost import base_cost
-from service.redisconn import RedisClient
+from service.http.edge import send_error
 from service.settings import RateLimitSettings
+from service.tenancy.ratecost import base_cost
 
 log = structlog.get_logger(__name__)
 
@@ -114,7 +114,7 @@ class RateLimiter:
         return self.settings.rps > 0
 
     def cost(self, method: str, route: str, body_bytes: int = 0) -> int:
-        """The price known before the body is read (:func:`service.ratecost.base_cost`)."""
+        """The price known before the body is read (:func:`service.tenancy.ratecost.base_cost`)."""
         return base_cost(self.settings, method, route, body_bytes)
 
     def at_most(self, org_id: UUID) -> float:
@@ -249,7 +249,7 @@ def rate_limit_edge(app: ASGIApp) -> ASGIApp:
     a ``/v1/`` request whose API key was resolved in the last seconds (:class:`service.auth.KeyCache`)
     and whose org is known to be unable to pay the route's price (:meth:`RateLimiter.refusal_if_short`)
     or holds all its in-flight slots. Everything else (unknown keys, anything Redis must decide) goes
-    on to :func:`service.deps.before_request`."""
+    on to :func:`service.http.deps.before_request`."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):  # type: ignore[comparison-overlap]

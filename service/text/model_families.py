@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Final
 
 ENCODINGS: Final[tuple[str, ...]] = ("cl100k_base", "o200k_base")
-"""Encodings available offline (see :mod:`service.tokens`)."""
+"""Encodings available offline (see :mod:`service.text.tokens`)."""
 
 
 @dataclass(frozen=True, slots=True)

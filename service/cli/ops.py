@@ -20,7 +20,7 @@ from uuid import UUID
 import asyncpg
 
 from service.auth import admin
-from service.config_reference import SettingDoc, reference
+from service.cli.config_reference import SettingDoc, reference
 from service.db.queries import query
 from service.settings import Settings
 

@@ -1,4 +1,4 @@
-"""Private PostgreSQL (with pgvector) started from pip-installed wheels (Redis: :mod:`service.embedded_redis`).
+"""Private PostgreSQL (with pgvector) started from pip-installed wheels (Redis: :mod:`service.embedded.redis_server`).
 
 Used by ``pgcontext serve`` when no database / Redis URL is configured, by the test suite when no
 server is given, and by the benchmarks. Servers listen on a Unix socket under the data dir (or a
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import structlog
 
-from service import ownership
+from service.embedded import ownership
 
 log = structlog.get_logger(__name__)
 

@@ -14,15 +14,15 @@ from collections.abc import Iterator
 import asyncpg
 
 from service.auth import admin
+from service.cli.workers import SERVE_PID_ENV, multiprocess_metrics
 from service.db import guard
 from service.db import migrate as migrations
-from service.embedded import EmbeddedPostgres, default_shared_buffers_mb
-from service.embedded_redis import EmbeddedRedis
-from service.lifecycle import SERVE_PID_ENV, Supervisor, stop_on_signals
+from service.embedded.lifecycle import Supervisor, stop_on_signals
+from service.embedded.postgres import EmbeddedPostgres, default_shared_buffers_mb
+from service.embedded.redis_server import EmbeddedRedis
 from service.logs import configure as configure_logs
 from service.runtime import Endpoints
 from service.settings import Settings, SettingsError, load_settings
-from service.worker_metrics import multiprocess_metrics
 
 
 @contextlib.contextmanager
@@ -110,7 +110,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                                SERVE_PID_ENV: str(os.getpid()),
                                **({"PGCONTEXT_DATABASE_URL": owner_dsn} if owner_dsn else {})})
             with multiprocess_metrics(settings.data_dir):  # /metrics sums every worker's counts
-                uvicorn.run("service.lifecycle:worker_app", factory=True, workers=workers, host=host, port=port,
+                uvicorn.run("service.cli.workers:worker_app", factory=True, workers=workers, host=host, port=port,
                             log_level=settings.server.log_level, access_log=False)
         else:
             uvicorn.run(create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url)),
@@ -176,7 +176,7 @@ def _owner_report(settings: Settings, action: object) -> object:
 
 
 def cmd_orgs_list(settings: Settings, args: argparse.Namespace) -> int:
-    from service import ops
+    from service.cli import ops
 
     orgs = _owner_report(settings, ops.list_orgs)
     assert isinstance(orgs, list)
@@ -191,7 +191,7 @@ def cmd_orgs_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
-    from service import ops
+    from service.cli import ops
 
     async def run(conn: asyncpg.Connection) -> object:
         return await ops.list_keys(conn, args.org)
@@ -211,7 +211,7 @@ def cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
-    from service import ops
+    from service.cli import ops
 
     lines = ops.effective_config(settings, os.environ)
     if args.json:

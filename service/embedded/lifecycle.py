@@ -4,20 +4,14 @@ supervisor that restarts an embedded server dying under it."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
-
-if TYPE_CHECKING:
-    from litestar import Litestar
 
 log = structlog.get_logger(__name__)
 
@@ -58,26 +52,6 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-SERVE_PID_ENV = "pgcontext_serve_pid"  # lower case: internal, not a setting
-_PR_SET_PDEATHSIG = 1
-
-
-def worker_app() -> Litestar:
-    """Factory for the worker processes of ``pgcontext serve --workers N``.
-
-    A worker ends with the process that started it: were ``serve`` killed with ``kill -9``, its
-    workers would otherwise serve on as orphans, holding the port the next start needs and
-    connections to the embedded servers that start adopts."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if str(os.getppid()) != os.environ.get(SERVE_PID_ENV, str(os.getppid())):
-            os.kill(os.getpid(), signal.SIGTERM)  # the parent died before the line above took effect
-    from service.app import app_from_env
-    from service.worker_metrics import mark_dead_on_shutdown
-
-    return mark_dead_on_shutdown(app_from_env())
 
 
 class Supervised(Protocol):

@@ -14,10 +14,10 @@ from litestar.params import SkipValidationMarker
 
 from service.auth import authenticate
 from service.errors import BadRequest
-from service.jsondepth import check_json_depth
-from service.ratecost import work_cost
-from service.ratelimit import SLOT_STATE
+from service.http.jsondepth import check_json_depth
 from service.runtime import Services
+from service.tenancy.ratecost import work_cost
+from service.tenancy.ratelimit import SLOT_STATE
 
 ServicesDep = Annotated[Services, Dependency(kind="named"), SkipValidationMarker()]
 """The running app's services (pool, Redis, embedder, ...), injected by name, never validated."""
@@ -45,7 +45,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
     """Runs before a handler's parameters and body are decoded: authenticate first (an anonymous
     caller gets 401, whatever its body), refuse an org known to be short of the route's price (429,
     before the body is read), bound the body's JSON nesting (400, not a decoder's
-    ``RecursionError``), take the request's full price (:mod:`service.ratecost`: it reads the decoded
+    ``RecursionError``), take the request's full price (:mod:`service.tenancy.ratecost`: it reads the decoded
     body) from its org's bucket (429), then check the body's JSON types."""
     limiter, org_id, cost, route = None, None, 0, ""
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:

@@ -17,13 +17,16 @@ start. A worker that exits marks itself dead, so its live gauges stop counting.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.ownership import ProcessId
+from service.embedded.ownership import ProcessId
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -67,3 +70,22 @@ def mark_dead_on_shutdown(app: Litestar) -> Litestar:
         pid = os.getpid()
         app.on_shutdown.append(lambda: multiprocess.mark_process_dead(pid))  # type: ignore[no-untyped-call]
     return app
+
+
+SERVE_PID_ENV = "pgcontext_serve_pid"  # lower case: internal, not a setting
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_app() -> Litestar:
+    """Factory for the worker processes of ``pgcontext serve --workers N``.
+
+    A worker ends with the process that started it: were ``serve`` killed with ``kill -9``, its
+    workers would otherwise serve on as orphans, holding the port the next start needs and
+    connections to the embedded servers that start adopts."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if str(os.getppid()) != os.environ.get(SERVE_PID_ENV, str(os.getppid())):
+            os.kill(os.getpid(), signal.SIGTERM)  # the parent died before the line above took effect
+    from service.app import app_from_env
+
+    return mark_dead_on_shutdown(app_from_env())

@@ -1,0 +1,2 @@
+"""Operator commands: ``pgcontext serve | migrate | orgs | keys | config | import | maintain | mcp``,
+the reports they print and serve's worker processes."""

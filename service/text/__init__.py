@@ -1,0 +1,1 @@
+"""Text as models see it: tiktoken encodings (offline) and model families (encoding, safety factor)."""
