@@ -1,18 +1,26 @@
 """Retrieval and context assembly on conversations (LoCoMo-style), through the service's HTTP API.
 
     python benchmarks/retrieval_locomo.py ../shared/data/locomo-dev [--categories 1 2 3 4]
+    python benchmarks/retrieval_locomo.py DIR --load memories [--context-turns 0 --plain]
 
 DIR holds three files:
 
 * ``corpus.jsonl``: one turn per line (``_id``, ``text``, ``metadata``). ``metadata.sample_id`` names
-  the conversation: each gets its own org, so a question only ever sees its own conversation. The
-  metadata is sent as the memory's; its ``speaker`` is who said the turn, which ``auto`` search uses
-  when a question names them (docs/retrieval.md "Speakers").
-  ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is sent as the memory's
-  ``occurred_at`` (left out if the service rejects the field: one that predates event time). The
-  ``--context-turns`` turns before it in the file, of the same conversation and session
-  (``metadata.session`` when given), are sent as its ``search_context`` (searched, never packed; left
-  out if the service does not take the field).
+  the conversation: each gets its own org, so a question only ever sees its own conversation.
+  ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is when the turn was said.
+
+  ``--load conversations`` (the default) writes each conversation the way any client can: through
+  ``POST /v1/conversations/{id}/messages``, in file order, each turn with only what a client has —
+  the words as said (a leading ``Name: `` moves into the ``speaker`` field), ``speaker``
+  (``metadata.speaker``), ``occurred_at`` and ``session_id`` (``metadata.session``), its ``_id`` as
+  ``message_id``. No metadata, no search context: the service derives what a search needs.
+
+  ``--load memories`` writes the turns as memories (``POST /v1/memories``), as before conversations
+  existed: the text as in the file, the metadata as the memory's (its ``speaker`` is what ``auto``
+  search uses when a question names them, docs/retrieval.md "Speakers"), ``occurred_at``, and the
+  ``--context-turns`` turns before it in the file, of the same conversation and session, as its
+  ``search_context`` (what the harness once supplied by hand). ``--plain`` sends only the text and
+  ``occurred_at`` (no metadata), as a plain client would.
 * ``queries.jsonl``: ``_id``, ``text``, ``metadata.sample_id`` and ``metadata.category``.
 * ``qrels.tsv``: header line, then ``query-id  corpus-id  score`` (evidence turns).
 
@@ -233,7 +241,7 @@ def bm25_reference(turns: Sequence[Turn], queries: Sequence[Query], qrels: dict[
 
 
 async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn],
-                     send_time: list[bool], send_context: list[bool]) -> dict[str, str]:
+                     send_time: list[bool], send_context: list[bool], plain: bool = False) -> dict[str, str]:
     """POST one conversation's turns (org-wide memories); returns memory id -> turn id.
 
     ``send_time[0]``: send ``occurred_at``; set to False (and the batch resent) if the service rejects
@@ -245,7 +253,9 @@ async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn]
         while True:
             body = []
             for t in chunk:
-                memory: dict[str, Any] = {"text": t.text, "kind": "episode", "metadata": t.metadata}
+                memory: dict[str, Any] = {"text": t.text, "kind": "episode"}
+                if not plain:
+                    memory["metadata"] = t.metadata
                 if send_time[0] and t.occurred_at is not None:
                     memory["occurred_at"] = t.occurred_at.isoformat()
                 if send_context[0] and t.context:
@@ -261,6 +271,37 @@ async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn]
             r.raise_for_status()
             break
         by_memory.update(zip(r.json()["ids"], (t.id for t in chunk), strict=True))
+    return by_memory
+
+
+SPEAKER_PREFIX = re.compile(r"^(?P<name>[^:\n]{1,100}): ")
+
+
+def as_message(turn: Turn) -> dict[str, Any]:
+    """A turn as a client appends it: the words as said, who said them, when, in which session."""
+    speaker = turn.metadata.get("speaker")
+    text = turn.text
+    if (m := SPEAKER_PREFIX.match(text)) and (speaker is None or m.group("name") == speaker):
+        speaker, text = m.group("name"), text[m.end():]
+    message: dict[str, Any] = {"content": text, "message_id": turn.id}
+    if isinstance(speaker, str) and speaker.strip():
+        message["speaker"] = speaker
+    if turn.occurred_at is not None:
+        message["occurred_at"] = turn.occurred_at.isoformat()
+    if turn.metadata.get("session") is not None:
+        message["session_id"] = str(turn.metadata["session"])
+    return message
+
+
+async def append_group(client: Any, headers: dict[str, str], group: str, turns: Sequence[Turn]) -> dict[str, str]:
+    """Append one conversation's turns through the conversation API; returns memory id -> turn id."""
+    by_memory: dict[str, str] = {}
+    for start in range(0, len(turns), BATCH):
+        chunk = turns[start:start + BATCH]
+        r = await client.post(f"/v1/conversations/{group}/messages", headers=headers,
+                              json={"messages": [as_message(t) for t in chunk]})
+        r.raise_for_status()
+        by_memory.update(zip((m["id"] for m in r.json()["messages"]), (t.id for t in chunk), strict=True))
     return by_memory
 
 
@@ -375,15 +416,24 @@ async def main_async(args: argparse.Namespace) -> None:
             for group in groups:
                 org_id, headers = await new_tenant(owner_dsn, f"locomo-{group}-{time.time_ns()}")
                 org_ids.append(org_id)
-                orgs[group] = (headers, await load_group(client, headers, [t for t in turns if t.group == group],
-                                                         send_time, send_context))
-            sent = "not sent: the service does not take it" if not send_time[0] else "sent" if dated else "none parsed"
-            context = (f"the {args.context_turns} turns before" if send_context[0] else
-                       "not sent: the service does not take it" if args.context_turns else "not sent")
-            print(f"# loaded through POST /v1/memories in {time.perf_counter() - started:.1f} s "
-                  f"(occurred_at {sent}; search_context {context}; "
-                  f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'})",
-                  flush=True)
+                mine = [t for t in turns if t.group == group]
+                orgs[group] = (headers, await append_group(client, headers, group, mine)
+                               if args.load == "conversations" else
+                               await load_group(client, headers, mine, send_time, send_context, args.plain))
+            tail = (f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'}")
+            if args.load == "conversations":
+                print(f"# loaded through POST /v1/conversations/{{id}}/messages in "
+                      f"{time.perf_counter() - started:.1f} s "
+                      f"(words, speaker, occurred_at, session; search context derived by the service from "
+                      f"{settings.conversations.context_turns} turns before; {tail})", flush=True)
+            else:
+                sent = ("not sent: the service does not take it" if not send_time[0] else
+                        "sent" if dated else "none parsed")
+                context = (f"the {args.context_turns} turns before" if send_context[0] else
+                           "not sent: the service does not take it" if args.context_turns else "not sent")
+                print(f"# loaded through POST /v1/memories in {time.perf_counter() - started:.1f} s "
+                      f"(occurred_at {sent}; search_context {context}; "
+                      f"metadata {'not sent' if args.plain else 'sent'}; {tail})", flush=True)
             for name in args.strategies:
                 print(await run_strategy(client, name, queries, qrels, orgs), flush=True)
             for name in args.assemblies:
@@ -402,9 +452,13 @@ def main() -> None:
     parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), type=assembly_name,
                         help=f"assembly lines: {', '.join(ASSEMBLIES)}, or assemble_N for N tokens")
     parser.add_argument("--use-hot", action="store_true", help="let assembly use the agent's hot set")
+    parser.add_argument("--load", choices=("conversations", "memories"), default="conversations",
+                        help="write the turns through the conversation API (default) or as memories")
     parser.add_argument("--context-turns", type=int, default=2,
-                        help="send this many preceding turns (same conversation and session) as each turn's "
-                             "search_context; 0: none")
+                        help="--load memories: send this many preceding turns (same conversation and session) as "
+                             "each turn's search_context; 0: none")
+    parser.add_argument("--plain", action="store_true",
+                        help="--load memories: send only the text and occurred_at (no metadata, so no speaker)")
     args = parser.parse_args()
     configure_logs("warning")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise

@@ -27,6 +27,7 @@ from service.assembly import (
 )
 from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
+from service.conversations import ConversationController
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
@@ -199,7 +200,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
-                        DocumentController, AssemblyController, HotMemoryController, FeedbackController,
+                        DocumentController, ConversationController, AssemblyController, HotMemoryController,
+                        FeedbackController,
                         ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),

@@ -127,6 +127,11 @@ EXPECTED_STATUSES = {
     ("/v1/memories/hot", "get"): {200, 400, 401, 429, 503},
     ("/v1/memories/feedback", "post"): {200, 400, 401, 413, 429, 503},
     ("/v1/export", "get"): {200, 400, 401, 429, 503},
+    ("/v1/conversations/{conversation_id}/messages", "post"): {201, 400, 401, 409, 413, 422, 429, 503},
+    ("/v1/conversations/{conversation_id}/messages", "get"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations/{conversation_id}", "get"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations/{conversation_id}", "delete"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations", "get"): {200, 400, 401, 429, 503},
 }
 
 
