@@ -12,8 +12,9 @@ What grows with a request, measured the same way (service + Postgres + Redis CPU
 * **the query's terms**: matching and scoring grow with the query however long it is (an assembly
   with a 4,000-character lexical query 20 ms against 6 ms for a short one): one token per
   ``text_chars_per_token`` characters of every search's and assembly's query; memory writes (and
-  conversation appends) pay the same rate for the texts the service embeds for them (the bulk lane runs at a lower priority and
-  yields to queries, so its characters are priced like matching, not like a query's embedding);
+  conversation appends) pay the same rate for the texts the service embeds for them (the bulk lane
+  runs at a lower priority and yields to queries, so its characters are priced like matching, not
+  like a query's embedding);
 * **the body**: long histories, big filters and uploads are read, decoded and counted: one token
   per ``body_bytes_per_token`` bytes of ``Content-Length``, known before the body is read;
 * **a hot-set miss**: ``GET /v1/memories/hot`` for an agent whose set is not cached reads Postgres
