@@ -57,6 +57,21 @@ export function segment(value: string): string {
   return encodeURIComponent(value);
 }
 
+/**
+ * A new idempotency key: a random UUID from Web Crypto where the runtime has it as a global (browsers,
+ * Deno, Bun, edge runtimes, Node 19+). Node 18 has no global `crypto`; there the key is a version 4 UUID
+ * from `Math.random`, which is enough for a key whose only job is to be unique within your org.
+ */
+export function newIdempotencyKey(): string {
+  const webCrypto = (globalThis as { crypto?: { randomUUID?: () => string } }).crypto;
+  if (webCrypto?.randomUUID) return webCrypto.randomUUID();
+  const hex = Array.from({ length: 32 }, () => Math.floor(Math.random() * 16).toString(16));
+  hex[12] = "4";
+  hex[16] = ((parseInt(hex[16] ?? "0", 16) & 0x3) | 0x8).toString(16);
+  const h = hex.join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
@@ -87,7 +102,8 @@ class Attempt {
       this.timedOut = true;
       this.controller.abort();
     }, timeoutMs);
-    caller?.addEventListener("abort", this.onAbort, { once: true });
+    if (caller?.aborted) this.onAbort();
+    else caller?.addEventListener("abort", this.onAbort, { once: true });
   }
 
   done(): void {
@@ -110,7 +126,7 @@ export class Transport {
       "User-Agent": `pgcontext-js/${VERSION}`, Accept: "application/json", ...this.config.headers,
     };
     if (this.config.apiKey) headers.Authorization = `Bearer ${this.config.apiKey}`;
-    if (WRITE_METHODS.has(call.method)) headers["Idempotency-Key"] = call.options?.idempotencyKey ?? crypto.randomUUID();
+    if (WRITE_METHODS.has(call.method)) headers["Idempotency-Key"] = call.options?.idempotencyKey ?? newIdempotencyKey();
     if (call.body !== undefined) headers["Content-Type"] = "application/json";
     return headers;
   }

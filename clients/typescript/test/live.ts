@@ -1,5 +1,6 @@
 /** Where the live service is: set by tests/integration/test_typescript_client.py (never skipped when unset). */
 
+import { randomUUID } from "node:crypto";
 import { createServer } from "node:net";
 
 import { Client, type ClientOptions } from "pgcontext";
@@ -18,7 +19,7 @@ export function client(options: ClientOptions = {}): Client {
 }
 
 export function agent(prefix = "ts"): string {
-  return `${prefix}-${crypto.randomUUID().slice(0, 8)}`;
+  return `${prefix}-${randomUUID().slice(0, 8)}`;
 }
 
 /** A loopback port nothing listens on (bound, then released). */
@@ -33,14 +34,14 @@ export async function closedPort(): Promise<number> {
   });
 }
 
-/** A fetch that records every request's method, path, headers and answer status, then sends it for real. */
+/** A fetch that records every request's method, path, headers, body and answer status, then sends it for real. */
 export class Recorder {
-  readonly sent: Array<{ method: string; path: string; headers: Headers; status: number | null }> = [];
+  readonly sent: Array<{ method: string; path: string; headers: Headers; body: string; status: number | null }> = [];
 
   readonly fetch: typeof fetch = async (input, init) => {
     const request = new Request(input, init);
     const entry = { method: request.method, path: new URL(request.url).pathname, headers: request.headers,
-      status: null as number | null };
+      body: await request.text(), status: null as number | null };
     this.sent.push(entry);
     const response = await fetch(input, init);
     entry.status = response.status;
