@@ -201,34 +201,40 @@ export class Client {
    */
   async *export(agentId: string, options?: RequestOptions): AsyncGenerator<t.ExportLine, void, undefined> {
     const call: Call = { method: "GET", path: "/v1/export", query: query({ agent_id: agentId }), repeatable: true, options };
-    const { response, done } = await this.transport.send(call);
-    // The local per-try limit covers the answer's start; a long export then streams as long as it needs.
-    done();
-    if (!response.ok) throw fromResponse(response, await response.text());
-    if (response.body === null) return;
-    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    const { response, untimed, done } = await this.transport.send(call);
+    // The local per-try limit covers the answer's start; a long export then streams as long as it needs
+    // (the caller's signal still aborts it).
+    untimed();
     let buffered = "";
     try {
-      for (;;) {
-        let chunk: ReadableStreamReadResult<string>;
-        try {
-          chunk = await reader.read();
-        } catch (error) {
-          throw new TransportError(`GET /v1/export: the export broke off: ${String(error)}`, error);
+      if (!response.ok) throw fromResponse(response, await response.text());
+      if (response.body === null) return;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      try {
+        for (;;) {
+          let chunk: ReadableStreamReadResult<string>;
+          try {
+            chunk = await reader.read();
+          } catch (error) {
+            if (options?.signal?.aborted) throw options.signal.reason;
+            throw new TransportError(`GET /v1/export: the export broke off: ${String(error)}`, error);
+          }
+          if (chunk.done) break;
+          buffered += chunk.value;
+          let newline: number;
+          while ((newline = buffered.indexOf("\n")) !== -1) {
+            const line = buffered.slice(0, newline).trim();
+            buffered = buffered.slice(newline + 1);
+            if (line) yield JSON.parse(line) as t.ExportLine;
+          }
         }
-        if (chunk.done) break;
-        buffered += chunk.value;
-        let newline: number;
-        while ((newline = buffered.indexOf("\n")) !== -1) {
-          const line = buffered.slice(0, newline).trim();
-          buffered = buffered.slice(newline + 1);
-          if (line) yield JSON.parse(line) as t.ExportLine;
-        }
+        if (buffered.trim()) yield JSON.parse(buffered) as t.ExportLine;
+      } finally {
+        await reader.cancel().catch(() => undefined);
+        reader.releaseLock();
       }
-      if (buffered.trim()) yield JSON.parse(buffered) as t.ExportLine;
     } finally {
-      await reader.cancel().catch(() => undefined);
-      reader.releaseLock();
+      done();
     }
   }
 }

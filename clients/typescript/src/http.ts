@@ -106,15 +106,21 @@ class Attempt {
     else caller?.addEventListener("abort", this.onAbort, { once: true });
   }
 
+  /** The local timeout no longer applies (a stream may now take as long as it needs). */
+  untimed(): void {
+    clearTimeout(this.timer);
+  }
+
   done(): void {
     clearTimeout(this.timer);
     this.caller?.removeEventListener("abort", this.onAbort);
   }
 }
 
-/** An answer and the means to end its try (the caller reads the body, then calls `done`). */
+/** An answer and its try: the caller reads the body, then calls `done` (`untimed` first for a long stream). */
 export interface Sent {
   response: Response;
+  untimed: () => void;
   done: () => void;
 }
 
@@ -160,7 +166,7 @@ export class Transport {
         });
         wait = retry.afterResponse(call, response, number);
         if (wait === null || (deadline !== null && Date.now() + wait >= deadline)) {
-          return { response, done: () => attempt.done() };
+          return { response, untimed: () => attempt.untimed(), done: () => attempt.done() };
         }
         attempt.done();
         await response.body?.cancel();
@@ -183,6 +189,7 @@ export class Transport {
     try {
       text = await response.text();
     } catch (error) {
+      if (call.options?.signal?.aborted) throw call.options.signal.reason;
       throw new TransportError(`${call.method} ${call.path}: the answer broke off: ${String(error)}`, error);
     } finally {
       done();

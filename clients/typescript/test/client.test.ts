@@ -156,6 +156,22 @@ describe("directives, assembly, documents, health", () => {
   });
 });
 
+describe("export", () => {
+  test("a consumer may stop early; an unknown agent's export is just its envelope", async () => {
+    const pg = client();
+    const who = agent("exp");
+    await pg.createMemories([{ text: "one", agent_id: who }, { text: "two", agent_id: who }]);
+    for await (const line of pg.export(who)) {
+      expect(line.type).toBe("export");
+      break; // the stream is cancelled, the connection released
+    }
+    const lines = [];
+    for await (const line of pg.export(agent("nobody"))) lines.push(line.type);
+    expect(lines).toEqual(["export", "end"]);
+    expect((await pg.eraseAgent(who)).deleted).toBe(2);
+  });
+});
+
 describe("configuration", () => {
   test("URL and API key come from PGCONTEXT_URL and PGCONTEXT_API_KEY when not given", async () => {
     const pg = new Client();
