@@ -9,6 +9,8 @@ import { fileURLToPath } from "node:url";
 
 import { beforeAll, describe, expect, test } from "vitest";
 
+import { VERSION } from "pgcontext";
+
 const PACKAGE = fileURLToPath(new URL("..", import.meta.url));
 
 function node(code: string): string {
@@ -49,5 +51,6 @@ describe("the built package", () => {
     expect(core).not.toMatch(/from "(ai|zod)"/);
     const manifest = JSON.parse(readFileSync(`${PACKAGE}package.json`, "utf8")) as Record<string, unknown>;
     expect(manifest.dependencies).toBeUndefined();
+    expect(VERSION).toBe(manifest.version); // the User-Agent names the version published
   });
 });

@@ -3,7 +3,8 @@
  * client example as is, the AI SDK example with `model` bound to a scripted model that calls the tools.
  */
 
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 import { afterEach, describe, expect, test, vi } from "vitest";
@@ -22,6 +23,9 @@ export function fenced(section: string, language: string): string[] {
   const body = text.slice(start, end === -1 ? undefined : end);
   return [...body.matchAll(new RegExp(`^\`\`\`${language}\\n(.*?)^\`\`\`$`, "gms"))].map((m) => m[1] ?? "");
 }
+
+/** What binds the AI SDK example's `model`: the scripted model of `readme-model.ts`. */
+const MODEL_IMPORT = `import { model } from ${JSON.stringify(fileURLToPath(new URL("./readme-model.js", import.meta.url)))};\n`;
 
 /** Run `code` as a module (imports resolve as in the tests: `pgcontext` is this package); returns what it logged. */
 async function runModule(name: string, code: string): Promise<string[]> {
@@ -42,6 +46,17 @@ afterEach(async () => {
 });
 
 describe("README", () => {
+  test("the examples type-check under the package's strict settings", () => {
+    rmSync(SCRATCH, { recursive: true, force: true });
+    mkdirSync(SCRATCH, { recursive: true });
+    writeFileSync(`${SCRATCH}usage.ts`, fenced("Usage", "ts")[0] ?? "");
+    writeFileSync(`${SCRATCH}ai.ts`, `${MODEL_IMPORT}${fenced("Vercel AI SDK", "ts")[0] ?? ""}`);
+    writeFileSync(`${SCRATCH}tsconfig.json`, JSON.stringify({
+      extends: "../tsconfig.json", compilerOptions: { rootDir: ".." }, include: ["*.ts"] }));
+    const tsc = fileURLToPath(new URL("../node_modules/typescript/bin/tsc", import.meta.url));
+    execFileSync(process.execPath, [tsc, "--noEmit", "-p", `${SCRATCH}tsconfig.json`], { encoding: "utf8" });
+  }, 120_000);
+
   test("the usage example runs: memory, directive, assembled context, feedback", async () => {
     const [example] = fenced("Usage", "ts");
     expect(example).toBeDefined();
@@ -59,8 +74,7 @@ describe("README", () => {
   test("the AI SDK example runs with a model that calls the tools", async () => {
     const [example] = fenced("Vercel AI SDK", "ts");
     expect(example).toBeDefined();
-    const model = fileURLToPath(new URL("./readme-model.ts", import.meta.url));
-    const printed = await runModule("ai", `import { model } from ${JSON.stringify(model)};\n${example as string}`);
+    const printed = await runModule("ai", `${MODEL_IMPORT}${example as string}`);
     expect(printed).toEqual(["You take it black, no sugar."]);
     const [memory] = (await client().listMemories({ agent_id: "barista" })).items;
     expect(memory?.text).toBe("The user takes their coffee black, no sugar.");
