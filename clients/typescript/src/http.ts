@@ -215,7 +215,7 @@ function describeCause(cause: unknown): string {
   return "";
 }
 
-/** The client's settings: given ones first, then `$PGCONTEXT_URL` / `$PGCONTEXT_API_KEY`, then defaults. */
+/** The process environment where the runtime has one (`process.env`), else nothing. */
 export function env(): Record<string, string | undefined> {
   const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
   return proc?.env ?? {};
