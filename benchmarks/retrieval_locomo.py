@@ -24,7 +24,7 @@ DIR holds three files:
 * ``queries.jsonl``: ``_id``, ``text``, ``metadata.sample_id`` and ``metadata.category``.
 * ``qrels.tsv``: header line, then ``query-id  corpus-id  score`` (evidence turns).
 
-It prints one line per search strategy (Recall@10 and binary nDCG@10, overall and per category,
+It prints one line per search strategy (Recall@10 and binary nDCG@10, overall, per category and per conversation,
 engine latency), an in-process BM25 reference (bm25s per conversation, Porter stemmer, k1 0.9,
 b 0.4), then one line per assembly budget: the share of evidence turns whose memory is in
 ``memories_used``, the mean context tokens, and the share of those tokens spent on the reference
@@ -114,13 +114,21 @@ def by_category(queries: Sequence[Query], values: Sequence[float]) -> dict[str, 
     return dict(sorted(out.items()))
 
 
+def by_conversation(queries: Sequence[Query], values: Sequence[float]) -> str:
+    """Mean of ``values`` per conversation: one conversation should not carry the overall figure."""
+    out: dict[str, list[float]] = {}
+    for q, v in zip(queries, values, strict=True):
+        out.setdefault(q.group, []).append(v)
+    return "  ".join(f"{group} {np.mean(vs):.3f}" for group, vs in sorted(out.items()))
+
+
 def quality_line(name: str, queries: Sequence[Query], recall: Sequence[float], ndcg: Sequence[float],
                  tail: str) -> str:
     recall_cat, ndcg_cat = by_category(queries, recall), by_category(queries, ndcg)
     cats = "  ".join(f"c{c} {np.mean(recall_cat[c]):.3f}/{np.mean(ndcg_cat[c]):.3f} (n={len(recall_cat[c])})"
                      for c in recall_cat)
     return (f"{name:<20} R@{K}={np.mean(recall):.4f}  nDCG@{K}={np.mean(ndcg):.4f}  "
-            f"by category R@{K}/nDCG@{K}: {cats}  {tail}")
+            f"by category R@{K}/nDCG@{K}: {cats}  by conversation R@{K}: {by_conversation(queries, recall)}  {tail}")
 
 
 def bm25_reference(turns: Sequence[Turn], queries: Sequence[Query], qrels: dict[str, dict[str, int]]) -> str:
@@ -205,6 +213,7 @@ async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: 
                        orgs: dict[str, tuple[dict[str, str], dict[str, str]]], tokenizers: Tokenizers,
                        use_hot: bool) -> str:
     evidence: dict[str, list[int]] = {}  # category -> [evidence turns in context, evidence turns]
+    per_group: dict[str, list[int]] = {}  # conversation -> [evidence turns in context, evidence turns]
     context_tokens: list[int] = []
     tags: list[int] = []
     levels: dict[str, int] = {}
@@ -222,17 +231,21 @@ async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: 
         counts = evidence.setdefault(q.category, [0, 0])
         counts[0] += len(wanted & used)
         counts[1] += len(wanted)
+        group = per_group.setdefault(q.group, [0, 0])
+        group[0] += len(wanted & used)
+        group[1] += len(wanted)
         n = counter.count(out["context"])
         context_tokens.append(n)
         tags.append(tag_tokens(out["context"], counter.count))
         levels[out["degradation_level"]] = levels.get(out["degradation_level"], 0) + 1
         engine_ms.append(out["metrics"]["total_ms"])
     cats = "  ".join(f"c{c} {found / wanted:.3f}" for c, (found, wanted) in sorted(evidence.items()))
+    convs = "  ".join(f"{g} {found / wanted:.3f}" for g, (found, wanted) in sorted(per_group.items()))
     found_total, wanted_total = (sum(c[i] for c in evidence.values()) for i in (0, 1))
     mix = ", ".join(f"{k} {v}" for k, v in sorted(levels.items()))
     share = sum(tags) / max(sum(context_tokens), 1)
     return (f"{name:<20} evidence_in_context={found_total / max(wanted_total, 1):.4f}  "
-            f"by category: {cats}  mean_context_tokens={np.mean(context_tokens):.1f}  "
+            f"by category: {cats}  by conversation: {convs}  mean_context_tokens={np.mean(context_tokens):.1f}  "
             f"tag_token_share={share:.4f}  p50={percentile(engine_ms, 50):.1f} ms (levels: {mix})")
 
 
