@@ -13,7 +13,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 from service.errors import BadRequest, NotFound
 from service.http.deps import OrgId, ServicesDep, parse_uuid
 from service.http.jsondepth import check_json_depth
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.memories import repo, write
 from service.memories.types import (
     AGENT_ID_MAX_LENGTH,
