@@ -41,11 +41,12 @@ from service.export import ExportController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
+from service.http.throttle import in_flight_middleware, rate_limit_edge
 from service.memories import MemoryController
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
-from service.tenancy.ratelimit import RateLimiter, in_flight_middleware, rate_limit_edge
+from service.tenancy.ratelimit import RateLimiter
 
 log = structlog.get_logger(__name__)
 
