@@ -32,6 +32,9 @@ from service.embedded.redis_server import EmbeddedRedis
 from service.runtime import Endpoints
 from service.settings import Settings
 
+MODEL = "gpt-4o"
+"""The model the benchmarks' assemblies name (its encoding, o200k_base, counts their tokens)."""
+
 SEARCH_STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "lexical": ("lexical", {}),
     "semantic": ("semantic", {}),

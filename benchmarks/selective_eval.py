@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.assemble_load import MODEL
+from benchmarks._common import MODEL
 from benchmarks.bench_org import scifact_train
 
 
