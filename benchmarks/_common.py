@@ -262,7 +262,7 @@ its own: the rest of ``service`` is its other threads (the query embeddings, mos
 
 
 def cpu_seconds_by_group() -> dict[str, float]:
-    """CPU seconds (user + system) used so far by this machine's service, Postgres and Redis processes,
+    """CPU seconds (user + system) used so far by the local machine's service, Postgres and Redis processes,
     plus this process (``loadgen``), from ``/proc`` (Linux; elsewhere only ``loadgen``). Backends that
     exited are not counted, so take the difference of two readings around a run on pooled connections.
     :data:`SERVICE_MAIN_THREADS` is the share of ``service`` spent on its processes' main threads."""

@@ -171,7 +171,7 @@ class _Assembled(msgspec.Struct):
     metrics: _Metrics
     branches: _Branches
     retrieval: _Retrieval | None = None
-    """Absent from a service older than issue 17 (``--compare-root``)."""
+    """Absent from a service that predates the retrieval report (``--compare-root``)."""
 
 
 _decode_assembled = msgspec.json.Decoder(_Assembled).decode

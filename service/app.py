@@ -172,7 +172,7 @@ to hand in its tokens and to hand back the vector; behind an event loop busy wit
 each of those waits lasted up to the whole interval, so under load an embedding of ~2 ms of CPU
 took long enough to miss its deadline (``embedder_timeout``). At 0.5 ms, three assemblies at a time
 on two cores: 65-93 embedder timeouts in 1,500 instead of 129-146, and 93-96% of the assemblies ran
-their planned search instead of 90-91% (docs/benchmarks.md, session 15)."""
+their planned search instead of 90-91% (docs/operations.md, "Decisions")."""
 
 
 def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder | None = None) -> Litestar:

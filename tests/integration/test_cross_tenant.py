@@ -1,4 +1,4 @@
-"""Org B against every tenant endpoint, aimed at org A's objects (issue 13): nothing of A's is shown,
+"""Org B against every tenant endpoint, aimed at org A's objects: nothing of A's is shown,
 changed or deleted, and B's requests leave A's Redis keys alone.
 
 The endpoints come from the app's route table (every handler that takes ``org_id``): a new endpoint
