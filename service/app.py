@@ -38,6 +38,7 @@ from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
 from service.export import ExportController
+from service.facts.handlers import HistoryController, OrgSettingsController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
@@ -200,7 +201,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
+                        ExportController, HistoryController, OrgSettingsController,
+                        metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),
