@@ -22,7 +22,7 @@ class Events:
 
     rows: list[tuple[UUID, str | None, str, UUID | None, UUID | None, dict[str, Any]]] = field(default_factory=list)
 
-    def add(self, memory_id: UUID, agent_id: str | None, event: EventName, *, related: UUID | None = None,
+    def add(self, memory_id: UUID, agent_id: str | None, event: EventName, /, *, related: UUID | None = None,
             undoes: UUID | None = None, **detail: Any) -> None:
         self.rows.append((memory_id, agent_id, event, related, undoes, msgspec.to_builtins(detail)))
 
@@ -45,7 +45,7 @@ def snapshot(item: MemoryIn, occurred_at: datetime) -> dict[str, Any]:
 
 
 def item_from(snap: dict[str, Any]) -> MemoryIn:
-    return msgspec.convert({k: v for k, v in snap.items() if v is not None}, MemoryIn, strict=False)
+    return msgspec.convert({k: v for k, v in snap.items() if v is not None and k != "id"}, MemoryIn, strict=False)
 
 
 def _cursor(event_id: UUID) -> str:
