@@ -128,3 +128,27 @@ async def test_the_database_refuses_a_second_current_value(owner_dsn: str, tenan
 async def _in_tx(conn: asyncpg.Connection, work: Any) -> None:
     async with conn.transaction():
         await work(conn)
+
+
+@pytest.mark.parametrize("strategy", ["lexical", "semantic", "hybrid", "lexical_first"])
+async def test_search_leaves_retired_memories_out_unless_asked(client: AsyncTestClient[Any], tenant: Tenant,
+                                                               strategy: str) -> None:
+    agent = f"search-{strategy}"
+    old = (await write(client, tenant, {"text": "The team standup happens in room Alder.", "agent_id": agent,
+                                        "key": "team.standup_room", "occurred_at": "2024-01-01T09:00:00Z"}))["ids"][0]
+    new = (await write(client, tenant, {"text": "The team standup happens in room Birch.", "agent_id": agent,
+                                        "key": "team.standup_room", "occurred_at": "2024-02-01T09:00:00Z"}))["ids"][0]
+
+    async def search(**filters: Any) -> list[dict[str, Any]]:
+        r = await client.post("/v1/memories/search", json={
+            "query": "team standup room", "strategy": strategy, "filters": {"agent_id": agent, **filters}},
+            headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        return list(r.json()["results"])
+
+    assert [h["id"] for h in await search()] == [new]
+    every = {h["id"]: h for h in await search(include_superseded=True)}
+    assert set(every) == {old, new}
+    assert every[old]["current"] is False and every[old]["superseded_by"] == new and every[new]["current"] is True
+    then = await search(as_of="2024-01-15T00:00:00Z")
+    assert [h["id"] for h in then] == [old] and then[0]["current"] is False
