@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-TOP_SENSES = 2
+TOP_SENSES = 3
 POS = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
 OUT = Path(__file__).with_name("synonyms.tsv.gz")
 

@@ -9,7 +9,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from service.errors import BadRequest, NotFound
 from service.facts import history, undo
-from service.facts.types import HistoryPage, OrgSettingsIn, OrgSettingsOut, UndoResult
+from service.facts.types import HistoryPage, OrgSettingsIn, OrgSettingsOut, UndoIn, UndoResult
 from service.facts.write import DEFAULT_POLICY
 from service.http.deps import OrgId, ServicesDep, parse_uuid
 from service.http.openapi import errors
@@ -43,10 +43,11 @@ class HistoryController(Controller):
     @post("/{memory_id:str}/history/{event_id:str}/undo", status_code=200, summary="Undo a merge or a model decision",
           responses=errors(404, 409, 422))
     async def undo(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str],
-                   event_id: FromPath[str]) -> UndoResult:
+                   event_id: FromPath[str], data: JSONBody[UndoIn]) -> UndoResult:
         """A ``merged`` event: the duplicate is written back as a memory of its own and the kept memory loses
         that sighting. A ``consolidated`` event (a model's merge or supersede): its change is reverted."""
-        return await undo.undo(services, org_id, parse_uuid(memory_id, "memory id"), parse_uuid(event_id, "event id"))
+        return await undo.undo(services, org_id, parse_uuid(memory_id, "memory id"), parse_uuid(event_id, "event id"),
+                               reason=data.reason)
 
 
 class OrgSettingsController(Controller):

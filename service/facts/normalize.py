@@ -31,6 +31,8 @@ FILLER: Final = frozenset({
     "absolutely", "seriously", "obviously", "clearly", "surely", "okay", "ok",
 })
 FILLER_PHRASES: Final = (("you", "know"), ("i", "mean"), ("kind", "of"), ("sort", "of"), ("to", "be", "honest"))
+OPENERS: Final = frozenset({"well", "so", "oh", "like", "anyway", "alright", "right", "hey", "wow"})
+"""Discourse markers dropped only at the very start of a text ("Well, basically, ...")."""
 
 
 def _expand(word: str) -> list[str]:
@@ -85,7 +87,7 @@ def content(words: tuple[str, ...]) -> list[str]:
                 i += len(phrase)
                 break
         else:
-            if words[i] not in ARTICLES and words[i] not in FILLER:
+            if words[i] not in ARTICLES and words[i] not in FILLER and not (not out and words[i] in OPENERS):
                 out.append(words[i])
             i += 1
     return out

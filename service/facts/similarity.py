@@ -42,6 +42,7 @@ TIME_WORDS: Final = frozenset({
     "usually", "often", "sometimes", "now", "then",
 })
 _NUMERIC = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
 
 
 def critical(word: str) -> bool:
@@ -80,14 +81,40 @@ def compare(a: tuple[str, ...], b: tuple[str, ...], cosine: float, limits: Thres
     lexical = (shared + paired) / union if union else 1.0
     if cosine < limits.cosine:
         return Verdict(False, lexical, "low_cosine")
+    if _number_runs(a) != _number_runs(b):  # "won 2-1" / "won 1-2": the same numbers, another fact
+        return Verdict(False, lexical, "critical_word")
     if not words_a and not words_b:
         return Verdict(True, lexical, "same_words")
+    if _joined(a) == _joined(b) and _numbers(a) == _numbers(b):  # "dark-roast" / "dark roast" / "darkroast"
+        return Verdict(True, lexical, "joined_words")
     if any(critical(w) for w in (*words_a, *words_b)):
         return Verdict(False, lexical, "critical_word")
     shorter = min(sum(ca.values()), sum(cb.values()))
     if pairs and len(words_a) <= limits.max_synonyms and len(words_a) <= limits.synonym_share * shorter:
         return Verdict(True, lexical, "synonyms")
     return Verdict(False, lexical, "other_words")
+
+
+def _number_runs(words: tuple[str, ...]) -> Counter[tuple[str, ...]]:
+    """Runs of adjacent numbers ("9 40", "2 1"): clauses may move, a run's order may not."""
+    runs: Counter[tuple[str, ...]] = Counter()
+    run: list[str] = []
+    for w in (*words, ""):
+        if _NUMERIC.search(w):
+            run.extend(_NUMBER.findall(w))
+        elif run:
+            runs[tuple(run)] += 1
+            run = []
+    return runs
+
+
+def _joined(words: tuple[str, ...]) -> str:
+    return "".join(content(words))
+
+
+def _numbers(words: tuple[str, ...]) -> list[str]:
+    """The numbers of a text in order, each whole ("3 5" is not "35", "IL-6" is "IL6")."""
+    return [n for w in words for n in _NUMBER.findall(w)]
 
 
 def _synonym_pairs(left: list[str], right: list[str]) -> bool:

@@ -61,6 +61,11 @@ class HistoryPage(msgspec.Struct, kw_only=True):
     next_cursor: str | None
 
 
+class UndoIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+    """Why, kept in the ``undone`` event."""
+
+
 class UndoResult(msgspec.Struct, kw_only=True):
     undone: UUID
     """The event reverted."""

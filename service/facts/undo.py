@@ -20,7 +20,8 @@ def _restorable(event: Any) -> dict[str, Any] | None:
     return item if isinstance(item, dict) else None
 
 
-async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID) -> UndoResult:
+async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID, *,
+               reason: str | None = None) -> UndoResult:
     """Revert event ``event_id`` of memory ``memory_id``: a merge writes the absorbed item back as a
     memory of its own (its recorded id, its own key placement) and takes its sighting and the metadata
     keys it added off the kept memory; a model's supersede makes the retired memories current again.
@@ -57,7 +58,7 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
                 touched.add(row["agent_id"])
                 events.add(rid, row["agent_id"], "undone", undoes=None, related=memory_id, reinstated=True)
         events.add(memory_id, event["agent_id"], "undone", undoes=event_id, related=restored,
-                   undone_event=event["event"])
+                   undone_event=event["event"], reason=reason)
         recorded = await events.record(tx)
     await services.memories_changed(org_id, touched)
     return UndoResult(undone=event_id, event=recorded[-1], restored=restored, reinstated=retired)

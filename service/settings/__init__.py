@@ -235,7 +235,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ),
         facts=FactSettings(
             dedup_cosine=env_number_in(env, "PGCONTEXT_FACTS_DEDUP_COSINE", 0.80, 0.0, 1.0),
-            dedup_max_synonyms=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_MAX_SYNONYMS", 2, 0, 4),
+            dedup_max_synonyms=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_MAX_SYNONYMS", 2, 0, 8),
             dedup_candidates=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_CANDIDATES", 5, 1, 50),
             consolidation_api_base=env_str(env, "PGCONTEXT_CONSOLIDATION_API_BASE"),
             consolidation_api_key=env_str(env, "PGCONTEXT_CONSOLIDATION_API_KEY"),
@@ -245,6 +245,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             consolidation_poll_s=max(0.05, env_float(env, "PGCONTEXT_CONSOLIDATION_POLL_S", 1.0)),
             consolidation_max_attempts=env_int_in(env, "PGCONTEXT_CONSOLIDATION_MAX_ATTEMPTS", 5, 1, 100),
             consolidation_retry_s=max(0.0, env_float(env, "PGCONTEXT_CONSOLIDATION_RETRY_S", 2.0)),
-            consolidation_lease_s=max(1.0, env_float(env, "PGCONTEXT_CONSOLIDATION_LEASE_S", 60.0)),
+            consolidation_lease_s=max(0.1, env_float(env, "PGCONTEXT_CONSOLIDATION_LEASE_S", 60.0)),
         ),
     )

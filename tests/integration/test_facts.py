@@ -119,7 +119,7 @@ async def test_a_merge_is_undone(client: AsyncTestClient[Any], tenant: Tenant) -
                                            "metadata": {"b": 2}}))["items"][0]
     assert merged["status"] == "merged"
     event = (await history(client, tenant, kept))[-1]
-    r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", headers=tenant.headers)
+    r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", json={}, headers=tenant.headers)
     assert r.status_code == 200, r.text
     restored = r.json()["restored"]
     assert restored and restored != kept
@@ -127,12 +127,12 @@ async def test_a_merge_is_undone(client: AsyncTestClient[Any], tenant: Tenant) -
     assert set(listed) == {kept, restored}
     assert listed[kept]["seen_count"] == 1 and listed[kept]["metadata"] == {"a": 1}
     assert listed[restored]["text"] == "sam is allergic to peanuts" and listed[restored]["metadata"] == {"b": 2}
-    again = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", headers=tenant.headers)
+    again = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", json={}, headers=tenant.headers)
     assert again.status_code == 409 and again.json()["error"]["code"] == "already_undone"
     events = await history(client, tenant, kept)
     assert [e["event"] for e in events] == ["created", "merged", "undone"]
     assert events[1]["undone_by"] == events[2]["id"] and events[2]["undoes"] == events[1]["id"]
-    created = await client.post(f"/v1/memories/{kept}/history/{events[0]['id']}/undo", headers=tenant.headers)
+    created = await client.post(f"/v1/memories/{kept}/history/{events[0]['id']}/undo", json={}, headers=tenant.headers)
     assert created.status_code == 422 and created.json()["error"]["code"] == "not_undoable"
 
 
@@ -159,7 +159,7 @@ async def test_patch_into_a_duplicate_merges(client: AsyncTestClient[Any], tenan
     assert (await client.get(f"/v1/memories/{other}", headers=tenant.headers)).status_code == 404
     assert [e["event"] for e in await history(client, tenant, other)] == ["created", "updated", "merged"]
     event = (await history(client, tenant, kept))[-1]
-    r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", headers=tenant.headers)
+    r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", json={}, headers=tenant.headers)
     assert r.status_code == 200 and r.json()["restored"] == other  # back under its own id
     got = (await client.get(f"/v1/memories/{other}", headers=tenant.headers)).json()
     assert got["text"] == "the meeting room is on floor two"
