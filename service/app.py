@@ -38,6 +38,7 @@ from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
 from service.export import ExportController
+from service.facts.consolidate import Consolidator, start_consolidation
 from service.facts.handlers import HistoryController, OrgSettingsController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
@@ -146,10 +147,14 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     orchestrator = await build_orchestrator(services)
     services.extras["assembly"] = orchestrator
     services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
+    services.extras["consolidator"] = start_consolidation(services)
     return services
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
+    consolidator = services.extras.get("consolidator")
+    if isinstance(consolidator, Consolidator):
+        await consolidator.aclose()
     assembly = services.extras.get("assembly")
     if isinstance(assembly, Orchestrator):
         await assembly.aclose()  # flushes pending access statistics while the pool is still open

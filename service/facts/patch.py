@@ -51,7 +51,7 @@ async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: 
                 assert row is not None
                 events.add(memory_id, row["agent_id"], "updated", changes=_changes(change))
                 await tx.execute("memories.delete", tx.org_id, memory_id)
-                await merge_into(tx, found.target, _as_item(row), memory_id, row["occurred_at"], found, events,
+                await merge_into(tx, found.target, as_item(row), memory_id, row["occurred_at"], found, events,
                                  decided_by="rules")
                 events.add(memory_id, row["agent_id"], "merged", related=found.target, into=found.target)
                 await events.record(tx)
@@ -70,7 +70,7 @@ def _changes(change: MemoryPatch) -> dict[str, Any]:
     return out
 
 
-def _as_item(row: asyncpg.Record) -> MemoryIn:
+def as_item(row: asyncpg.Record) -> MemoryIn:
     """A stored memory as the item a merge records (so an undo writes it back as it was)."""
     return MemoryIn(text=row["text"], agent_id=row["agent_id"], kind=row["kind"], metadata=row["metadata"],
                     importance=row["importance"], pinned=row["pinned"], expires_at=row["expires_at"],

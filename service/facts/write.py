@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import numpy as np
 
 from service.db import TenantTx
@@ -244,8 +245,6 @@ async def _write_keyed(tx: TenantTx, item: MemoryIn, plan: Plan, embeddings: np.
 
 
 def _with_valid_until(item: MemoryIn, valid_until: datetime | None) -> MemoryIn:
-    import msgspec
-
     return msgspec.structs.replace(item, valid_until=valid_until)
 
 
@@ -260,4 +259,5 @@ async def _queue_for_model(tx: TenantTx, items: list[MemoryIn], plans: list[Plan
             jobs.append((plan.id, [{"id": str(c.id), "cosine": round(c.cosine, 6), "lexical": round(c.lexical, 6),
                                     "rule": c.reason} for c in close]))
     if jobs:
-        await tx.execute("facts.enqueue", tx.org_id, [j[0] for j in jobs], [j[1] for j in jobs])
+        await tx.execute("facts.enqueue", tx.org_id, [j[0] for j in jobs],
+                         [msgspec.json.encode(j[1]).decode() for j in jobs])

@@ -245,6 +245,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             consolidation_poll_s=max(0.05, env_float(env, "PGCONTEXT_CONSOLIDATION_POLL_S", 1.0)),
             consolidation_max_attempts=env_int_in(env, "PGCONTEXT_CONSOLIDATION_MAX_ATTEMPTS", 5, 1, 100),
             consolidation_retry_s=max(0.0, env_float(env, "PGCONTEXT_CONSOLIDATION_RETRY_S", 2.0)),
+            consolidation_worker=env_bool(env, "PGCONTEXT_CONSOLIDATION_WORKER", True),
             consolidation_lease_s=max(0.1, env_float(env, "PGCONTEXT_CONSOLIDATION_LEASE_S", 60.0)),
         ),
     )

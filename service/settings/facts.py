@@ -36,6 +36,9 @@ class FactSettings:
     as written). Retries back off exponentially from ``consolidation_retry_s``."""
     consolidation_retry_s: float = 2.0
     """First retry delay."""
+    consolidation_worker: bool = True
+    """This process runs a consolidation worker. False: it only queues jobs, and other instances (with
+    the same endpoint set) decide them."""
     consolidation_lease_s: float = 60.0
     """A claimed job not finished within this is claimed again (its worker died or stalled)."""
 
