@@ -100,7 +100,7 @@ async def test_memories_search_hot_feedback_export_and_erasure(live_url: str, te
 
         lines = list(pg.export(agent))
         assert lines[0]["type"] == "export" and lines[-1] == {
-            "type": "end", "counts": {"directive": 0, "document": 0, "memory": 3, "chunk": 0}}
+            "type": "end", "counts": {"directive": 0, "document": 0, "memory": 3, "chunk": 0, "event": 3}}
 
         pg.delete_memory(batch.ids[1])
         with pytest.raises(NotFound):
