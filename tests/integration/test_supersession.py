@@ -13,7 +13,11 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
 from tests.conftest import Tenant
+from tests.integration.test_assembly import GENEROUS, assembly_client
 from tests.integration.test_facts import history, write
 from tests.integration.test_memories_api import list_all
 
@@ -152,3 +156,27 @@ async def test_search_leaves_retired_memories_out_unless_asked(client: AsyncTest
     assert every[old]["current"] is False and every[old]["superseded_by"] == new and every[new]["current"] is True
     then = await search(as_of="2024-01-15T00:00:00Z")
     assert [h["id"] for h in then] == [old] and then[0]["current"] is False
+
+
+async def test_assembly_packs_the_current_value_or_what_was_valid_then(settings: Settings, endpoints: Endpoints,
+                                                                       embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        old = (await write(client, tenant, {"text": "The user's favourite tea is jasmine.", "agent_id": "tea",
+                                            "key": "user.tea", "occurred_at": "2023-01-01T00:00:00Z"}))["ids"][0]
+        new = (await write(client, tenant, {"text": "The user's favourite tea is sencha.", "agent_id": "tea",
+                                            "key": "user.tea", "occurred_at": "2024-01-01T00:00:00Z"}))["ids"][0]
+
+        async def assemble(**filters: Any) -> dict[str, Any]:
+            r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+                "agent_id": "tea", "query": "which tea does the user like?", "model": "gpt-4o",
+                "max_context_tokens": 2000, "retrieval": {"strategy": "lexical", "filters": filters}})
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        now = await assemble()
+        assert {m["id"] for m in now["memories_used"]} == {new}
+        then = await assemble(as_of="2023-06-01T00:00:00Z")
+        assert {m["id"] for m in then["memories_used"]} == {old}
+        assert then["branches"]["hot"]["outcome"] == "skipped"
+        every = await assemble(include_superseded=True)
+        assert {m["id"] for m in every["memories_used"]} == {old, new}
