@@ -57,7 +57,7 @@ class Thresholds:
     max_synonyms: int = 2
     """Most word pairs that may differ, each a pair of synonyms."""
     synonym_share: float = 0.25
-    """... and at most this share of the shorter text's words."""
+    """... and at most this share of the shorter text's words (one pair is always allowed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +90,26 @@ def compare(a: tuple[str, ...], b: tuple[str, ...], cosine: float, limits: Thres
     if any(critical(w) for w in (*words_a, *words_b)):
         return Verdict(False, lexical, "critical_word")
     shorter = min(sum(ca.values()), sum(cb.values()))
-    if pairs and len(words_a) <= limits.max_synonyms and len(words_a) <= limits.synonym_share * shorter:
+    if pairs and len(words_a) <= min(limits.max_synonyms, max(1.0, limits.synonym_share * shorter)):
         return Verdict(True, lexical, "synonyms")
     return Verdict(False, lexical, "other_words")
 
 
 def _number_runs(words: tuple[str, ...]) -> Counter[tuple[str, ...]]:
-    """Runs of adjacent numbers ("9 40", "2 1"): clauses may move, a run's order may not."""
+    """Runs of adjacent numbers ("9 40"), each with the word before it (or after it, at the start):
+    clauses may move, but "batch 1 item 2" is not "batch 2 item 1", nor "won 2 1" "won 1 2"."""
     runs: Counter[tuple[str, ...]] = Counter()
     run: list[str] = []
-    for w in (*words, ""):
+    start = 0
+    for i, w in enumerate((*words, "")):
         if _NUMERIC.search(w):
+            if not run:
+                start = i
             run.extend(_NUMBER.findall(w))
         elif run:
-            runs[tuple(run)] += 1
+            letters = _NUMBER.sub("", words[start])  # "il6" is anchored like "il 6"
+            anchor = letters or (words[start - 1] if start > 0 else "^" + w)
+            runs[(anchor, *run)] += 1
             run = []
     return runs
 
