@@ -20,9 +20,6 @@ WITH nearest AS (
        AND ($10::smallint[] IS NULL OR m.level = ANY($10))
        AND ($11::timestamptz IS NULL OR m.occurred_at >= $11)
        AND ($12::timestamptz IS NULL OR m.occurred_at < $12)
-       AND CASE WHEN $16::timestamptz IS NOT NULL THEN m.occurred_at <= $16 AND (m.valid_until IS NULL OR m.valid_until > $16)
-           WHEN $17::bool THEN true
-           ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3
 )
@@ -33,4 +30,7 @@ SELECT n.id, n.text, n.kind, n.source_path, n.line_start, n.line_end, n.level, n
        CASE WHEN $13::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = n.org_id AND a.memory_id = n.id) END AS last_accessed_at
   FROM nearest n
- WHERE NOT $13::bool OR n.agent_id = $14::text OR ($15::bool AND n.agent_id IS NULL)
+ WHERE (NOT $13::bool OR n.agent_id = $14::text OR ($15::bool AND n.agent_id IS NULL))
+   AND CASE WHEN $16::timestamptz IS NOT NULL THEN n.occurred_at <= $16 AND (n.valid_until IS NULL OR n.valid_until > $16)
+            WHEN $17::bool THEN true
+            ELSE n.superseded_by IS NULL AND (n.valid_until IS NULL OR n.valid_until > now()) END
