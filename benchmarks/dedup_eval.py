@@ -19,6 +19,7 @@ defaults and with the tuned pick.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import re
@@ -234,6 +235,11 @@ class Scores:
         return hit / max(pos, 1), wrong / max(neg, 1), pos, neg
 
 
+@functools.cache
+def _tokens(text: str) -> tuple[str, ...]:
+    return tokens(text)
+
+
 def score(pairs: Sequence[Pair], cosines: dict[tuple[str, str], float], limits: Thresholds,
           keep: Callable[[Pair], bool]) -> Scores:
     recall: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -241,7 +247,7 @@ def score(pairs: Sequence[Pair], cosines: dict[tuple[str, str], float], limits: 
     for p in pairs:
         if not keep(p):
             continue
-        merged = compare(tokens(p.stored), tokens(p.incoming), cosines[(p.stored, p.incoming)], limits).duplicate
+        merged = compare(_tokens(p.stored), _tokens(p.incoming), cosines[(p.stored, p.incoming)], limits).duplicate
         bucket = recall if p.duplicate else false
         bucket[p.rule][0] += int(merged)
         bucket[p.rule][1] += 1
