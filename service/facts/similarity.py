@@ -52,9 +52,9 @@ def critical(word: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    cosine: float = 0.80
+    cosine: float = 0.70
     """Embedding cosine a near-duplicate must reach (the words decide above it)."""
-    max_synonyms: int = 2
+    max_synonyms: int = 1
     """Most word pairs that may differ, each a pair of synonyms."""
     synonym_share: float = 0.25
     """... and at most this share of the shorter text's words (one pair is always allowed)."""
@@ -81,12 +81,12 @@ def compare(a: tuple[str, ...], b: tuple[str, ...], cosine: float, limits: Thres
     lexical = (shared + paired) / union if union else 1.0
     if cosine < limits.cosine:
         return Verdict(False, lexical, "low_cosine")
+    if _joined(a) == _joined(b) and _numbers(a) == _numbers(b):  # "dark-roast" / "dark roast" / "5-hmC" / "5hmC"
+        return Verdict(True, lexical, "joined_words")
     if _number_runs(a) != _number_runs(b):  # "won 2-1" / "won 1-2": the same numbers, another fact
         return Verdict(False, lexical, "critical_word")
     if not words_a and not words_b:
         return Verdict(True, lexical, "same_words")
-    if _joined(a) == _joined(b) and _numbers(a) == _numbers(b):  # "dark-roast" / "dark roast" / "darkroast"
-        return Verdict(True, lexical, "joined_words")
     if any(critical(w) for w in (*words_a, *words_b)):
         return Verdict(False, lexical, "critical_word")
     shorter = min(sum(ca.values()), sum(cb.values()))

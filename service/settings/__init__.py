@@ -234,8 +234,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             tiktoken_dir=Path(raw).expanduser().resolve() if (raw := env_str(env, "PGCONTEXT_TIKTOKEN_DIR")) else None,
         ),
         facts=FactSettings(
-            dedup_cosine=env_number_in(env, "PGCONTEXT_FACTS_DEDUP_COSINE", 0.80, 0.0, 1.0),
-            dedup_max_synonyms=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_MAX_SYNONYMS", 2, 0, 8),
+            dedup_cosine=env_number_in(env, "PGCONTEXT_FACTS_DEDUP_COSINE", 0.70, 0.0, 1.0),
+            dedup_max_synonyms=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_MAX_SYNONYMS", 1, 0, 8),
             dedup_candidates=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_CANDIDATES", 5, 1, 50),
             consolidation_api_base=env_str(env, "PGCONTEXT_CONSOLIDATION_API_BASE"),
             consolidation_api_key=env_str(env, "PGCONTEXT_CONSOLIDATION_API_KEY"),

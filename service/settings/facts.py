@@ -9,11 +9,11 @@ from dataclasses import dataclass
 class FactSettings:
     """Write-time duplicate detection (no model) and, when an endpoint is set, model consolidation."""
 
-    dedup_cosine: float = 0.80
+    dedup_cosine: float = 0.70
     """Embedding cosine a near-duplicate must reach; above it the words decide (same words in any order,
     up to ``dedup_max_synonyms`` WordNet synonyms, never a different number, negation, date or name).
-    Measured in docs/benchmarks.md ("Deduplication")."""
-    dedup_max_synonyms: int = 2
+    Tuned and measured in docs/benchmarks.md ("Deduplication")."""
+    dedup_max_synonyms: int = 1
     """Most word pairs two near-duplicates may differ by, each a pair of synonyms."""
     dedup_candidates: int = 5
     """Nearest current memories (same org, agent, kind and key) checked per written text."""
