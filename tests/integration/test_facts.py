@@ -188,7 +188,8 @@ async def test_another_orgs_history_and_undo_answer_404(client: AsyncTestClient[
     event = (await history(client, tenant, kept))[-1]
     r = await client.get(f"/v1/memories/{kept}/history", headers=other_tenant.headers)
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
-    r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", headers=other_tenant.headers)
+    r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", json={},
+                          headers=other_tenant.headers)
     assert r.status_code == 404
     assert (await history(client, tenant, kept))[-1]["undone_by"] is None
     # the other org writing the same text merges into nothing of ours
