@@ -45,6 +45,11 @@ SEARCH_STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 """The retrieval benchmarks' strategies: line name -> (request ``strategy``, request ``tuning``)."""
 
+KEEP = "keep"
+"""``on_duplicate`` of benchmark corpora: every document stays its own memory. Results are scored by document
+id against the corpus's labels, and corpora hold true duplicates (repeated turns like "Thanks!", SciFact
+abstracts sharing sentences); merging them would change the labels, not measure retrieval."""
+
 
 @contextlib.contextmanager
 def servers(settings: Settings) -> Iterator[tuple[str, str]]:

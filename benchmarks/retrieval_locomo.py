@@ -56,6 +56,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
+    KEEP,
     SEARCH_STRATEGIES,
     app_client,
     ndcg_at,
@@ -251,7 +252,7 @@ async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn]
                 if send_context[0] and t.context:
                     memory["search_context"] = t.context
                 body.append(memory)
-            r = await client.post("/v1/memories", json={"memories": body}, headers=headers)
+            r = await client.post("/v1/memories", json={"memories": body, "on_duplicate": KEEP}, headers=headers)
             if r.status_code == 400 and send_time[0] and "occurred_at" in r.text:
                 send_time[0] = False
                 continue

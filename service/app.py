@@ -38,6 +38,8 @@ from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
 from service.export import ExportController
+from service.facts.consolidate import Consolidator, start_consolidation
+from service.facts.handlers import HistoryController, OrgSettingsController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
@@ -146,10 +148,14 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     orchestrator = await build_orchestrator(services)
     services.extras["assembly"] = orchestrator
     services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
+    services.extras["consolidator"] = start_consolidation(services)
     return services
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
+    consolidator = services.extras.get("consolidator")
+    if isinstance(consolidator, Consolidator):
+        await consolidator.aclose()
     assembly = services.extras.get("assembly")
     if isinstance(assembly, Orchestrator):
         await assembly.aclose()  # flushes pending access statistics while the pool is still open
@@ -201,7 +207,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
+                        ExportController, HistoryController, OrgSettingsController,
+                        metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),

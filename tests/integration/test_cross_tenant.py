@@ -85,6 +85,10 @@ async def seed(client: AsyncTestClient[Any], a: Tenant, b: Tenant) -> World:
         {"text": f"Org-wide rule {s}: badges at all times", "agent_id": None, "metadata": {"tag": w.secret}},
         {"text": f"Only A knows {s}", "agent_id": A_ONLY, "kind": "episode"}]})
     w.a_ids = [str(i) for i in (await _ok(r))["ids"]]
+    # a duplicate merged into A's first memory (its history holds a merge B could try to undo), and A's default
+    await _ok(await client.post("/v1/memories", headers=a.headers, json={
+        "text": f"the vault code is {s} and launch is tuesday", "agent_id": AGENT}))
+    await _ok(await client.patch("/v1/org/settings", headers=a.headers, json={"on_duplicate": "reject"}))
     r = await client.post("/v1/memories", headers=b.headers,
                           json={"text": "B's own note about launches", "agent_id": AGENT})
     w.b_ids = [str(i) for i in (await _ok(r))["ids"]]
@@ -118,6 +122,8 @@ async def snapshot(w: World, redis: Redis) -> dict[str, Any]:
     index = await _ok(await c.get("/v1/documents/index", headers=h))
     export = await _ok(await c.get("/v1/export", params={"agent_id": AGENT}, headers=h))
     hot = await _ok(await c.get("/v1/memories/hot", params={"agent_id": AGENT}, headers=h))
+    history = [await _ok(await c.get(f"/v1/memories/{i}/history", headers=h)) for i in w.a_ids]
+    settings = await _ok(await c.get("/v1/org/settings", headers=h))
     keys = {}
     async for key in redis.scan_iter(match=f"{{{w.a.org_id}}}:*", count=1000):
         name = key.decode()
@@ -125,7 +131,8 @@ async def snapshot(w: World, redis: Redis) -> dict[str, Any]:
             keys[name] = await redis.dump(key)
     return {"memories": memories, "listed": sorted(m["id"] for m in listed["items"]), "directives": directives,
             "documents": documents["items"], "index": {k: index[k] for k in ("revision", "files", "chunks")},
-            "export": sorted(_stable(export)), "hot": [i["id"] for i in hot["items"]], "redis": keys}
+            "export": sorted(_stable(export)), "hot": [i["id"] for i in hot["items"]], "redis": keys,
+            "history": history, "settings": settings}
 
 
 VOLATILE = ("exported_at", "last_accessed_at", "access_count")
@@ -279,6 +286,29 @@ async def export(w: World) -> None:
         w.expect(r.status_code == 200, f"export {agent}: {r.status_code}")
 
 
+async def history(w: World) -> None:
+    for i in w.a_ids:
+        r = await w.as_b("GET", f"/v1/memories/{i}/history")
+        w.expect(r.status_code == 404, f"history of A's memory: {r.status_code}")
+
+
+async def undo(w: World) -> None:
+    events = (await _ok(await w.client.get(f"/v1/memories/{w.a_ids[0]}/history", headers=w.a.headers)))["items"]
+    for event in events:
+        r = await w.as_b("POST", f"/v1/memories/{w.a_ids[0]}/history/{event['id']}/undo", json={})
+        w.expect(r.status_code == 404, f"undo of A's event: {r.status_code}")
+
+
+async def org_settings_get(w: World) -> None:
+    r = await w.as_b("GET", "/v1/org/settings")
+    w.expect(r.status_code == 200 and r.json()["on_duplicate"] == "merge", f"B's settings: {r.text}")
+
+
+async def org_settings_patch(w: World) -> None:
+    r = await w.as_b("PATCH", "/v1/org/settings", json={"on_duplicate": "keep"})
+    w.expect(r.status_code == 200 and r.json()["on_duplicate"] == "keep", f"B's settings: {r.text}")
+
+
 Case = Callable[[World], Awaitable[None]]
 CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/memories/{memory_id}"): memory_get,
@@ -299,6 +329,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/memories/hot"): hot,
     ("POST", "/v1/memories/feedback"): feedback,
     ("GET", "/v1/export"): export,
+    ("GET", "/v1/memories/{memory_id}/history"): history,
+    ("POST", "/v1/memories/{memory_id}/history/{event_id}/undo"): undo,
+    ("GET", "/v1/org/settings"): org_settings_get,
+    ("PATCH", "/v1/org/settings"): org_settings_patch,
 }
 """(method, route) -> org B's attempts on org A's objects. Order matters only in that the directive
 GET runs before B's PUT (then B sees its own directive, never A's)."""
