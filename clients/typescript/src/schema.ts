@@ -52,7 +52,7 @@ export interface paths {
         post: operations["V1MemoriesCreate"];
         /**
          * Delete all of an agent's memories (data-subject erasure)
-         * @description Deletes every memory of `agent_id` in your org, invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
+         * @description Deletes every memory of `agent_id` in your org (its conversations' messages too, and the conversations), invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
          */
         delete: operations["V1MemoriesRemoveAgent"];
         options?: never;
@@ -143,6 +143,62 @@ export interface paths {
         };
         /** Index summary: revision, counts, last indexed time, semantic availability */
         get: operations["V1DocumentsIndexIndexSummary"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A conversation's messages in order (cursor-paginated) */
+        get: operations["V1ConversationsConversationIdMessagesListMessages"];
+        put?: never;
+        /**
+         * Append messages
+         * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
+         */
+        post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One conversation */
+        get: operations["V1ConversationsConversationIdGetOne"];
+        put?: never;
+        post?: never;
+        /** Delete a conversation and its messages */
+        delete: operations["V1ConversationsConversationIdRemove"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List conversations (newest first, cursor-paginated) */
+        get: operations["V1ConversationsListConversations"];
         put?: never;
         post?: never;
         delete?: never;
@@ -243,6 +299,28 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AppendIn */
+        AppendIn: {
+            messages: components["schemas"]["MessageIn"][];
+            agent_id?: string | null;
+        };
+        /** AppendOut */
+        AppendOut: {
+            conversation_id: string;
+            agent_id: string | null;
+            created: boolean;
+            message_count: number;
+            messages: components["schemas"]["AppendedMessage"][];
+        };
+        /** AppendedMessage */
+        AppendedMessage: {
+            /** Format: uuid */
+            id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            created: boolean;
+        };
         /** AssembleRequest */
         AssembleRequest: {
             agent_id: string;
@@ -258,6 +336,8 @@ export interface components {
             retrieval?: components["schemas"]["RetrievalOptions"];
             /** @default false */
             explain?: boolean;
+            conversation_id?: string | null;
+            history_turns?: number | null;
         } | {
             max_context_tokens: number;
         } | {
@@ -335,6 +415,21 @@ export interface components {
             bytes: number;
             last_indexed_at: string | null;
         };
+        /** ConversationOut */
+        ConversationOut: {
+            id: string;
+            agent_id: string | null;
+            message_count: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** ConversationPage */
+        ConversationPage: {
+            items: components["schemas"]["ConversationOut"][];
+            next_cursor: string | null;
+        };
         /** CreatedMemories */
         CreatedMemories: {
             ids: string[];
@@ -351,6 +446,11 @@ export interface components {
         DeletedAgentMemories: {
             agent_id: string;
             deleted: number;
+        };
+        /** DeletedConversation */
+        DeletedConversation: {
+            conversation_id: string;
+            messages_deleted: number;
         };
         /** DirectiveIn */
         DirectiveIn: {
@@ -406,7 +506,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             /** @enum {string} */
-            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested";
+            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested" | "in_history";
             detail: string;
             tokens: number;
             composite: number;
@@ -414,6 +514,7 @@ export interface components {
             /** @enum {null|string} */
             origin?: "hot" | "cold" | null;
             scores?: components["schemas"]["Scores"] | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -611,11 +712,59 @@ export interface components {
             scores: components["schemas"]["Scores"];
             justification: string;
             occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** Message */
         Message: {
             role: string;
             content: string & unknown;
+        };
+        /** MessageIn */
+        MessageIn: {
+            content: string & unknown;
+            speaker?: string | null;
+            /** @enum {null|string} */
+            role?: "user" | "assistant" | "system" | "tool" | null;
+            occurred_at?: string | null;
+            session_id?: string | null;
+            message_id?: string | null;
+            /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
+            metadata?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            };
+        };
+        /** MessageOut */
+        MessageOut: {
+            /** Format: uuid */
+            id: string;
+            conversation_id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            content: string;
+            /** Format: date-time */
+            occurred_at: string;
+            /** Format: date-time */
+            created_at: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
+        /** MessagePage */
+        MessagePage: {
+            items: components["schemas"]["MessageOut"][];
+            next_cursor: string | null;
+        };
+        /** MessageRef */
+        MessageRef: {
+            conversation_id: string;
+            position: number;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            message_id: string | null;
         };
         /** Metrics */
         Metrics: {
@@ -768,6 +917,7 @@ export interface components {
                 [key: string]: unknown;
             };
             occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
             fused_score?: number | null;
             path?: string | null;
             line_start?: number | null;
@@ -1964,6 +2114,396 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["IndexSummary"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesListMessages: {
+        parameters: {
+            query?: {
+                /** @description Only this session's messages. */
+                session_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessagePage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesAppendMessages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AppendIn"];
+            };
+        };
+        responses: {
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdGetOne: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdRemove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedConversation"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsListConversations: {
+        parameters: {
+            query?: {
+                /** @description Only this agent's conversations (1-200 letters, digits and _.:@-). */
+                agent_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<conversation id>`, the position after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationPage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
                 };
             };
             /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
