@@ -154,8 +154,7 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
             created = await (await client_for()).create_memories(batch)
         return {"stored": len(created.ids), "ids": [str(i) for i in created.ids]}
 
-    @server.tool(description=APPEND, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                                                 idempotent_hint=True, open_world_hint=False))
+    @server.tool(description=APPEND, annotations=writes)  # idempotent only for turns with a message_id
     async def append_messages(
         conversation_id: Annotated[str, Field(description="The conversation (letters, digits, _.:@-), the same for "
                                                           "all its turns.")],

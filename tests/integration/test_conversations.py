@@ -238,6 +238,21 @@ async def test_delete_takes_everything_derived_along(client: AsyncTestClient[Any
     assert [m["position"] for m in (await append(client, tenant, "gone", TURNS[:1]))["messages"]] == [1]
 
 
+async def test_messages_stay_out_of_hot_sets(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", headers=tenant.headers,
+                          json={"text": "The coach's standing rule: warm up first.", "agent_id": "hot-coach",
+                                "pinned": True})
+    assert r.status_code == 201, r.text
+    out = await append(client, tenant, "hot-chat", TURNS, agent_id="hot-coach")
+    r = await client.get("/v1/memories/hot", headers=tenant.headers, params={"agent_id": "hot-coach"})
+    hot = {m["id"] for m in r.json()["items"]}
+    assert r.json()["items"][0]["pinned"] and not hot & {m["id"] for m in out["messages"]}
+    # an agent whose only memories are messages gets the org-wide hot set
+    await append(client, tenant, "only-chat", TURNS[:1], agent_id="chatty")
+    r = await client.get("/v1/memories/hot", headers=tenant.headers, params={"agent_id": "chatty"})
+    assert r.status_code == 200 and all(m["kind"] != "message" for m in r.json()["items"])
+
+
 async def test_erasing_an_agent_removes_its_conversations(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     await append(client, tenant, "coach-chat", TURNS, agent_id="coach")
     await append(client, tenant, "other-chat", TURNS[:1], agent_id="other")
