@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import KEEP
+
 BATCH = 64
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
                  "%Y-%m-%d %H:%M", "%Y-%m-%d")
@@ -122,7 +124,7 @@ async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn]
                 if send_context[0] and t.context:
                     memory["search_context"] = t.context
                 body.append(memory)
-            r = await client.post("/v1/memories", json={"memories": body}, headers=headers)
+            r = await client.post("/v1/memories", json={"memories": body, "on_duplicate": KEEP}, headers=headers)
             if r.status_code == 400 and send_time[0] and "occurred_at" in r.text:
                 send_time[0] = False
                 continue

@@ -62,8 +62,8 @@ from service.settings import Settings, load_settings
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / ".pgcontext" / "bench-latency"
 STRATEGIES = ("lexical", "semantic", "hybrid", "hybrid_rrf", "lexical_first", "auto")
-"""``hybrid`` fuses with the default (``auto``: z-scores); ``hybrid_rrf`` with RRF, the default before
-issue 12, so the same run compares the two."""
+"""``hybrid`` fuses with the default (``auto``: z-scores); ``hybrid_rrf`` with RRF, so the same run
+compares the two."""
 
 
 def request(name: str, text: str, limit: int) -> SearchRequest:

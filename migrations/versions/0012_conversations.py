@@ -30,7 +30,7 @@ Create Date: 2026-12-05
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
@@ -47,7 +47,9 @@ CHECKS = {
     "memories_message_kind": "conversation_id IS NULL OR kind = 'message'",
 }
 HOT_CANDIDATES = ("CREATE INDEX memories_hot_candidates ON memories (org_id, agent_id) "
-                  "INCLUDE (id, pinned, importance, created_at, expires_at) WHERE source_path IS NULL")
+                  "INCLUDE (id, pinned, importance, created_at, expires_at, valid_until) "
+                  "WHERE source_path IS NULL AND superseded_by IS NULL")
+"""0011's hot-set index (current rows only); this revision adds ``conversation_id IS NULL``."""
 
 
 def upgrade() -> None:

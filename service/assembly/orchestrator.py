@@ -256,7 +256,7 @@ class Orchestrator:
         # The cache reads go out now, not after admission: a request waiting in line has them then.
         early = EarlyReads()
         early.start("directive", lambda: self._directive(org_id, req.agent_id))
-        if req.retrieval.use_hot and self.circuit.available():
+        if req.retrieval.use_hot and _current_only(req) and self.circuit.available():
             early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
         try:
             async with self.admission.admit(caller.remaining_ms(), org=org_id) as queued_ms:
@@ -300,7 +300,9 @@ class Orchestrator:
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
             hot_branch = BranchTask.adopt("hot", min(wall_ms, s.hot_timeout_ms), hot_read, self.circuit)
         else:
-            reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
+            reason = ("disabled by the request" if not req.retrieval.use_hot
+                      else "the hot set holds current memories; the request asked for as_of or include_superseded"
+                      if not _current_only(req) else "Redis failed recently; retrying soon")
             hot_branch = BranchTask.skipped("hot", reason)
         cold_branch = BranchTask.start("cold", cold_ms,
                                        lambda: self.cold.run(org_id, req, search, keep, cold_ms, queued_ms))
@@ -396,3 +398,10 @@ async def build_orchestrator(services: Services) -> Orchestrator:
                                         services.settings.redis.org_hot_set_bytes), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
                         circuit=circuit)
+
+
+def _current_only(req: AssembleRequest) -> bool:
+    """The request wants the current memories (the default), which is what a hot set holds; with
+    ``as_of`` or ``include_superseded`` the cold search alone answers (service.memories.facts)."""
+    filters = req.retrieval.filters
+    return filters.as_of is None and not filters.include_superseded

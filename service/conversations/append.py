@@ -78,8 +78,11 @@ def check_messages(messages: list[MessageIn], limits: LimitSettings) -> None:
 
 
 def embedding_text(message: MessageIn) -> str:
-    """What a message's vector is computed from: its words."""
-    return message.content
+    """What a message's vector is computed from: its words, after its speaker's name when it has one
+    (``Melanie: I'm off to go swimming``; a role says nothing of who did what). On LoCoMo dev through
+    this API, 0.819 of the evidence reached a 1,000-token context against 0.811 with the words alone,
+    Recall@10 alike (docs/retrieval.md "Conversations")."""
+    return f"{message.speaker}: {message.content}" if message.speaker else message.content
 
 
 async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:

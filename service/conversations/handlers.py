@@ -21,7 +21,7 @@ from service.conversations.types import (
 )
 from service.errors import BadRequest, NotFound
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
 from service.memories.validation import check_agent_id
 
@@ -74,8 +74,7 @@ class ConversationController(Controller):
     @get("/{conversation_id:str}", summary="One conversation", responses=errors(404))
     async def get_one(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> ConversationOut:
         append.check_ident(conversation_id, "conversation_id")
-        async with services.db.tenant(org_id, readonly=True) as tx:
-            found = await store.get(tx, conversation_id)
+        found = await services.db.read(org_id, lambda tx: store.get(tx, conversation_id))
         if found is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
         return found

@@ -12,7 +12,7 @@ from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveIn, DirectiveOut
 from service.errors import BadRequest, NotFound, PayloadTooLarge
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.runtime import Services
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")

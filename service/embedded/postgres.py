@@ -41,8 +41,8 @@ def default_shared_buffers_mb(memory_bytes: int | None = None) -> int:
     """An eighth of the machine's memory (or of the cgroup's limit, in a container), between 128 MB and
     1 GB. At 100K memories an org's pages that assemblies read (postings by impact, rows, the HNSW
     graph: ~640 MB) did not fit the former 256 MB: one block in ten came from the kernel's page
-    cache, 5-13% more Postgres CPU per assembly (docs/benchmarks.md, "Postgres's buffers after a
-    restart"). Shared memory is touched only as pages are read."""
+    cache, 5-13% more Postgres CPU per assembly (docs/operations.md, "Decisions"). Shared memory is
+    touched only as pages are read."""
     if memory_bytes is None:
         memory_bytes = _memory_bytes()
     return max(SHARED_BUFFERS_MIN_MB, min(SHARED_BUFFERS_MAX_MB, memory_bytes // 8 // 2**20))

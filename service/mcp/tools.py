@@ -51,6 +51,9 @@ class NewMemory(BaseModel):
     search_context: str | None = Field(None, description="Words this memory should be found by but that are not "
                                                          "part of it, e.g. the question a reply answers; searched, "
                                                          "never shown.")
+    key: str | None = Field(None, description="For a fact with one value at a time (e.g. user.city): the newest "
+                                              "value retires the one before it.")
+    supersedes: list[str] | None = Field(None, description="Ids of memories this one corrects or replaces.")
 
 
 class ChatMessage(BaseModel):
@@ -73,8 +76,10 @@ REMEMBER = """Store new long-term memories for this agent, so later conversation
 Use it when you learn something worth keeping beyond this conversation: a user's preference or fact
 about them, a decision, a commitment, an event with its date, a correction of something remembered.
 Write each memory as one self-contained statement ("The user is allergic to peanuts."), not a
-transcript. Give `text` for one memory, or `memories` for several at once (up to 256). Returns the
-new memory ids (keep them if you may later forget or rate these memories)."""
+transcript. Give `text` for one memory, or `memories` for several at once (up to 256). A memory
+that repeats one already stored is merged into it, not stored twice. For a fact that has one value
+at a time, give a `key` (user.city): the new value retires the old one. Returns per memory its id
+and what happened (`created`, `merged` into an existing memory, or `superseded` older ones)."""
 
 APPEND = """Record turns of a conversation, in order, so later calls can recall what was said.
 
@@ -143,19 +148,24 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         kind: Annotated[str | None, Field(description="Kind of `text` (e.g. preference, event).")] = None,
         importance: Annotated[float | None, Field(ge=0, le=1, description="Importance of `text`, 0-1.")] = None,
     ) -> dict[str, Any]:
-        batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
-                          occurred_at=m.occurred_at, metadata=m.metadata, search_context=m.search_context)
-                 for m in memories or []]
+        try:
+            batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
+                              occurred_at=m.occurred_at, metadata=m.metadata, search_context=m.search_context,
+                              key=m.key, supersedes=[UUID(i) for i in m.supersedes] if m.supersedes else None)
+                     for m in memories or []]
+        except ValueError as exc:
+            raise ToolError(f"supersedes takes memory ids (UUIDs, as `recall` returns them): {exc}") from exc
         if text is not None:
             batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance))
         if not batch:
             raise ToolError("give `text` (one memory) or `memories` (several)")
         with service_errors():
             created = await (await client_for()).create_memories(batch)
-        return {"stored": len(created.ids), "ids": [str(i) for i in created.ids]}
+        return {"stored": sum(i.status != "merged" for i in created.items), "ids": [str(i) for i in created.ids],
+                "outcomes": [{"id": str(i.id), "status": i.status, "superseded": [str(s) for s in i.superseded]}
+                             for i in created.items]}
 
-    @server.tool(description=APPEND, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                                                 idempotent_hint=True, open_world_hint=False))
+    @server.tool(description=APPEND, annotations=writes)  # idempotent only for turns with a message_id
     async def append_messages(
         conversation_id: Annotated[str, Field(description="The conversation (letters, digits, _.:@-), the same for "
                                                           "all its turns.")],

@@ -26,6 +26,8 @@ class Hit:
     agent_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     occurred_at: datetime | None = None
+    superseded_by: UUID | None = None
+    valid_until: datetime | None = None
     message: MessageRef | None = None
     """A conversation's message: its place in the conversation and who said it."""
 
@@ -46,4 +48,5 @@ def message_ref(row: asyncpg.Record) -> MessageRef | None:
 def hits_from_rows(rows: list[asyncpg.Record]) -> list[Hit]:
     return [Hit(id=r["id"], text=r["text"], kind=r["kind"], source=r["source_path"], level=r["level"],
                 breadcrumb=r["breadcrumb"], score=float(r["score"]), row=r, agent_id=r["agent_id"],
-                metadata=r["metadata"], occurred_at=r["occurred_at"], message=message_ref(r)) for r in rows]
+                metadata=r["metadata"], occurred_at=r["occurred_at"], message=message_ref(r),
+                superseded_by=r.get("superseded_by"), valid_until=r.get("valid_until")) for r in rows]

@@ -71,6 +71,11 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     source_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)] | None = None
     """Rows whose ``source_path`` starts with this (a literal prefix, no wildcards)."""
     levels: list[Annotated[int, msgspec.Meta(ge=0, le=2)]] | None = None
+    as_of: AwareDatetime | None = None
+    """Only memories valid at this time (valid time: ``occurred_at`` at or before it, ``valid_until``
+    after it), retired ones included: what was current then. Default: the current memories only."""
+    include_superseded: bool = False
+    """Also retired memories (superseded, or past their ``valid_until``), marked ``current: false``."""
 
     def __post_init__(self) -> None:
         """PostgreSQL text and jsonb cannot hold NUL: reject it here (a 400), not as a database error."""
@@ -80,7 +85,8 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError("filters.metadata must not contain NUL characters")
 
     def is_empty(self) -> bool:
-        return all(getattr(self, name) is None for name in self.__struct_fields__)
+        """No filter beyond the default (current memories only)."""
+        return all(getattr(self, name) in (None, False) for name in self.__struct_fields__)
 
 
 class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -156,6 +162,11 @@ class SearchResult(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     occurred_at: datetime | None = None
     """When the memory's event happened (its write time unless the writer said otherwise)."""
+    current: bool = True
+    """False for a retired memory (shown with ``include_superseded`` or ``as_of``)."""
+    superseded_by: UUID | None = None
+    valid_until: datetime | None = None
+    """Valid time's end (null: still true)."""
     message: MessageRef | None = None
     """A conversation's message: its conversation, position, session, speaker and role (null otherwise)."""
     fused_score: float | None = None

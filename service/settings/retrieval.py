@@ -52,7 +52,7 @@ class RetrievalSettings:
     """BM25 term-frequency saturation (Anserini's default, as the BEIR BM25 baselines use); 0 to 100."""
     bm25_b: float = 0.4
     """BM25 document-length normalisation, 0 to 1 (Anserini's default; short memories such as chat turns
-    lose little to length, docs/retrieval.md "Fusion and BM25 defaults")."""
+    lose little to length, docs/retrieval.md "Decisions")."""
     search_context_weight: float = 0.25
     """BM25 weight of a memory's ``search_context`` terms against its text's (a term's frequency is
     ``tf + w * ctx_tf``, the length likewise); 0 ignores the context (docs/retrieval.md "Search context")."""
@@ -84,8 +84,8 @@ class RetrievalSettings:
     """A query-embedding timeout counts as an embedder failure only when no query embedding has
     completed for this long while one was in flight: a stuck embedder, not a busy one. Assembly's
     own embedding deadline is a few ms, far shorter than one queue of a burst; judging the embedder
-    by it opened the circuit under load (issue 17: at concurrency 8, 100K memories, 61% of
-    assemblies ran lexical-only because of it)."""
+    by it opened the circuit under load (at concurrency 8 and 100K memories, 61% of assemblies ran
+    lexical-only because of it)."""
     branch_delay_ms: int = 0
     """Testing knob: ``pg_sleep`` this long inside each branch's transaction (never set in production)."""
     rerank: RerankSettings = field(default_factory=RerankSettings)

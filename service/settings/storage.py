@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from service.settings.env import SettingsError, usable_cpus
+from service.settings.redis_url import check_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +82,6 @@ class RedisSettings:
     ``redis+cluster://`` URL)."""
 
     def __post_init__(self) -> None:
-        from service.db.redisconn import check_url
-
         if self.cluster and not self.url:
             raise SettingsError("PGCONTEXT_REDIS_CLUSTER needs PGCONTEXT_REDIS_URL (a node of the cluster)")
         if self.url:

@@ -1,8 +1,8 @@
 """What a request takes from its org's rate-limit bucket: a price that follows the work it causes,
 computed before that work runs (from the route, ``Content-Length`` and the already-decoded body).
 
-One token is about what a light request costs the service (~1-1.5 ms of CPU, measured on the
-2-core VM: a cached hot set 1.3 ms, a refusal 1.5 ms before refusals were answered at the edge).
+One token is about what a light request costs the service (~1-1.5 ms of CPU, measured on 2
+cores: a cached hot set 1.3 ms, a refusal 1.5 ms before refusals were answered at the edge).
 What grows with a request, measured the same way (service + Postgres + Redis CPU per request):
 
 * **the embedder**: a search's query embedding grows with its length up to the model's cut (256

@@ -3,15 +3,18 @@
 -- probe of memories_hot_candidates, evaluated once (a window bool_or over the candidates made the fill 20% slower).
 -- The decay in float8: extract() returns numeric, and numeric exp() per candidate was two thirds of a fill
 -- (15,000 candidates: 36 -> 12 ms).
+-- Current memories only (not superseded, valid time not ended: memories_hot_candidates covers both, migration 0013).
 -- Ranked on narrow columns only (index-only scans of memories_hot_candidates, one per side of the OR, plus memory_access), then only the winners' wide rows (text, embedding) are read.
 WITH candidates AS (
     SELECT id, pinned, importance, created_at
       FROM memories
      WHERE org_id = $1 AND agent_id = $2 AND source_path IS NULL AND conversation_id IS NULL AND (expires_at IS NULL OR expires_at > now())
+       AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > now())
     UNION ALL
     SELECT id, pinned, importance, created_at
       FROM memories
      WHERE org_id = $1 AND agent_id IS NULL AND source_path IS NULL AND conversation_id IS NULL AND (expires_at IS NULL OR expires_at > now())
+       AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > now())
 ), ranked AS (
     SELECT c.id, c.pinned, c.created_at, a.access_count, a.last_accessed_at,
            0.6 * c.importance

@@ -100,8 +100,8 @@ async def test_memories_search_hot_feedback_export_and_erasure(live_url: str, te
         assert [u.id for u in fb.updated] == one.ids and fb.updated[0].usefulness > 0 and len(fb.not_found) == 1
 
         lines = list(pg.export(agent))
-        assert lines[0]["type"] == "export" and lines[-1] == {
-            "type": "end", "counts": {"directive": 0, "document": 0, "memory": 3, "chunk": 0}}
+        counts = {"directive": 0, "document": 0, "memory": 3, "chunk": 0, "event": 4}  # events: 3 writes, 1 update
+        assert lines[0]["type"] == "export" and lines[-1] == {"type": "end", "counts": counts}
 
         pg.delete_memory(batch.ids[1])
         with pytest.raises(NotFound):
@@ -110,6 +110,27 @@ async def test_memories_search_hot_feedback_export_and_erasure(live_url: str, te
         assert erased.agent_id == agent and erased.deleted == 2
         assert pg.erase_agent(agent).deleted == 0
         assert pg.list_memories(agent_id=agent).items == []
+
+
+async def test_duplicates_keys_history_and_undo(live_url: str, tenant: Tenant) -> None:
+    agent = f"client-facts-{uuid4().hex[:8]}"
+    with Client(live_url, tenant.key) as pg:
+        first = pg.create_memory("The user lives in Paris.", agent_id=agent, key="user.city",
+                                 occurred_at=datetime(2023, 1, 1, tzinfo=UTC))
+        assert first.items[0].status == "created"
+        merged = pg.create_memory("the user lives in Paris", agent_id=agent, key="user.city")
+        assert merged.items[0].status == "merged" and merged.items[0].id == first.ids[0]
+        moved = pg.create_memory("The user lives in Rome.", agent_id=agent, key="user.city",
+                                 occurred_at=datetime(2024, 1, 1, tzinfo=UTC))
+        assert moved.items[0].status == "superseded" and moved.items[0].superseded == first.ids
+        assert [m.id for m in pg.list_memories(agent_id=agent).items] == moved.ids
+        old = pg.list_memories(agent_id=agent, as_of=datetime(2023, 6, 1, tzinfo=UTC)).items
+        assert [m.id for m in old] == first.ids and old[0].current is False and old[0].seen_count == 2
+        events = pg.memory_history(first.ids[0]).items
+        assert [e.event for e in events] == ["created", "merged", "superseded"]
+        undone = pg.undo_event(first.ids[0], events[1].id, reason="not the same")
+        assert undone.restored is not None and undone.undone == events[1].id
+        assert pg.org_settings().on_duplicate in ("merge", "keep", "reject")
 
 
 async def test_directives_assembly_and_documents_with_the_async_client(live_url: str, tenant: Tenant) -> None:
@@ -220,7 +241,7 @@ async def test_writes_carry_an_idempotency_key_and_a_replay_creates_nothing(live
     with httpx.Client(base_url=live_url, headers={"Authorization": f"Bearer {tenant.key}"},
                       event_hooks=recorder.hooks()) as http, Client(http=http) as pg:
         first = pg.create_memory("Remember the milk.", agent_id=agent)
-        second = pg.create_memory("Remember the milk.", agent_id=agent)
+        second = pg.create_memory("Remember the milk.", agent_id=agent, on_duplicate="keep")  # not merged
         keys = [r.headers["Idempotency-Key"] for r in recorder.requests]
         assert len(set(keys)) == 2 and first.ids != second.ids  # a new key per call: two memories
         pg.get_memory(first.ids[0])

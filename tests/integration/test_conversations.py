@@ -102,6 +102,23 @@ async def test_search_context_is_derived_from_the_same_sessions_turns(client: As
         "message_id": None}
 
 
+async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: AsyncTestClient[Any],
+                                                                            tenant: Tenant) -> None:
+    turns = [{"speaker": "Melanie", "content": "Caroline, your painting of the lake is wonderful!"},
+             {"speaker": "Caroline", "content": "Thanks! I paint landscapes most weekends."},
+             {"speaker": "Melanie", "content": "I only paint pottery, never landscapes."},
+             *({"speaker": "Melanie" if n % 2 else "Caroline", "content": f"Unrelated chat about the weather, day {n}."}
+               for n in range(8))]
+    out = await append(client, tenant, "painters", turns)
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": "What does Caroline paint?", "strategy": "hybrid", "limit": 5})
+    assert r.status_code == 200, r.text
+    body = r.json()  # hybrid, fused as auto fuses (z-scores with the speaker boost)
+    assert "said by someone the query names (speaker or metadata.speaker)" in body["reason"], body["reason"]
+    assert body["results"][0]["id"] == out["messages"][1]["id"]
+    assert body["results"][0]["message"]["speaker"] == "Caroline"
+
+
 async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     batch = [{**t, "message_id": f"m{i}"} for i, t in enumerate(TURNS[:3])]
     first = await append(client, tenant, "idem", batch[:2])
@@ -215,6 +232,12 @@ async def test_delete_takes_everything_derived_along(client: AsyncTestClient[Any
     ids = [m["id"] for m in out["messages"]]
     r = await client.post("/v1/memories/feedback", headers=tenant.headers, json={"memory_ids": ids, "helpful": True})
     assert r.status_code == 200, r.text
+    conn = await asyncpg.connect(owner_dsn)
+    try:  # as if assemblies had packed them: access statistics derived from the messages
+        await conn.execute("INSERT INTO memory_access (org_id, memory_id, access_count, last_accessed_at) "
+                           "SELECT $1, unnest($2::uuid[]), 3, now()", tenant.org_id, ids)
+    finally:
+        await conn.close()
     r = await client.delete("/v1/conversations/gone", headers=tenant.headers)
     assert r.status_code == 200 and r.json() == {"conversation_id": "gone", "messages_deleted": 4}, r.text
     assert_error(await client.get("/v1/conversations/gone", headers=tenant.headers), 404, "conversation_not_found")
@@ -230,12 +253,29 @@ async def test_delete_takes_everything_derived_along(client: AsyncTestClient[Any
     try:
         left = await conn.fetchval("SELECT count(*) FROM memories WHERE org_id = $1 AND conversation_id = 'gone'",
                                    tenant.org_id)
+        accesses = await conn.fetchval("SELECT count(*) FROM memory_access WHERE org_id = $1 AND "
+                                       "memory_id = ANY($2::uuid[])", tenant.org_id, ids)
     finally:
         await conn.close()
-    assert left == 0
+    assert left == 0 and accesses == 0
     assert len(await all_messages(client, tenant, "kept")) == len(kept["messages"])
     # the same id starts a new conversation from position 1
     assert [m["position"] for m in (await append(client, tenant, "gone", TURNS[:1]))["messages"]] == [1]
+
+
+async def test_messages_stay_out_of_hot_sets(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", headers=tenant.headers,
+                          json={"text": "The coach's standing rule: warm up first.", "agent_id": "hot-coach",
+                                "pinned": True})
+    assert r.status_code == 201, r.text
+    out = await append(client, tenant, "hot-chat", TURNS, agent_id="hot-coach")
+    r = await client.get("/v1/memories/hot", headers=tenant.headers, params={"agent_id": "hot-coach"})
+    hot = {m["id"] for m in r.json()["items"]}
+    assert r.json()["items"][0]["pinned"] and not hot & {m["id"] for m in out["messages"]}
+    # an agent whose only memories are messages gets the org-wide hot set
+    await append(client, tenant, "only-chat", TURNS[:1], agent_id="chatty")
+    r = await client.get("/v1/memories/hot", headers=tenant.headers, params={"agent_id": "chatty"})
+    assert r.status_code == 200 and all(m["kind"] != "message" for m in r.json()["items"])
 
 
 async def test_erasing_an_agent_removes_its_conversations(client: AsyncTestClient[Any], tenant: Tenant) -> None:

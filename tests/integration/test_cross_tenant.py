@@ -1,4 +1,4 @@
-"""Org B against every tenant endpoint, aimed at org A's objects (issue 13): nothing of A's is shown,
+"""Org B against every tenant endpoint, aimed at org A's objects: nothing of A's is shown,
 changed or deleted, and B's requests leave A's Redis keys alone.
 
 The endpoints come from the app's route table (every handler that takes ``org_id``): a new endpoint
@@ -87,6 +87,10 @@ async def seed(client: AsyncTestClient[Any], a: Tenant, b: Tenant) -> World:
         {"text": f"Org-wide rule {s}: badges at all times", "agent_id": None, "metadata": {"tag": w.secret}},
         {"text": f"Only A knows {s}", "agent_id": A_ONLY, "kind": "episode"}]})
     w.a_ids = [str(i) for i in (await _ok(r))["ids"]]
+    # a duplicate merged into A's first memory (its history holds a merge B could try to undo), and A's default
+    await _ok(await client.post("/v1/memories", headers=a.headers, json={
+        "text": f"the vault code is {s} and launch is tuesday", "agent_id": AGENT}))
+    await _ok(await client.patch("/v1/org/settings", headers=a.headers, json={"on_duplicate": "reject"}))
     r = await client.post("/v1/memories", headers=b.headers,
                           json={"text": "B's own note about launches", "agent_id": AGENT})
     w.b_ids = [str(i) for i in (await _ok(r))["ids"]]
@@ -126,6 +130,8 @@ async def snapshot(w: World, redis: Redis) -> dict[str, Any]:
     index = await _ok(await c.get("/v1/documents/index", headers=h))
     export = await _ok(await c.get("/v1/export", params={"agent_id": AGENT}, headers=h))
     hot = await _ok(await c.get("/v1/memories/hot", params={"agent_id": AGENT}, headers=h))
+    history = [await _ok(await c.get(f"/v1/memories/{i}/history", headers=h)) for i in w.a_ids]
+    settings = await _ok(await c.get("/v1/org/settings", headers=h))
     conversations = await _ok(await c.get("/v1/conversations", headers=h))
     messages = await _ok(await c.get(f"/v1/conversations/{CHAT}/messages", headers=h))
     keys = {}
@@ -136,6 +142,7 @@ async def snapshot(w: World, redis: Redis) -> dict[str, Any]:
     return {"memories": memories, "listed": sorted(m["id"] for m in listed["items"]), "directives": directives,
             "documents": documents["items"], "index": {k: index[k] for k in ("revision", "files", "chunks")},
             "export": sorted(_stable(export)), "hot": [i["id"] for i in hot["items"]], "redis": keys,
+            "history": history, "settings": settings,
             "conversations": conversations["items"], "messages": messages["items"]}
 
 
@@ -290,6 +297,29 @@ async def export(w: World) -> None:
         w.expect(r.status_code == 200, f"export {agent}: {r.status_code}")
 
 
+async def history(w: World) -> None:
+    for i in w.a_ids:
+        r = await w.as_b("GET", f"/v1/memories/{i}/history")
+        w.expect(r.status_code == 404, f"history of A's memory: {r.status_code}")
+
+
+async def undo(w: World) -> None:
+    events = (await _ok(await w.client.get(f"/v1/memories/{w.a_ids[0]}/history", headers=w.a.headers)))["items"]
+    for event in events:
+        r = await w.as_b("POST", f"/v1/memories/{w.a_ids[0]}/history/{event['id']}/undo", json={})
+        w.expect(r.status_code == 404, f"undo of A's event: {r.status_code}")
+
+
+async def org_settings_get(w: World) -> None:
+    r = await w.as_b("GET", "/v1/org/settings")
+    w.expect(r.status_code == 200 and r.json()["on_duplicate"] == "merge", f"B's settings: {r.text}")
+
+
+async def org_settings_patch(w: World) -> None:
+    r = await w.as_b("PATCH", "/v1/org/settings", json={"on_duplicate": "keep"})
+    w.expect(r.status_code == 200 and r.json()["on_duplicate"] == "keep", f"B's settings: {r.text}")
+
+
 async def conversation_append(w: World) -> None:
     # A's conversation id, A's message ids and words: B's own new conversation, never A's replay.
     body = {"agent_id": AGENT, "messages": [{"speaker": "Ann", "content": f"The vault code is {w.secret}",
@@ -344,6 +374,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/memories/hot"): hot,
     ("POST", "/v1/memories/feedback"): feedback,
     ("GET", "/v1/export"): export,
+    ("GET", "/v1/memories/{memory_id}/history"): history,
+    ("POST", "/v1/memories/{memory_id}/history/{event_id}/undo"): undo,
+    ("GET", "/v1/org/settings"): org_settings_get,
+    ("PATCH", "/v1/org/settings"): org_settings_patch,
     ("POST", "/v1/conversations/{conversation_id}/messages"): conversation_append,
     ("GET", "/v1/conversations/{conversation_id}/messages"): conversation_messages,
     ("GET", "/v1/conversations/{conversation_id}"): conversation_get,

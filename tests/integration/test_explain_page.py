@@ -2,7 +2,7 @@
 service: enter the key, run an assembly over seeded memories, check what is rendered against what the
 API returned, search and check the ranks; a screenshot is saved as an artifact.
 
-Set ``PGCONTEXT_UPDATE_SCREENSHOT=1`` to also write ``docs/explain.png`` (the README's picture)."""
+Set ``PGCONTEXT_UPDATE_SCREENSHOT=1`` to also write ``docs/explain.png`` (the picture in docs/clients.md)."""
 
 from __future__ import annotations
 

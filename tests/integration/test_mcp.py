@@ -74,6 +74,12 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     assert stored["The user moved to Lisbon in March 2024."].occurred_at.year == 2024
     assert stored["The user moved to Lisbon in March 2024."].search_context == "Where does the user live now?"
     assert stored["The user is allergic to peanuts."].search_context is None
+    again = await call(session, "remember", text="the user is allergic to peanuts", kind="preference")  # merged
+    assert again["stored"] == 0 and again["outcomes"][0] == {"id": one["ids"][0], "status": "merged",
+                                                              "superseded": []}
+    city = await call(session, "remember", memories=[{"text": "The user lives in Porto.", "key": "user.city"}])
+    moved = await call(session, "remember", memories=[{"text": "The user lives in Faro.", "key": "user.city"}])
+    assert moved["outcomes"][0]["status"] == "superseded" and moved["outcomes"][0]["superseded"] == city["ids"]
 
     recalled = await call(session, "recall", query="peanut allergy", limit=3)
     assert recalled["memories"][0]["text"] == "The user is allergic to peanuts."

@@ -1,10 +1,13 @@
-"""A message's derived search context: the turns right before it, of its session, ``speaker: words``."""
+"""What the service derives for a message: its search context (the turns right before it, of its session,
+``speaker: words``) and the text its vector is computed from."""
 
 from __future__ import annotations
 
 import pytest
 
+from service.conversations.append import embedding_text
 from service.conversations.context import Turn, derive_contexts, said
+from service.conversations.types import MessageIn
 
 
 def turn(text: str, speaker: str | None = "Ann", session: str | None = "s1", role: str | None = None) -> Turn:
@@ -38,3 +41,9 @@ def test_only_turns_of_the_same_session_within_the_window_count() -> None:
 @pytest.mark.parametrize("turns", [0, -1])
 def test_no_turns_no_context(turns: int) -> None:
     assert derive_contexts([turn("a")], [turn("b"), turn("c")], turns) == [None, None]
+
+
+def test_a_message_is_embedded_after_its_speakers_name() -> None:
+    assert embedding_text(MessageIn(content="I paint sunsets.", speaker="Melanie", role="user")) == \
+        "Melanie: I paint sunsets."
+    assert embedding_text(MessageIn(content="I paint sunsets.", role="user")) == "I paint sunsets."

@@ -197,7 +197,7 @@ async def test_query_lane_matches_the_batch_lane_and_does_not_wait_behind_it(fp3
 
 async def test_a_long_query_embeds_on_the_lower_priority_thread_with_the_same_vector(
         fp32: LocalEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Issue 13: one org's queries at the model's cut cost ~20x a short one; they run on a thread of
+    # One org's queries at the model's cut cost ~20x a short one; they run on a thread of
     # their own at a lower CPU priority, so on a busy machine others' short queries go first.
     seen: list[tuple[str, int]] = []
     run = fp32._embed_with
@@ -288,7 +288,7 @@ async def test_build_embedder_local_uses_cache(models: BuiltModels) -> None:
 @pytest.mark.parametrize(("setting", "threads"), [(0, QUERY_THREADS), (4, 4)])
 async def test_query_lane_is_as_wide_as_the_query_threads(models: BuiltModels, setting: int, threads: int) -> None:
     """A slot the query lane grants never waits for a thread: one org's queries fill all but one
-    slot, and the others' query must still find a thread of its own (issue 13's spare slot)."""
+    slot, and the others' query must still find a thread of its own (the spare slot)."""
     settings = EmbeddingSettings(query_concurrency=setting)
     embedder = await asyncio.to_thread(build_embedder, settings, models.data_dir)
     try:
