@@ -111,6 +111,9 @@ def convex(lexical: Sequence[Hit], semantic: Sequence[Hit], *, alpha: float, lim
 ZSCORE_SEMANTIC_WEIGHT: Final = 0.4
 """``auto``'s weight of the semantic branch's z-scores (0.6 to lexical). BM25 was the stronger branch
 on both SciFact and conversations; of 0.3-0.6, 0.4 scored best on both (docs/retrieval.md "Decisions")."""
+NEIGHBOUR_WEIGHT: Final = 0.15
+"""``auto``: share of the better of a message's two neighbours' fused scores added to its own (a
+window of three turns scored at query time; docs/retrieval.md "Decisions")."""
 MIN_CANDIDATES_TO_NORMALISE: Final = 5
 """Below this many candidates a branch's mean and standard deviation are noise: ``auto`` uses RRF."""
 
@@ -189,7 +192,35 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
             scores[i] += speaker.boost
         reason += (f"; {len(boosted)} candidates said by someone the query names "
                    f"(speaker or metadata.{speaker.key}) +{speaker.boost:g} sd")
+    supported = with_neighbours(entries, scores, NEIGHBOUR_WEIGHT)
+    if supported:
+        reason += f"; {supported} messages +{NEIGHBOUR_WEIGHT:g} of their best neighbour's score"
     return _ranked(entries, scores, "zscore", limit), reason
+
+
+def with_neighbours(entries: dict[UUID, _Entry], scores: dict[UUID, float], weight: float) -> int:
+    """Add to each conversation message's score ``weight`` times the better of its neighbours' scores
+    (the turns right before and after it in the same conversation and session, when they are
+    candidates too); returns how many messages gained. The neighbours' scores are taken before any
+    is raised, so support does not travel further than one turn. Other memories are untouched."""
+    place: dict[tuple[str, str | None, int], float] = {}
+    for i, e in entries.items():
+        m = e.hit.message
+        if m is not None:
+            place[(m.conversation_id, m.session_id, m.position)] = scores[i]
+    if len(place) < 2 or weight <= 0.0:
+        return 0
+    gained = 0
+    for i, e in entries.items():
+        m = e.hit.message
+        if m is None:
+            continue
+        near = [s for p in (m.position - 1, m.position + 1)
+                if (s := place.get((m.conversation_id, m.session_id, p))) is not None]
+        if near and max(near) > 0.0:
+            scores[i] += weight * max(near)
+            gained += 1
+    return gained
 
 
 def single(hits: Sequence[Hit], *, branch: str, method: ResultFusion, limit: int) -> list[SearchResult]:

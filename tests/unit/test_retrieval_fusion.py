@@ -15,7 +15,7 @@ from service.retrieval.hits import Hit
 from service.retrieval.planner import choose, looks_like_identifier_query
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.speakers import SpeakerBoost
-from service.retrieval.types import SearchFilters
+from service.retrieval.types import MessageRef, SearchFilters
 from service.settings import load_settings
 
 
@@ -150,6 +150,42 @@ def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -
     few = lexical[:3]
     assert fusion.auto(few, semantic, rrf_k=60, limit=12, query="Melanie?", speaker=boost) == fusion.auto(
         few, semantic, rrf_k=60, limit=12)
+
+
+def turn(ident: UUID, score: float, position: int, *, conversation: str = "c", session: str | None = "1") -> Hit:
+    ref = MessageRef(conversation_id=conversation, position=position, session_id=session, speaker=None, role="user",
+                     message_id=None)
+    return Hit(id=ident, text=str(ident), kind="message", source=None, level=None, breadcrumb=None, score=score,
+               message=ref)
+
+
+def test_auto_fusion_adds_a_share_of_the_best_neighbours_score_to_a_message() -> None:
+    t = ids(8)
+    # Turns 10-12 of one session, 20 alone, 13 in another session, 14 in another conversation, one plain memory.
+    lexical = [turn(t[0], 9.0, 11), turn(t[1], 7.0, 10), turn(t[2], 5.0, 12), turn(t[3], 6.0, 20),
+               turn(t[4], 8.0, 13, session="2"), turn(t[5], 8.5, 12, conversation="other"), hit(t[6], 4.0)]
+    semantic = [hit(t[7], 0.9), *(turn(h.id, 0.5, h.message.position, conversation=h.message.conversation_id,
+                                       session=h.message.session_id) if h.message else hit(h.id, 0.5)
+                                  for h in lexical)]
+    lex, sem = fusion._Spread.of(lexical), fusion._Spread.of(semantic)
+    own = {h.id: 0.6 * lex.above_low(h.score) + 0.4 * sem.above_low(0.5) for h in lexical}
+    results, reason = fusion.auto(lexical, semantic, rrf_k=60, limit=10)
+    got = {r.id: r.final_score for r in results}
+    w = fusion.NEIGHBOUR_WEIGHT
+    # 10 and 12 lean on 11; 11 on the better of 10 and 12, as they scored before any support.
+    assert got[t[1]] == pytest.approx(own[t[1]] + w * own[t[0]])
+    assert got[t[2]] == pytest.approx(own[t[2]] + w * own[t[0]])
+    assert got[t[0]] == pytest.approx(own[t[0]] + w * own[t[1]])
+    # No neighbour among the candidates, another session or conversation, or not a message: as fused.
+    for k in (3, 4, 5, 6):
+        assert got[t[k]] == pytest.approx(own[t[k]])
+    assert got[t[7]] == pytest.approx(0.4 * sem.above_low(0.9))
+    assert reason.endswith(f"; 3 messages +{w:g} of their best neighbour's score")
+    # Without messages among the candidates nothing changes and the reason does not mention it.
+    plain_lexical = [hit(h.id, h.score) for h in lexical]
+    plain_semantic = [hit(h.id, h.score) for h in semantic]
+    _, plain_reason = fusion.auto(plain_lexical, plain_semantic, rrf_k=60, limit=10)
+    assert "neighbour" not in plain_reason
 
 
 def test_cascade_orders_by_vector_and_keeps_lexical_rank() -> None:
