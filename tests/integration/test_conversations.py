@@ -6,6 +6,7 @@ through /v1/memories, and a delete that takes everything derived from the conver
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import asyncpg
@@ -117,6 +118,8 @@ async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: A
     assert "said by someone the query names (speaker or metadata.speaker)" in body["reason"], body["reason"]
     assert body["results"][0]["id"] == out["messages"][1]["id"]
     assert body["results"][0]["message"]["speaker"] == "Caroline"
+    # the three painting turns are neighbours: each also scores with the window around it
+    assert re.search(r"; [1-9]\d* messages \+0\.15 of their best neighbour's score", body["reason"]), body["reason"]
 
 
 async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
