@@ -203,22 +203,19 @@ def with_neighbours(entries: dict[UUID, _Entry], scores: dict[UUID, float], weig
     (the turns right before and after it in the same conversation and session, when they are
     candidates too); returns how many messages gained. The neighbours' scores are taken before any
     is raised, so support does not travel further than one turn. Other memories are untouched."""
-    place: dict[tuple[str, str | None, int], float] = {}
-    for i, e in entries.items():
-        m = e.hit.message
-        if m is not None:
-            place[(m.conversation_id, m.session_id, m.position)] = scores[i]
-    if len(place) < 2 or weight <= 0.0:
+    if weight <= 0.0:
         return 0
+    messages = [(i, m, scores[i]) for i, e in entries.items() if (m := e.hit.message) is not None]
+    if len(messages) < 2:
+        return 0
+    place = {(m.conversation_id, m.session_id, m.position): score for _, m, score in messages}
     gained = 0
-    for i, e in entries.items():
-        m = e.hit.message
-        if m is None:
-            continue
-        near = [s for p in (m.position - 1, m.position + 1)
-                if (s := place.get((m.conversation_id, m.session_id, p))) is not None]
-        if near and max(near) > 0.0:
-            scores[i] += weight * max(near)
+    for i, m, _ in messages:
+        before = place.get((m.conversation_id, m.session_id, m.position - 1))
+        after = place.get((m.conversation_id, m.session_id, m.position + 1))
+        best = after if before is None or (after is not None and after > before) else before
+        if best is not None and best > 0.0:
+            scores[i] += weight * best
             gained += 1
     return gained
 
