@@ -159,7 +159,7 @@ def turn(ident: UUID, score: float, position: int, *, conversation: str = "c", s
                message=ref)
 
 
-def test_auto_fusion_adds_a_share_of_the_best_neighbours_score_to_a_message() -> None:
+def test_auto_fusion_adds_a_share_of_the_best_neighbours_score_to_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
     t = ids(8)
     # Turns 10-12 of one session, 20 alone, 13 in another session, 14 in another conversation, one plain memory.
     lexical = [turn(t[0], 9.0, 11), turn(t[1], 7.0, 10), turn(t[2], 5.0, 12), turn(t[3], 6.0, 20),
@@ -184,8 +184,10 @@ def test_auto_fusion_adds_a_share_of_the_best_neighbours_score_to_a_message() ->
     # Without messages among the candidates nothing changes and the reason does not mention it.
     plain_lexical = [hit(h.id, h.score) for h in lexical]
     plain_semantic = [hit(h.id, h.score) for h in semantic]
-    _, plain_reason = fusion.auto(plain_lexical, plain_semantic, rrf_k=60, limit=10)
-    assert "neighbour" not in plain_reason
+    plain = fusion.auto(plain_lexical, plain_semantic, rrf_k=60, limit=10)
+    assert "neighbour" not in plain[1]
+    monkeypatch.setattr(fusion, "NEIGHBOUR_WEIGHT", 0.0)
+    assert fusion.auto(plain_lexical, plain_semantic, rrf_k=60, limit=10) == plain
 
 
 def test_cascade_orders_by_vector_and_keeps_lexical_rank() -> None:
