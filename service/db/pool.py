@@ -20,8 +20,16 @@ def decode_json(text: str) -> Any:
         return json.loads(text)
 
 
+def decode_float4(text: str) -> float:
+    """A ``real`` value as the float its shortest text names (``0.9``), not the float4 widened to a
+    float8 (``0.8999999761581421``): Postgres prints a float4 in the fewest digits that read back as
+    the same float4, so the value a caller wrote is the value it reads."""
+    return float(text)
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
+    await conn.set_type_codec("float4", encoder=str, decoder=decode_float4, schema="pg_catalog", format="text")
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=decode_json, schema="pg_catalog")
     await conn.set_type_codec("json", encoder=json.dumps, decoder=decode_json, schema="pg_catalog")
 
