@@ -9,7 +9,7 @@ meaning changed by one rule -- a number, a name, a date, a negation, a different
 sentence's nearest neighbour in its corpus (by the service's own embedding). Deterministic (seeded);
 no model writes anything.
 
-Each pair is judged by the function the write path calls (``service.facts.similarity.compare``) on the
+Each pair is judged by the function the write path calls (``service.memories.facts.similarity.compare``) on the
 service's embeddings. Sources are split in two by the seed: thresholds are tuned on the first half
 (highest recall with false merges <= 0.5% of negatives) and every figure is reported on the second.
 Prints recall per rewrite, false merges per change, and the held-out totals with the service's
@@ -34,8 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import cached_embeddings
-from service.facts.normalize import tokens
-from service.facts.similarity import Thresholds, compare
+from service.memories.facts.normalize import tokens
+from service.memories.facts.similarity import Thresholds, compare
 from service.settings import FactSettings, load_settings
 
 # A fixed list of everyday synonym pairs for the positives (the detector's own lexicon is WordNet's).

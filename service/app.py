@@ -38,13 +38,13 @@ from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
 from service.export import ExportController
-from service.facts.consolidate import Consolidator, start_consolidation
-from service.facts.handlers import HistoryController, OrgSettingsController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
 from service.http.throttle import in_flight_middleware, rate_limit_edge
 from service.memories import MemoryController
+from service.memories.facts.consolidate import Consolidator, start_consolidation
+from service.memories.facts.handlers import HistoryController, OrgSettingsController
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings

@@ -2,7 +2,7 @@
 
 On ``memories`` (nullable columns or constant defaults: no table rewrite):
 
-* ``text_hash`` -- sha256 of the normalized text (``service.facts.normalize``) of a fact written
+* ``text_hash`` -- sha256 of the normalized text (``service.memories.facts.normalize``) of a fact written
   since this revision; the write path's exact-duplicate lookup. NULL for messages, document chunks
   and rows written before (their near-duplicate check still covers them).
 * ``key`` -- an optional single-valued key (``user.city``). The partial unique index

@@ -395,6 +395,6 @@ async def build_orchestrator(services: Services) -> Orchestrator:
 
 def _current_only(req: AssembleRequest) -> bool:
     """The request wants the current memories (the default), which is what a hot set holds; with
-    ``as_of`` or ``include_superseded`` the cold search alone answers (service.facts)."""
+    ``as_of`` or ``include_superseded`` the cold search alone answers (service.memories.facts)."""
     filters = req.retrieval.filters
     return filters.as_of is None and not filters.include_superseded

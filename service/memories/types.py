@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from service.facts.types import FactKey, OnDuplicate, WrittenItem
+from service.memories.facts.types import FactKey, OnDuplicate, WrittenItem
 
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
 AGENT_ID_MAX_LENGTH = 200

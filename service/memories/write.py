@@ -14,10 +14,10 @@ import numpy as np
 from service.embeddings import EmbeddingError
 from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
-from service.facts import patch as fact_patch
-from service.facts import write as facts
-from service.facts.types import OnDuplicate
 from service.memories import repo
+from service.memories.facts import patch as fact_patch
+from service.memories.facts import write as facts
+from service.memories.facts.types import OnDuplicate
 from service.memories.types import (
     DOCUMENT_CHUNK_KIND,
     CreatedMemories,

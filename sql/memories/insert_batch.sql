@@ -1,6 +1,6 @@
 -- Insert a batch of memories from parallel arrays; returns their ids in input order. A null occurred_at is the write time;
 -- $11 the search contexts (null: none; the lexical trigger indexes them, migration 0008).
--- $12 the ids (assigned beforehand, service.facts), $13 normalized-text hashes, $14 keys, $15 valid_until, $16 superseded_by
+-- $12 the ids (assigned beforehand, service.memories.facts), $13 normalized-text hashes, $14 keys, $15 valid_until, $16 superseded_by
 -- (a late value of a key, stored already retired: superseded_at is then now()).
 WITH input AS (
     SELECT t.*

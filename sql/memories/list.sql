@@ -1,5 +1,5 @@
 -- A page of live memories, newest first, keyset-paginated on (created_at, id); filters are optional ($10/$11: occurred_at range).
--- $12/$13: which memories count (service.facts): valid at $12 (valid time) when set; else every one when $13; else the
+-- $12/$13: which memories count (service.memories.facts): valid at $12 (valid time) when set; else every one when $13; else the
 -- current ones only (not superseded, valid time not ended).
 SELECT m.*, coalesce(a.access_count, 0) AS access_count, a.last_accessed_at
   FROM memories m

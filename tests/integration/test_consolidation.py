@@ -19,8 +19,8 @@ from litestar.testing import AsyncTestClient
 
 from service.app import build_services, close_services, create_app
 from service.embeddings import Embedder
-from service.facts.consolidate import Consolidator
-from service.facts.model import ChatModel
+from service.memories.facts.consolidate import Consolidator
+from service.memories.facts.model import ChatModel
 from service.runtime import Endpoints
 from service.settings import FactSettings, Settings
 from tests.conftest import Tenant

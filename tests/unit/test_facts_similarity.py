@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.facts.lexicon import lexicon
-from service.facts.normalize import content, text_hash, tokens
-from service.facts.similarity import Thresholds, compare
+from service.memories.facts.lexicon import lexicon
+from service.memories.facts.normalize import content, text_hash, tokens
+from service.memories.facts.similarity import Thresholds, compare
 
 LIMITS = Thresholds()
 

@@ -52,7 +52,7 @@ export interface paths {
         post: operations["V1MemoriesCreate"];
         /**
          * Delete all of an agent's memories (data-subject erasure)
-         * @description Deletes every memory of `agent_id` in your org, invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
+         * @description Deletes every memory of `agent_id` in your org, and the history recorded under it, invalidates its hot set and returns how many memories went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
          */
         delete: operations["V1MemoriesRemoveAgent"];
         options?: never;
@@ -211,7 +211,7 @@ export interface paths {
         };
         /**
          * Export an agent's memories, directive and documents (NDJSON)
-         * @description One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics; expired memories not yet purged included), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
+         * @description One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
          */
         get: operations["V1ExportExport"];
         put?: never;
@@ -220,6 +220,61 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/memories/{memory_id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A memory's history (append-only events, oldest first)
+         * @description Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure (`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). Another org's memory: 404.
+         */
+        get: operations["V1MemoriesMemoryIdHistoryHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/memories/{memory_id}/history/{event_id}/undo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Undo a merge or a model decision */
+        post: operations["V1MemoriesMemoryIdHistoryEventIdUndoUndo"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/org/settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The org's defaults */
+        get: operations["V1OrgSettingsGetSettings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Change the org's defaults */
+        patch: operations["V1OrgSettingsSetSettings"];
         trace?: never;
     };
     "/metrics": {
@@ -338,6 +393,7 @@ export interface components {
         /** CreatedMemories */
         CreatedMemories: {
             ids: string[];
+            items?: components["schemas"]["WrittenItem"][];
         };
         /** DeleteResponse */
         DeleteResponse: {
@@ -476,6 +532,29 @@ export interface components {
                 [key: string]: string;
             };
         };
+        /** HistoryEvent */
+        HistoryEvent: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            memory_id: string;
+            agent_id: string | null;
+            /** @enum {string} */
+            event: "created" | "updated" | "merged" | "superseded" | "undone" | "deleted" | "consolidated";
+            /** Format: date-time */
+            at: string;
+            related_id: string | null;
+            undoes: string | null;
+            undone_by: string | null;
+            detail: {
+                [key: string]: unknown;
+            };
+        };
+        /** HistoryPage */
+        HistoryPage: {
+            items: components["schemas"]["HistoryEvent"][];
+            next_cursor: string | null;
+        };
         /** HotMemoryOut */
         HotMemoryOut: {
             /** Format: uuid */
@@ -577,6 +656,18 @@ export interface components {
             section_title: string | null;
             breadcrumb: string | null;
             level: number | null;
+            key?: string | null;
+            valid_from?: string | null;
+            valid_until?: string | null;
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            superseded_at?: string | null;
+            /** @default 1 */
+            seen_count?: number;
+            last_seen_at?: string | null;
+            first_occurred_at?: string | null;
+            last_occurred_at?: string | null;
         };
         /** MemoryPage */
         MemoryPage: {
@@ -597,6 +688,8 @@ export interface components {
             expires_at?: string | null;
             occurred_at?: string;
             search_context?: (string & unknown) | null;
+            valid_until?: string | null;
+            on_duplicate?: "merge" | "keep" | "reject";
         };
         /** MemoryUsed */
         MemoryUsed: {
@@ -643,6 +736,64 @@ export interface components {
             mode: "exact" | "path" | "symbol" | "lexical" | "semantic";
             rank: number;
             score: number;
+        };
+        /** OrgSettingsIn */
+        OrgSettingsIn: {
+            /** @enum {null|string} */
+            on_duplicate?: "merge" | "keep" | "reject" | null;
+        };
+        /** OrgSettingsOut */
+        OrgSettingsOut: {
+            /** @enum {string} */
+            on_duplicate: "merge" | "keep" | "reject";
+            updated_at: string | null;
+        };
+        /** PatchedMemory */
+        PatchedMemory: {
+            /** Format: uuid */
+            id: string;
+            agent_id: string | null;
+            kind: string;
+            text: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+            importance: number;
+            usefulness: number;
+            pinned: boolean;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** Format: date-time */
+            occurred_at: string;
+            search_context: string | null;
+            last_accessed_at: string | null;
+            access_count: number;
+            expires_at: string | null;
+            source_path: string | null;
+            line_start: number | null;
+            line_end: number | null;
+            section_title: string | null;
+            breadcrumb: string | null;
+            level: number | null;
+            key?: string | null;
+            valid_from?: string | null;
+            valid_until?: string | null;
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            superseded_at?: string | null;
+            /** @default 1 */
+            seen_count?: number;
+            last_seen_at?: string | null;
+            first_occurred_at?: string | null;
+            last_occurred_at?: string | null;
+            /**
+             * @default updated
+             * @enum {string}
+             */
+            status?: "updated" | "merged";
         };
         /** RerankReport */
         RerankReport: {
@@ -699,6 +850,9 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            as_of?: string | null;
+            /** @default false */
+            include_superseded?: boolean;
         };
         /** SearchMetrics */
         SearchMetrics: {
@@ -768,6 +922,10 @@ export interface components {
                 [key: string]: unknown;
             };
             occurred_at?: string | null;
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            valid_until?: string | null;
             fused_score?: number | null;
             path?: string | null;
             line_start?: number | null;
@@ -809,9 +967,36 @@ export interface components {
             chunks_missing_embedding: number;
             files_other_embedder: number;
         };
+        /** UndoIn */
+        UndoIn: {
+            reason?: string | null;
+        };
+        /** UndoResult */
+        UndoResult: {
+            /** Format: uuid */
+            undone: string;
+            /** Format: uuid */
+            event: string;
+            restored?: string | null;
+            reinstated?: string[];
+        };
+        /** WrittenItem */
+        WrittenItem: {
+            /** Format: uuid */
+            id: string;
+            /** @enum {string} */
+            status: "created" | "merged" | "superseded";
+            superseded?: string[];
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            similarity?: number | null;
+        };
         /** MemoryBatchIn */
         MemoryBatchIn: {
             memories: components["schemas"]["MemoryIn"][];
+            /** @enum {null|string} */
+            on_duplicate?: "merge" | "keep" | "reject" | null;
         };
         /** MemoryIn */
         MemoryIn: {
@@ -831,6 +1016,12 @@ export interface components {
             occurred_at?: string | null;
             search_context?: (string & unknown) | null;
             embedding?: number[] | null;
+            /** @description A single-valued key (1-200 letters, digits and _.:@/-), e.g. user.city: a newer value retires the current one. */
+            key?: string | null;
+            supersedes?: string[];
+            valid_until?: string | null;
+            /** @enum {null|string} */
+            on_duplicate?: "merge" | "keep" | "reject" | null;
         };
         /** FileIn */
         FileIn: {
@@ -863,6 +1054,9 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            as_of?: string | null;
+            /** @default false */
+            include_superseded?: boolean;
         };
     };
     responses: never;
@@ -930,6 +1124,10 @@ export interface operations {
                 occurred_after?: string | null;
                 /** @description Exclusive upper bound on occurred_at (RFC 3339 with timezone) */
                 occurred_before?: string | null;
+                /** @description Only memories valid at this time (RFC 3339 with timezone): valid time, retired ones included */
+                as_of?: string | null;
+                /** @description Also retired memories (superseded, or past valid_until), marked current=false */
+                include_superseded?: boolean;
                 /** @description `next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<id>`, the position after which the page starts. */
                 cursor?: string | null;
                 limit?: number;
@@ -1230,7 +1428,10 @@ export interface operations {
     };
     V1MemoriesMemoryIdRemove: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Also remove the memory's history (a privacy erasure); without it the history keeps the deletion */
+                erase?: boolean;
+            };
             header?: never;
             path: {
                 memory_id: string;
@@ -1253,6 +1454,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
                 };
             };
             /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
@@ -1329,7 +1531,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryOut"];
+                    "application/json": components["schemas"]["PatchedMemory"];
                 };
             };
             /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
@@ -2274,6 +2476,316 @@ export interface operations {
                 headers: {
                     /** @description The scheme to authenticate with: `Bearer`. */
                     "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1MemoriesMemoryIdHistoryHistory: {
+        parameters: {
+            query?: {
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                memory_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HistoryPage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1MemoriesMemoryIdHistoryEventIdUndoUndo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                memory_id: string;
+                event_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UndoIn"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UndoResult"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1OrgSettingsGetSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgSettingsOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1OrgSettingsSetSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgSettingsIn"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgSettingsOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

@@ -28,6 +28,12 @@ export type IngestRequest = Schemas["IngestRequest"];
 
 // Answers
 export type Memory = Schemas["MemoryOut"];
+export type PatchedMemory = Schemas["PatchedMemory"];
+export type HistoryEvent = Schemas["HistoryEvent"];
+export type HistoryPage = Schemas["HistoryPage"];
+export type UndoResult = Schemas["UndoResult"];
+export type OrgSettings = Schemas["OrgSettingsOut"];
+export type OrgSettingsIn = Schemas["OrgSettingsIn"];
 export type MemoryPage = Schemas["MemoryPage"];
 export type CreatedMemories = Schemas["CreatedMemories"];
 export type DeletedAgentMemories = Schemas["DeletedAgentMemories"];

@@ -24,6 +24,12 @@ const OPERATIONS: Record<keyof operations, { verb: string; path: string; method:
   V1MemoriesMemoryIdGetOne: { verb: "GET", path: "/v1/memories/{memory_id}", method: "getMemory" },
   V1MemoriesMemoryIdRemove: { verb: "DELETE", path: "/v1/memories/{memory_id}", method: "deleteMemory" },
   V1MemoriesMemoryIdUpdate: { verb: "PATCH", path: "/v1/memories/{memory_id}", method: "updateMemory" },
+  V1MemoriesMemoryIdHistoryHistory: {
+    verb: "GET", path: "/v1/memories/{memory_id}/history", method: "memoryHistory" },
+  V1MemoriesMemoryIdHistoryEventIdUndoUndo: {
+    verb: "POST", path: "/v1/memories/{memory_id}/history/{event_id}/undo", method: "undoEvent" },
+  V1OrgSettingsGetSettings: { verb: "GET", path: "/v1/org/settings", method: "orgSettings" },
+  V1OrgSettingsSetSettings: { verb: "PATCH", path: "/v1/org/settings", method: "setOrgSettings" },
   V1MemoriesSearchSearch: { verb: "POST", path: "/v1/memories/search", method: "search" },
   V1AgentsAgentIdDirectiveGetDirective: { verb: "GET", path: "/v1/agents/{agent_id}/directive", method: "getDirective" },
   V1AgentsAgentIdDirectivePutDirective: { verb: "PUT", path: "/v1/agents/{agent_id}/directive", method: "putDirective" },
@@ -81,6 +87,18 @@ describe("coverage of the OpenAPI schema", () => {
     await record("listMemories", () => pg.listMemories({ agent_id: who }));
     await record("getMemory", () => pg.getMemory(id));
     await record("updateMemory", () => pg.updateMemory(id, { text: "y" }));
+    await record("memoryHistory", () => pg.memoryHistory(id));
+    await record("undoEvent", async () => {
+      const twin = await pg.createMemory("y", { agent_id: who });
+      const merged = (twin.items ?? []).find((item) => item.status === "merged");
+      expect(merged?.id).toBe(id);
+      const events = (await pg.memoryHistory(id)).items;
+      const merge = events.find((event) => event.event === "merged");
+      expect(merge, JSON.stringify(events)).toBeDefined();
+      await pg.undoEvent(id, merge?.id ?? "");
+    });
+    await record("orgSettings", () => pg.orgSettings());
+    await record("setOrgSettings", () => pg.setOrgSettings({ on_duplicate: "merge" }));
     await record("search", () => pg.search("y", { filters: { agent_id: who } }));
     await record("hotSet", () => pg.hotSet(who));
     await record("feedback", () => pg.feedback({ [id]: true, [randomUUID()]: false }));

@@ -11,12 +11,12 @@ import numpy as np
 
 from service.db import TenantTx
 from service.errors import Conflict
-from service.facts import dedup
-from service.facts.history import Events
-from service.facts.normalize import hash_words, tokens
-from service.facts.types import MESSAGE_KIND
-from service.facts.write import DEFAULT_POLICY, merge_into, org_policy, scope_key
 from service.memories import repo
+from service.memories.facts import dedup
+from service.memories.facts.history import Events
+from service.memories.facts.normalize import hash_words, tokens
+from service.memories.facts.types import MESSAGE_KIND
+from service.memories.facts.write import DEFAULT_POLICY, merge_into, org_policy, scope_key
 from service.memories.types import MemoryIn, MemoryPatch
 from service.settings import FactSettings
 

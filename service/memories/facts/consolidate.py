@@ -21,11 +21,11 @@ from uuid import UUID
 import structlog
 
 from service.db import TenantTx
-from service.facts import dedup
-from service.facts.history import Events
-from service.facts.model import Candidate, ChatModel, Verdict
-from service.facts.patch import as_item
-from service.facts.write import merge_into
+from service.memories.facts import dedup
+from service.memories.facts.history import Events
+from service.memories.facts.model import Candidate, ChatModel, Verdict
+from service.memories.facts.patch import as_item
+from service.memories.facts.write import merge_into
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)

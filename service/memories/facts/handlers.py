@@ -8,11 +8,11 @@ from litestar import Controller, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from service.errors import BadRequest, NotFound
-from service.facts import history, undo
-from service.facts.types import HistoryPage, OrgSettingsIn, OrgSettingsOut, UndoIn, UndoResult
-from service.facts.write import DEFAULT_POLICY
 from service.http.deps import OrgId, ServicesDep, parse_uuid
-from service.http.openapi import errors
+from service.http.responses import errors
+from service.memories.facts import history, undo
+from service.memories.facts.types import HistoryPage, OrgSettingsIn, OrgSettingsOut, UndoIn, UndoResult
+from service.memories.facts.write import DEFAULT_POLICY
 
 HISTORY_DESCRIPTION = (
     "Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: "

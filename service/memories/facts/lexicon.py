@@ -64,7 +64,7 @@ class Lexicon:
 @functools.cache
 def lexicon() -> Lexicon:
     """The shipped lexicon, read once (about 60 KB compressed)."""
-    raw = gzip.decompress(resources.files("service.facts").joinpath("synonyms.tsv.gz").read_bytes()).decode()
+    raw = gzip.decompress(resources.files("service.memories.facts").joinpath("synonyms.tsv.gz").read_bytes()).decode()
     groups: dict[tuple[str, str], set[int]] = {}
     exceptions: dict[tuple[str, str], str] = {}
     for number, line in enumerate(raw.splitlines()):

@@ -2,7 +2,7 @@
 
 Exact: the normalized-text hash (``memories_current_text_hash``). Near: the ``dedup_candidates``
 nearest current memories of the same org, agent scope, kind and key (HNSW), each judged by
-:func:`service.facts.similarity.compare` (cosine floor, then the words). Items of one batch are
+:func:`service.memories.facts.similarity.compare` (cosine floor, then the words). Items of one batch are
 compared with the batch's earlier items too, so a batch holding a fact twice writes it once.
 Candidates close enough for the model but not merged by the rules are returned for consolidation.
 """
@@ -16,9 +16,9 @@ import numpy as np
 from pgvector import Vector
 
 from service.db import TenantTx
-from service.facts.normalize import hash_words, tokens
-from service.facts.similarity import Thresholds, compare
-from service.facts.types import MESSAGE_KIND
+from service.memories.facts.normalize import hash_words, tokens
+from service.memories.facts.similarity import Thresholds, compare
+from service.memories.facts.types import MESSAGE_KIND
 from service.memories.types import MemoryIn
 from service.settings import FactSettings
 
@@ -73,7 +73,7 @@ def thresholds(settings: FactSettings) -> Thresholds:
 async def find(tx: TenantTx, items: list[MemoryIn], embeddings: np.ndarray, words: list[tuple[str, ...]],
                check: list[bool], settings: FactSettings, *, exclude: tuple[UUID, ...] = ()) -> Findings:
     """Duplicates of the items where ``check`` is true (``embeddings`` L2-normalised and ``words``
-    their :func:`~service.facts.normalize.tokens`, one per item)."""
+    their :func:`~service.memories.facts.normalize.tokens`, one per item)."""
     limits = thresholds(settings)
     hashes = [hash_words(w) for w in words]
     matches: list[Match | None] = [None] * len(items)

@@ -20,11 +20,11 @@ import numpy as np
 
 from service.db import TenantTx
 from service.errors import Conflict, Unprocessable
-from service.facts import dedup
-from service.facts.history import Events, snapshot
-from service.facts.normalize import hash_words, tokens
-from service.facts.types import MESSAGE_KIND, OnDuplicate, WrittenItem
 from service.memories import repo
+from service.memories.facts import dedup
+from service.memories.facts.history import Events, snapshot
+from service.memories.facts.normalize import hash_words, tokens
+from service.memories.facts.types import MESSAGE_KIND, OnDuplicate, WrittenItem
 from service.memories.types import MemoryIn
 from service.settings import FactSettings
 

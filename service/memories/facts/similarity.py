@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
-from service.facts.lexicon import lexicon
-from service.facts.normalize import content
+from service.memories.facts.lexicon import lexicon
+from service.memories.facts.normalize import content
 
 NEGATIONS: Final = frozenset({"not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor",
                               "without", "cannot", "hardly", "barely", "seldom", "rarely", "nt"})
@@ -70,7 +70,7 @@ class Verdict:
 
 
 def compare(a: tuple[str, ...], b: tuple[str, ...], cosine: float, limits: Thresholds) -> Verdict:
-    """Compare two normalized token sequences (:func:`service.facts.normalize.tokens`) with their cosine."""
+    """Compare two normalized token sequences (:func:`service.memories.facts.normalize.tokens`) with their cosine."""
     ca, cb = Counter(content(a)), Counter(content(b))
     only_a, only_b = ca - cb, cb - ca
     shared = sum((ca & cb).values())

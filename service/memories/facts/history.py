@@ -12,7 +12,7 @@ import msgspec
 
 from service.db import TenantTx
 from service.errors import BadRequest
-from service.facts.types import EventName, HistoryEvent, HistoryPage
+from service.memories.facts.types import EventName, HistoryEvent, HistoryPage
 from service.memories.types import MemoryIn
 
 

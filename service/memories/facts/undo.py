@@ -7,10 +7,10 @@ from uuid import UUID
 
 from service.embeddings.lanes import lanes_of
 from service.errors import Conflict, NotFound, Unprocessable
-from service.facts import write as facts
-from service.facts.history import Events, item_from
-from service.facts.types import UNDOABLE, UndoResult
-from service.facts.write import scope_key
+from service.memories.facts import write as facts
+from service.memories.facts.history import Events, item_from
+from service.memories.facts.types import UNDOABLE, UndoResult
+from service.memories.facts.write import scope_key
 from service.runtime import Services
 
 

@@ -1,6 +1,6 @@
 """Build ``synonyms.tsv.gz`` (the near-duplicate check's synonym groups) from a WordNet 3.0 database.
 
-    python -m service.facts.build_lexicon /usr/share/wordnet    # Debian: apt-get install wordnet-base
+    python -m service.memories.facts.build_lexicon /usr/share/wordnet    # Debian: apt-get install wordnet-base
 
 A group is a synset that is one of the first ``TOP_SENSES`` *tagged* senses (WordNet orders a
 lemma's senses by corpus frequency; ``tagsense_cnt`` says how many were seen in tagged text) of at
