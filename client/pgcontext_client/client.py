@@ -26,7 +26,19 @@ T = TypeVar("T")
 
 __version__ = "0.1.0"
 USER_AGENT = f"pgcontext-client/{__version__}"
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_PORT = 8080
+
+
+def default_url() -> str:
+    """``$PGCONTEXT_URL``, else the service's own default address on ``$PGCONTEXT_PORT`` (8080 when unset),
+    the port ``pgcontext serve`` listens on."""
+    url = os.environ.get("PGCONTEXT_URL")
+    if url:
+        return url
+    port = os.environ.get("PGCONTEXT_PORT") or str(DEFAULT_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"PGCONTEXT_PORT must be a TCP port number, got {port!r}")
+    return f"http://127.0.0.1:{int(port)}"
 
 
 class Endpoint(Generic[P, T]):
@@ -56,7 +68,7 @@ class Endpoint(Generic[P, T]):
 
 
 def _settings(url: str | None, api_key: str | None) -> tuple[str, str | None]:
-    return (url or os.environ.get("PGCONTEXT_URL") or DEFAULT_URL).rstrip("/"), (
+    return (url or default_url()).rstrip("/"), (
         api_key if api_key is not None else os.environ.get("PGCONTEXT_API_KEY"))
 
 
@@ -97,7 +109,8 @@ def _export_call(agent_id: str) -> Call[None]:
 
 
 class Client(_Api):
-    """Synchronous client. ``url`` and ``api_key`` default to ``$PGCONTEXT_URL`` and ``$PGCONTEXT_API_KEY``.
+    """Synchronous client. ``url`` defaults to ``$PGCONTEXT_URL``, else ``http://127.0.0.1:$PGCONTEXT_PORT``
+    (port 8080 when unset); ``api_key`` to ``$PGCONTEXT_API_KEY``.
 
     Use it as a context manager (or call ``close()``); one client is safe to share between threads.
     """
@@ -132,7 +145,7 @@ class Client(_Api):
             except httpx.TransportError as exc:
                 wait = self.retry.after_transport_error(call, attempt)
                 if wait is None:
-                    raise transport_error(exc, call) from exc
+                    raise transport_error(exc, call, self._http.base_url) from exc
             else:
                 wait = self.retry.after_response(call, response, attempt)
                 if wait is None:
@@ -157,7 +170,7 @@ class Client(_Api):
                     if line:
                         yield msgspec.json.decode(line)
             except httpx.TransportError as exc:
-                raise transport_error(exc, call) from exc
+                raise transport_error(exc, call, self._http.base_url) from exc
         finally:
             response.close()
 
@@ -196,7 +209,7 @@ class AsyncClient(_Api):
             except httpx.TransportError as exc:
                 wait = self.retry.after_transport_error(call, attempt)
                 if wait is None:
-                    raise transport_error(exc, call) from exc
+                    raise transport_error(exc, call, self._http.base_url) from exc
             else:
                 wait = self.retry.after_response(call, response, attempt)
                 if wait is None:
@@ -223,6 +236,6 @@ class AsyncClient(_Api):
                     if line:
                         yield msgspec.json.decode(line)
             except httpx.TransportError as exc:
-                raise transport_error(exc, call) from exc
+                raise transport_error(exc, call, self._http.base_url) from exc
         finally:
             await response.aclose()

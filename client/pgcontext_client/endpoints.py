@@ -54,16 +54,16 @@ def create_memory(text: str, *, agent_id: str | None = None, kind: str | None = 
                   embedding: list[float] | None = None, key: str | None = None,
                   supersedes: Sequence[Id] | None = None, valid_until: datetime | None = None,
                   on_duplicate: str | None = None,
-                  idempotency_key: str | None = None) -> Call[t.CreatedMemories]:
-    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids`` and
-    what happened in ``items`` (``created``, ``merged`` into a duplicate, or ``superseded`` older values).
+                  idempotency_key: str | None = None) -> Call[t.CreatedMemory]:
+    """Store one memory (embedded server-side unless ``embedding`` is given); returns its ``id`` and
+    ``status`` (``created``, ``merged`` into a duplicate, or ``superseded`` older values).
     ``search_context`` is searched but never packed into a context (e.g. the turn it replies to)."""
     body = t.MemoryIn(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
                       pinned=pinned, expires_at=expires_at, occurred_at=occurred_at,
                       search_context=search_context, embedding=embedding, key=key,
                       supersedes=None if supersedes is None else [UUID(str(i)) for i in supersedes],
                       valid_until=valid_until, on_duplicate=on_duplicate)
-    return Call("POST", "/v1/memories", t.CreatedMemories, body=body, idempotency_key=idempotency_key,
+    return Call("POST", "/v1/memories", t.CreatedMemory, body=body, idempotency_key=idempotency_key,
                 repeatable=True)
 
 
@@ -177,15 +177,19 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
              recent_messages: Sequence[t.Message | Mapping[str, str]] | None = None,
              max_context_tokens: int | None = None, selective: bool | None = None,
              reserve_tokens: int | None = None, retrieval: t.RetrievalOptions | None = None,
+             encoding: str | None = None, explain: bool | None = None,
              timeout_ms: int | None = None) -> Call[t.AssembledContext]:
     """The context for one model call: directive, hot and cold memories and history, packed into a token
-    budget. Give ``max_context_tokens``, ``selective=True`` or both. ``timeout_ms`` is your own deadline
-    (``X-Timeout-Ms``): past it the service answers 504 (``DeadlineExceeded``), never partial context."""
+    budget. Give ``max_context_tokens``, ``selective=True`` or both. ``encoding`` (``cl100k_base``,
+    ``o200k_base``) counts with that tokenizer, trusted as exact; ``explain=True`` also returns each dropped
+    candidate's text, origin and scores. ``timeout_ms`` is your own deadline (``X-Timeout-Ms``): past it
+    the service answers 504 (``DeadlineExceeded``), never partial context."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
     body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,
                              max_context_tokens=max_context_tokens, selective=selective,
-                             reserve_tokens=reserve_tokens, retrieval=retrieval)
+                             reserve_tokens=reserve_tokens, retrieval=retrieval, encoding=encoding,
+                             explain=explain)
     headers = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
     return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, headers=headers, repeatable=True)
 

@@ -17,7 +17,15 @@ from uuid import UUID
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pgcontext_client import AsyncClient, MemoryIn, Message, NotFound, PgcontextError, SearchFilters
+from pgcontext_client import (
+    AsyncClient,
+    MemoryIn,
+    Message,
+    NotFound,
+    PgcontextError,
+    SearchFilters,
+    TransportError,
+)
 from pydantic import BaseModel, Field
 
 
@@ -113,6 +121,8 @@ def service_errors() -> Iterator[None]:
     log line); anything else is a crash the SDK reports as such."""
     try:
         yield
+    except TransportError as exc:
+        raise ToolError(f"pgcontext could not be reached: {exc.message}") from exc
     except PgcontextError as exc:
         raise ToolError(f"pgcontext answered {exc.status} {exc.code}: {exc.message} "
                         f"(request id {exc.request_id})") from exc
@@ -129,6 +139,10 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         memories: Annotated[list[NewMemory] | None, Field(description="Several memories to store at once.")] = None,
         kind: Annotated[str | None, Field(description="Kind of `text` (e.g. preference, event).")] = None,
         importance: Annotated[float | None, Field(ge=0, le=1, description="Importance of `text`, 0-1.")] = None,
+        occurred_at: Annotated[datetime | None, Field(
+            description="When `text` happened or was said (ISO 8601 with timezone); default now.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description="Optional JSON object stored with `text`, for filtering later.")] = None,
     ) -> dict[str, Any]:
         try:
             batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
@@ -138,7 +152,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         except ValueError as exc:
             raise ToolError(f"supersedes takes memory ids (UUIDs, as `recall` returns them): {exc}") from exc
         if text is not None:
-            batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance))
+            batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance,
+                                     occurred_at=occurred_at, metadata=metadata))
         if not batch:
             raise ToolError("give `text` (one memory) or `memories` (several)")
         with service_errors():

@@ -59,7 +59,8 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
         assert tool.description and len(tool.description) > 100, tool.name  # written for a model
     assert "memories" in tools["remember"].input_schema["properties"]
 
-    one = await call(session, "remember", text="The user is allergic to peanuts.", kind="preference")
+    one = await call(session, "remember", text="The user is allergic to peanuts.", kind="preference",
+                     occurred_at="2023-06-02T12:00:00Z", metadata={"source": "intake form"})
     many = await call(session, "remember", memories=[
         {"text": "The user's daughter is called Ada.", "importance": 0.9},
         {"text": "The user moved to Lisbon in March 2024.", "kind": "event", "occurred_at": "2024-03-01T00:00:00Z",
@@ -70,6 +71,8 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     assert set(stored) == {"The user is allergic to peanuts.", "The user's daughter is called Ada.",
                            "The user moved to Lisbon in March 2024."}
     assert stored["The user is allergic to peanuts."].kind == "preference"
+    assert stored["The user is allergic to peanuts."].occurred_at.isoformat() == "2023-06-02T12:00:00+00:00"
+    assert stored["The user is allergic to peanuts."].metadata == {"source": "intake form"}
     assert stored["The user moved to Lisbon in March 2024."].occurred_at.year == 2024
     assert stored["The user moved to Lisbon in March 2024."].search_context == "Where does the user live now?"
     assert stored["The user is allergic to peanuts."].search_context is None

@@ -39,6 +39,7 @@ from pgcontext_client.types.documents import (
 )
 from pgcontext_client.types.memories import (
     CreatedMemories,
+    CreatedMemory,
     DeletedAgentMemories,
     Directive,
     DirectiveIn,
@@ -89,6 +90,7 @@ __all__ = [
     "ChunkCounts",
     "CollectionCounts",
     "CreatedMemories",
+    "CreatedMemory",
     "DeletedAgentMemories",
     "DeletedDocuments",
     "Directive",

@@ -76,6 +76,21 @@ class CreatedMemories(msgspec.Struct, kw_only=True):
     items: list[WrittenItem] = msgspec.field(default_factory=list)
 
 
+class CreatedMemory(CreatedMemories, kw_only=True):
+    """The answer to a single write (``Client.create_memory``): ``id`` and ``status`` of the one memory,
+    with ``ids`` and ``items`` as a batch has them."""
+
+    @property
+    def id(self) -> UUID:
+        """The memory holding the text: the new one, or the one it was merged into."""
+        return self.ids[0]
+
+    @property
+    def status(self) -> str:
+        """``created``, ``merged`` or ``superseded`` (see ``WrittenItem``)."""
+        return self.items[0].status if self.items else "created"
+
+
 class DeletedAgentMemories(msgspec.Struct, kw_only=True):
     agent_id: str
     deleted: int
