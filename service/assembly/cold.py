@@ -171,4 +171,4 @@ class ColdBranch:
         # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
         # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).
         rows = [found[i] for i in scores if i in found]
-        return ColdResult(cold_candidates(rows[:keep], scores), response)
+        return ColdResult(cold_candidates(rows[:keep], scores, {r.id: r.score for r in response.results}), response)

@@ -66,16 +66,17 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
     ids = [UUID(p.id) for p in chosen]
     memories = [
         MemoryUsed(id=memory_id, tag=p.tag, text=p.candidate.text, tokens=p.tokens, origin=p.candidate.origin,
-                   in_hot_and_cold=p.candidate.in_hot_and_cold,
+                   in_hot_and_cold=p.candidate.in_hot_and_cold, score=round(p.candidate.score, 4),
                    scores=_scores(p.scores),
                    justification=p.justification,
                    occurred_at=p.candidate.occurred_at or p.candidate.created_at)
         for memory_id, p in zip(ids, chosen, strict=True)
     ]
+    offered = {c.candidate.id: c.candidate for c in ranked.scored}
     dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
-                             composite=round(d.scores.composite, 4)) for d in ranked.result.dropped]
+                             composite=round(d.scores.composite, 4), score=round(offered[d.id].score, 4))
+               for d in ranked.result.dropped]
     if req.explain:
-        offered = {c.candidate.id: c.candidate for c in ranked.scored}
         for out, d in zip(dropped, ranked.result.dropped, strict=True):
             out.text, out.origin, out.scores = offered[d.id].text, offered[d.id].origin, _scores(d.scores)
     budget = BudgetOut(

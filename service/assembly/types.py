@@ -82,6 +82,10 @@ class MemoryUsed(msgspec.Struct):
     """Exact tokens of its line in ``context``, the tag included."""
     origin: Literal["hot", "cold"]
     in_hot_and_cold: bool
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls: a search hit's ``score``
+    (cold), the cosine similarity to the query (hot; the share of the query's content words it contains
+    when there are no embeddings), the best of both when both offered it. ``scores`` holds the ranking."""
     scores: Scores
     justification: str
     occurred_at: datetime | None = None
@@ -97,6 +101,8 @@ class DroppedMemory(msgspec.Struct):
     tokens: int
     """Tokens of its memory line without a tag."""
     composite: float
+    score: float
+    """How strongly it matches the query, in [0, 1] (as a used memory's ``score``)."""
     text: str | None = None
     """With ``explain: true``: the memory's text."""
     origin: Literal["hot", "cold"] | None = None

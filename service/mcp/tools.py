@@ -82,8 +82,9 @@ and what happened (`created`, `merged` into an existing memory, or `superseded` 
 RECALL = """Search this agent's long-term memories by meaning and keywords (hybrid search).
 
 Use it to look something up explicitly: "what do I know about the user's diet?", or to find a
-memory's id before forgetting it. Results are best first, each with its id, text, kind and when it
-happened. For everything relevant to answering a message within a token budget, prefer
+memory's id before forgetting it. Results are best first, each with its id, text, kind, when it
+happened and a `score` from 0 (no match) to 1 (a perfect match), comparable between calls.
+For everything relevant to answering a message within a token budget, prefer
 `assemble_context`."""
 
 ASSEMBLE = """Build the best context for answering a query: the agent's directive, its most useful
@@ -171,7 +172,7 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         with service_errors():
             found = await (await client_for()).search(query, limit=limit,
                                                       filters=SearchFilters(agent_id=agent, kinds=kinds))
-        return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": round(r.final_score, 4),
+        return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
                               "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None}
                              for r in found.results]}
 

@@ -35,6 +35,7 @@ from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, Lo
 from service.retrieval import branches
 from service.retrieval.filters import currency_args, filter_args
 from service.retrieval.hits import Hit
+from service.retrieval.score import hit_score
 from service.retrieval.types import MODES, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
 
 DOCUMENT_KIND: Final = "document_chunk"
@@ -218,6 +219,14 @@ def fuse(lists: Mapping[Mode, Sequence[ModeHit]], *, k: int, limit: int) -> list
     return [_result(found[i], scores[i]) for i in sorted(found, key=order)[:limit]]
 
 
+def _literal(hit: ModeHit) -> float:
+    """A literal mode's evidence for ``score``: an exact substring match is certain; symbol and path
+    matches score themselves in [0, 1]."""
+    if hit.mode == "exact":
+        return 1.0
+    return hit.score if hit.mode in ("symbol", "path") else 0.0
+
+
 def _result(found: list[ModeHit], score: float) -> SearchResult:
     best = _best(found)
     by_mode = {h.mode: h for h in found}
@@ -227,6 +236,8 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
     return SearchResult(
         id=best.id, text=best.text, kind=best.kind, source=best.source, level=best.level,
         breadcrumb=best.breadcrumb, final_score=score,
+        score=hit_score(None if lexical is None else lexical.score, None if semantic is None else semantic.score,
+                        literal=max((_literal(h) for h in found), default=0.0)),
         lexical_rank=None if lexical is None else lexical.rank,
         semantic_rank=None if semantic is None else semantic.rank,
         lexical_score=None if lexical is None else lexical.score,

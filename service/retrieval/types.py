@@ -139,7 +139,12 @@ class SearchResult(msgspec.Struct, kw_only=True):
     source: str | None
     level: int | None
     breadcrumb: str | None
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls and fusion methods: the best
+    of its semantic evidence (cosine similarity), lexical evidence (BM25 saturated as ``bm25 / (bm25 + 10)``)
+    and, in ``modes`` search, a literal match (see docs/retrieval.md, "Scores")."""
     final_score: float
+    """The ranking score: the fusion's (its scale depends on the method), or the reranker's."""
     lexical_rank: int | None
     semantic_rank: int | None
     lexical_score: float | None

@@ -17,7 +17,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pgcontext_client import Client
+from pgcontext_client import Client, SearchFilters
 
 from service.cli import main as cli
 from service.embedded.postgres import free_port
@@ -86,6 +86,11 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     recalled = await call(session, "recall", query="peanut allergy", limit=3)
     assert recalled["memories"][0]["text"] == "The user is allergic to peanuts."
     assert recalled["memories"][0]["id"] == one["ids"][0]
+    scores = [m["score"] for m in recalled["memories"]]  # the normalized score, not the fusion's
+    assert all(0.0 <= v <= 1.0 for v in scores) and scores[0] > 0.3
+    with Client(url, key) as pg:
+        hits = pg.search("peanut allergy", limit=3, filters=SearchFilters(agent_id=agent)).results
+    assert scores == [h.score for h in hits]
 
     assert await call(session, "get_directive") == {"version": 0, "content": None}
     assert (await call(session, "set_directive", content="Be warm and brief."))["version"] == 1

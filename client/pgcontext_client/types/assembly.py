@@ -62,6 +62,8 @@ class MemoryUsed(msgspec.Struct, kw_only=True):
     tokens: int
     origin: str
     in_hot_and_cold: bool
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls."""
     scores: Scores
     justification: str
     occurred_at: datetime | None = None
@@ -73,6 +75,7 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     detail: str
     tokens: int
     composite: float
+    score: float
     text: str | None = None
     origin: str | None = None
     scores: Scores | None = None

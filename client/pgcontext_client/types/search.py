@@ -79,7 +79,10 @@ class SearchResult(msgspec.Struct, kw_only=True):
     source: str | None
     level: int | None
     breadcrumb: str | None
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls and fusion methods."""
     final_score: float
+    """The ranking score (its scale depends on the fusion method)."""
     lexical_rank: int | None
     semantic_rank: int | None
     lexical_score: float | None

@@ -466,6 +466,7 @@ export interface components {
             detail: string;
             tokens: number;
             composite: number;
+            score: number;
             text?: string | null;
             /** @enum {null|string} */
             origin?: "hot" | "cold" | null;
@@ -701,6 +702,7 @@ export interface components {
             /** @enum {string} */
             origin: "hot" | "cold";
             in_hot_and_cold: boolean;
+            score: number;
             scores: components["schemas"]["Scores"];
             justification: string;
             occurred_at?: string | null;
@@ -910,6 +912,7 @@ export interface components {
             source: string | null;
             level: number | null;
             breadcrumb: string | null;
+            score: number;
             final_score: number;
             lexical_rank: number | null;
             semantic_rank: number | null;
