@@ -156,6 +156,11 @@ class Client(_Api):
     def _execute(self, call: Call[Any]) -> Any:
         return call.decode(self._send(call))
 
+    def execute(self, call: Call[T]) -> T:
+        """Send a call built by a ``pgcontext_client.endpoints`` function (what each method does), so code
+        written once over calls runs on both clients."""
+        return call.decode(self._send(call))
+
     def export(self, agent_id: str) -> Iterator[dict[str, Any]]:
         """Data-subject export: every line of the agent's NDJSON export as a dict (``type`` says which kind),
         streamed; the last is ``{"type": "end", ...}``. An export that broke off raises ``TransportError``."""
@@ -219,6 +224,10 @@ class AsyncClient(_Api):
 
     async def _run(self, call: Call[T]) -> T:
         return call.decode(await self._send(call))
+
+    async def execute(self, call: Call[T]) -> T:
+        """Like ``Client.execute``: send a call built by a ``pgcontext_client.endpoints`` function."""
+        return await self._run(call)
 
     def _execute(self, call: Call[Any]) -> Any:
         return self._run(call)
