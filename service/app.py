@@ -27,6 +27,7 @@ from service.assembly import (
 )
 from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
+from service.conversations import ConversationController
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
@@ -206,8 +207,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
-                        DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, HistoryController, OrgSettingsController,
+                        DocumentController, ConversationController, AssemblyController, HotMemoryController,
+                        FeedbackController, ExportController, HistoryController, OrgSettingsController,
                         metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),

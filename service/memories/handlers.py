@@ -36,8 +36,8 @@ AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_M
 
 
 DELETE_AGENT_DESCRIPTION = (
-    "Deletes every memory of `agent_id` in your org, and the history recorded under it, invalidates its hot "
-    "set and returns how many memories went. "
+    "Deletes every memory of `agent_id` in your org (its conversations' messages too, and the "
+    "conversations) and the history recorded under it, invalidates its hot set and returns how many went. "
     "Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks "
     "owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its "
     "directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held."

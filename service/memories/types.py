@@ -21,6 +21,10 @@ AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 DOCUMENT_CHUNK_KIND = "document_chunk"
 """Written only by the documents API, which keeps path, line span and the documents table consistent."""
+MESSAGE_KIND = "message"
+"""A conversation's messages: written only by the conversation API (position, speaker, session), never
+merged or rewritten."""
+RESERVED_KINDS = (DOCUMENT_CHUNK_KIND, MESSAGE_KIND)
 
 
 class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

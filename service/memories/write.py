@@ -216,17 +216,25 @@ async def delete_agent(services: Services, org_id: UUID, agent_id: str) -> int:
                     await tx.fetchval("facts.erase_history", org_id, [], agent_id)
             deleted += batch
             if batch < _DELETE_AGENT_BATCH:
-                return deleted
+                break
+        async with services.db.tenant(org_id) as tx:  # its conversations, emptied above
+            await tx.execute("conversations.delete_agent", org_id, agent_id)
+        return deleted
     finally:
         if deleted:
             await services.memories_changed(org_id, {agent_id})
 
 
 def _changeable(row: Any, memory_id: UUID) -> Any:
-    """A memory the memories API may change: it exists here and is not a document chunk (those move
-    with their file through /v1/documents, which keeps line spans and the index summary exact)."""
+    """A memory the memories API may change: it exists here, is not a document chunk (those move
+    with their file through /v1/documents, which keeps line spans and the index summary exact) and
+    not a conversation's message (never rewritten; it goes with its conversation)."""
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
+    if row["conversation_id"] is not None:
+        raise Conflict("a conversation's messages are never rewritten or removed one by one: delete the "
+                       "conversation with DELETE /v1/conversations/{conversation_id}",
+                       code="managed_by_conversations", details={"conversation_id": row["conversation_id"]})
     if row["kind"] == DOCUMENT_CHUNK_KIND:
         raise Conflict("document chunks change only through /v1/documents (re-ingest or delete the file)",
                        code="managed_by_documents")

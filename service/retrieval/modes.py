@@ -36,7 +36,7 @@ from service.retrieval import branches
 from service.retrieval.filters import currency_args, filter_args
 from service.retrieval.hits import Hit
 from service.retrieval.score import hit_score
-from service.retrieval.types import MODES, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
+from service.retrieval.types import MODES, MessageRef, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
 
 DOCUMENT_KIND: Final = "document_chunk"
 LOOKUP_MODES: Final[tuple[LookupMode, ...]] = ("exact", "path", "symbol")
@@ -69,6 +69,7 @@ class ModeHit:
     occurred_at: datetime | None = None
     superseded_by: UUID | None = None
     valid_until: datetime | None = None
+    message: MessageRef | None = None
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -188,7 +189,7 @@ def from_branch(h: Hit, mode: Mode, rank: int, line_start: int | None, line_end:
     return ModeHit(id=h.id, mode=mode, rank=rank, score=score, text=h.text, kind=h.kind, source=h.source,
                    level=h.level, breadcrumb=h.breadcrumb, line_start=line_start, line_end=line_end,
                    excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end,
-                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at,
+                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at, message=h.message,
                    superseded_by=h.superseded_by, valid_until=h.valid_until)
 
 
@@ -244,7 +245,7 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
         semantic_score=None if semantic is None else semantic.score,
         fusion_method="rrf", agent_id=best.agent_id, metadata=best.metadata, occurred_at=best.occurred_at,
         current=best.superseded_by is None, superseded_by=best.superseded_by, valid_until=best.valid_until,
-        path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
+        message=best.message, path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
         excerpt=literal.excerpt, excerpt_line_start=literal.excerpt_line_start,
         excerpt_line_end=literal.excerpt_line_end, mode=best.mode,
         modes=[ModeRank(mode=h.mode, rank=h.rank, score=h.score)

@@ -132,6 +132,18 @@ class ModeRank(msgspec.Struct, kw_only=True):
     score: float
 
 
+class MessageRef(msgspec.Struct, kw_only=True):
+    """Where a conversation's message stands (search results and assembled memories of kind ``message``)."""
+
+    conversation_id: str
+    position: int
+    """1, 2, ... in the conversation's order: its neighbours are ``position - 1`` and ``position + 1``."""
+    session_id: str | None
+    speaker: str | None
+    role: str | None
+    message_id: str | None
+
+
 class SearchResult(msgspec.Struct, kw_only=True):
     id: UUID
     text: str
@@ -160,6 +172,8 @@ class SearchResult(msgspec.Struct, kw_only=True):
     superseded_by: UUID | None = None
     valid_until: datetime | None = None
     """Valid time's end (null: still true)."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role (null otherwise)."""
     fused_score: float | None = None
     """Set when the reranker re-ordered the results: the score fusion gave (``final_score`` is then the
     reranker's relevance score)."""

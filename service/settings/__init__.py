@@ -30,6 +30,7 @@ from service.settings.env import (
 from service.settings.facts import FactSettings
 from service.settings.retrieval import (
     RERANK_DEFAULT_API_BASE,
+    ConversationSettings,
     DocumentSettings,
     RerankProvider,
     RerankSettings,
@@ -45,8 +46,9 @@ from service.settings.storage import (
 )
 
 __all__ = [
-    "AssemblySettings", "DatabaseSettings", "DocumentSettings", "EmbeddingSettings", "FactSettings", "LimitSettings",
-    "RateLimitSettings", "RedisSettings", "RerankProvider", "RerankSettings", "RetrievalSettings",
+    "AssemblySettings", "ConversationSettings", "DatabaseSettings", "DocumentSettings", "EmbeddingSettings",
+    "FactSettings", "LimitSettings", "RateLimitSettings", "RedisSettings", "RerankProvider", "RerankSettings",
+    "RetrievalSettings",
     "ServerSettings", "Settings", "SettingsError", "load_settings", "usable_cpus",
 ]
 
@@ -63,6 +65,7 @@ class Settings:
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     documents: DocumentSettings = field(default_factory=DocumentSettings)
+    conversations: ConversationSettings = field(default_factory=ConversationSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
     facts: FactSettings = field(default_factory=FactSettings)
 
@@ -198,6 +201,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             tokenizer=env_str(env, "PGCONTEXT_DOCUMENTS_TOKENIZER") or "cl100k_base",
             max_list_page=env_int(env, "PGCONTEXT_DOCUMENTS_MAX_LIST_PAGE", 1000),
             write_timeout_ms=env_int(env, "PGCONTEXT_DOCUMENTS_WRITE_TIMEOUT_MS", 60_000),
+        ),
+        conversations=ConversationSettings(
+            context_turns=env_int_in(env, "PGCONTEXT_CONVERSATION_CONTEXT_TURNS", 2, 0, 16),
         ),
         assembly=AssemblySettings(
             deadline_ms=env_int(env, "PGCONTEXT_DEADLINE_MS", 40),

@@ -93,6 +93,16 @@ class RetrievalSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ConversationSettings:
+    """Messages appended to conversations (``POST /v1/conversations/{id}/messages``)."""
+
+    context_turns: int = 2
+    """Each message's search context (searched lexically, never packed) is derived from up to this many
+    turns before it in its conversation, those of the same session, each as ``speaker: words``;
+    0: none (docs/retrieval.md "Conversations")."""
+
+
+@dataclass(frozen=True, slots=True)
 class DocumentSettings:
     max_files_per_request: int = 256
     """Most files in one POST /v1/documents (413 above)."""

@@ -11,9 +11,10 @@ What grows with a request, measured the same way (service + Postgres + Redis CPU
   every strategy that embeds the query (all but ``lexical``);
 * **the query's terms**: matching and scoring grow with the query however long it is (an assembly
   with a 4,000-character lexical query 20 ms against 6 ms for a short one): one token per
-  ``text_chars_per_token`` characters of every search's and assembly's query; memory writes pay the
-  same rate for the texts the service embeds for them (the bulk lane runs at a lower priority and
-  yields to queries, so its characters are priced like matching, not like a query's embedding);
+  ``text_chars_per_token`` characters of every search's and assembly's query; memory writes (and
+  conversation appends) pay the same rate for the texts the service embeds for them (the bulk lane
+  runs at a lower priority and yields to queries, so its characters are priced like matching, not
+  like a query's embedding);
 * **the body**: long histories, big filters and uploads are read, decoded and counted: one token
   per ``body_bytes_per_token`` bytes of ``Content-Length``, known before the body is read;
 * **a hot-set miss**: ``GET /v1/memories/hot`` for an agent whose set is not cached reads Postgres
@@ -36,6 +37,7 @@ HEAVY_ROUTES: Final[frozenset[tuple[str, str]]] = frozenset({
     ("POST", "/v1/memories"),
     ("PATCH", "/v1/memories/{memory_id}"),
     ("POST", "/v1/documents"),
+    ("POST", "/v1/conversations/{conversation_id}/messages"),
     ("GET", "/v1/export"),
 })
 """(method, route template) of requests that embed, search or stream a lot: they cost ``heavy_cost``."""
@@ -44,6 +46,7 @@ SEARCH: Final = ("POST", "/v1/memories/search")
 ASSEMBLE: Final = ("POST", "/v1/context/assemble")
 CREATE: Final = ("POST", "/v1/memories")
 PATCH: Final = ("PATCH", "/v1/memories/{memory_id}")
+APPEND: Final = ("POST", "/v1/conversations/{conversation_id}/messages")
 
 
 def base_cost(s: RateLimitSettings, method: str, route: str, body_bytes: int) -> int:
@@ -74,6 +77,12 @@ def work_cost(s: RateLimitSettings, method: str, route: str, body: Any) -> int:
         texts = [item["text"] for item in items
                  if isinstance(item, dict) and isinstance(item.get("text"), str) and item.get("embedding") is None]
         return _text_tokens(s, sum(min(len(t), s.embed_max_chars) for t in texts))
+    if key == APPEND:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return 0
+        contents = [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+        return _text_tokens(s, sum(min(len(c), s.embed_max_chars) for c in contents))
     if key == PATCH and isinstance(body.get("text"), str):
         return _text_tokens(s, min(len(body["text"]), s.embed_max_chars))
     return 0

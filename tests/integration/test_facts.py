@@ -89,11 +89,20 @@ async def test_a_batch_holding_a_fact_twice_writes_it_once(client: AsyncTestClie
 
 
 async def test_messages_are_never_merged(client: AsyncTestClient[Any], tenant: Tenant) -> None:
-    turn = {"text": "Sounds good, see you then!", "agent_id": "chat", "kind": "message"}
-    ids = [(await write(client, tenant, turn))["items"][0] for _ in range(2)]
-    assert [i["status"] for i in ids] == ["created", "created"] and ids[0]["id"] != ids[1]["id"]
-    r = await client.post("/v1/memories", json={**turn, "key": "user.mood"}, headers=tenant.headers)
-    assert r.status_code == 422, r.text
+    said = {"agent_id": "chat", "messages": [{"speaker": "Ann", "content": "Sounds good, see you then!"}]}
+    for _ in range(2):
+        r = await client.post("/v1/conversations/c-merge/messages", json=said, headers=tenant.headers)
+        assert r.status_code == 201, r.text
+    r = await client.get("/v1/conversations/c-merge/messages", headers=tenant.headers)
+    items = r.json()["items"]
+    assert [m["position"] for m in items] == [1, 2] and items[0]["id"] != items[1]["id"]
+    for memory_id in (items[0]["id"], items[1]["id"]):
+        memory = (await client.get(f"/v1/memories/{memory_id}", headers=tenant.headers)).json()
+        assert memory["kind"] == "message" and memory.get("seen_count", 1) == 1, memory
+    # the memory API does not write messages, so a message cannot be given a key to supersede
+    r = await client.post("/v1/memories", json={"text": "x", "agent_id": "chat", "kind": "message",
+                                                "key": "user.mood"}, headers=tenant.headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "reserved_kind", r.text
 
 
 async def test_org_default_policy(client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:

@@ -20,6 +20,19 @@ from pgcontext_client.types.assembly import (
     RetrievalOptions,
     Scores,
 )
+from pgcontext_client.types.conversations import (
+    Appended,
+    AppendedMessage,
+    AppendIn,
+    Conversation,
+    ConversationMessage,
+    ConversationPage,
+    DeletedConversation,
+    MessageIn,
+    MessagePage,
+    MessageRef,
+    Role,
+)
 from pgcontext_client.types.documents import (
     ChunkCounts,
     CollectionCounts,
@@ -80,6 +93,9 @@ from pgcontext_client.types.search import (
 )
 
 __all__ = [
+    "AppendIn",
+    "Appended",
+    "AppendedMessage",
     "AssembleFilters",
     "AssembleRequest",
     "AssembledContext",
@@ -89,9 +105,13 @@ __all__ = [
     "Budget",
     "ChunkCounts",
     "CollectionCounts",
+    "Conversation",
+    "ConversationMessage",
+    "ConversationPage",
     "CreatedMemories",
     "CreatedMemory",
     "DeletedAgentMemories",
+    "DeletedConversation",
     "DeletedDocuments",
     "Directive",
     "DirectiveIn",
@@ -123,6 +143,9 @@ __all__ = [
     "MemoryPatch",
     "MemoryUsed",
     "Message",
+    "MessageIn",
+    "MessagePage",
+    "MessageRef",
     "Mode",
     "ModeMetrics",
     "ModeRank",
@@ -132,6 +155,7 @@ __all__ = [
     "RerankReport",
     "RetrievalOptions",
     "RetrievalReport",
+    "Role",
     "Scores",
     "SearchFilters",
     "SearchMetrics",

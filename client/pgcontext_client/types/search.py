@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
@@ -94,6 +95,8 @@ class SearchResult(msgspec.Struct, kw_only=True):
     current: bool = True
     superseded_by: UUID | None = None
     valid_until: datetime | None = None
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
     fused_score: float | None = None
     path: str | None = None
     line_start: int | None = None

@@ -165,6 +165,47 @@ export class Client {
     return this.call({ method: "POST", path: "/v1/context/assemble", body, repeatable: true, options });
   }
 
+  // --- conversations ----------------------------------------------------------------------------
+
+  /**
+   * Append messages to a conversation, in order (the first append creates it, owned by `fields.agent_id`;
+   * left out: org-wide). Each is searchable as a memory of kind `message`; one whose `message_id` is
+   * already in the conversation is not written again, so a retry of messages that all have one is safe.
+   */
+  appendMessages(conversationId: string, messages: readonly t.MessageIn[],
+                 fields: Omit<t.AppendRequest, "messages"> = {}, options?: RequestOptions): Promise<t.Appended> {
+    return this.call({
+      method: "POST", path: `/v1/conversations/${segment(conversationId)}/messages`,
+      body: { ...fields, messages }, repeatable: messages.every((m) => m.message_id != null), options,
+    });
+  }
+
+  /** A page of the conversation's messages in order; pass `next_cursor` back as `cursor`. */
+  listMessages(conversationId: string, filters: t.ListMessagesQuery = {}, options?: RequestOptions
+  ): Promise<t.MessagePage> {
+    return this.call({
+      method: "GET", path: `/v1/conversations/${segment(conversationId)}/messages`, query: query(filters),
+      repeatable: true, options,
+    });
+  }
+
+  /** One conversation: its agent and message count (`NotFound` when it is not your org's). */
+  getConversation(conversationId: string, options?: RequestOptions): Promise<t.Conversation> {
+    return this.call({ method: "GET", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options });
+  }
+
+  /** A page of conversations, newest first (`agent_id`: only that agent's). */
+  listConversations(filters: t.ListConversationsQuery = {}, options?: RequestOptions): Promise<t.ConversationPage> {
+    return this.call({ method: "GET", path: "/v1/conversations", query: query(filters), repeatable: true, options });
+  }
+
+  /** Delete a conversation and everything derived from its messages (`NotFound` when there is none). */
+  deleteConversation(conversationId: string, options?: RequestOptions): Promise<t.DeletedConversation> {
+    return this.call({
+      method: "DELETE", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options,
+    });
+  }
+
   // --- directives -------------------------------------------------------------------------------
 
   /** Create or replace the agent's directive (its standing instructions); the version increments. */

@@ -52,7 +52,7 @@ export interface paths {
         post: operations["V1MemoriesCreate"];
         /**
          * Delete all of an agent's memories (data-subject erasure)
-         * @description Deletes every memory of `agent_id` in your org, and the history recorded under it, invalidates its hot set and returns how many memories went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
+         * @description Deletes every memory of `agent_id` in your org (its conversations' messages too, and the conversations) and the history recorded under it, invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
          */
         delete: operations["V1MemoriesRemoveAgent"];
         options?: never;
@@ -151,6 +151,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/conversations/{conversation_id}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A conversation's messages in order (cursor-paginated) */
+        get: operations["V1ConversationsConversationIdMessagesListMessages"];
+        put?: never;
+        /**
+         * Append messages
+         * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
+         */
+        post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One conversation */
+        get: operations["V1ConversationsConversationIdGetOne"];
+        put?: never;
+        post?: never;
+        /** Delete a conversation and its messages */
+        delete: operations["V1ConversationsConversationIdRemove"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List conversations (newest first, cursor-paginated) */
+        get: operations["V1ConversationsListConversations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/context/assemble": {
         parameters: {
             query?: never;
@@ -231,7 +287,7 @@ export interface paths {
         };
         /**
          * A memory's history (append-only events, oldest first)
-         * @description Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure (`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). Another org's memory: 404.
+         * @description Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure (`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). A conversation's message is never changed: its history is empty. Another org's memory: 404.
          */
         get: operations["V1MemoriesMemoryIdHistoryHistory"];
         put?: never;
@@ -298,6 +354,28 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AppendIn */
+        AppendIn: {
+            messages: components["schemas"]["MessageIn"][];
+            agent_id?: string | null;
+        };
+        /** AppendOut */
+        AppendOut: {
+            conversation_id: string;
+            agent_id: string | null;
+            created: boolean;
+            message_count: number;
+            messages: components["schemas"]["AppendedMessage"][];
+        };
+        /** AppendedMessage */
+        AppendedMessage: {
+            /** Format: uuid */
+            id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            created: boolean;
+        };
         /** AssembleRequest */
         AssembleRequest: {
             agent_id: string;
@@ -313,6 +391,8 @@ export interface components {
             retrieval?: components["schemas"]["RetrievalOptions"];
             /** @default false */
             explain?: boolean;
+            conversation_id?: string | null;
+            history_turns?: number | null;
         } | {
             max_context_tokens: number;
         } | {
@@ -390,6 +470,21 @@ export interface components {
             bytes: number;
             last_indexed_at: string | null;
         };
+        /** ConversationOut */
+        ConversationOut: {
+            id: string;
+            agent_id: string | null;
+            message_count: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** ConversationPage */
+        ConversationPage: {
+            items: components["schemas"]["ConversationOut"][];
+            next_cursor: string | null;
+        };
         /** CreatedMemories */
         CreatedMemories: {
             ids: string[];
@@ -407,6 +502,11 @@ export interface components {
         DeletedAgentMemories: {
             agent_id: string;
             deleted: number;
+        };
+        /** DeletedConversation */
+        DeletedConversation: {
+            conversation_id: string;
+            messages_deleted: number;
         };
         /** DirectiveIn */
         DirectiveIn: {
@@ -462,7 +562,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             /** @enum {string} */
-            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested";
+            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested" | "in_history";
             detail: string;
             tokens: number;
             composite: number;
@@ -471,6 +571,7 @@ export interface components {
             /** @enum {null|string} */
             origin?: "hot" | "cold" | null;
             scores?: components["schemas"]["Scores"] | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -706,11 +807,59 @@ export interface components {
             scores: components["schemas"]["Scores"];
             justification: string;
             occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** Message */
         Message: {
             role: string;
             content: string & unknown;
+        };
+        /** MessageIn */
+        MessageIn: {
+            content: string & unknown;
+            speaker?: string | null;
+            /** @enum {null|string} */
+            role?: "user" | "assistant" | "system" | "tool" | null;
+            occurred_at?: string | null;
+            session_id?: string | null;
+            message_id?: string | null;
+            /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
+            metadata?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            };
+        };
+        /** MessageOut */
+        MessageOut: {
+            /** Format: uuid */
+            id: string;
+            conversation_id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            content: string;
+            /** Format: date-time */
+            occurred_at: string;
+            /** Format: date-time */
+            created_at: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
+        /** MessagePage */
+        MessagePage: {
+            items: components["schemas"]["MessageOut"][];
+            next_cursor: string | null;
+        };
+        /** MessageRef */
+        MessageRef: {
+            conversation_id: string;
+            position: number;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            message_id: string | null;
         };
         /** Metrics */
         Metrics: {
@@ -929,6 +1078,7 @@ export interface components {
             current?: boolean;
             superseded_by?: string | null;
             valid_until?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
             fused_score?: number | null;
             path?: string | null;
             line_start?: number | null;
@@ -2169,6 +2319,396 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["IndexSummary"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesListMessages: {
+        parameters: {
+            query?: {
+                /** @description Only this session's messages. */
+                session_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessagePage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesAppendMessages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AppendIn"];
+            };
+        };
+        responses: {
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdGetOne: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdRemove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedConversation"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsListConversations: {
+        parameters: {
+            query?: {
+                /** @description Only this agent's conversations (1-200 letters, digits and _.:@-). */
+                agent_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<conversation id>`, the position after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationPage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
                 };
             };
             /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
