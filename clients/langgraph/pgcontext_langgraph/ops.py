@@ -1,11 +1,11 @@
 """Each LangGraph store operation as a plan: a generator that yields the pgcontext calls it needs and
-receives their answers, so the sync and the async store run the same code (see ``store.run``)."""
+receives their answers, so the sync and the async store run the same code (``pgcontext_client.plans``)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from langgraph.store.base import (
     GetOp,
@@ -19,14 +19,11 @@ from langgraph.store.base import (
     SearchOp,
     validate_op_namespace,
 )
-from pgcontext_client import Call, Memory, SearchFilters, endpoints
+from pgcontext_client import Memory, SearchFilters, endpoints
+from pgcontext_client.plans import Plan
 from pgcontext_client.types import MemoryPage, SearchResponse
 
 from pgcontext_langgraph import mapping
-
-T = TypeVar("T")
-Plan = Generator[Call[Any], Any, T]
-"""Yields calls, is sent each call's answer, returns the operation's result."""
 
 PAGE: Final = 200
 """Memories per list page (the service's maximum)."""

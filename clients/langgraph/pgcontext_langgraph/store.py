@@ -8,8 +8,9 @@ from typing import Self, TypedDict
 
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig
 from pgcontext_client import AsyncClient, Client
+from pgcontext_client.plans import arun, run
 
-from pgcontext_langgraph.ops import Plan, T, plan
+from pgcontext_langgraph.ops import plan
 
 
 class IndexFields(TypedDict, total=False):
@@ -17,24 +18,6 @@ class IndexFields(TypedDict, total=False):
     the whole value as JSON). pgcontext embeds the text itself: no ``embed`` or ``dims`` is needed."""
 
     fields: list[str]
-
-
-def run(client: Client, steps: Plan[T]) -> T:
-    try:
-        call = next(steps)
-        while True:
-            call = steps.send(client.execute(call))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def arun(client: AsyncClient, steps: Plan[T]) -> T:
-    try:
-        call = next(steps)
-        while True:
-            call = steps.send(await client.execute(call))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
 
 
 class PgcontextStore(BaseStore):
