@@ -29,6 +29,9 @@ async def test_real_values_read_back_as_written(endpoints: Endpoints) -> None:
             assert await conn.fetchval("SELECT '-Infinity'::real") == -math.inf
             # float4 precision itself is unchanged: what a float4 cannot hold is rounded as before
             assert await conn.fetchval("SELECT 0.123456789::real") == 0.12345679
+            assert await conn.fetchval("SELECT $1::real", 0.123456789) == 0.12345679
+            assert await conn.fetchval("SELECT $1::real", 2.4659306404089e-123) == 0.0  # below float4: 0, no error
+            assert await conn.fetchval("SELECT $1::real[]", [math.inf, 1e-300]) == [math.inf, 0.0]
     finally:
         await pool.close()
 
