@@ -37,7 +37,7 @@ from service.embeddings import Embedder, build_embedder
 from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
-from service.export import ExportController
+from service.export import ExportController, ImportController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
@@ -207,7 +207,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, HistoryController, OrgSettingsController,
+                        ExportController, ImportController, HistoryController, OrgSettingsController,
                         metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),

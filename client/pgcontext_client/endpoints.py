@@ -137,6 +137,14 @@ def set_org_settings(*, on_duplicate: str | None = None) -> Call[t.OrgSettings]:
                 repeatable=True)
 
 
+def import_lines(lines: Sequence[Mapping[str, Any]]) -> Call[t.ImportResult]:
+    """Import lines of an export (``Client.export``) into your org: memories with their history and
+    supersession, directives. Ids are kept, so a retry writes nothing twice; send a long export in
+    several calls (at most PGCONTEXT_MAX_BATCH memories each)."""
+    return Call("POST", "/v1/import", t.ImportResult, body=t.ImportIn(lines=[dict(line) for line in lines]),
+                repeatable=True)
+
+
 def erase_agent(agent_id: str, *, idempotency_key: str | None = None) -> Call[t.DeletedAgentMemories]:
     """Data-subject erasure: delete every memory of ``agent_id`` in your org (idempotent)."""
     return Call("DELETE", "/v1/memories", t.DeletedAgentMemories, params=_query(agent_id=agent_id),

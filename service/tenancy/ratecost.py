@@ -37,6 +37,7 @@ HEAVY_ROUTES: Final[frozenset[tuple[str, str]]] = frozenset({
     ("PATCH", "/v1/memories/{memory_id}"),
     ("POST", "/v1/documents"),
     ("GET", "/v1/export"),
+    ("POST", "/v1/import"),
 })
 """(method, route template) of requests that embed, search or stream a lot: they cost ``heavy_cost``."""
 

@@ -210,12 +210,32 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Export an agent's memories, directive and documents (NDJSON)
-         * @description One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
+         * Export an agent's (or the org's) memories, directives and documents (NDJSON)
+         * @description Without `agent_id`, the whole org (every agent, and the memories of no agent). One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
          */
         get: operations["V1ExportExport"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import an export's lines into your org (memories, history, directives)
+         * @description Body: `{"lines": [...]}`, lines of an export (`GET /v1/export`, each NDJSON line as an object) in any order, an export split over as many requests as needed (at most PGCONTEXT_MAX_BATCH memories and 20,000 events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. Documents and chunks are `skipped` (mirror the files again). Each request is one transaction: all of it or nothing (409 `conflict` when a keyed memory would make a second current value of its key).
+         */
+        post: operations["V1ImportImportLines"];
         delete?: never;
         options?: never;
         head?: never;
@@ -389,6 +409,12 @@ export interface components {
             lines: number;
             bytes: number;
             last_indexed_at: string | null;
+        };
+        /** Counts */
+        Counts: {
+            directive: number;
+            memory: number;
+            event: number;
         };
         /** CreatedMemories */
         CreatedMemories: {
@@ -580,6 +606,12 @@ export interface components {
             /** Format: date-time */
             built_at: string;
             items: components["schemas"]["HotMemoryOut"][];
+        };
+        /** ImportResult */
+        ImportResult: {
+            imported: components["schemas"]["Counts"];
+            existing: components["schemas"]["Counts"];
+            skipped: components["schemas"]["Skipped"];
         };
         /** IndexSummary */
         IndexSummary: {
@@ -967,6 +999,11 @@ export interface components {
             chunks_missing_embedding: number;
             files_other_embedder: number;
         };
+        /** Skipped */
+        Skipped: {
+            document: number;
+            chunk: number;
+        };
         /** UndoIn */
         UndoIn: {
             reason?: string | null;
@@ -1038,6 +1075,13 @@ export interface components {
             agent_id?: string | null;
             /** @default default */
             collection?: string;
+        };
+        /** ImportRequest */
+        ImportRequest: {
+            /** @description Lines of an export (`GET /v1/export`), in any order and as many requests as needed; `export` and `end` lines are optional. */
+            lines: {
+                [key: string]: unknown;
+            }[];
         };
         /** @description Any JSON value whose strings and keys hold no NUL character. */
         JsonValue: unknown;
@@ -2442,9 +2486,9 @@ export interface operations {
     };
     V1ExportExport: {
         parameters: {
-            query: {
-                /** @description The agent (1-200 letters, digits and _.:@-). */
-                agent_id: string;
+            query?: {
+                /** @description The agent (1-200 letters, digits and _.:@-); omitted: the whole org (every agent and the org-wide memories). */
+                agent_id?: string | null;
             };
             header?: never;
             path?: never;
@@ -2476,6 +2520,99 @@ export interface operations {
                 headers: {
                     /** @description The scheme to authenticate with: `Bearer`. */
                     "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ImportImportLines: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImportRequest"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportResult"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

@@ -54,6 +54,7 @@ export type DocumentPage = Schemas["DocumentPage"];
 export type DeletedDocuments = Schemas["DeleteResponse"];
 export type IndexSummary = Schemas["IndexSummary"];
 export type Health = Schemas["Health"];
+export type ImportResult = Schemas["ImportResult"];
 export type ErrorBody = Schemas["ErrorBody"];
 
 // Query parameters
