@@ -96,6 +96,38 @@ async def test_messages_are_never_merged(client: AsyncTestClient[Any], tenant: T
     assert r.status_code == 422, r.text
 
 
+async def test_messages_are_never_deduplicated_or_superseded(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """Conversation turns are events: whatever the policy (per item or the org's ``reject``), a batch or a
+    PATCH, a message is written as a message of its own; nothing supersedes one, and one supersedes
+    nothing; a fact with the same words is not merged into it."""
+    turn = {"text": "I moved to Lisbon last week.", "agent_id": "chat", "kind": "message"}
+    batch = await write(client, tenant, {"memories": [turn, turn, {**turn, "text": "i moved to lisbon last week"}]})
+    assert [i["status"] for i in batch["items"]] == ["created"] * 3 and len(set(batch["ids"])) == 3
+    reject = await write(client, tenant, {**turn, "on_duplicate": "reject"})
+    assert reject["items"][0]["status"] == "created"
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "reject"}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    assert (await write(client, tenant, turn))["items"][0]["status"] == "created"
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "merge"}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    other = (await write(client, tenant, {**turn, "text": "See you on Friday."}))["ids"][0]
+    r = await client.patch(f"/v1/memories/{other}", json={"text": turn["text"]}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["status"] == "updated" and r.json()["id"] == other, r.text
+    messages = await list_all(client, tenant, agent_id="chat", kind="message")
+    assert len(messages) == 6 and all(m["current"] and m["seen_count"] == 1 for m in messages)
+
+    first = batch["ids"][0]
+    r = await client.post("/v1/memories", headers=tenant.headers, json={
+        "text": "The user lives in Lisbon.", "agent_id": "chat", "supersedes": [first]})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_memory", r.text
+    r = await client.post("/v1/memories", json={**turn, "supersedes": [other]}, headers=tenant.headers)
+    assert r.status_code == 422, r.text
+    fact = (await write(client, tenant, {"text": turn["text"], "agent_id": "chat"}))["items"][0]
+    assert fact["status"] == "created" and fact["id"] not in batch["ids"]
+    assert [e["event"] for e in await history(client, tenant, first)] == ["created"]
+    assert len(await list_all(client, tenant, agent_id="chat", kind="message")) == 6
+
+
 async def test_org_default_policy(client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
     r = await client.get("/v1/org/settings", headers=tenant.headers)
     assert r.json()["on_duplicate"] == "merge"
