@@ -1,4 +1,4 @@
-"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, maintain, mcp."""
+"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, export, restore, maintain, mcp."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import asyncpg
 
 from service.auth import admin
+from service.cli import transfer
 from service.cli.workers import SERVE_PID_ENV, multiprocess_metrics
 from service.db import guard
 from service.db import migrate as migrations
@@ -353,6 +354,20 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--no-delete", action="store_true", help="keep server files that are missing locally")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     imp.set_defaults(func=cmd_import)
+
+    exp = sub.add_parser("export", help="save your org's export (or one agent's) as NDJSON (GET /v1/export)")
+    exp.add_argument("--agent-id", default=None, help="only this agent (default: the whole org)")
+    exp.add_argument("--out", default=None, help="file to write (default: stdout)")
+    exp.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
+    exp.add_argument("--key", default=None, help="API key (default: $PGCONTEXT_API_KEY)")
+    exp.set_defaults(func=transfer.cmd_export)
+
+    res = sub.add_parser("restore", help="write a saved export into the key's org (POST /v1/import; resumable)")
+    res.add_argument("file", help="an NDJSON export saved by `pgcontext export` or GET /v1/export")
+    res.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
+    res.add_argument("--key", default=None, help="API key of the org to restore into (default: $PGCONTEXT_API_KEY)")
+    res.add_argument("--batch", type=int, default=200, help="memory lines per request (the service takes 256)")
+    res.set_defaults(func=transfer.cmd_restore)
 
     from service.retrieval.maintenance import DEFAULT_DROP_RATIO, DEFAULT_THRESHOLD
 
