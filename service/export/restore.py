@@ -197,9 +197,9 @@ def _check_memory(line: _Memory, index: int, services: Services) -> None:
         check_metadata(line.metadata, limits)
     except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
         raise type(exc)(f"lines[{index}]: {exc.message}", code=exc.code, details=_field(index)) from exc
-    if line.kind == MESSAGE_KIND and line.superseded_by is not None:
-        raise Unprocessable(f"lines[{index}]: a message is never superseded", code="validation_error",
-                            details=_field(index))
+    if line.kind == MESSAGE_KIND and (line.superseded_by is not None or line.key is not None):
+        raise Unprocessable(f"lines[{index}]: messages are events: they take no key and are never superseded",
+                            code="validation_error", details=_field(index))
 
 
 async def restore(services: Services, org_id: UUID, request: ImportRequest) -> ImportResult:
