@@ -157,9 +157,9 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
     for index, raw in enumerate(request.lines):
         try:
             line = msgspec.convert(raw, _Line, strict=False)
-        except msgspec.ValidationError as exc:
-            raise BadRequest(f"lines[{index}] is not an export line: {exc}", code="validation_error",
-                             details=_field(index)) from exc
+        except msgspec.ValidationError as exc:  # the body's schema holds any object: a line's own shape is 422
+            raise Unprocessable(f"lines[{index}] is not an export line: {exc}", code="invalid_line",
+                                details=_field(index)) from exc
         if isinstance(line, _Header) and line.format > FORMAT:
             raise Unprocessable(f"lines[{index}]: export format {line.format} is newer than this service reads "
                                 f"({FORMAT})", code="unsupported_format", details=_field(index))
@@ -196,7 +196,7 @@ def _check_memory(line: _Memory, index: int, services: Services) -> None:
         check_kind(line.kind)
         check_metadata(line.metadata, limits)
     except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
-        raise type(exc)(f"lines[{index}]: {exc.message}", code=exc.code, details=_field(index)) from exc
+        raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code, details=_field(index)) from exc
     if line.kind == MESSAGE_KIND and (line.superseded_by is not None or line.key is not None):
         raise Unprocessable(f"lines[{index}]: messages are events: they take no key and are never superseded",
                             code="validation_error", details=_field(index))

@@ -2646,6 +2646,7 @@ export interface operations {
     V1MemoriesMemoryIdHistoryHistory: {
         parameters: {
             query?: {
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of the 16 bytes of the last event's id. */
                 cursor?: string | null;
                 limit?: number;
             };
