@@ -169,10 +169,9 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
         if isinstance(line, _Document | _Chunk):
             setattr(out.skipped, raw["type"], getattr(out.skipped, raw["type"]) + 1)
         elif isinstance(line, _Directive):
-            check_agent_id(line.agent_id)
-            if not line.content.strip() or len(line.content) > limits.max_directive_chars:
-                raise Unprocessable(f"lines[{index}]: the directive is empty or too long",
-                                    code="validation_error", details=_field(index))
+            if "\n" in line.agent_id or not line.content.strip() or len(line.content) > limits.max_directive_chars:
+                raise Unprocessable(f"lines[{index}]: the directive's agent_id is not valid, or its content is "
+                                    "empty or too long", code="validation_error", details=_field(index))
             out.directives[line.agent_id] = line.content
         elif isinstance(line, _Memory):
             _check_memory(line, index, services)

@@ -181,6 +181,8 @@ async def test_an_import_is_all_or_nothing_and_stays_in_the_callers_org(
                         ({**memory, "id": "11111111-1111-4111-8111-111111111111", "kind": "document_chunk"}, 422),
                         ({"type": "error", "code": "export_failed", "message": "x"}, 422),
                         ({"type": "export", "format": 99}, 422),
+                        ({"type": "directive", "agent_id": "a\n", "content": "Be brief."}, 422),
+                        ({"type": "directive", "agent_id": "a", "content": " "}, 422),
                         ({**memory, "id": "22222222-2222-4222-8222-222222222222", "kind": "message"}, 422)):
         r = await client.post("/v1/import", json={"lines": [memory, bad]}, headers=other_tenant.headers)
         assert_error(r, status, r.json()["error"]["code"])
