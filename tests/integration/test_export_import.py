@@ -12,8 +12,10 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
+from service.db import query
 from tests.conftest import Tenant
 from tests.integration.test_bad_input import assert_error
+from tests.integration.test_data_subject import owner_rows
 from tests.integration.test_facts import history, write
 from tests.integration.test_memories_api import list_all
 
@@ -209,3 +211,22 @@ async def test_an_import_is_all_or_nothing_and_stays_in_the_callers_org(
     assert [e["event"] for e in await history(client, tenant, first)] == ["created"]
     assert (await client.get(f"/v1/memories/{first}", headers=other_tenant.headers)).status_code == 404
     assert (await client.get(f"/v1/memories/{first}/history", headers=other_tenant.headers)).status_code == 404
+
+
+NOT_RESTORED = {
+    "tsv": "generated from the text",
+    **{name: "document chunks are not restored (mirror the files again)"
+       for name in ("source_path", "line_start", "line_end", "section_title", "breadcrumb", "level")},
+}
+"""Columns of ``memories`` an import deliberately does not take from a line."""
+
+
+async def test_the_import_restores_every_column_of_memories(owner_dsn: str) -> None:
+    """A column added to ``memories`` must be restored by ``sql/export/import_memories.sql`` (or listed
+    above with the reason): otherwise an export and import would silently drop it."""
+    sql = query("export.import_memories")
+    inserted = {c.strip() for c in sql.split("INSERT INTO memories (", 1)[1].split(")", 1)[0].split(",")}
+    rows = await owner_rows(owner_dsn, "SELECT column_name FROM information_schema.columns "
+                                       "WHERE table_schema = 'public' AND table_name = 'memories'")
+    columns = {r["column_name"] for r in rows}
+    assert columns - set(NOT_RESTORED) == inserted, {"not restored": columns - set(NOT_RESTORED) - inserted}
