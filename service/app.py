@@ -157,7 +157,7 @@ async def close_services(services: Services, *, close_embedder: bool) -> None:
         await retrieval.aclose()
     directives = services.extras.get("directives")
     if isinstance(directives, DirectiveStore):
-        await directives.epochs.aclose()
+        await directives.aclose()  # pending envelope writes, then the epoch reads
     await services.db.close()
     await services.redis.aclose()
     if close_embedder:

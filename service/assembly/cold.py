@@ -29,7 +29,8 @@ from service.assembly.types import AssembleRequest
 from service.errors import ServiceUnavailable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
-from service.retrieval.shedding import SHEDS, LatencyByLoad
+from service.retrieval.run import StepTimeouts
+from service.retrieval.shedding import SHEDS, LatencyByLoad, Verdict
 from service.retrieval.types import RetrievalReason, RetrievalReport, UsedStrategy
 from service.settings import AssemblySettings, RetrievalSettings
 from service.timing import elapsed_ms
@@ -41,11 +42,18 @@ COLD_REASONS: Final[dict[str, RetrievalReason]] = {"timeout": "cold_timeout", "e
 """``retrieval.reason`` of an assembly whose cold branch gave no answer, by its outcome."""
 
 
-def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:
+def cold_step_timeouts(cold_ms: float) -> StepTimeouts:
     """The search's inner deadlines for a cold budget of ``cold_ms`` (see the module docstring)."""
-    inner = max(1, cold_ms - COLD_MARGIN_MS)
+    inner = max(1, int(cold_ms) - COLD_MARGIN_MS)
     half = max(1, inner // 2)
-    return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
+    return StepTimeouts(lexical_ms=inner, embedding_ms=half, semantic_ms=half)
+
+
+def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:
+    """The cold engine's settings: its deadlines those of a default cold budget of ``cold_ms``."""
+    t = cold_step_timeouts(cold_ms)
+    return dataclasses.replace(base, lexical_timeout_ms=t.lexical_ms, embedding_timeout_ms=t.embedding_ms,
+                               semantic_timeout_ms=t.semantic_ms)
 
 
 class ColdBranch:
@@ -88,8 +96,9 @@ class ColdBranch:
         return min(self.engine.max_limit, max(keep, s.cold_limit * max(1, s.cold_overfetch)))
 
     async def run(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                  timeout_ms: float, queued_ms: float) -> ColdResult:
-        """The cold search of one assembly with ``timeout_ms`` for the branch, after ``queued_ms`` in line."""
+                  timeout_ms: float, queued_ms: float, *, extended: bool = False) -> ColdResult:
+        """The cold search of one assembly with ``timeout_ms`` for the branch, after ``queued_ms`` in
+        line; ``extended``: the caller's deadline lengthened the budget."""
         # Light only when a full search would miss this one's budget, as measured (the recent full
         # searches' latency; see service.retrieval.shedding). Other searches in flight are no reason
         # by themselves: most full searches fit in the budget even then. Time spent waiting in line
@@ -101,8 +110,13 @@ class ColdBranch:
         embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
         running = self.admission.in_flight
         recent = self.full.at(running)  # full searches that ran with as many running as this one
-        # Three probes at a time measure an unjudged window; the rest stay light meanwhile.
-        verdict = recent.judge(budget_ms, self.settings.light_cold_share, waited_ms=queued_ms) if embeds else "fits"
+        share = self.settings.light_cold_share
+        if not embeds or (extended and recent.fits(budget_ms, share, waited_ms=queued_ms)):
+            # A caller that gave more time is not shed on the default budget's terms: only when the
+            # recent full searches would miss its own (and it neither probes nor waits for probes).
+            verdict: Verdict = "fits"
+        else:  # three probes at a time measure an unjudged window; the rest stay light meanwhile
+            verdict = recent.judge(budget_ms, share, waited_ms=queued_ms)
         if verdict == "probe":
             recent.probing += 1
             try:
@@ -149,7 +163,8 @@ class ColdBranch:
         try:
             response, found = await self.engine.search_rows(
                 org_id, search, (req.agent_id, wide), budget_ms=budget_ms,
-                postings_per_term=s.light_cold_postings_per_term if light else None)
+                postings_per_term=s.light_cold_postings_per_term if light else None,
+                timeouts=cold_step_timeouts(budget_ms + COLD_MARGIN_MS))
         except ServiceUnavailable as exc:
             if embeds and not light:
                 observe(elapsed_ms(started))

@@ -98,16 +98,20 @@ class AssemblyController(Controller):
         A document's summary, section and chunk covering the same lines are packed once, the most
         specific that fits. Every ``budget`` field ending in ``_tokens`` is a token count.
         ``degradation_level``: L0 hot and
-        cold usable, L1 one of them, L2 neither (directive + history only). If the caller's
-        deadline (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now) passes or the
-        client disconnects, the answer is a 504 ``deadline_exceeded`` error, never partial context.
+        cold usable, L1 one of them, L2 neither (directive + history only); ``degradation_reasons``
+        lists what else the context lacks (``directive_missing``, ...). The caller's deadline
+        (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now; or the body's
+        ``timeout_ms``; the soonest wins) works both ways: longer than the service's deadline, it
+        lengthens the wall and the branch timeouts up to ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS``
+        (``metrics.deadline_ms``); if it passes or the client disconnects, the answer is a 504
+        ``deadline_exceeded`` error, never partial context.
         At most ``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT`` assemblies run at once; others wait in a short
         line first (``metrics.queued_ms``; the caller's deadline counts). When the line is full, the
         wait runs out, or the caller's deadline leaves less than an assembly takes, the answer is a
         503 ``overloaded`` with ``Retry-After`` (``details.reason``), sent about a second after the
         request arrived (never past the caller's deadline).
         """
-        caller = CallerDeadline.from_headers(x_deadline_ms, x_timeout_ms)
+        caller = CallerDeadline.from_headers(x_deadline_ms, x_timeout_ms).within(data.timeout_ms)
         try:
             return await _unless_disconnected(request, orchestrator_of(services).assemble(org_id, data, caller))
         except DeadlineExceeded as exc:

@@ -55,7 +55,6 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from redis.exceptions import RedisError
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
@@ -63,10 +62,11 @@ from service.assembly.branches import BranchTask, EarlyReads, settle
 from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget
 from service.assembly.candidates import hot_candidates
 from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
-from service.assembly.deadline import CallerDeadline
+from service.assembly.deadline import CallerDeadline, plan_wall
+from service.assembly.directive import DirectiveRead
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
-from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, SingleFlight
+from service.assembly.hot import HotRead, HotSetStore, RedisCircuit
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import pack
 from service.assembly.response import Ranked, build_response, log_assembled
@@ -116,7 +116,7 @@ class Orchestrator:
         self.settings = settings
         self.circuit = circuit
         self.scoring = ScoringRules(recency_half_life_hours=settings.recency_half_life_hours)
-        self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
+        self.directive = DirectiveRead(directives, circuit, settings.directive_fallback_ms)
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
@@ -150,32 +150,6 @@ class Orchestrator:
         if req.retrieval.filters.agent_id is not None:
             raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
                              code="validation_error", details={"field": "retrieval.filters.agent_id"})
-
-    # -- branches ----------------------------------------------------------------------------------
-
-    async def _directive(self, org_id: UUID, agent_id: str) -> tuple[DirectiveOut | None, str]:
-        if self.circuit.available():
-            try:
-                cached = await self.directives.read_cached(org_id, agent_id)
-            except RedisError:
-                self.circuit.failed()
-            else:
-                self.circuit.succeeded()
-                if cached is not None:
-                    return cached, "cache"
-        # Shielded single flight: if this request stops waiting, the load still fills the cache.
-        loaded = await self._directive_loads.run((org_id, agent_id), lambda: self._load_directive(org_id, agent_id))
-        return loaded, "postgres"
-
-    async def _load_directive(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
-        if self.circuit.available():
-            return await self.directives.load(org_id, agent_id)  # also refreshes the cache envelope
-        async with self.db.tenant(org_id, readonly=True) as tx:
-            row = await tx.fetchrow("directives.get", org_id, agent_id)
-        if row is None:
-            return None
-        return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
-                            updated_at=row["updated_at"])
 
     # -- the pipeline ------------------------------------------------------------------------------
 
@@ -251,7 +225,7 @@ class Orchestrator:
         search, keep = self.cold.request(org_id, req, sel)
         # The cache reads go out now, not after admission: a request waiting in line has them then.
         early = EarlyReads()
-        early.start("directive", lambda: self._directive(org_id, req.agent_id))
+        early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
         if req.retrieval.use_hot and self.circuit.available():
             early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
         try:
@@ -282,24 +256,21 @@ class Orchestrator:
         if caller.passed():
             raise DeadlineExceeded("the caller's deadline passed before assembly started", code="deadline_exceeded",
                                    details={"level": "L3"})
-        wall_ms = float(s.deadline_ms - s.processing_reserve_ms)
-        caller_left = caller.remaining_ms()
-        if caller_left is not None:
-            wall_ms = min(wall_ms, caller_left - s.processing_reserve_ms)
-        cold_ms = min(wall_ms, float(s.cold_timeout_ms or wall_ms))
+        wall = plan_wall(s, caller.remaining_ms())
+        cold_ms = wall.cold_ms
 
         directive_read, hot_read = early.get("directive"), early.get("hot")
         assert directive_read is not None, "assemble() starts the directive read"
         directive_branch: BranchTask[tuple[DirectiveOut | None, str]] = BranchTask.adopt(
-            "directive", min(wall_ms, s.directive_timeout_ms), directive_read)
+            "directive", wall.directive_ms, directive_read)
         hot_branch: BranchTask[HotRead]
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
-            hot_branch = BranchTask.adopt("hot", min(wall_ms, s.hot_timeout_ms), hot_read, self.circuit)
+            hot_branch = BranchTask.adopt("hot", wall.hot_ms, hot_read, self.circuit)
         else:
             reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
             hot_branch = BranchTask.skipped("hot", reason)
-        cold_branch = BranchTask.start("cold", cold_ms,
-                                       lambda: self.cold.run(org_id, req, search, keep, cold_ms, queued_ms))
+        cold_branch = BranchTask.start("cold", cold_ms, lambda: self.cold.run(org_id, req, search, keep, cold_ms,
+                                                                              queued_ms, extended=wall.extended))
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
@@ -349,14 +320,14 @@ class Orchestrator:
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = build_response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
                                   budget_pre_ms, started, counting, sel, retrieval)
-        response.metrics.queued_ms = queued_ms
+        response.metrics.queued_ms, response.metrics.deadline_ms = queued_ms, round(wall.deadline_ms, 3)
         self.access.record(org_id, [m.id for m in response.memories_used])
         log_assembled(org_id, req, response)
         assembly_metrics.record(response)
         return response
 
     async def aclose(self) -> None:
-        await self._directive_loads.drain()
+        await self.directive.aclose()
         await self.hot.aclose()
         await self.access.aclose()
         self._cpu.shutdown(wait=False, cancel_futures=True)
