@@ -26,6 +26,7 @@ from service.assembly import (
     build_orchestrator,
 )
 from service.assembly.shedding import shedding_middleware
+from service.assembly.warmup import Warmup
 from service.auth import KeyCache
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
@@ -128,9 +129,6 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
                               timeout_s=settings.redis.socket_timeout_s)
     if embedder is None:
         embedder = await asyncio.to_thread(build_embedder, settings.embedding, settings.data_dir)
-    if embedder.name.startswith("local:"):
-        # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
-        await embedder.embed(["warm-up query"])
     d = settings.database
     db = Database(pool, statement_timeout_ms=d.statement_timeout_ms, acquire_timeout_ms=d.acquire_timeout_ms,
                   client_grace_ms=d.client_grace_ms, cleanup_timeout_ms=d.cleanup_timeout_ms,
@@ -146,6 +144,20 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services.extras["assembly"] = orchestrator
     services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
     return services
+
+
+async def warm_up(services: Services, owner_dsn: str | None) -> Warmup | None:
+    """The start's warm-up (``service.assembly.warmup``), before the app serves; None when it is off.
+    One that could not complete goes on in the background, and ``/readyz`` says so."""
+    timeout_s = services.settings.server.warmup_timeout_s
+    orchestrator = services.extras["assembly"]
+    if timeout_s <= 0 or not isinstance(orchestrator, Orchestrator):
+        return None
+    warmup = Warmup(services, orchestrator, owner_dsn)
+    services.warmup = warmup.state
+    if not await warmup.run(timeout_s):
+        warmup.retry_in_background(timeout_s)
+    return warmup
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
@@ -181,6 +193,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await build_services(settings, endpoints, embedder)
         app.state.services = services
+        warmup = await warm_up(services, endpoints.owner_dsn)
         # Everything built so far (modules, the model, tokenizers: ~160K objects) lives as long as the
         # process. Frozen, it is left out of the cyclic collector's full passes, which otherwise
         # stop the event loop for ~90 ms every few seconds under load (6-8 ms once frozen).
@@ -192,6 +205,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         try:
             yield
         finally:
+            if warmup is not None:
+                await warmup.aclose()
             await close_services(services, close_embedder=embedder is None)
             gc.unfreeze()  # collectable again (several apps can come and go in one process, e.g. tests)
             sys.setswitchinterval(switch_interval)

@@ -147,7 +147,11 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
              timeout_ms: int | None = None) -> Call[t.AssembledContext]:
     """The context for one model call: directive, hot and cold memories and history, packed into a token
     budget. Give ``max_context_tokens``, ``selective=True`` or both. ``timeout_ms`` is your own deadline
-    (``X-Timeout-Ms``): past it the service answers 504 (``DeadlineExceeded``), never partial context."""
+    (``X-Timeout-Ms``), both ways: longer than the service's deadline (40 ms by default) it lengthens
+    the service's wall, up to its ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so the
+    full planned retrieval runs when you can wait for it; past it the service answers 504
+    (``DeadlineExceeded``), never partial context. ``result.complete`` / ``result.directive_missing``
+    say whether anything planned is missing (``degradation_reasons``)."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
     body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,

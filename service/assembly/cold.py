@@ -19,7 +19,6 @@ from uuid import UUID
 
 import msgspec
 
-from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchTimedOut
 from service.assembly.candidates import ColdResult, cold_candidates
@@ -30,7 +29,7 @@ from service.errors import ServiceUnavailable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.run import StepTimeouts
-from service.retrieval.shedding import SHEDS, LatencyByLoad, Verdict
+from service.retrieval.shedding import SHEDS, LatencyByLoad, LatencyEwma, Verdict
 from service.retrieval.types import RetrievalReason, RetrievalReport, UsedStrategy
 from service.settings import AssemblySettings, RetrievalSettings
 from service.timing import elapsed_ms
@@ -68,6 +67,12 @@ class ColdBranch:
         self.full = LatencyByLoad()
         """Recent latency of full (not light) cold searches that embed, by the most assemblies running
         during each (service.retrieval.shedding.LatencyByLoad): when a search goes light."""
+
+    def forget_latencies(self) -> None:
+        """Drop what full searches and query embeddings have taught shedding so far (the start's
+        warm-up ran them cold: slower than any later one)."""
+        self.full = LatencyByLoad()
+        self.engine.queries.latency = LatencyEwma()
 
     def request(self, org_id: UUID, req: AssembleRequest, sel: SelectiveBudget | None) -> tuple[SearchRequest, int]:
         """The search for ``req`` and how many of its candidates to keep (400 on bad input)."""
@@ -180,8 +185,6 @@ class ColdBranch:
             else:
                 response.reason = f"{response.reason}; {light_note}"
             response.retrieval = RetrievalReport(planned=intended, ran=response.strategy, reduced=True, reason="light")
-        # auto quietly going lexical shows here, and in the response's ``retrieval``
-        assembly_metrics.cold_search(response.strategy, response.retrieval.reason)
         scores = {r.id: r.final_score for r in response.results}
         # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
         # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).

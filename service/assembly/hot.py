@@ -253,9 +253,10 @@ class HotSetStore:
 
     async def get(self, org_id: UUID, agent_id: str) -> HotRead:
         """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
-        epoch = await self.epochs.current(org_id)  # None: the org's cached sets are not trusted now
-        raw, generation, version = await self.redis.mget(
-            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)])
+        # Together (an org's first read after a start waits for its epoch from Postgres); epoch None:
+        # the org's cached sets are not trusted now.
+        epoch, (raw, generation, version) = await asyncio.gather(self.epochs.current(org_id), self.redis.mget(
+            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)]))
         gen, ver = int(generation or 0), int(version or 0)
         if epoch is not None:
             blob = _decode(raw)

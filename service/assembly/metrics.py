@@ -44,6 +44,8 @@ def record(response: AssembleResponse) -> None:
     b = response.branches
     for name, branch in (("directive", b.directive), ("hot", b.hot), ("cold", b.cold)):
         BRANCHES.labels(name, branch.outcome).inc()
+    if b.cold.outcome == "ok" and b.cold.source is not None:  # auto quietly going lexical shows here too
+        COLD_SEARCHES.labels(b.cold.source, response.retrieval.reason).inc()
     for reason in response.degradation_reasons:
         DEGRADATIONS.labels(reason).inc()
     ASSEMBLY_SECONDS.observe(response.metrics.total_ms / 1000)
@@ -53,6 +55,3 @@ def record(response: AssembleResponse) -> None:
 def not_answered(reason: str) -> None:
     NOT_ASSEMBLED.labels(reason).inc()
 
-
-def cold_search(strategy: str, why: str) -> None:
-    COLD_SEARCHES.labels(strategy, why).inc()

@@ -161,13 +161,7 @@ class Orchestrator:
                                    max_context_tokens=window,
                                    selective=sel if req.selective else None, measured=measured)
         if budget.overflow > 0:
-            raise Unprocessable(
-                f"the directive, the reserve and the chat envelope alone need {budget.overflow} tokens more than "
-                f"max_context_tokens ({window} {counter.encoding_name} tokens), even with every recent message "
-                "left out",
-                code="context_budget_too_small",
-                details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
-                         "overhead_tokens": budget.overhead, "max_context_tokens": window})
+            raise self._too_small(req, budget.directive, budget.reserve, budget.overhead, window, counter)
         budgeted = time.perf_counter()
         scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
                                   show_dates=sel.temporal)
@@ -183,6 +177,23 @@ class Orchestrator:
         done = time.perf_counter()
         return Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
                       elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
+
+    def _too_small(self, req: AssembleRequest, directive: int, reserve: int, overhead: int, window: int | None,
+                   counter: TokenCounter) -> Unprocessable:
+        """The 422 for a window the fixed parts alone overflow; it names the reserve's default, which a
+        first request meets without knowing it is there."""
+        default = self.settings.default_reserve_tokens
+        kept = (f"reserve_tokens defaults to {default} (kept free for the answer)" if req.reserve_tokens is None
+                else f"reserve_tokens is {req.reserve_tokens}")
+        needed = directive + reserve + overhead
+        return Unprocessable(
+            f"max_context_tokens {req.max_context_tokens} is too small: {kept}; with the directive ({directive} "
+            f"tokens) and the chat envelope ({overhead}) the context needs {needed} {counter.encoding_name} tokens, "
+            f"{needed - (window or 0)} more than the {window} budgeted, even with every recent message left out. "
+            "Send a larger max_context_tokens or a smaller reserve_tokens.",
+            code="context_budget_too_small",
+            details={"directive_tokens": directive, "reserve_tokens": reserve, "overhead_tokens": overhead,
+                     "max_context_tokens": window, "needed_tokens": needed, "default_reserve_tokens": default})
 
     def _plan_budget(self, query: str, planned: SelectiveBudget | None) -> asyncio.Future[SelectiveBudget]:
         """Intent and complexity of the query (unless ``planned`` already): on the event loop when
@@ -224,10 +235,7 @@ class Orchestrator:
         sel = plan_selective_budget(req.query) if req.selective else None
         search, keep = self.cold.request(org_id, req, sel)
         # The cache reads go out now, not after admission: a request waiting in line has them then.
-        early = EarlyReads()
-        early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
-        if req.retrieval.use_hot and self.circuit.available():
-            early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
+        early = self._early_reads(org_id, req)
         try:
             async with self.admission.admit(caller.remaining_ms(), org=org_id) as queued_ms:
                 # The caller's deadline bounds the whole assembly, whatever inside waits (a locked table,
@@ -246,10 +254,32 @@ class Orchestrator:
         finally:
             early.drop()
 
+    def _early_reads(self, org_id: UUID, req: AssembleRequest) -> EarlyReads:
+        early = EarlyReads()
+        early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
+        if req.retrieval.use_hot and self.circuit.available():
+            early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
+        return early
+
+    async def assemble_quietly(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
+        """An assembly outside admission that leaves no trace in metrics, logs, access statistics or
+        the latencies shedding learns from: the start's warm-up (:mod:`service.assembly.warmup`)."""
+        with org_scope(org_id):
+            self._validate(req)
+            sel = plan_selective_budget(req.query) if req.selective else None
+            search, keep = self.cold.request(org_id, req, sel)
+            early = self._early_reads(org_id, req)
+            try:
+                return await self._assemble(org_id, req, caller, self.counter_for(req), search, keep, 0.0, sel,
+                                            early, quiet=True)
+            finally:
+                early.drop()
+                self.cold.forget_latencies()
+
     async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline,
                         counting: tuple[TokenCounter, ModelTokens],
                         search: SearchRequest, keep: int, queued_ms: float,
-                        planned: SelectiveBudget | None, early: EarlyReads) -> AssembleResponse:
+                        planned: SelectiveBudget | None, early: EarlyReads, *, quiet: bool = False) -> AssembleResponse:
         started = time.perf_counter()
         s = self.settings
         counter, model = counting
@@ -321,9 +351,10 @@ class Orchestrator:
         response = build_response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
                                   budget_pre_ms, started, counting, sel, retrieval)
         response.metrics.queued_ms, response.metrics.deadline_ms = queued_ms, round(wall.deadline_ms, 3)
-        self.access.record(org_id, [m.id for m in response.memories_used])
-        log_assembled(org_id, req, response)
-        assembly_metrics.record(response)
+        if not quiet:
+            self.access.record(org_id, [m.id for m in response.memories_used])
+            log_assembled(org_id, req, response)
+            assembly_metrics.record(response)
         return response
 
     async def aclose(self) -> None:

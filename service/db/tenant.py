@@ -233,6 +233,10 @@ class Database:
                                                                    timeout=left_s), budget_s)
         return None if row is None else UUID(str(row["org_id"]))
 
+    def pool_size(self) -> int:
+        """Connections the primary's pool holds now."""
+        return int(self._pool.get_size())
+
     async def ping(self, timeout_s: float = 1.0) -> bool:
         return bool(await self._run(lambda conn, left_s: conn.fetchval("SELECT 1", timeout=left_s), timeout_s))
 
@@ -249,9 +253,13 @@ class Database:
                 # statement cut short, or terminates the connection.
                 self._release_soon(conn)
 
-    async def close(self) -> None:
+    async def released(self) -> None:
+        """Wait until the connections being given back in the background are back in their pool."""
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.released()
         if self.replicas is not None:
             await self.replicas.aclose()
         await self._pool.close()

@@ -119,11 +119,10 @@ class DirectiveStore:
     async def read_cached(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
         """The cached envelope if it is of the org's current cache epoch (raises RedisError when Redis
         is unreachable)."""
-        epoch = await self.epochs.current(org_id)
-        if epoch is None:
-            return None
-        raw = await self.redis.get(cache_key(org_id, agent_id))
-        if raw is None:
+        # Together: an org's first read after a start waits for its epoch from Postgres, not for that
+        # and then Redis. (Read after the GET, a newer epoch only turns the envelope into a miss.)
+        epoch, raw = await asyncio.gather(self.epochs.current(org_id), self.redis.get(cache_key(org_id, agent_id)))
+        if epoch is None or raw is None:
             return None
         envelope = msgspec.json.decode(raw, type=Envelope)
         return envelope.directive() if envelope.epoch == epoch else None

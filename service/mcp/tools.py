@@ -163,7 +163,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
             ctx = await (await client_for()).assemble(agent, query, model=config.model, recent_messages=messages,
                                                       max_context_tokens=budget, selective=selective)
         return {"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()},
-                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level}
+                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level,
+                "degradation_reasons": ctx.degradation_reasons}
 
     @server.tool(description=FEEDBACK, annotations=writes)
     async def give_feedback(

@@ -152,6 +152,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             auth_cache_ttl_s=env_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
             workers=env_int(env, "PGCONTEXT_WORKERS", 1),
             metrics_token=env_str(env, "PGCONTEXT_METRICS_TOKEN"),
+            warmup_timeout_s=max(0.0, env_float(env, "PGCONTEXT_WARMUP_TIMEOUT_S", 30.0)),
         ),
         rate_limit=RateLimitSettings(
             rps=max(0.0, env_float(env, "PGCONTEXT_RATE_LIMIT_RPS", 150.0)),

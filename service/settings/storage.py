@@ -170,6 +170,12 @@ class ServerSettings:
     metrics_token: str | None = None
     """Bearer token that ``/metrics`` requires (``Authorization: Bearer <token>``). Unset: ``/metrics``
     is open, which suits a loopback-only service; set it wherever the port is reachable by others."""
+    warmup_timeout_s: float = 30.0
+    """Longest the start spends warming the assembly path (Redis and Postgres connections, the
+    assembly's prepared statements, the embedder's threads, a few complete assemblies as the nil
+    org) before it serves; ``/readyz`` answers 503 until a warm-up has completed (one that could not,
+    e.g. with a server down, is retried every 2 s). 0 = no warm-up: the first requests after a start
+    then run cold, and may miss their deadline."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,6 +291,16 @@ async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: 
         assert r.status_code == 400
         r = await assemble(client, tenant, max_context_tokens=20, reserve_tokens=15)
         assert r.status_code == 422 and r.json()["error"]["code"] == "context_budget_too_small"
+        assert r.json()["error"]["message"].startswith("max_context_tokens 20 is too small: reserve_tokens is 15;")
+        # A first request that sets no reserve meets its default: the message says so, with the numbers.
+        r = await assemble(client, tenant, max_context_tokens=500)
+        error = r.json()["error"]
+        assert r.status_code == 422 and error["code"] == "context_budget_too_small"
+        assert "reserve_tokens defaults to 512" in error["message"], error["message"]
+        details = error["details"]
+        assert details["default_reserve_tokens"] == details["reserve_tokens"] == 512
+        assert details["needed_tokens"] == details["directive_tokens"] + 512 + details["overhead_tokens"] > 500
+        assert f"needs {details['needed_tokens']} o200k_base tokens" in error["message"]
         r = await assemble(client, tenant, headers={"X-Timeout-Ms": "soon"})
         assert r.status_code == 400
 
