@@ -241,7 +241,8 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     options = ImportOptions(root=root, url=url, key=key, collection=args.collection, agent_id=args.agent_id,
                             batch_files=args.batch_files, batch_bytes=args.batch_bytes,
-                            max_file_bytes=settings.documents.max_file_bytes, delete=not args.no_delete)
+                            max_file_bytes=settings.documents.max_file_bytes, delete=not args.no_delete,
+                            include_vcs=args.include_vcs)
     try:
         summary = asyncio.run(run_import(options, console=console, show_progress=not args.quiet))
     except ImportFailed as exc:
@@ -342,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.set_defaults(func=cmd_config)
 
     imp = sub.add_parser("import", help="mirror a directory into a document collection (only changed files are sent)")
-    imp.add_argument("path", help="directory to import (.gitignore honoured; binary and huge files skipped)")
+    imp.add_argument("path", help="directory to import (.gitignore honoured; version-control metadata, ignore "
+                                   "lists, binary and huge files skipped)")
     imp.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
     imp.add_argument("--key", default=None, help="API key (default: $PGCONTEXT_API_KEY)")
     imp.add_argument("--collection", default="default",
@@ -352,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--batch-bytes", type=int, default=2_000_000, help="content bytes per request")
     imp.add_argument("--no-delete", action="store_true", help="keep server files that are missing locally")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    imp.add_argument("--include-vcs", action="store_true",
+                     help="also import version-control metadata and ignore lists (.gitignore, .hg/, ...)")
     imp.set_defaults(func=cmd_import)
 
     from service.retrieval.maintenance import DEFAULT_DROP_RATIO, DEFAULT_THRESHOLD
