@@ -55,6 +55,13 @@ def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalS
                                semantic_timeout_ms=t.semantic_ms)
 
 
+def org_wide_documents(req: AssembleRequest) -> bool:
+    """Whether org-wide document chunks may enter the context: only from the collections the request
+    names (``retrieval.filters.collections``). An org's imported trees are for the agents that ask
+    for them; the agent's own documents (and every other org-wide memory) need no naming."""
+    return req.retrieval.filters.collections is not None
+
+
 class ColdBranch:
     """The cold search of every assembly of one orchestrator, and what it learns between them: how
     many candidates a budget needs (``limits``) and how long full searches take by load (``full``)."""
@@ -167,7 +174,7 @@ class ColdBranch:
         started = time.perf_counter()
         try:
             response, found = await self.engine.search_rows(
-                org_id, search, (req.agent_id, wide), budget_ms=budget_ms,
+                org_id, search, (req.agent_id, wide, org_wide_documents(req)), budget_ms=budget_ms,
                 postings_per_term=s.light_cold_postings_per_term if light else None,
                 timeouts=cold_step_timeouts(budget_ms + COLD_MARGIN_MS))
         except ServiceUnavailable as exc:

@@ -44,9 +44,10 @@ agent's memories, too costly per request, and cold search already covers relevan
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
@@ -63,6 +64,7 @@ from service.assembly.types import HotMemoryOut, HotSetOut
 from service.db import Database
 from service.db.epochs import CacheEpochs
 from service.db.redisconn import RedisClient
+from service.retrieval.types import Source, source_of
 from service.settings import AssemblySettings
 from service.tenancy.cachebound import BOUND_LUA, lru_key, sizes_key
 
@@ -154,6 +156,13 @@ class HotRead:
     items: list[HotItem]
     source: Literal["cache", "postgres"]
     built_at: datetime
+
+
+def in_sources(read: HotRead, sources: Sequence[Source] | None) -> HotRead:
+    """The hot set's items of ``sources`` (an assembly's ``retrieval.filters.sources``; None: all)."""
+    if sources is None:
+        return read
+    return dataclasses.replace(read, items=[item for item in read.items if source_of(item.kind) in sources])
 
 
 def as_array(vector: object) -> npt.NDArray[np.float32] | None:

@@ -66,7 +66,7 @@ from service.assembly.deadline import CallerDeadline, plan_wall
 from service.assembly.directive import DirectiveRead
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
-from service.assembly.hot import HotRead, HotSetStore, RedisCircuit
+from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, in_sources
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import pack
 from service.assembly.response import Ranked, build_response, log_assembled
@@ -326,7 +326,8 @@ class Orchestrator:
         query_vector = self.engine.cached_embedding(org_id, req.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
-            candidates += hot_candidates(hot_run.value, req.query, query_vector)
+            candidates += hot_candidates(in_sources(hot_run.value, req.retrieval.filters.sources), req.query,
+                                         query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
         directive_text = directive.content if directive is not None else None

@@ -152,7 +152,7 @@ class Warmup:
         together = asyncio.Barrier(self._width())
         vector = np.zeros(self.services.embedder.dim, dtype=np.float32)
         vector[0] = 1.0
-        scope: branches.RowsScope = (WARMUP_AGENT, True)
+        scope: branches.RowsScope = (WARMUP_AGENT, True, False)
         r = s.retrieval
 
         async def reads(tx: TenantTx) -> None:

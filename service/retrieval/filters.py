@@ -38,3 +38,9 @@ def filter_args(filters: SearchFilters) -> tuple[Any, ...]:
         filters.occurred_after,
         filters.occurred_before,
     )
+
+
+def source_args(filters: SearchFilters) -> tuple[Any, ...]:
+    """sources, collections: the filter arguments each branch query takes after its others
+    (``retrieval.lexical_bm25``, ``semantic_hnsw``, ``mode_filter``)."""
+    return (filters.sources, filters.collections)

@@ -1,4 +1,4 @@
--- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics), with the fields results carry.
+-- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics: $3-$11, then sources and collections $12-$13), with the fields results carry.
 SELECT m.id, m.agent_id, m.metadata, m.occurred_at
   FROM memories m
  WHERE m.org_id = $1
@@ -13,3 +13,6 @@ SELECT m.id, m.agent_id, m.metadata, m.occurred_at
    AND ($9::smallint[] IS NULL OR m.level = ANY($9))
    AND ($10::timestamptz IS NULL OR m.occurred_at >= $10)
    AND ($11::timestamptz IS NULL OR m.occurred_at < $11)
+   AND ($12::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
+                                ELSE 'memories' END) = ANY($12))
+   AND ($13::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($13))

@@ -222,7 +222,7 @@ async def test_every_strategy_feeds_ranking_from_the_search_rows(settings: Setti
             request = SearchRequest(query="espresso machine coffee", strategy=strategy, limit=10)
             unscoped = await engine.search(tenant.org_id, request)
             assert ids[5] in {str(r.id) for r in unscoped.results}, strategy  # it does match the query
-            for scope, owners in (((AGENT, True), {AGENT, None}), ((AGENT, False), {AGENT})):
+            for scope, owners in (((AGENT, True, True), {AGENT, None}), ((AGENT, False, False), {AGENT})):
                 response, rows = await engine.search_rows(tenant.org_id, request, scope)
                 assert response.results and {r.id for r in response.results} == set(rows), (strategy, scope)
                 assert {row["agent_id"] for row in rows.values()} <= owners, (strategy, scope)
@@ -441,7 +441,8 @@ async def test_nested_document_chunks_are_packed_once(settings: Settings, endpoi
                               headers=tenant.headers)
         assert r.status_code == 200, r.text
         body = (await assemble(client, tenant, query="descale the espresso machine", max_context_tokens=4000,
-                               reserve_tokens=0, retrieval={"use_hot": False})).json()
+                               reserve_tokens=0, retrieval={"use_hot": False, "filters": {"collections": ["default"]}}
+                               )).json()
         spans = []
         for m in body["memories_used"]:
             row = (await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)).json()

@@ -19,9 +19,10 @@ def write(root: Path, rel: str, data: str | bytes) -> None:
         path.write_bytes(data.encode("utf-8"))
 
 
-def walk(root: Path, **kwargs: int | bool) -> tuple[list[WalkedFile], list[SkippedFile]]:
+def walk(root: Path, *, max_file_bytes: int = 1_000_000, include_vcs: bool = False
+         ) -> tuple[list[WalkedFile], list[SkippedFile]]:
     skipped: list[SkippedFile] = []
-    files = list(walk_tree(root, on_skip=skipped.append, **kwargs))
+    files = list(walk_tree(root, on_skip=skipped.append, max_file_bytes=max_file_bytes, include_vcs=include_vcs))
     return files, skipped
 
 
