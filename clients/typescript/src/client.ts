@@ -128,7 +128,11 @@ export class Client {
   /**
    * The context for one model call: directive, hot and cold memories and history, packed into a token
    * budget. Give `max_context_tokens`, `selective: true` or both. `options.timeoutMs` is your deadline
-   * (`X-Timeout-Ms`): past it the service answers 504 (`DeadlineExceeded`), never a partial context.
+   * (`X-Timeout-Ms`), both ways: longer than the service's deadline (40 ms by default) it lengthens the
+   * service's wall, up to its `PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS` (1,000 by default), so the full
+   * planned retrieval runs when you can wait for it; past it the service answers 504
+   * (`DeadlineExceeded`), never a partial context. `degradation_reasons` lists what the context lacks
+   * of what was planned (`directive_missing`, ...; empty: complete).
    */
   assemble(agentId: string, text: string, fields: AssembleOptions = {}, options?: RequestOptions
   ): Promise<t.AssembledContext> {

@@ -28,7 +28,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Postgres and Redis answer */
+        /** Postgres and Redis answer, and the assembly path is warm */
         get: operations["ReadyzReadyz"];
         put?: never;
         post?: never;
@@ -258,6 +258,7 @@ export interface components {
             retrieval?: components["schemas"]["RetrievalOptions"];
             /** @default false */
             explain?: boolean;
+            timeout_ms?: number | null;
         } | {
             max_context_tokens: number;
         } | {
@@ -276,6 +277,7 @@ export interface components {
             budget: components["schemas"]["BudgetOut"];
             /** @enum {string} */
             degradation_level: "L0" | "L1" | "L2";
+            degradation_reasons: ("directive_missing" | "hot_unavailable" | "cold_unavailable" | "retrieval_reduced")[];
             sources_available: string[];
             branches: components["schemas"]["Branches"];
             metrics: components["schemas"]["Metrics"];
@@ -630,6 +632,8 @@ export interface components {
             candidates_evaluated: number;
             /** @default 0 */
             queued_ms?: number;
+            /** @default 0 */
+            deadline_ms?: number;
         };
         /** ModeMetrics */
         ModeMetrics: {
@@ -699,6 +703,8 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            sources?: ("memories" | "messages" | "documents")[] | null;
+            collections?: string[] | null;
         };
         /** SearchMetrics */
         SearchMetrics: {
@@ -863,6 +869,8 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            sources?: ("memories" | "messages" | "documents")[] | null;
+            collections?: string[] | null;
         };
     };
     responses: never;

@@ -152,7 +152,7 @@ describe("directives, assembly, documents, health", () => {
   test("health and readiness", async () => {
     const pg = client();
     expect((await pg.health()).status).toBe("ok");
-    expect(await pg.ready()).toEqual({ status: "ok", checks: { postgres: "ok", redis: "ok" } });
+    expect(await pg.ready()).toEqual({ status: "ok", checks: { postgres: "ok", redis: "ok", warm: "ok" } });
   });
 });
 
