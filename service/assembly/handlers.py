@@ -96,7 +96,10 @@ class AssemblyController(Controller):
         ask for a time get ``n (8 May 2023) text``), ``<history>`` with one ``role: content`` line
         per message (empty sections are left out; continuation lines are indented by two spaces).
         A document's summary, section and chunk covering the same lines are packed once, the most
-        specific that fits. Every ``budget`` field ending in ``_tokens`` is a token count.
+        specific that fits and itself matches the query. Org-wide document chunks come only from
+        the collections ``retrieval.filters.collections`` names (the agent's own documents always).
+        Every ``budget`` field ending in ``_tokens`` is a token count; ``reserve_tokens`` defaults
+        to 512.
         ``degradation_level``: L0 hot and
         cold usable, L1 one of them, L2 neither (directive + history only); ``degradation_reasons``
         lists what else the context lacks (``directive_missing``, ...). The caller's deadline
