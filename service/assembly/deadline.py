@@ -63,7 +63,9 @@ class Wall:
     deadline_ms: float
     """``PGCONTEXT_DEADLINE_MS``, or the caller's remaining time (within ``max_deadline_ms``)."""
     wall_ms: float
-    """Every branch ends by this: the deadline less the processing reserve."""
+    """Every branch ends by this: the deadline less the processing reserve (which grows with a longer
+    deadline in proportion: ranking on a busy host must not push a long assembly past its caller's
+    deadline into a 504)."""
     directive_ms: float
     hot_ms: float
     cold_ms: float
@@ -79,14 +81,14 @@ def plan_wall(s: AssemblySettings, caller_left_ms: float | None) -> Wall:
     """The wall for an assembly starting now with ``caller_left_ms`` of the caller's time left.
 
     Without a caller deadline: ``deadline_ms``. With one: the caller's time, at most
-    ``max(deadline_ms, max_deadline_ms)``. The branch timeouts grow with the wall in proportion
-    (the directive's is the whole wall unless configured), each at most the wall."""
+    ``max(deadline_ms, max_deadline_ms)``. The processing reserve and the branch timeouts grow with
+    the deadline in proportion (the directive's is the whole wall unless configured), each branch's
+    at most the wall."""
     deadline = float(s.deadline_ms)
     if caller_left_ms is not None:
         deadline = min(caller_left_ms, float(max(s.deadline_ms, s.max_deadline_ms)))
-    wall = deadline - s.processing_reserve_ms
-    default_wall = float(max(1, s.deadline_ms - s.processing_reserve_ms))
-    scale = max(1.0, wall / default_wall)
+    scale = max(1.0, deadline / max(1, s.deadline_ms))
+    wall = deadline - s.processing_reserve_ms * scale
 
     def branch(timeout_ms: float) -> float:
         return wall if not timeout_ms else min(wall, timeout_ms * scale)

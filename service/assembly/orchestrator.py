@@ -1,14 +1,19 @@
 """Context assembly: three concurrent branches under one deadline, then budget, rank, pack and format.
 
-Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40), from when it is
-admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in line first — see
+Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40, or the caller's
+own deadline up to ``max_deadline_ms``: :mod:`service.assembly.deadline`), from when it is admitted
+(at most ``max_in_flight`` assemblies run at once; the rest wait in line first — see
 :mod:`service.assembly.admission`; the wait is ``metrics.queued_ms``)::
 
-    t=0  directive ──(directive_timeout_ms, ~5)──┐
+    t=0  directive ──(the whole wall)────────────┐
          hot set   ──(hot_timeout_ms, ~15)───────┤   each branch: ok | timeout | error | skipped
          cold      ──(cold_timeout_ms, ≤ wall)───┤   wall = deadline_ms - processing_reserve_ms
          history counted, selective plan made ───┘   (CPU work overlaps the branches' I/O)
     then budget -> score -> pack -> format in the reserve; total_ms ≈ wall + a few ms.
+
+A caller's deadline longer than ``PGCONTEXT_DEADLINE_MS`` lengthens the wall and the hot and cold
+timeouts in proportion (and the cold search's own step deadlines): a caller that can wait gets the
+full planned retrieval.
 
 * **Branches** run as tasks started together (:mod:`service.assembly.branches`). Every branch has
   its own timeout, capped by the wall (and by the caller's deadline, if sooner): how long the
@@ -32,11 +37,17 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.
+* **Directive** (:mod:`service.assembly.directive`): part of the contract, so its branch has the
+  whole wall, and a Redis read that does not answer within ``directive_fallback_ms`` is raced by
+  Postgres.
 * **Ladder.** L0: hot and cold both usable (ok, even if empty); L1: exactly one; L2: none — the
   block then holds the directive and history only. L3: the caller's deadline (``X-Deadline-Ms``,
-  absolute Unix ms, or ``X-Timeout-Ms``, relative) passed or the client went away: 504, no
-  context at all. A missing directive (timeout or error) does not change the level; it is visible
-  in ``branches.directive`` and ``directive`` is null.
+  absolute Unix ms, ``X-Timeout-Ms``, relative, or the body's ``timeout_ms``) passed or the client
+  went away: 504, no context at all. The level counts memory sources; ``degradation_reasons``
+  lists everything else the context lacks of what was planned: ``directive_missing`` (the read did
+  not answer: ``directive`` is null, ``branches.directive`` says why), ``hot_unavailable``,
+  ``cold_unavailable``, ``retrieval_reduced`` — in the response, the log line and
+  ``pgcontext_assembly_degradations_total``.
 * **CPU work.** Scoring and packing take a few ms for typical candidate counts and run on the
   event loop; above ``inline_cpu_candidates`` they move to a worker thread so one large request
   cannot stall every other request's I/O. ``recent_messages`` are counted once per message, newest
@@ -59,7 +70,7 @@ import structlog
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchTask, EarlyReads, settle
-from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget
+from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget, too_small
 from service.assembly.candidates import hot_candidates
 from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
 from service.assembly.deadline import CallerDeadline, plan_wall
@@ -84,7 +95,7 @@ from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
-from service.errors import BadRequest, DeadlineExceeded, Unprocessable
+from service.errors import BadRequest, DeadlineExceeded
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
@@ -161,7 +172,8 @@ class Orchestrator:
                                    max_context_tokens=window,
                                    selective=sel if req.selective else None, measured=measured)
         if budget.overflow > 0:
-            raise self._too_small(req, budget.directive, budget.reserve, budget.overhead, window, counter)
+            raise too_small(budget, window, counter, asked=(req.max_context_tokens, req.reserve_tokens),
+                            default_reserve=self.settings.default_reserve_tokens)
         budgeted = time.perf_counter()
         scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
                                   show_dates=sel.temporal)
@@ -177,23 +189,6 @@ class Orchestrator:
         done = time.perf_counter()
         return Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
                       elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
-
-    def _too_small(self, req: AssembleRequest, directive: int, reserve: int, overhead: int, window: int | None,
-                   counter: TokenCounter) -> Unprocessable:
-        """The 422 for a window the fixed parts alone overflow; it names the reserve's default, which a
-        first request meets without knowing it is there."""
-        default = self.settings.default_reserve_tokens
-        kept = (f"reserve_tokens defaults to {default} (kept free for the answer)" if req.reserve_tokens is None
-                else f"reserve_tokens is {req.reserve_tokens}")
-        needed = directive + reserve + overhead
-        return Unprocessable(
-            f"max_context_tokens {req.max_context_tokens} is too small: {kept}; with the directive ({directive} "
-            f"tokens) and the chat envelope ({overhead}) the context needs {needed} {counter.encoding_name} tokens, "
-            f"{needed - (window or 0)} more than the {window} budgeted, even with every recent message left out. "
-            "Send a larger max_context_tokens or a smaller reserve_tokens.",
-            code="context_budget_too_small",
-            details={"directive_tokens": directive, "reserve_tokens": reserve, "overhead_tokens": overhead,
-                     "max_context_tokens": window, "needed_tokens": needed, "default_reserve_tokens": default})
 
     def _plan_budget(self, query: str, planned: SelectiveBudget | None) -> asyncio.Future[SelectiveBudget]:
         """Intent and complexity of the query (unless ``planned`` already): on the event loop when
