@@ -1,16 +1,20 @@
 """The first assembly after a start is as complete as the hundredth, measured on a real ``pgcontext
 serve`` with its embedded Postgres and Redis: a fresh install answers its first assembly (right
-after the memory it should find was stored) at L0 with the directive and that memory, and after
+after the memory it should find was stored; a deadline that cuts nothing) at L0 with the directive
+and that memory, and after
 each of ten restarts (SIGTERM, start again: the embedded servers restart too, Redis empty, Postgres
-reading its buffers back) the first assembly at the default deadline is L0 with the directive and
-memories.
+reading its buffers back) the first assembly is L0 with the directive and memories.
 
-Timing-sensitive like every deadline test: on a host whose cores are taken by other sessions the
-default 40 ms wall is not met by any assembly, first or not.
+"As complete as the hundredth": the first assemblies get the deadline the steady state needs on
+this host at this moment — the default 40 ms, or twice the p90 of warm assemblies' ``total_ms``
+when that is longer (a host whose cores other sessions take meets no 40 ms wall, first assembly or
+not). Before the start's warm-up, the first assembly after a restart took 130-200 ms of branch time
+where warm ones took 15-30 ms: that is what this catches.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from pathlib import Path
@@ -31,8 +35,12 @@ DIRECTIVE = "You are a friendly barista. Recommend one drink, briefly."
 QUERY = "which coffee should I make for them this morning?"
 
 
-def assemble(base: str, headers: dict[str, str]) -> dict[str, Any]:
-    r = httpx.post(f"{base}/v1/context/assemble", headers=headers, timeout=30,
+DEFAULT_DEADLINE_MS = 40
+
+
+def assemble(base: str, headers: dict[str, str], timeout_ms: int | None = None) -> dict[str, Any]:
+    deadline = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
+    r = httpx.post(f"{base}/v1/context/assemble", headers={**headers, **deadline}, timeout=30,
                    json={"agent_id": AGENT, "query": QUERY, "model": "gpt-4o", "max_context_tokens": 2000})
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
@@ -71,17 +79,21 @@ def test_the_first_assembly_after_each_restart_is_complete(tmp_path: Path, setti
         r = httpx.post(f"{serve.base}/v1/memories", json=favourite, headers=headers, timeout=30)
         assert r.status_code == 201, r.text
         stored = r.json()["ids"][0]
-        fresh = assemble(serve.base, headers)  # a fresh install, right after the write
+        fresh = assemble(serve.base, headers, 5000)  # a fresh install, right after the write
         assert complete(fresh) and stored in {m["id"] for m in fresh["memories_used"]}, outline(fresh)
+        warm = sorted(assemble(serve.base, headers, 5000)["metrics"]["total_ms"] for _ in range(10))
+        deadline_ms = max(DEFAULT_DEADLINE_MS, math.ceil(2 * warm[8]))
 
         firsts: list[dict[str, Any]] = []
         for _ in range(RESTARTS):
             assert serve.stop(signal.SIGTERM) == 0, serve.output.text()
             serve = Serve(data, port=serve.port)
             serve.wait_ready()
-            firsts.append(assemble(serve.base, headers))
+            firsts.append(assemble(serve.base, headers, None if deadline_ms == DEFAULT_DEADLINE_MS else deadline_ms))
         lines = [outline(body) for body in firsts]
-        print(f"first assemblies after {RESTARTS} restarts: {sum(map(complete, firsts))} complete", *lines, sep="\n")
+        print(f"first assemblies after {RESTARTS} restarts at a {deadline_ms} ms deadline (warm assemblies' "
+              f"total_ms p50 {warm[5]:.1f}, p90 {warm[8]:.1f}): {sum(map(complete, firsts))} complete", *lines,
+              sep="\n")
         assert all(map(complete, firsts)), "\n".join(lines)
         assert serve.stop(signal.SIGTERM) == 0
     finally:
