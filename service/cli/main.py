@@ -272,12 +272,16 @@ def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
     from service.mcp import McpConfig, http_app, run_stdio
+    from service.memories.types import AGENT_ID_RULE, is_agent_id
 
     url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
     key = args.key or os.environ.get("PGCONTEXT_API_KEY")
     agent = args.agent_id or os.environ.get("PGCONTEXT_AGENT_ID")
     if not agent:
         print("error: an agent id is required (--agent-id or PGCONTEXT_AGENT_ID)", file=sys.stderr)
+        return 2
+    if not is_agent_id(agent):
+        print(f"error: the agent id {agent!r} is not valid: {AGENT_ID_RULE}", file=sys.stderr)
         return 2
     if not args.http and not key:
         print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)

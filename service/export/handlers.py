@@ -10,7 +10,6 @@ from litestar.response import Stream
 from service.export.stream import MEDIA_TYPE, export_lines
 from service.http.deps import OrgId, ServicesDep
 from service.memories.handlers import AgentIdQuery
-from service.memories.validation import check_agent_id
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -37,7 +36,6 @@ class ExportController(Controller):
     @get("/", media_type=MEDIA_TYPE, summary="Export an agent's memories, directive and documents (NDJSON)",
          description=EXPORT_DESCRIPTION)
     async def export(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdQuery) -> Stream:
-        check_agent_id(agent_id)
         lines = export_lines(services.db, org_id, agent_id)
         first = await anext(lines)  # opens the transaction: a database error here still gets the error shape
         filename = f"pgcontext-export-{agent_id}.ndjson"

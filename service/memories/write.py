@@ -17,7 +17,6 @@ from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Serv
 from service.memories import repo
 from service.memories.types import DOCUMENT_CHUNK_KIND, CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
 from service.memories.validation import (
-    check_agent_id,
     check_embedding,
     check_kind,
     check_metadata,
@@ -58,7 +57,6 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
         check_text(item.text, limits, field=where)
         check_text_limits(item.search_context, limits,
                           field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
-        check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
         for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at)):
@@ -138,8 +136,6 @@ def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:
 
 async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> MemoryOut:
     limits = services.settings.limits
-    if isinstance(change.agent_id, str):
-        check_agent_id(change.agent_id)
     if isinstance(change.kind, str):
         check_kind(change.kind)
     embedding = None
