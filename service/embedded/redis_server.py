@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from service.embedded import ownership
-from service.embedded.postgres import socket_dir_for
+from service.embedded.sockets import socket_dir_for
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +83,10 @@ class EmbeddedRedis:
             return self._proc.poll() is None
         return self._recorded() is not None
 
+    def down_reason(self) -> str:
+        code = self._proc.poll() if self._proc is not None else None
+        return "not running" if code is None else f"exited with status {code}"
+
     def crashed(self) -> bool:
         """Gone without shutting down: Redis exits with status 0 on SIGTERM or SIGINT (e.g. systemd
         stopping every process of a unit), not when killed or crashing."""
@@ -126,7 +130,7 @@ class EmbeddedRedis:
                     self._proc.wait(5)
                 self._proc = None
                 log.info("embedded_redis_stopped")
-            (self.data_dir / "redis.pid").unlink(missing_ok=True)
+            ownership.remove(self.data_dir / "redis.pid")
             ownership.release(self.data_dir)
         self._owned = False
 

