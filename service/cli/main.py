@@ -17,7 +17,7 @@ from service.auth import admin
 from service.cli.workers import SERVE_PID_ENV, multiprocess_metrics
 from service.db import guard
 from service.db import migrate as migrations
-from service.embedded.lifecycle import Supervisor, stop_on_signals
+from service.embedded.lifecycle import STATUS_FILE, Supervisor, stop_on_signals
 from service.embedded.postgres import EmbeddedPostgres, default_shared_buffers_mb
 from service.embedded.redis_server import EmbeddedRedis
 from service.logs import configure as configure_logs
@@ -89,7 +89,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate = settings.database.migrate_on_start and not args.no_migrate
-    supervisor = Supervisor()  # restarts an embedded server that dies while serving
+    # Restarts an embedded server that dies while serving; /readyz reads why one is down from its file.
+    supervisor = Supervisor(status_file=settings.data_dir / STATUS_FILE)
     # Not migrating and given the service role's DSN: no owner credentials, no embedded PostgreSQL.
     owner = (contextlib.nullcontext(None) if not migrate and settings.database.app_url
              else _owner_dsn(settings, supervisor))
