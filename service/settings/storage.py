@@ -201,8 +201,9 @@ class RateLimitSettings:
     and scoring grow with its terms), and memory writes per this many characters the service embeds
     for them (each text counted up to ``embed_max_chars``; 0 = off)."""
     body_bytes_per_token: int = 16384
-    """Every request takes one more token per this many bytes of body (``Content-Length``, known before
-    the body is read): long histories, big filters, uploads (0 = off)."""
+    """Every request takes one more token per this many bytes of body read (chunked or not): long
+    histories, big filters, uploads (0 = off). A body whose price passes what its org's bucket holds is
+    refused (429) while it arrives."""
     hot_miss_cost: int = 1
     """More tokens a ``GET /v1/memories/hot`` takes when the set was not cached and was read from
     Postgres (taken after the read, so the bucket may go below zero; 0 = off)."""
