@@ -37,7 +37,7 @@ import time
 from uuid import UUID
 
 import structlog
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
@@ -125,7 +125,7 @@ class RateLimiter:
         step = self.settings.body_bytes_per_token
         read = 0
 
-        async def metered_receive() -> Message:
+        async def metered_receive() -> ReceiveMessage:
             nonlocal read
             message = await receive()
             if message["type"] == "http.request" and step > 0:
