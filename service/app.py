@@ -27,6 +27,7 @@ from service.assembly import (
 )
 from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
+from service.auth.failures import FailedAuthLimiter
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
@@ -138,6 +139,8 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
                         rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
+    services.extras["auth_failures"] = FailedAuthLimiter(settings.server.auth_failure_burst,
+                                                         settings.server.auth_failure_rate_per_s)
     epochs = CacheEpochs(db, check_s=settings.redis.epoch_check_s)
     services.extras["directives"] = DirectiveStore(db, redis, epochs, settings.redis.org_directive_bytes)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval, lanes=lanes_of(services),

@@ -150,6 +150,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             port=env_int(env, "PGCONTEXT_PORT", 8080),
             log_level=env_str(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=env_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
+            auth_failure_burst=max(0, env_int(env, "PGCONTEXT_AUTH_FAILURE_BURST", 20)),
+            auth_failure_rate_per_s=max(0.0, env_float(env, "PGCONTEXT_AUTH_FAILURE_RATE_PER_S", 1.0)),
             workers=env_int(env, "PGCONTEXT_WORKERS", 1),
             metrics_token=env_str(env, "PGCONTEXT_METRICS_TOKEN"),
         ),
