@@ -273,6 +273,7 @@ def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
     from service.mcp import McpConfig, http_app, run_stdio
+    from service.mcp.server import MAX_CLIENTS
     from service.memories.types import AGENT_ID_RULE, is_agent_id
 
     url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
@@ -289,7 +290,8 @@ def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     budget = args.max_context_tokens or os.environ.get("PGCONTEXT_MCP_MAX_CONTEXT_TOKENS")
     config = McpConfig(url=url, agent_id=agent, api_key=key, model=args.model or os.environ.get(
-        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=int(budget) if budget else None)
+        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=int(budget) if budget else None,
+        max_clients=int(os.environ.get("PGCONTEXT_MCP_MAX_CLIENTS") or MAX_CLIENTS))
     if not args.http:
         run_stdio(config)  # stdout is the protocol: nothing else may print there
         return 0

@@ -33,6 +33,8 @@ class McpConfig:
     """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts)."""
     max_context_tokens: int | None = None
     """``assemble_context``'s default budget; unset: selective mode (the service sizes it from the query)."""
+    max_clients: int = 256
+    """Streamable HTTP: keys the service accepted that keep a client (least recently used dropped first)."""
 
 
 ClientFor = Callable[[], Awaitable[AsyncClient]]
