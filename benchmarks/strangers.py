@@ -14,7 +14,7 @@ It starts ``pgcontext serve`` on the embedded servers under a temporary data dir
   seconds it took);
 * sends ``--tokens`` MCP requests with random bearer tokens and reports the MCP process's resident
   memory and open descriptors before, after the first tenth and at the end; then checks that a real
-  key still gets through.
+  key from another address still gets through (each flood comes from its own loopback address).
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ def usage(pid: int) -> dict[str, int]:
     return {"rss_kb": status_kb(pid, "VmRSS"), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
-async def flood(url: str, count: int, concurrency: int, headers: Any, body: Any = None) -> Counter[int | str]:
-    """``count`` requests, each with its own random key, ``concurrency`` at a time."""
+async def flood(url: str, count: int, concurrency: int, headers: Any, body: Any = None,
+                address: str = "127.0.0.2") -> Counter[int | str]:
+    """``count`` requests from ``address``, each with its own random key, ``concurrency`` at a time."""
     statuses: Counter[int | str] = Counter()
     queue = iter(range(count))
 
@@ -63,7 +64,7 @@ async def flood(url: str, count: int, concurrency: int, headers: Any, body: Any 
             except httpx.TransportError as exc:
                 statuses[type(exc).__name__] += 1
 
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, transport=httpx.AsyncHTTPTransport(local_address=address)) as http:
         await asyncio.gather(*(worker(http) for _ in range(concurrency)))
     return statuses
 
@@ -117,12 +118,15 @@ async def measure(args: argparse.Namespace, data: Path, base: str, key: str, mcp
 
     mcp: dict[str, Any] = {"sent": args.tokens, "before": usage(mcp_pid)}
     first = max(1, args.tokens // 10)
-    statuses = await flood(mcp_url, first, args.concurrency, random_bearer, body={})
+    statuses = await flood(mcp_url, first, args.concurrency, random_bearer, body={}, address="127.0.0.3")
     mcp["after_first_tenth"] = usage(mcp_pid)
-    statuses += await flood(mcp_url, args.tokens - first, args.concurrency, random_bearer, body={})
+    statuses += await flood(mcp_url, args.tokens - first, args.concurrency, random_bearer, body={},
+                            address="127.0.0.3")
     mcp["after_all"] = usage(mcp_pid)
     mcp["statuses"] = dict(statuses)
-    async with httpx.AsyncClient(timeout=30) as http:
+    # A real key from another address, after the flood: the service's per-address limit hit the
+    # strangers' addresses (the MCP server forwards its caller's), not this one.
+    async with httpx.AsyncClient(timeout=30, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.4")) as http:
         r = await http.post(mcp_url, headers={"Authorization": f"Bearer {key}",
                                               "Accept": "application/json, text/event-stream"},
                             json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from pgcontext_client import AsyncClient, PgcontextError, RetryPolicy, Unauthorized
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
 from service.mcp.tools import McpConfig, register
@@ -32,6 +34,9 @@ explicitly, `forget` deletes, `set_directive`/`get_directive` hold the agent's s
 KEY_CACHE_S = 5.0
 """How long a key the service accepted is trusted without asking again (the service's own auth cache is
 ``PGCONTEXT_AUTH_CACHE_TTL_S``, default 5 s: a revoked key stops working here within about the same)."""
+
+CLIENT_ADDRESS: ContextVar[str | None] = ContextVar("pgcontext_mcp_client_address", default=None)
+"""The address of the HTTP request being served (set by :class:`ClientAddress`)."""
 
 MAX_CLIENTS = 256
 """Keys the service accepted that keep a client here (least recently used dropped first)."""
@@ -56,10 +61,13 @@ class Clients:
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def _new(self, key: str) -> AsyncClient:
+    def _new(self, key: str, forwarded_for: str | None = None) -> AsyncClient:
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json",
+                   "User-Agent": f"pgcontext-mcp/{__version__}"}
+        if forwarded_for:
+            headers["X-Forwarded-For"] = forwarded_for
         http = httpx.AsyncClient(base_url=self.config.url.rstrip("/"), timeout=30.0, transport=self._pool,
-                                 headers={"Authorization": f"Bearer {key}", "Accept": "application/json",
-                                          "User-Agent": f"pgcontext-mcp/{__version__}"})
+                                 headers=headers)
         return AsyncClient(self.config.url, key, retry=self.retry, http=http)
 
     def get(self, key: str | None) -> AsyncClient:
@@ -75,9 +83,12 @@ class Clients:
         return client
 
     async def accepts(self, key: str) -> bool:
-        """Whether the service takes ``key`` (a request with it; no state kept for it here)."""
+        """Whether the service takes ``key`` (a request with it; no state kept for it here). The HTTP
+        caller's address goes along (``X-Forwarded-For``, which the service's HTTP server takes from a
+        loopback peer): the service limits unknown keys per address, and a stranger flooding this
+        server must spend its own address's budget, not this server's."""
         try:
-            await self._new(key).list_memories(limit=1)
+            await self._new(key, CLIENT_ADDRESS.get()).list_memories(limit=1)
         except Unauthorized:
             return False
         except PgcontextError:
@@ -135,7 +146,24 @@ def run_stdio(config: McpConfig) -> None:
     build_server(config, clients).run("stdio")
 
 
+class ClientAddress:
+    """Outermost middleware: the request's client address, for the token check (:meth:`Clients.accepts`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        reset = CLIENT_ADDRESS.set(client[0] if client else None)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CLIENT_ADDRESS.reset(reset)
+
+
 def http_app(config: McpConfig, *, host: str = "127.0.0.1") -> Starlette:
     """The streamable HTTP app: the MCP endpoint at ``/mcp``, behind the service's bearer keys."""
     clients = Clients(config)
-    return build_server(config, clients, http=True).streamable_http_app(host=host)
+    app = build_server(config, clients, http=True).streamable_http_app(host=host)
+    app.add_middleware(ClientAddress)
+    return app

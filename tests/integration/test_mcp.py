@@ -4,6 +4,7 @@ it (streamable HTTP), and every tool call goes through the Python client to a li
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -210,6 +211,28 @@ async def test_strangers_bearer_tokens_cost_the_http_server_nothing_that_stays(l
         assert after[0] - before[0] < 20_000, (before, after)  # kB: ~0.8 MB a token would be 400 MB
         headers = {"Authorization": f"Bearer {tenant.key}"}
         async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+                streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            assert (await call(session, "get_directive")) == {"version": 0, "content": None}
+
+
+async def test_a_flood_of_strangers_tokens_does_not_lock_other_clients_out(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    """The service limits unknown keys per source address; the MCP server checks every token with the
+    service, so it passes its client's address on (``X-Forwarded-For``, which the service's HTTP server
+    takes from a loopback peer): a stranger flooding the MCP server exhausts its own address's budget,
+    not the MCP server's, and a real key from another address still gets in."""
+    server = dataclasses.replace(settings.server, auth_failure_burst=5, auth_failure_rate_per_s=0.001)
+    with live_service(dataclasses.replace(settings, server=server), endpoints, embedder) as service_url, \
+            mcp_http_server(service_url, f"mcp-{uuid4().hex[:8]}") as url:
+        transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(timeout=30, transport=transport) as stranger:
+            for _ in range(20):
+                r = await stranger.post(url, json={}, headers={"Authorization": f"Bearer pgc_{uuid4().hex}"})
+                assert r.status_code == 401
+        headers = {"Authorization": f"Bearer {tenant.key}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30,
+                                      transport=httpx2.AsyncHTTPTransport(local_address="127.0.0.3")) as http, \
                 streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             assert (await call(session, "get_directive")) == {"version": 0, "content": None}
