@@ -328,8 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     create_key.add_argument("--org", required=True, help="org name")
     create_key.add_argument("--name", default=None, help="a label for the key")
     create_key.set_defaults(func=cmd_keys_create)
-    revoke = keys.add_parser("revoke", help="revoke a key (by key id or by the key itself)")
-    revoke.add_argument("key")
+    revoke = keys.add_parser("revoke", help="revoke a key: the key itself, its key id, or its prefix")
+    revoke.add_argument("key", metavar="KEY|KEY_ID|PREFIX",
+                        help="the key itself, its key id, or the prefix `keys list` shows (e.g. pgc_AbC123…, "
+                             "with or without the …); a prefix that several active keys share (in any org) is "
+                             "refused: use the key id then")
     revoke.set_defaults(func=cmd_keys_revoke)
     list_keys = keys.add_parser("list", help="an org's keys: id, prefix, label, created, last used, revoked "
                                              "(never the key or its hash)")

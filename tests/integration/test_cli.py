@@ -87,7 +87,7 @@ async def test_orgs_and_keys(cli_db: str, app_dsn: str, redis_url: str, settings
         assert "revoked key" in revoked
         assert (await client.get("/v1/memories", headers=headers)).status_code == 401
     again = run(env, "keys", "revoke", key, ok=False)
-    assert again.returncode == 2 and "no such active key" in again.stderr
+    assert again.returncode == 2 and "no active key" in again.stderr
 
 
 def test_migrate_command(cli_db: str) -> None:
