@@ -120,6 +120,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     with _owner_dsn(settings) as dsn:
+        before = asyncio.run(guard.recorded_revision(dsn))
         if args.downgrade:
             migrations.downgrade(dsn, args.downgrade)
         else:
@@ -128,6 +129,7 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
                 # A deployment whose service holds only pgcontext_app's DSN (docker-compose.yml's
                 # one-shot migrate, then `serve --no-migrate`) sets that role's password here.
                 asyncio.run(migrations.set_app_password(dsn, settings.database.app_role_password))
+        print(migrations.change_line(before, asyncio.run(guard.recorded_revision(dsn)), migrations.heads()))
     return 0
 
 
