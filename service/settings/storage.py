@@ -162,7 +162,8 @@ class ServerSettings:
     port: int = 8080
     """Listen port of ``pgcontext serve`` (``--port`` overrides it)."""
     log_level: str = "info"
-    """Log level of the service's structured logs and of uvicorn (debug, info, warning, error)."""
+    """Log level of the service's structured logs and of uvicorn (debug, info, warning, error); uvicorn's own
+    start and stop lines, and the embedded servers' start, show at debug only."""
     workers: int = 1
     """Service processes (uvicorn workers) sharing the port; each has its own pool and embedder."""
     auth_cache_ttl_s: float = 5.0
