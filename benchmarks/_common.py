@@ -26,7 +26,7 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.auth import admin
-from service.cli.main import prepare_database
+from service.cli.servers import prepare_database
 from service.embedded.postgres import EmbeddedPostgres
 from service.embedded.redis_server import EmbeddedRedis
 from service.runtime import Endpoints

@@ -194,7 +194,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         # stop the event loop for ~90 ms every few seconds under load (6-8 ms once frozen).
         gc.collect()
         gc.freeze()
-        log.info("gc_frozen", objects=gc.get_freeze_count())
+        log.debug("gc_frozen", objects=gc.get_freeze_count())
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         try:

@@ -193,7 +193,7 @@ class EmbeddedPostgres:
                 owner = ownership.live_owner(self.data_dir)
                 if owner is not None or not (self.data_dir / "owner.pid").exists():
                     # Started by a live `pgcontext serve` (or by hand): use it, leave it running.
-                    log.info("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
+                    log.debug("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
                     return self
                 ownership.claim(self.data_dir)
                 self._owned = True
@@ -287,8 +287,8 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             tail = (self.pgdata / "log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"embedded PostgreSQL failed to start:\n{exc.stderr}\n{tail}") from exc
-        log.info("embedded_postgres_started", socket=str(self._socket_dir),
-                 ms=round((time.perf_counter() - started) * 1000))
+        log.debug("embedded_postgres_started", socket=str(self._socket_dir),
+                  ms=round((time.perf_counter() - started) * 1000))
 
     def _pid_file_line(self, index: int) -> str | None:
         try:
@@ -347,7 +347,7 @@ class EmbeddedPostgres:
             if self.postmaster() is not None:
                 with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
                     self._run(["pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60)
-                log.info("embedded_postgres_stopped")
+                log.debug("embedded_postgres_stopped")
             ownership.release(self.data_dir)
         self._owned = False
 

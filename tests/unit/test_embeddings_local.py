@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -17,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from safetensors.numpy import load_file
+from structlog.testing import capture_logs
 from tokenizers import Tokenizer
 
 from service.embeddings import EmbeddingError, LocalEmbedder, build_embedder
@@ -271,6 +274,26 @@ def test_racing_builders_produce_one_identical_file(models: BuiltModels, tmp_pat
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted([models.fp32.name, models.int8.name])
     assert (tmp_path / "models" / models.fp32.name).read_bytes() == models.fp32.read_bytes()
     assert paths[0].read_bytes() == models.int8.read_bytes()
+
+
+def test_building_the_int8_model_logs_one_line_and_nothing_from_the_quantizer(
+        models: BuiltModels, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """The root logger at its most verbose (an app's logging config may set it so; Litestar's sets INFO),
+    a first start's quantisation (fp32 already cached) logs only our own line."""
+    (tmp_path / "models").mkdir()
+    shutil.copy2(models.fp32, tmp_path / "models" / models.fp32.name)
+    caplog.set_level(logging.DEBUG)
+    with capture_logs() as events:
+        path = ensure_model(tmp_path, quantize=True, files=models.files)
+    assert path.read_bytes() == models.int8.read_bytes()
+    assert [f"{r.levelname} {r.module}: {r.getMessage()}" for r in caplog.records] == []
+    assert capfd.readouterr().err == ""
+    assert [(e["event"], e["log_level"], e["built"], e["path"]) for e in events] == [
+        ("embedding_model_built", "debug", ["int8"], str(path))]
+    with capture_logs() as events:
+        assert ensure_model(tmp_path, quantize=True, files=models.files) == path
+    assert events == []  # cached: nothing built, nothing logged
 
 
 async def test_build_embedder_local_uses_cache(models: BuiltModels) -> None:
