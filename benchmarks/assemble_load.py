@@ -59,7 +59,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import SERVICE_MAIN_THREADS, cpu_seconds_by_group, percentile  # noqa: E402
+from benchmarks._common import MODEL, SERVICE_MAIN_THREADS, cpu_seconds_by_group, percentile  # noqa: E402
 from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
     add_fresh_queries_flag,
@@ -69,9 +69,6 @@ from benchmarks.bench_org import (  # noqa: E402
     service,
 )
 from service.embedded.postgres import free_port  # noqa: E402
-
-MODEL = "gpt-4o"
-
 
 # -- the load --------------------------------------------------------------------------------------
 
@@ -174,7 +171,7 @@ class _Assembled(msgspec.Struct):
     metrics: _Metrics
     branches: _Branches
     retrieval: _Retrieval | None = None
-    """Absent from a service older than issue 17 (``--compare-root``)."""
+    """Absent from a service that predates the retrieval report (``--compare-root``)."""
 
 
 _decode_assembled = msgspec.json.Decoder(_Assembled).decode

@@ -28,6 +28,7 @@ from service.assembly import (
 from service.assembly.shedding import shedding_middleware
 from service.auth import KeyCache
 from service.auth.failures import FailedAuthLimiter
+from service.conversations import ConversationController
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
@@ -42,11 +43,14 @@ from service.export import ExportController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
+from service.http.throttle import in_flight_middleware, rate_limit_edge
 from service.memories import MemoryController
+from service.memories.facts.consolidate import Consolidator, start_consolidation
+from service.memories.facts.handlers import HistoryController, OrgSettingsController
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
-from service.tenancy.ratelimit import RateLimiter, in_flight_middleware, rate_limit_edge
+from service.tenancy.ratelimit import RateLimiter
 
 log = structlog.get_logger(__name__)
 
@@ -148,10 +152,14 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     orchestrator = await build_orchestrator(services)
     services.extras["assembly"] = orchestrator
     services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
+    services.extras["consolidator"] = start_consolidation(services)
     return services
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
+    consolidator = services.extras.get("consolidator")
+    if isinstance(consolidator, Consolidator):
+        await consolidator.aclose()
     assembly = services.extras.get("assembly")
     if isinstance(assembly, Orchestrator):
         await assembly.aclose()  # flushes pending access statistics while the pool is still open
@@ -174,7 +182,7 @@ to hand in its tokens and to hand back the vector; behind an event loop busy wit
 each of those waits lasted up to the whole interval, so under load an embedding of ~2 ms of CPU
 took long enough to miss its deadline (``embedder_timeout``). At 0.5 ms, three assemblies at a time
 on two cores: 65-93 embedder timeouts in 1,500 instead of 129-146, and 93-96% of the assemblies ran
-their planned search instead of 90-91% (docs/benchmarks.md, session 15)."""
+their planned search instead of 90-91% (docs/operations.md, "Decisions")."""
 
 
 def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder | None = None) -> Litestar:
@@ -189,7 +197,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         # stop the event loop for ~90 ms every few seconds under load (6-8 ms once frozen).
         gc.collect()
         gc.freeze()
-        log.info("gc_frozen", objects=gc.get_freeze_count())
+        log.debug("gc_frozen", objects=gc.get_freeze_count())
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         try:
@@ -202,8 +210,9 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
-                        DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
+                        DocumentController, ConversationController, AssemblyController, HotMemoryController,
+                        FeedbackController, ExportController, HistoryController, OrgSettingsController,
+                        metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),

@@ -23,7 +23,7 @@ from service.assembly.orchestrator import Orchestrator
 from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
 from service.errors import DeadlineExceeded, ServiceUnavailable
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.memories.handlers import AgentIdQuery
 from service.runtime import Services
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from service.assembly.redundancy import Overlap, overlap_of
 from service.assembly.scoring import ScoreBreakdown, ScoredCandidate, Weights, clamp
 
 
@@ -19,7 +20,7 @@ _RELEVANCE, _RECENCY, _USEFULNESS, _INFORMATIVE, _OVERLAP = range(5)
 """The factors :func:`justify` can name, in its tie-breaking order."""
 
 
-def _factor_text(factor: int, item: ScoredCandidate, scores: ScoreBreakdown, similar_to: str | None) -> str:
+def _factor_text(factor: int, item: ScoredCandidate, scores: ScoreBreakdown, overlap: Overlap | None) -> str:
     cand = item.candidate
     if factor == _RELEVANCE:
         where = cand.origin if not cand.in_hot_and_cold else "hot+cold"
@@ -42,7 +43,8 @@ def _factor_text(factor: int, item: ScoredCandidate, scores: ScoreBreakdown, sim
         return f"usefulness {scores.usefulness:.2f} ({useful_note})"
     if factor == _INFORMATIVE:
         return f"informative {scores.informativeness:.2f} ({item.content_terms} terms/{item.text_tokens} tokens)"
-    return f"overlaps {1 - scores.uniqueness:.2f} with [{similar_to}]"
+    assert overlap is not None, "the overlap is named only when there is one"
+    return str(overlap)
 
 
 def justify(
@@ -54,9 +56,8 @@ def justify(
     top: int = 3,
 ) -> str:
     """One line: the ``top`` factors that contributed most to the composite, with numbers, plus
-    whatever is notable regardless of size (pinned, clear feedback, overlap with a chosen item).
-
-    Full uniqueness is the default state, not a reason, so it is named only when it was lowered.
+    whatever is notable regardless of size (pinned, clear feedback, overlap with a chosen item,
+    ``similar_to`` its tag: see :func:`~service.assembly.redundancy.overlap_of`).
     """
     contributions = [
         weights.relevance * scores.relevance,
@@ -64,17 +65,17 @@ def justify(
         weights.usefulness * scores.usefulness,
         weights.informativeness * scores.informativeness,
     ]
-    overlap = similar_to is not None and scores.uniqueness < 0.999
-    if overlap:
+    overlap = overlap_of(scores.uniqueness, similar_to)
+    if overlap is not None:
         contributions.append(weights.uniqueness * scores.uniqueness)
     # Largest contribution first; equal ones keep the order above (the sort is stable).
     ranked = sorted(range(len(contributions)), key=contributions.__getitem__, reverse=True)
     named = ranked[:top]
     if abs(item.candidate.usefulness) >= 0.3 and _USEFULNESS in ranked[top:]:
         named.append(_USEFULNESS)  # clear feedback is always named
-    if overlap and scores.uniqueness < 0.7 and _OVERLAP not in ranked[:top]:
+    if overlap is not None and overlap.notable and _OVERLAP not in ranked[:top]:
         named.append(_OVERLAP)
-    parts = [_factor_text(f, item, scores, similar_to) for f in named]
+    parts = [_factor_text(f, item, scores, overlap) for f in named]
     if item.candidate.pinned:
         parts.insert(0, "pinned")
     return f"score {scores.composite:.2f}: " + ", ".join(parts)

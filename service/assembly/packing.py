@@ -1,8 +1,9 @@
 """Greedy MMR packing of scored memories into a token budget, never over it.
 
 Each step takes the candidate with the highest composite score, where uniqueness is recomputed
-against everything chosen so far (so composites only fall as the context fills). Pinned
-candidates go first. A candidate then ends in exactly one place:
+against everything chosen so far (so composites only fall as the context fills; similarity,
+uniqueness and duplicates are :mod:`service.assembly.redundancy`'s). Pinned candidates go first. A
+candidate then ends in exactly one place:
 
 * ``chosen`` — it fits: its exact memory-line tokens (its body plus the tag n it gets as the
   n-th chosen, plus, for the first one, the memories section's open/close tags) are within what is
@@ -39,12 +40,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
-import numpy as np
-from numpy.typing import NDArray
-
 from service.assembly.format import memories_section_overhead, memory_tag
 from service.assembly.intent import Intent
 from service.assembly.justify import justify
+from service.assembly.redundancy import Uniqueness, duplicate_detail
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     Candidate,
@@ -54,7 +53,6 @@ from service.assembly.scoring import (
     Weights,
     score_candidates,
 )
-from service.assembly.terms import WordSimilarity
 from service.text.tokens import TokenCounter
 
 DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
@@ -127,30 +125,23 @@ class PackResult:
 
 
 class _Selection:
-    """Mutable state of one packing run: who is still in play and how similar to the chosen.
-
-    Plain lists rather than arrays: with ~100 candidates, per-call numpy overhead costs more than
-    the arithmetic, and after each choice only the candidates it came close to need new scores.
-    """
+    """Mutable state of one packing run: who is still in play, in which order, and where each went
+    (uniqueness against the chosen items is :class:`~service.assembly.redundancy.Uniqueness`'s)."""
 
     def __init__(self, scored: Sequence[ScoredCandidate], weights: Weights, rules: PackingRules) -> None:
         n = len(scored)
         self.scored = scored
         self.weights = weights
-        self.rules = rules
-        wu = weights.uniqueness
-        self.static = [s.scores.composite - wu for s in scored]
-        """Composite without its uniqueness term."""
-        self.max_sim = [0.0] * n
-        self.current = [c + wu * (1.0 - 0.0) for c in self.static]
-        """``static + wu * (1 - max_sim)``, always computed so: composites as they stand, which
-        only fall as items are chosen."""
+        self.unique = Uniqueness([s.candidate.text for s in scored], [s.unit_embedding for s in scored],
+                                 [s.scores.composite for s in scored], weight=weights.uniqueness,
+                                 duplicate_cosine=rules.duplicate_cosine, duplicate_jaccard=rules.duplicate_jaccard)
+        self.current = self.unique.current
+        """Composites as they stand, which only fall as items are chosen."""
         self.bonus = [10.0 if s.candidate.pinned else 0.0 for s in scored]
         self.priority = [c + b for c, b in zip(self.current, self.bonus, strict=True)]
         """Pinned first, then by composite."""
         self.tokens = [s.tokens for s in scored]
         self.pinned = [s.candidate.pinned for s in scored]
-        self.similar_to = [-1] * n
         self.tags: dict[int, str] = {}
         """Tag of each chosen item, by index."""
         self.lines = [s.candidate.lines for s in scored]
@@ -166,37 +157,17 @@ class _Selection:
         """Items whose composite fell since the last :meth:`take_fallen` (in order; some may have
         died since); at first, all of them."""
         self.dropped: list[Dropped] = []
-        self.words = WordSimilarity([item.candidate.text for item in scored])
-        self.has_embedding = [s.unit_embedding is not None for s in scored]
-        self.embeddings: NDArray[np.float32] | None = None
-        self.without_embedding = list(range(n))
-        dims = {s.unit_embedding.shape[0] for s in scored if s.unit_embedding is not None}
-        if len(dims) == 1:
-            # One row per candidate (zeros where there is none), each at its own index: cosines
-            # come from the same matrix-vector product whatever else is in the request.
-            dim = dims.pop()
-            rows = [i for i, has in enumerate(self.has_embedding) if has]
-            stacked = np.concatenate([scored[i].unit_embedding for i in rows]).reshape(len(rows), dim)
-            if len(rows) == n:
-                self.embeddings = stacked.astype(np.float32, copy=False)
-            else:
-                self.embeddings = np.zeros((n, dim), dtype=np.float32)
-                self.embeddings[rows] = stacked
-            self.without_embedding = [i for i, has in enumerate(self.has_embedding) if not has]
-        else:
-            # Mixed dimensions cannot be compared by cosine; words decide for all of them.
-            self.has_embedding = [False] * n
 
     def take_fallen(self) -> list[int]:
         fell, self.fell = self.fell, []
         return fell
 
     def scores_of(self, i: int) -> ScoreBreakdown:
-        return self.scored[i].scores.with_uniqueness(1.0 - self.max_sim[i], self.weights)
+        return self.scored[i].scores.with_uniqueness(self.unique.uniqueness(i), self.weights)
 
     def nearest_tag(self, i: int) -> str | None:
-        j = self.similar_to[i]
-        return self.tags.get(j) if j >= 0 else None
+        j = self.unique.nearest(i)
+        return None if j is None else self.tags.get(j)
 
     def drop(self, i: int, reason: DropReason, detail: str) -> None:
         self.alive[i] = False
@@ -228,48 +199,20 @@ class _Selection:
                                        f"{span.start}-{span.end} in [{self.tags[chosen]}] ({self.scored[chosen].id})")
 
     def absorb(self, chosen: int) -> None:
-        """Take ``chosen`` out of play, raise every alive candidate's max similarity with it, and
+        """Take ``chosen`` out of play, lower the composites of the candidates similar to it, and
         drop its duplicates."""
         self.alive[chosen] = False
         self.live.remove(chosen)
-        targets = list(self.live)
-        if not targets:
+        if not self.live:
             return
-        embeddings = self.embeddings
-        by_cosine = embeddings is not None and self.has_embedding[chosen]
-        if embeddings is not None and by_cosine:
-            # Against all rows, then indexed: cheaper than gathering the target rows first.
-            sims = (embeddings @ embeddings[chosen]).tolist()
-            has_embedding = self.has_embedding
-            by_words = [k for k in self.without_embedding if self.alive[k]]
-        else:
-            sims = [0.0] * len(self.scored)
-            has_embedding = [False] * len(self.scored)
-            by_words = targets
-        if by_words:
-            in_play = [chosen, *targets]
-            for k, sim in zip(by_words, self.words.against(chosen, by_words, in_play), strict=True):
-                sims[k] = sim
-        cosine_limit, words_limit = self.rules.duplicate_cosine, self.rules.duplicate_jaccard
-        max_sim, current, static, wu = self.max_sim, self.current, self.static, self.weights.uniqueness
-        duplicates: list[tuple[int, float]] = []
-        for k in targets:
-            sim = sims[k]
-            if sim < 0.0:  # np.clip(sim, 0.0, 1.0)
-                sim = 0.0
-            elif sim > 1.0:
-                sim = 1.0
-            if sim > max_sim[k]:
-                max_sim[k] = sim
-                self.similar_to[k] = chosen
-                current[k] = static[k] + wu * (1.0 - sim)
-                self.priority[k] = current[k] + self.bonus[k]
-                self.fell.append(k)
-            if sim > (cosine_limit if has_embedding[k] else words_limit):
-                duplicates.append((k, sim))
-        base_item = self.scored[chosen]
+        fell, duplicates = self.unique.absorb(chosen, self.live, self.alive)
+        current, priority, bonus = self.current, self.priority, self.bonus
+        for k in fell:
+            priority[k] = current[k] + bonus[k]
+        self.fell += fell
+        tag, chosen_id = self.tags[chosen], self.scored[chosen].id
         for k, sim in duplicates:
-            self.drop(k, "duplicate", f"similarity {sim:.2f} to [{self.tags[chosen]}] ({base_item.id})")
+            self.drop(k, "duplicate", duplicate_detail(sim, tag, chosen_id))
 
 
 def _best_first(indices: list[int], current: list[float]) -> list[int]:

@@ -15,9 +15,9 @@ Components:
   ``density_target`` (capped at 1), times ``1 - exp(-terms / saturation_terms)`` so near-empty texts
   score low, times ``sqrt(long_item_tokens / tokens)`` past ``long_item_tokens`` so very long
   texts pay for the room they take.
-* **uniqueness** — ``1 - max similarity`` to the items already chosen (MMR), computed by the packer
-  at each step: cosine of embeddings when both items have one, else Jaccard over word unigrams and
-  bigrams (bigrams keep "A depends on B" apart from "B depends on A").
+* **uniqueness** — ``1 - max similarity`` to the items already chosen (MMR): 1.0 here, lowered at
+  each packing step by :mod:`service.assembly.redundancy` (cosine of embeddings when both items
+  have one, else Jaccard over word unigrams and bigrams).
 
 ``composite = sum(weight * component)``. Weights per intent follow the selective-retrieval design
 (factual favours relevance, complex favours diversity and recency), with 0.10 given to feedback:
@@ -50,16 +50,13 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Final, Literal
 
-import numpy as np
-from numpy.typing import NDArray
-
 from service.assembly.format import format_body, short_date
 from service.assembly.intent import Intent
+from service.assembly.redundancy import FloatVector, unit_embeddings
 from service.assembly.terms import content_term_count
 from service.text.tokens import TokenCounter
 
 Origin = Literal["hot", "cold"]
-FloatVector = NDArray[np.floating]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -185,6 +182,8 @@ class ScoredCandidate:
     access_age_hours: float | None
     recency_from_access: bool
     unit_embedding: FloatVector | None
+    """The embedding L2-normalised (:func:`~service.assembly.redundancy.unit_embeddings`), which
+    redundancy compares by cosine; None without a usable one."""
     scores: ScoreBreakdown
     """Uniqueness is 1.0 here; the packer lowers it against what it has chosen."""
 
@@ -283,30 +282,6 @@ def merge_by_id(candidates: Iterable[Candidate]) -> list[Candidate]:
             in_hot_and_cold=both,
         )
     return list(merged.values())
-
-
-def unit_embeddings(vectors: Sequence[FloatVector | None]) -> list[FloatVector | None]:
-    """L2-normalised float32 copies, in one batch per dimension; zero or non-finite vectors -> None."""
-    out: list[FloatVector | None] = [None] * len(vectors)
-    by_dim: dict[int, tuple[list[int], list[FloatVector]]] = {}
-    for i, vector in enumerate(vectors):
-        if vector is not None:
-            flat = np.asarray(vector, dtype=np.float32).ravel()
-            rows, flats = by_dim.setdefault(flat.shape[0], ([], []))
-            rows.append(i)
-            flats.append(flat)
-    for dim, (rows, flats) in by_dim.items():
-        matrix = np.concatenate(flats).reshape(len(rows), dim)
-        norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1))  # np.linalg.norm(matrix, axis=1), less overhead
-        usable = np.isfinite(norms) & (norms > 0)
-        if usable.all():
-            matrix /= norms[:, None]
-        else:
-            matrix[usable] /= norms[usable, None]
-        for i, row, ok in zip(rows, matrix, usable.tolist(), strict=True):
-            if ok:
-                out[i] = row
-    return out
 
 
 def score_candidates(

@@ -10,7 +10,7 @@ from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveIn, DirectiveOut
 from service.errors import BadRequest, NotFound, PayloadTooLarge
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.memories.handlers import AgentIdPath
 from service.runtime import Services
 

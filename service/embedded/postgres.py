@@ -42,8 +42,8 @@ def default_shared_buffers_mb(memory_bytes: int | None = None) -> int:
     """An eighth of the machine's memory (or of the cgroup's limit, in a container), between 128 MB and
     1 GB. At 100K memories an org's pages that assemblies read (postings by impact, rows, the HNSW
     graph: ~640 MB) did not fit the former 256 MB: one block in ten came from the kernel's page
-    cache, 5-13% more Postgres CPU per assembly (docs/benchmarks.md, "Postgres's buffers after a
-    restart"). Shared memory is touched only as pages are read."""
+    cache, 5-13% more Postgres CPU per assembly (docs/operations.md, "Decisions"). Shared memory is
+    touched only as pages are read."""
     if memory_bytes is None:
         memory_bytes = _memory_bytes()
     return max(SHARED_BUFFERS_MIN_MB, min(SHARED_BUFFERS_MAX_MB, memory_bytes // 8 // 2**20))
@@ -185,7 +185,7 @@ class EmbeddedPostgres:
                 owner = ownership.live_owner(self.data_dir)
                 if owner is not None or not (self.data_dir / "owner.pid").exists():
                     # Started by a live `pgcontext serve` (or by hand): use it, leave it running.
-                    log.info("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
+                    log.debug("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
                     return self
                 ownership.claim(self.data_dir)
                 self._owned = True
@@ -274,8 +274,8 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             tail = (self.pgdata / "log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"embedded PostgreSQL failed to start:\n{exc.stderr}\n{tail}") from exc
-        log.info("embedded_postgres_started", socket=str(self._socket_dir),
-                 ms=round((time.perf_counter() - started) * 1000))
+        log.debug("embedded_postgres_started", socket=str(self._socket_dir),
+                  ms=round((time.perf_counter() - started) * 1000))
 
     def _pid_file_line(self, index: int) -> str | None:
         try:
@@ -349,7 +349,7 @@ class EmbeddedPostgres:
         with ownership.locked(self.data_dir):
             if self.postmaster() is not None:
                 self._shut_down()
-                log.info("embedded_postgres_stopped")
+                log.debug("embedded_postgres_stopped")
             ownership.release(self.data_dir)
         self._owned = False
 

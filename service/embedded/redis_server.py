@@ -64,7 +64,7 @@ class EmbeddedRedis:
             orphan = self._recorded()
             if orphan is not None:
                 if ownership.live_owner(self.data_dir) is not None:
-                    log.info("embedded_redis_attached", url=self.url())
+                    log.debug("embedded_redis_attached", url=self.url())
                     return self
                 _terminate(orphan)
                 log.info("embedded_redis_orphan_stopped", pid=orphan.pid)
@@ -115,7 +115,7 @@ class EmbeddedRedis:
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"embedded Redis failed to start: {' '.join(cmd)}")
             time.sleep(0.02)
-        log.info("embedded_redis_started", url=self.url())
+        log.debug("embedded_redis_started", url=self.url())
 
     def stop(self) -> None:
         if not self._owned:
@@ -129,7 +129,7 @@ class EmbeddedRedis:
                     self._proc.kill()
                     self._proc.wait(5)
                 self._proc = None
-                log.info("embedded_redis_stopped")
+                log.debug("embedded_redis_stopped")
             ownership.remove(self.data_dir / "redis.pid")
             ownership.release(self.data_dir)
         self._owned = False

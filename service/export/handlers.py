@@ -21,7 +21,8 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
 EXPORT_DESCRIPTION = (
     "One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` "
     "(ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access "
-    "statistics; expired memories not yet purged included), and last `end` with the count per type. Only "
+    "statistics; expired memories not yet purged and retired ones included), `event` (the history recorded "
+    "under the agent), and last `end` with the count per type. Only "
     "your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line "
     "is incomplete (an `error` line says so when the failure came after the response started): retry it. "
     "Streamed through one read-only transaction and a cursor, never built in memory. One export per "

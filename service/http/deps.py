@@ -12,8 +12,8 @@ from litestar.datastructures import State
 from litestar.di import Dependency
 from litestar.params import SkipValidationMarker
 
-from service.auth import authenticate
 from service.errors import BadRequest
+from service.http.auth import authenticate
 from service.http.jsondepth import check_json_depth
 from service.runtime import Services
 from service.tenancy.ratecost import work_cost

@@ -38,3 +38,9 @@ def filter_args(filters: SearchFilters) -> tuple[Any, ...]:
         filters.occurred_after,
         filters.occurred_before,
     )
+
+
+def currency_args(filters: SearchFilters) -> tuple[Any, ...]:
+    """Which memories count, after every other argument of a branch query: valid at ``as_of`` when
+    set; else all when ``include_superseded``; else the current ones only."""
+    return filters.as_of, filters.include_superseded

@@ -1,5 +1,5 @@
--- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics), with the fields results carry.
-SELECT m.id, m.agent_id, m.metadata, m.occurred_at
+-- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics, $12/$13 the currency ones), with the fields results carry.
+SELECT m.id, m.agent_id, m.metadata, m.occurred_at, m.superseded_by, m.valid_until
   FROM memories m
  WHERE m.org_id = $1
    AND m.id = ANY($2::uuid[])
@@ -13,3 +13,6 @@ SELECT m.id, m.agent_id, m.metadata, m.occurred_at
    AND ($9::smallint[] IS NULL OR m.level = ANY($9))
    AND ($10::timestamptz IS NULL OR m.occurred_at >= $10)
    AND ($11::timestamptz IS NULL OR m.occurred_at < $11)
+   AND CASE WHEN $12::timestamptz IS NOT NULL THEN m.occurred_at <= $12 AND (m.valid_until IS NULL OR m.valid_until > $12)
+       WHEN $13::bool THEN true
+       ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END

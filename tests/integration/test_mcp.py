@@ -34,7 +34,8 @@ from tests.processes import stop_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TOOLS = {"remember", "recall", "assemble_context", "give_feedback", "set_directive", "get_directive", "forget"}
+TOOLS = {"remember", "append_messages", "recall", "assemble_context", "give_feedback", "set_directive",
+         "get_directive", "forget"}
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,12 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     assert stored["The user moved to Lisbon in March 2024."].occurred_at.year == 2024
     assert stored["The user moved to Lisbon in March 2024."].search_context == "Where does the user live now?"
     assert stored["The user is allergic to peanuts."].search_context is None
+    again = await call(session, "remember", text="the user is allergic to peanuts", kind="preference")  # merged
+    assert again["stored"] == 0 and again["outcomes"][0] == {"id": one["ids"][0], "status": "merged",
+                                                              "superseded": []}
+    city = await call(session, "remember", memories=[{"text": "The user lives in Porto.", "key": "user.city"}])
+    moved = await call(session, "remember", memories=[{"text": "The user lives in Faro.", "key": "user.city"}])
+    assert moved["outcomes"][0]["status"] == "superseded" and moved["outcomes"][0]["superseded"] == city["ids"]
 
     recalled = await call(session, "recall", query="peanut allergy", limit=3)
     assert recalled["memories"][0]["text"] == "The user is allergic to peanuts."
@@ -101,6 +108,21 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     assert forgotten == {"deleted": [many["ids"][0]], "not_found": ["not-an-id"]}
     after = await call(session, "recall", query="daughter Ada")
     assert many["ids"][0] not in {m["id"] for m in after["memories"]}
+
+    turns = [{"role": "user", "content": "I just booked a trip to Kyoto for April.", "message_id": "u1"},
+             {"role": "assistant", "content": "Lovely! Cherry blossoms peak then.", "message_id": "a1"}]
+    appended = await call(session, "append_messages", conversation_id="trip", messages=turns)
+    assert appended["message_count"] == 2 and [m["position"] for m in appended["messages"]] == [1, 2]
+    again = await call(session, "append_messages", conversation_id="trip", messages=turns[:1])
+    assert again["messages"][0] == {**appended["messages"][0], "stored": False}
+    with Client(url, key) as pg:
+        assert pg.get_conversation("trip").agent_id == agent
+        assert [m.content for m in pg.list_messages("trip").items] == [t["content"] for t in turns]
+    trip = await call(session, "assemble_context", query="When is the user's trip to Kyoto?", max_context_tokens=1500)
+    assert "user: I just booked a trip to Kyoto for April." in trip["context"]
+    seen = await call(session, "assemble_context", query="When is the user's trip to Kyoto?", max_context_tokens=1500,
+                      recent_messages=turns[:1], conversation_id="trip")
+    assert appended["messages"][0]["id"] not in seen["refs"].values()
 
     refused = await session.call_tool("set_directive", {"content": "   "})
     assert refused.is_error and "validation_error" in refused.content[0].text  # type: ignore[union-attr]

@@ -21,6 +21,7 @@ from service.assembly.packing import (
     pack,
     select_memories,
 )
+from service.assembly.redundancy import jaccard, similarity_features
 from service.assembly.scoring import (
     DEFAULT_SCORING_RULES,
     Candidate,
@@ -29,7 +30,6 @@ from service.assembly.scoring import (
     ScoredCandidate,
     score_candidates,
 )
-from service.assembly.terms import jaccard, similarity_features
 from service.text.tokens import TokenCounter, Tokenizers
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)

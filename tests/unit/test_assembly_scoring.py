@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -28,7 +27,6 @@ from service.assembly.scoring import (
     recency_score,
     scale_to_unit,
     score_candidates,
-    unit_embeddings,
     usefulness_score,
 )
 from service.text.tokens import TokenCounter, Tokenizers
@@ -98,13 +96,6 @@ def test_scale_to_unit() -> None:
     assert scale_to_unit([1 / 61, 1 / 62, 0.0]) == pytest.approx([1.0, 61 / 62, 0.0])
     assert scale_to_unit([0.0, -1.0]) == [0.0, 0.0]
     assert scale_to_unit([]) == []
-
-
-def test_unit_embeddings() -> None:
-    units = unit_embeddings([np.array([3.0, 4.0]), None, np.zeros(2), np.array([1.0, 0.0, 0.0])])
-    assert units[0] is not None and np.allclose(units[0], [0.6, 0.8])
-    assert units[1] is None and units[2] is None
-    assert units[3] is not None and np.allclose(units[3], [1.0, 0.0, 0.0])
 
 
 def test_merge_by_id_keeps_one_hot_candidate_with_the_better_relevance() -> None:
@@ -187,41 +178,6 @@ def test_rules_are_validated() -> None:
 
 
 # -- fast paths against plain restatements ------------------------------------------------------------
-
-
-def reference_unit_embeddings(vectors: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
-    out: list[np.ndarray | None] = []
-    for vector in vectors:
-        if vector is None:
-            out.append(None)
-            continue
-        flat = np.asarray(vector, dtype=np.float32).ravel()
-        norm = np.linalg.norm(flat[None, :], axis=1)[0]
-        out.append(flat / norm if np.isfinite(norm) and norm > 0 else None)
-    return out
-
-
-def test_unit_embeddings_are_exactly_the_normalised_vectors() -> None:
-    rng = np.random.default_rng(11)
-    vectors: list[np.ndarray | None] = [rng.normal(size=384).astype(np.float32) for _ in range(40)]
-    vectors += [
-        None,
-        np.zeros(384, dtype=np.float32),
-        np.full(384, np.nan, dtype=np.float32),
-        np.full(384, np.inf, dtype=np.float32),
-        rng.normal(size=384),  # float64 in, float32 out
-        rng.normal(size=(1, 384)),
-        rng.normal(size=7).astype(np.float32),
-        np.full(384, 1e30, dtype=np.float32),  # squares overflow float32
-    ]
-    for order in (vectors, vectors[::-1], [v for v in vectors if v is not None and v.size == 384][:5]):
-        with np.errstate(over="ignore"):
-            got, want = unit_embeddings(order), reference_unit_embeddings(order)
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            assert (g is None) == (w is None)
-            if g is not None and w is not None:
-                assert g.dtype == np.float32 and np.array_equal(g, w)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

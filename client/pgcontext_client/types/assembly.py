@@ -8,6 +8,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 from pgcontext_client.types.search import AssembleFilters, RetrievalReport, SearchTuning, Strategy
 
 
@@ -38,6 +39,10 @@ class AssembleRequest(In):
     """Count with this tiktoken encoding (``cl100k_base``, ``o200k_base``), trusted as exact."""
     explain: bool | None = None
     """Also return each dropped candidate's text, origin and scores."""
+    conversation_id: str | None = None
+    """The conversation this call continues: its messages already in ``recent_messages`` are not packed."""
+    history_turns: int | None = None
+    """With ``conversation_id``: its last this many messages are in the model's history (not packed)."""
 
 
 class DirectiveUsed(msgspec.Struct, kw_only=True):
@@ -65,6 +70,7 @@ class MemoryUsed(msgspec.Struct, kw_only=True):
     scores: Scores
     justification: str
     occurred_at: datetime | None = None
+    message: MessageRef | None = None
 
 
 class DroppedMemory(msgspec.Struct, kw_only=True):
@@ -76,6 +82,7 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     text: str | None = None
     origin: str | None = None
     scores: Scores | None = None
+    message: MessageRef | None = None
 
 
 class Budget(msgspec.Struct, kw_only=True):

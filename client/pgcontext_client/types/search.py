@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
@@ -27,6 +28,10 @@ class _Filters(In):
     occurred_before: datetime | None = None
     source_prefix: str | None = None
     levels: list[int] | None = None
+    as_of: datetime | None = None
+    """What was current then (valid time), retired memories included."""
+    include_superseded: bool | None = None
+    """Also retired memories, marked ``current=False``."""
 
 
 class AssembleFilters(_Filters):
@@ -84,6 +89,11 @@ class SearchResult(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     occurred_at: datetime | None = None
+    current: bool = True
+    superseded_by: UUID | None = None
+    valid_until: datetime | None = None
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
     fused_score: float | None = None
     path: str | None = None
     line_start: int | None = None

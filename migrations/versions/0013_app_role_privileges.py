@@ -16,15 +16,15 @@ Changing a database's and the catalog's privileges needs its owner or a superuse
 owner is one). Run by a role that cannot, PostgreSQL warns "no privileges could be revoked" and this
 migration warns what is left for a DBA to run (docs/operations.md, "Roles and grants").
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-05
 """
 
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,237 @@
+/** Every `Client` method against a live service over real HTTP (the Python client's test, in TypeScript). */
+
+import { randomUUID } from "node:crypto";
+import { describe, expect, test } from "vitest";
+
+import { Client, NotFound, type Memory } from "pgcontext";
+
+import { agent, client, required } from "./live.js";
+
+describe("memories", () => {
+  test("create, batch, get, list with cursor and filters, update, search, hot set, feedback, export, delete, erase", async () => {
+    const pg = client();
+    const who = agent("mem");
+    const one = await pg.createMemory("The user prefers dark roast coffee.", {
+      agent_id: who, importance: 0.9, metadata: { topic: "coffee" }, occurred_at: "2024-05-01T00:00:00Z",
+    });
+    const batch = await pg.createMemories([
+      { text: "The espresso machine is on the third floor.", agent_id: who },
+      { text: "Invoices go out on the first business day.", agent_id: who, kind: "policy", pinned: true },
+    ]);
+    expect(one.ids).toHaveLength(1);
+    expect(batch.ids).toHaveLength(2);
+    const [coffee] = one.ids as [string];
+    const [espresso, invoices] = batch.ids as [string, string];
+
+    const memory: Memory = await pg.getMemory(coffee);
+    expect(memory).toMatchObject({ text: "The user prefers dark roast coffee.", agent_id: who, kind: "fact",
+      metadata: { topic: "coffee" } });
+    expect(memory.importance).toBeCloseTo(0.9);
+    expect(new Date(memory.occurred_at).toISOString()).toBe("2024-05-01T00:00:00.000Z");
+
+    const page = await pg.listMemories({ agent_id: who, limit: 2 });
+    expect(page.items).toHaveLength(2);
+    expect(page.next_cursor).not.toBeNull();
+    const rest = await pg.listMemories({ agent_id: who, limit: 2, cursor: page.next_cursor });
+    expect(new Set([...page.items, ...rest.items].map((m) => m.id))).toEqual(new Set([coffee, espresso, invoices]));
+    expect((await pg.listMemories({ agent_id: who, metadata: { topic: "coffee" } })).items.map((m) => m.id)).toEqual([coffee]);
+    expect((await pg.listMemories({ agent_id: who, kind: "policy" })).items.map((m) => m.id)).toEqual([invoices]);
+
+    const updated = await pg.updateMemory(espresso, { text: "The espresso machine moved to the fourth floor.", importance: 0.7 });
+    expect(updated.text).toMatch(/fourth floor\.$/);
+    expect(updated.importance).toBeCloseTo(0.7);
+    expect(updated.kind).toBe("fact"); // untouched fields stay
+
+    const found = await pg.search("espresso machine floor", { filters: { agent_id: who }, limit: 5 });
+    expect(found.results[0]?.id).toBe(espresso);
+    expect(["hybrid", "lexical", "semantic", "lexical_first"]).toContain(found.strategy);
+    const lexical = await pg.search("espresso", { strategy: "lexical", filters: { agent_id: who } });
+    expect(lexical.results[0]).toMatchObject({ lexical_rank: 1, semantic_rank: null });
+
+    const hot = await pg.hotSet(who);
+    expect(hot.agent_id).toBe(who);
+    expect(hot.items.map((m) => m.id)).toContain(invoices); // pinned
+
+    const unknown = randomUUID();
+    const fb = await pg.feedback({ [coffee]: true, [unknown]: false });
+    expect(fb.updated.map((u) => u.id)).toEqual([coffee]);
+    expect(fb.updated[0]?.usefulness).toBeGreaterThan(0);
+    expect(fb.not_found).toHaveLength(1);
+    const asItems = await pg.feedback([{ id: espresso, helpful: false }]);
+    expect(asItems.updated.map((u) => u.id)).toEqual([espresso]);
+
+    const lines = [];
+    for await (const line of pg.export(who)) lines.push(line);
+    expect(lines[0]?.type).toBe("export");
+    expect(lines.filter((l) => l.type === "memory")).toHaveLength(3);
+    expect(lines.filter((l) => l.type === "event")).toHaveLength(4); // three created, one updated
+    expect(lines.at(-1)).toEqual({ type: "end", counts: { directive: 0, document: 0, memory: 3, chunk: 0, event: 4 } });
+
+    await pg.deleteMemory(invoices);
+    await expect(pg.getMemory(invoices)).rejects.toBeInstanceOf(NotFound);
+    const erased = await pg.eraseAgent(who);
+    expect(erased).toEqual({ agent_id: who, deleted: 2 });
+    expect((await pg.eraseAgent(who)).deleted).toBe(0);
+    expect((await pg.listMemories({ agent_id: who })).items).toEqual([]);
+  });
+});
+
+describe("directives, assembly, documents, health", () => {
+  test("directive versions, assembled context with history, selective budget, delete", async () => {
+    const pg = client();
+    const who = agent("ctx");
+    const first = await pg.putDirective(who, "Answer in one sentence.");
+    const second = await pg.putDirective(who, "Answer in one short sentence.");
+    expect([first.version, second.version]).toEqual([1, 2]);
+    expect((await pg.getDirective(who)).content).toBe("Answer in one short sentence.");
+    const { ids } = await pg.createMemories([
+      { text: "The user prefers dark roast coffee.", agent_id: who },
+      { text: "The user is allergic to oat milk.", agent_id: who },
+    ]);
+
+    const ctx = await pg.assemble(who, "what coffee should I order for them?", {
+      max_context_tokens: 2000, recent_messages: [{ role: "user", content: "Order me a coffee." }],
+      retrieval: { strategy: "lexical" },
+    }, { timeoutMs: 30_000 });
+    expect(ctx.context).toContain("<directive>");
+    expect(ctx.context).toContain("Answer in one short sentence.");
+    expect(ctx.context).toContain("dark roast");
+    expect(ctx.context).toContain("user: Order me a coffee.");
+    expect(Object.values(ctx.refs)).toContain(ids[0]);
+    for (const id of Object.values(ctx.refs)) expect(ids).toContain(id);
+    expect(ctx.budget.max_context_tokens).toBe(2000);
+    expect(ctx.budget.context_tokens).toBeGreaterThan(0);
+    expect(["L0", "L1"]).toContain(ctx.degradation_level);
+    const used = ctx.memories_used.find((m) => m.id === ids[0]);
+    expect(used?.scores.relevance).toBeGreaterThan(0);
+    expect(used?.justification).toBeTruthy();
+
+    const selective = await pg.assemble(who, "what coffee?", { selective: true });
+    expect(selective.budget.mode).toBe("selective");
+    expect(selective.budget.max_context_tokens).toBeNull();
+
+    await pg.deleteDirective(who);
+    const missing = await pg.getDirective(who).catch((error: unknown) => error);
+    expect(missing).toBeInstanceOf(NotFound);
+    expect(missing).toMatchObject({ status: 404, code: "not_found" });
+    expect((missing as NotFound).requestId).toBeTruthy();
+    await pg.eraseAgent(who);
+  });
+
+  test("documents: ingest, re-ingest unchanged, list, index, lookup search, delete", async () => {
+    const pg = client();
+    const collection = agent("c");
+    const files = [
+      { path: "pkg/brew.py", content: "def brew(beans):\n    return grind(beans)\n" },
+      { path: "README.md", content: "# Brewing\n\nUse dark roast.\n", metadata: { team: "cafe" } },
+    ];
+    const ingested = await pg.ingestDocuments(files, { collection });
+    expect(ingested.created).toBe(2);
+    expect(ingested.chunks_written).toBeGreaterThan(0);
+    const again = await pg.ingestDocuments(files, { collection });
+    expect([again.unchanged, again.chunks_written]).toEqual([2, 0]);
+
+    const listing = await pg.listDocuments({ collection });
+    expect(listing.items.map((d) => d.path).sort()).toEqual(["README.md", "pkg/brew.py"]);
+    expect((await pg.listDocuments({ collection, path_prefix: "pkg/" })).items.map((d) => d.path)).toEqual(["pkg/brew.py"]);
+    const index = await pg.documentsIndex();
+    expect(index.files).toBeGreaterThanOrEqual(2);
+    expect(Object.keys(index.collections)).toContain(collection);
+
+    const lookup = await pg.search("brew", { modes: ["symbol", "path"], filters: { source_prefix: "pkg/" } });
+    expect(lookup.strategy).toBe("modes");
+    expect(lookup.results[0]?.path).toBe("pkg/brew.py");
+
+    const removed = await pg.deleteDocuments(["pkg/brew.py", "nope.py"], { collection });
+    expect([removed.deleted, removed.missing]).toEqual([["pkg/brew.py"], ["nope.py"]]);
+    const gone = await pg.deleteDocuments(["pkg/brew.py"], { collection }).catch((error: unknown) => error);
+    expect(gone).toBeInstanceOf(NotFound);
+    expect((gone as NotFound).code).toBe("document_not_found");
+    await pg.deleteDocuments(["README.md"], { collection });
+  });
+
+  test("health and readiness", async () => {
+    const pg = client();
+    expect((await pg.health()).status).toBe("ok");
+    expect(await pg.ready()).toEqual({ status: "ok", checks: { postgres: "ok", redis: "ok" } });
+  });
+});
+
+describe("conversations", () => {
+  test("append in order and idempotently, list, search by speaker, assemble without the history, delete", async () => {
+    const pg = client();
+    const who = agent("chat");
+    const chat = agent("conv");
+    const turns = [
+      { content: "What do you do to unwind after work?", speaker: "Melanie", session_id: "s1", message_id: "t1",
+        occurred_at: "2023-05-08T13:56:00Z" },
+      { content: "I go swimming with the kids every evening.", speaker: "Caroline", session_id: "s1", message_id: "t2" },
+      { content: "What should I bring to the pool?", role: "user" as const, message_id: "t3" },
+    ];
+    const out = await pg.appendMessages(chat, turns, { agent_id: who });
+    expect(out.created).toBe(true);
+    expect(out.messages.map((m) => m.position)).toEqual([1, 2, 3]);
+    const again = await pg.appendMessages(chat, turns.slice(0, 2));
+    expect(again.messages.map((m) => m.created)).toEqual([false, false]);
+    expect(again.message_count).toBe(3);
+    const page = await pg.listMessages(chat, { limit: 2 });
+    expect(page.items.map((m) => m.speaker)).toEqual(["Melanie", "Caroline"]);
+    const rest = await pg.listMessages(chat, { cursor: page.next_cursor ?? undefined });
+    expect(rest.items[0]?.role).toBe("user");
+    expect((await pg.listMessages(chat, { session_id: "s1" })).items.map((m) => m.position)).toEqual([1, 2]);
+    expect((await pg.getConversation(chat)).agent_id).toBe(who);
+    expect((await pg.listConversations({ agent_id: who })).items.map((c) => c.id)).toEqual([chat]);
+
+    const reply = out.messages[1]?.id;
+    const found = await pg.search("What does Caroline do to unwind?", { filters: { agent_id: who } });
+    const hit = found.results.find((r) => r.id === reply);
+    expect(hit?.message).toMatchObject({ conversation_id: chat, position: 2, speaker: "Caroline" });
+    const history = await pg.assemble(who, "What does Caroline do to unwind?", {
+      max_context_tokens: 1000, retrieval: { strategy: "lexical" }, conversation_id: chat, history_turns: 2 });
+    expect(history.memories_used.map((m) => m.id)).not.toContain(reply);
+    expect(history.dropped.find((d) => d.id === reply)?.reason).toBe("in_history");
+
+    expect((await pg.deleteConversation(chat)).messages_deleted).toBe(3);
+    await expect(pg.getConversation(chat)).rejects.toBeInstanceOf(NotFound);
+  });
+});
+
+describe("export", () => {
+  test("a consumer may stop early; an unknown agent's export is just its envelope", async () => {
+    const pg = client();
+    const who = agent("exp");
+    await pg.createMemories([{ text: "one", agent_id: who }, { text: "two", agent_id: who }]);
+    for await (const line of pg.export(who)) {
+      expect(line.type).toBe("export");
+      break; // the stream is cancelled, the connection released
+    }
+    const lines = [];
+    for await (const line of pg.export(agent("nobody"))) lines.push(line.type);
+    expect(lines).toEqual(["export", "end"]);
+    expect((await pg.eraseAgent(who)).deleted).toBe(2);
+  });
+});
+
+describe("configuration", () => {
+  test("URL and API key come from PGCONTEXT_URL and PGCONTEXT_API_KEY when not given", async () => {
+    const pg = new Client();
+    expect(pg.url).toBe(required("PGCONTEXT_URL").replace(/\/+$/, ""));
+    expect((await pg.listMemories({ limit: 1 })).items).toBeInstanceOf(Array);
+  });
+
+  test("without PGCONTEXT_URL the default is 127.0.0.1 on PGCONTEXT_PORT, else 8080", () => {
+    const saved = { url: process.env.PGCONTEXT_URL, port: process.env.PGCONTEXT_PORT };
+    try {
+      delete process.env.PGCONTEXT_URL;
+      delete process.env.PGCONTEXT_PORT;
+      expect(new Client().url).toBe("http://127.0.0.1:8080");
+      process.env.PGCONTEXT_PORT = "18399";
+      expect(new Client().url).toBe("http://127.0.0.1:18399");
+      expect(new Client({ url: "http://example.test:9/" }).url).toBe("http://example.test:9");
+    } finally {
+      process.env.PGCONTEXT_URL = saved.url;
+      if (saved.port === undefined) delete process.env.PGCONTEXT_PORT;
+      else process.env.PGCONTEXT_PORT = saved.port;
+    }
+  });
+});

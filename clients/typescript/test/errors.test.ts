@@ -1,0 +1,129 @@
+/** Typed errors from real answers of a live service, and a transport error when nothing listens. */
+
+import { randomUUID } from "node:crypto";
+import { describe, expect, test } from "vitest";
+
+import {
+  BadRequest,
+  Client,
+  Conflict,
+  DeadlineExceeded,
+  fromResponse,
+  NotFound,
+  Overloaded,
+  PgcontextError,
+  RateLimited,
+  ServerError,
+  TransportError,
+  Unauthorized,
+  Unprocessable,
+  ValidationError,
+} from "pgcontext";
+
+import { agent, client, closedPort, Recorder, required, url } from "./live.js";
+
+async function failure(promise: Promise<unknown>): Promise<PgcontextError> {
+  const error = await promise.then(() => null, (caught: unknown) => caught);
+  expect(error).toBeInstanceOf(PgcontextError);
+  return error as PgcontextError;
+}
+
+describe("error answers", () => {
+  test("401 Unauthorized for an unknown key", async () => {
+    const error = await failure(new Client({ url: url(), apiKey: "pgc_not_a_key" }).listMemories());
+    expect(error).toBeInstanceOf(Unauthorized);
+    expect(error).toMatchObject({ status: 401, code: "unauthorized" });
+    expect(error.requestId).toBeTruthy();
+  });
+
+  test("404 NotFound carries code, message, details and the request id", async () => {
+    const missing = randomUUID();
+    const error = await failure(client().getMemory(missing));
+    expect(error).toBeInstanceOf(NotFound);
+    expect([error.status, error.code]).toEqual([404, "not_found"]);
+    expect(error.message).toContain(missing);
+    expect(error.details).toBeTypeOf("object");
+    expect(error.requestId?.length).toBeGreaterThanOrEqual(16);
+    expect(String(error)).toBe(`404 not_found: ${error.message}, request_id=${error.requestId}`);
+    expect(error.name).toBe("NotFound");
+  });
+
+  test("another org's memory answers NotFound", async () => {
+    const theirs = new Client({ url: url(), apiKey: required("PGCONTEXT_OTHER_API_KEY") });
+    const { ids } = await theirs.createMemory("Another org's secret.", { agent_id: agent("other") });
+    const error = await failure(client().getMemory(ids[0] as string));
+    expect(error).toBeInstanceOf(NotFound);
+    expect((await theirs.getMemory(ids[0] as string)).text).toBe("Another org's secret.");
+  });
+
+  test("400 ValidationError (a BadRequest) says which field is invalid", async () => {
+    const error = await failure(client().createMemory("x", { agent_id: "not a valid agent id!" }));
+    expect(error).toBeInstanceOf(ValidationError);
+    expect(error).toBeInstanceOf(BadRequest);
+    expect([error.status, error.code]).toEqual([400, "validation_error"]);
+    expect(error.message).toContain("$.agent_id");
+  });
+
+  test("400 with another code is a BadRequest, 422 is Unprocessable", async () => {
+    const pg = client();
+    const unknownModel = await failure(pg.assemble("a", "q", { model: "no-such-model", max_context_tokens: 1000 }));
+    expect(unknownModel).toBeInstanceOf(BadRequest);
+    expect(unknownModel).not.toBeInstanceOf(ValidationError);
+    expect(unknownModel.code).toBe("unknown_model");
+    expect(unknownModel.message).toContain("no-such-model");
+    const small = await failure(pg.assemble("a", "q", { max_context_tokens: 5 }));
+    expect(small).toBeInstanceOf(Unprocessable);
+    expect([small.status, small.code]).toEqual([422, "context_budget_too_small"]);
+  });
+
+  test("the classes by status and code, whatever the body (a proxy's page still gives a typed error)", () => {
+    const answer = (status: number, body: string, headers: Record<string, string> = {}): PgcontextError =>
+      fromResponse(new Response(body, { status, headers }), body);
+    const envelope = (code: string): string => JSON.stringify({ error: { code, message: "m", details: {}, request_id: "r" } });
+    const limited = answer(429, envelope("rate_limited"), { "Retry-After": "2" });
+    expect(limited).toBeInstanceOf(RateLimited);
+    expect(limited).toMatchObject({ status: 429, retryAfterS: 2, code: "rate_limited", message: "m", requestId: "r" });
+    expect(answer(503, envelope("overloaded"), { "Retry-After": "1" })).toBeInstanceOf(Overloaded);
+    expect(answer(504, envelope("deadline_exceeded"))).toBeInstanceOf(DeadlineExceeded);
+    expect(answer(409, envelope("idempotency_key_reused"))).toBeInstanceOf(Conflict);
+    const html = answer(502, "<html>Bad gateway</html>", { "X-Request-ID": "edge-1" });
+    expect(html).toBeInstanceOf(ServerError);
+    expect(html).toMatchObject({ status: 502, code: "http_502", message: "<html>Bad gateway</html>", requestId: "edge-1" });
+    const teapot = answer(418, "");
+    expect(teapot.constructor).toBe(PgcontextError);
+    expect(teapot).toMatchObject({ status: 418, code: "http_418" });
+  });
+});
+
+describe("transport", () => {
+  test("nothing listening: TransportError after the retries of a repeatable call, once for a non-repeatable one", async () => {
+    const recorder = new Recorder();
+    const pg = new Client({ url: `http://127.0.0.1:${await closedPort()}`, apiKey: "k", fetch: recorder.fetch,
+      retry: { attempts: 3, backoffMs: 10 } });
+    const error = await failure(pg.health());
+    expect(error).toBeInstanceOf(TransportError);
+    expect([error.status, error.code]).toEqual([0, "transport_error"]);
+    expect(error.message).toMatch(/^GET \/healthz: .*ECONNREFUSED/);
+    expect(error.cause).toBeInstanceOf(Error);
+    expect(recorder.sent).toHaveLength(3);
+
+    recorder.sent.length = 0;
+    expect(await failure(pg.feedback({ [randomUUID()]: true }))).toBeInstanceOf(TransportError);
+    expect(recorder.sent).toHaveLength(1); // each feedback report moves usefulness: never resent blindly
+  });
+
+  test("a try past the client's timeoutMs is a TransportError", async () => {
+    const overloaded = required("PGCONTEXT_SLOW_URL");
+    const pg = new Client({ url: overloaded, apiKey: required("PGCONTEXT_API_KEY"), timeoutMs: 100,
+      retry: { attempts: 1 } });
+    const error = await failure(pg.assemble(agent(), "espresso?", { max_context_tokens: 500 }));
+    expect(error).toBeInstanceOf(TransportError);
+    expect(error.message).toContain("timed out after 100 ms");
+  });
+
+  test("an aborted signal rejects with its reason, not a service error", async () => {
+    const controller = new AbortController();
+    controller.abort(new Error("the user left"));
+    await expect(client().health({ signal: controller.signal })).rejects.toThrow("the user left");
+  });
+});

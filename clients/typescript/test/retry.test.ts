@@ -1,0 +1,118 @@
+/** Idempotency keys on writes, retries of the service's own 503 `overloaded`, and the caller's deadline. */
+
+import { randomUUID } from "node:crypto";
+import { describe, expect, test } from "vitest";
+
+import { Client, Conflict, DeadlineExceeded, Overloaded, RetryPolicy } from "pgcontext";
+
+import { newIdempotencyKey } from "../src/http.js";
+import { agent, apiKey, client, Recorder, required } from "./live.js";
+
+describe("idempotency", () => {
+  test("each write carries a new key, reads none; a replayed key creates nothing, a reused one conflicts", async () => {
+    const recorder = new Recorder();
+    const pg = client({ fetch: recorder.fetch });
+    const who = agent("idem");
+    const first = await pg.createMemory("Remember the milk.", { agent_id: who });
+    const second = await pg.createMemory("Remember the milk.", { agent_id: who, on_duplicate: "keep" });
+    const keys = recorder.sent.map((r) => r.headers.get("idempotency-key"));
+    expect(new Set(keys).size).toBe(2);
+    expect(first.ids).not.toEqual(second.ids); // a new key per call: two memories
+    await pg.getMemory(first.ids[0] as string);
+    expect(recorder.sent.at(-1)?.headers.has("idempotency-key")).toBe(false);
+
+    const mine = randomUUID();
+    const once = await pg.createMemory("Remember the eggs.", { agent_id: who }, { idempotencyKey: mine });
+    const replay = await pg.createMemory("Remember the eggs.", { agent_id: who }, { idempotencyKey: mine });
+    expect(replay.ids).toEqual(once.ids);
+    expect(recorder.sent.at(-1)?.headers.get("idempotency-key")).toBe(mine);
+    expect((await pg.listMemories({ agent_id: who })).items).toHaveLength(3);
+    const conflict = await pg.createMemory("Remember the bread.", { agent_id: who }, { idempotencyKey: mine })
+      .catch((error: unknown) => error);
+    expect(conflict).toBeInstanceOf(Conflict);
+    expect((conflict as Conflict).status).toBe(409);
+    expect((conflict as Conflict).requestId).toBeTruthy();
+    await pg.eraseAgent(who);
+  });
+
+  test("without Web Crypto (Node 18) keys are still version 4 UUIDs, all different", () => {
+    const saved = Object.getOwnPropertyDescriptor(globalThis, "crypto");
+    Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
+    try {
+      const keys = Array.from({ length: 2000 }, () => newIdempotencyKey());
+      for (const key of keys) expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      expect(new Set(keys).size).toBe(keys.length);
+    } finally {
+      if (saved) Object.defineProperty(globalThis, "crypto", saved);
+    }
+    expect(newIdempotencyKey()).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe("retries", () => {
+  // The slow service runs one assembly at a time with no queue and slows each by 600 ms: a concurrent
+  // second assembly is refused with 503 `overloaded` and `Retry-After: 1`.
+  const slow = (options: { fetch?: typeof fetch; retry?: RetryPolicy } = {}): Client =>
+    new Client({ url: required("PGCONTEXT_SLOW_URL"), apiKey: apiKey(), ...options });
+
+  test("a 503 overloaded is retried after Retry-After with the same Idempotency-Key", async () => {
+    const who = agent("retry");
+    await slow().createMemory("The espresso machine is on the third floor.", { agent_id: who });
+    const recorder = new Recorder();
+    const pg = slow({ fetch: recorder.fetch });
+    const started = performance.now();
+    const both = await Promise.all([0, 1].map(() =>
+      pg.assemble(who, "where is the espresso machine?", { max_context_tokens: 2000 })));
+    const elapsed = performance.now() - started;
+    for (const ctx of both) expect(ctx.context).toContain("espresso");
+    const statuses = recorder.sent.map((r) => r.status);
+    expect(statuses).toContain(503);
+    expect(statuses.filter((s) => s === 200)).toHaveLength(2);
+    expect(elapsed).toBeGreaterThanOrEqual(1000); // the refused one waited the service's Retry-After (1 s)
+
+    const byKey = new Map<string, Array<number | null>>();
+    for (const r of recorder.sent) {
+      const key = r.headers.get("idempotency-key") ?? "";
+      byKey.set(key, [...(byKey.get(key) ?? []), r.status]);
+    }
+    expect(byKey.size).toBe(2); // two calls, each with one key for all of its tries
+    expect([...byKey.values()].map((s) => s.at(-1))).toEqual([200, 200]);
+    expect([...byKey.values()].some((s) => s.length >= 2 && s[0] === 503)).toBe(true);
+  });
+
+  test("with retries off the refusal is an Overloaded error carrying Retry-After", async () => {
+    const who = agent("retry");
+    const pg = slow({ retry: new RetryPolicy({ attempts: 1 }) });
+    const results = await Promise.allSettled([0, 1].map(() => pg.assemble(who, "espresso?", { max_context_tokens: 2000 })));
+    const refused = results.flatMap((r) => (r.status === "rejected" ? [r.reason as unknown] : []));
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toBeInstanceOf(Overloaded);
+    expect(refused[0]).toMatchObject({ status: 503, code: "overloaded", retryAfterS: 1 });
+  });
+
+  test("the caller's timeoutMs is sent as X-Timeout-Ms and met; once passed the answer is DeadlineExceeded", async () => {
+    const recorder = new Recorder();
+    const pg = slow({ fetch: recorder.fetch });
+    const ctx = await pg.assemble(agent("late"), "espresso?", { max_context_tokens: 2000 }, { timeoutMs: 1500 });
+    expect(ctx.metrics.total_ms).toBeLessThan(1500); // the slowed search gave way to the deadline
+    const sent = Number(recorder.sent[0]?.headers.get("x-timeout-ms"));
+    expect(sent).toBeGreaterThan(1000);
+    expect(sent).toBeLessThanOrEqual(1500);
+
+    const error = await pg.assemble(agent("late"), "espresso?", { max_context_tokens: 2000 }, { timeoutMs: 0 })
+      .catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(DeadlineExceeded);
+    expect(error).toMatchObject({ status: 504, code: "deadline_exceeded", details: { level: "L3" } });
+    expect(recorder.sent.at(-1)?.headers.get("x-timeout-ms")).toBe("0");
+  });
+
+  test("the policy's backoff doubles up to its ceiling, with jitter in the upper half", () => {
+    const policy = new RetryPolicy({ backoffMs: 100, maxBackoffMs: 350 });
+    for (const [attempt, ceiling] of [[1, 100], [2, 200], [3, 350], [6, 350]] as const) {
+      const wait = policy.backoff(attempt);
+      expect(wait).toBeGreaterThanOrEqual(ceiling / 2);
+      expect(wait).toBeLessThanOrEqual(ceiling);
+    }
+    expect(() => new RetryPolicy({ attempts: 0 })).toThrow(RangeError);
+  });
+});
