@@ -357,6 +357,7 @@ export interface components {
         /** AppendIn */
         AppendIn: {
             messages: components["schemas"]["MessageIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
         };
         /** AppendOut */
@@ -378,6 +379,7 @@ export interface components {
         };
         /** AssembleRequest */
         AssembleRequest: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id: string;
             query: string & unknown;
             model: string;
@@ -778,6 +780,7 @@ export interface components {
         /** MemoryPatch */
         MemoryPatch: {
             text?: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kind?: string;
             /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
@@ -988,6 +991,7 @@ export interface components {
         };
         /** SearchFilters */
         SearchFilters: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kinds?: string[] | null;
             metadata?: {
@@ -1151,6 +1155,7 @@ export interface components {
         /** MemoryIn */
         MemoryIn: {
             text: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default fact */
             kind?: string;
@@ -1185,6 +1190,7 @@ export interface components {
         /** IngestRequest */
         IngestRequest: {
             files: components["schemas"]["FileIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default default */
             collection?: string;
@@ -1329,7 +1335,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1424,7 +1430,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1490,7 +1496,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1563,7 +1569,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1647,7 +1653,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1751,7 +1757,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1835,7 +1841,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1853,6 +1859,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1908,7 +1915,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1926,6 +1933,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1985,7 +1993,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2003,6 +2011,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -2056,7 +2065,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2126,7 +2135,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2210,7 +2219,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2287,7 +2296,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2340,7 +2349,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2420,7 +2429,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2515,7 +2524,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2588,7 +2597,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2661,7 +2670,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2730,7 +2739,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2817,7 +2826,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2892,7 +2901,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2967,7 +2976,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3033,7 +3042,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3110,7 +3119,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3215,7 +3224,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3268,7 +3277,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3343,7 +3352,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
