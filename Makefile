@@ -43,10 +43,11 @@ fuzz: $(STAMP) ## schemathesis, all checks, 100 examples per operation (random s
 		PGCONTEXT_FUZZ_PHASES=$${PGCONTEXT_FUZZ_PHASES:-examples,coverage,fuzzing} \
 		$(BIN)/pytest -q -p no:cacheprovider -s tests/integration/test_openapi_fuzz.py
 
-lint: $(STAMP) $(TS_STAMP) ## ruff and mypy; the TypeScript client's generated types are current and it type-checks
+lint: $(STAMP) $(TS_STAMP) ## ruff, mypy, the import contracts (layers); the TypeScript client's types are current and it type-checks
 	$(BIN)/ruff check service tests benchmarks migrations client clients
 	$(BIN)/mypy service tests client/pgcontext_client
 	$(BIN)/mypy --explicit-package-bases benchmarks clients/typescript/scripts
+	$(BIN)/lint-imports --no-cache --no-logo
 	cd $(TS) && PYTHON=$(abspath $(BIN))/python npm run --silent check-schema
 	cd $(TS) && npm run --silent typecheck
 

@@ -26,11 +26,14 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.auth import admin
-from service.cli.main import prepare_database
+from service.cli.servers import prepare_database
 from service.embedded.postgres import EmbeddedPostgres
 from service.embedded.redis_server import EmbeddedRedis
 from service.runtime import Endpoints
 from service.settings import Settings
+
+MODEL = "gpt-4o"
+"""The model the benchmarks' assemblies name (its encoding, o200k_base, counts their tokens)."""
 
 SEARCH_STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "lexical": ("lexical", {}),
@@ -41,6 +44,11 @@ SEARCH_STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "auto": ("auto", {}),
 }
 """The retrieval benchmarks' strategies: line name -> (request ``strategy``, request ``tuning``)."""
+
+KEEP = "keep"
+"""``on_duplicate`` of benchmark corpora: every document stays its own memory. Results are scored by document
+id against the corpus's labels, and corpora hold true duplicates (repeated turns like "Thanks!", SciFact
+abstracts sharing sentences); merging them would change the labels, not measure retrieval."""
 
 
 @contextlib.contextmanager
@@ -259,7 +267,7 @@ its own: the rest of ``service`` is its other threads (the query embeddings, mos
 
 
 def cpu_seconds_by_group() -> dict[str, float]:
-    """CPU seconds (user + system) used so far by this machine's service, Postgres and Redis processes,
+    """CPU seconds (user + system) used so far by the local machine's service, Postgres and Redis processes,
     plus this process (``loadgen``), from ``/proc`` (Linux; elsewhere only ``loadgen``). Backends that
     exited are not counted, so take the difference of two readings around a run on pooled connections.
     :data:`SERVICE_MAIN_THREADS` is the share of ``service`` spent on its processes' main threads."""

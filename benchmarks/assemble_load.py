@@ -63,7 +63,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import SERVICE_MAIN_THREADS, cpu_seconds_by_group, noise, percentile  # noqa: E402
+from benchmarks._common import MODEL, SERVICE_MAIN_THREADS, cpu_seconds_by_group, noise, percentile  # noqa: E402
 from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
     add_fresh_queries_flag,
@@ -73,9 +73,6 @@ from benchmarks.bench_org import (  # noqa: E402
     service,
 )
 from service.embedded.postgres import free_port  # noqa: E402
-
-MODEL = "gpt-4o"
-
 
 # -- the load --------------------------------------------------------------------------------------
 
@@ -188,7 +185,7 @@ class _Assembled(msgspec.Struct):
     metrics: _Metrics
     branches: _Branches
     retrieval: _Retrieval | None = None
-    """Absent from an older service (``--compare-root``)."""
+    """Absent from a service that predates the retrieval report (``--compare-root``)."""
     directive: dict[str, Any] | None = None
     degradation_reasons: list[str] = msgspec.field(default_factory=list)
     """Absent from an older service: a directive left out is then counted ``missing``."""

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import (  # noqa: E402
+    KEEP,
     cached_embeddings,
     running_embedded_dsn,
     stop_service,
@@ -179,7 +180,7 @@ async def load_org(url: str, headers: dict[str, str], texts: Sequence[str], vect
         nonlocal done
         while not queue.empty():
             batch = queue.get_nowait()
-            body = {"memories": [
+            body = {"on_duplicate": KEEP, "memories": [
                 {"text": texts[i], "agent_id": agent_of(i, agents, org_wide_every), "embedding": vectors[i].tolist(),
                  "importance": round(rng.random(), 2), "pinned": i % 997 == 0,
                  "kind": "fact" if i % 3 else "episode"} for i in batch]}

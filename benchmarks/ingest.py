@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import percentile, servers
 from service.app import build_services, close_services
 from service.auth import admin
-from service.cli.main import prepare_database
+from service.cli.servers import prepare_database
 from service.db import Database, TenantTx
 from service.embeddings import Embedder
 from service.embeddings.lanes import BulkCapable, EmbeddingLanes
@@ -170,7 +170,8 @@ async def new_org(owner_dsn: str, name: str) -> UUID:
         await conn.close()
 
 
-def body_of(texts: list[str], vectors: npt.NDArray[np.float32] | None = None) -> bytes:
+def body_of(texts: list[str], vectors: npt.NDArray[np.float32] | None = None,
+            on_duplicate: str | None = None) -> bytes:
     items: list[dict[str, Any]] = []
     for i, text in enumerate(texts):
         item: dict[str, Any] = {"text": text, "agent_id": "bench-agent", "kind": "fact",
@@ -178,7 +179,7 @@ def body_of(texts: list[str], vectors: npt.NDArray[np.float32] | None = None) ->
         if vectors is not None:
             item["embedding"] = vectors[i].tolist()
         items.append(item)
-    return json.dumps({"memories": items}).encode()
+    return json.dumps({"memories": items, **({"on_duplicate": on_duplicate} if on_duplicate else {})}).encode()
 
 
 async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_url: str) -> None:
@@ -207,6 +208,7 @@ async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_ur
         full = await timed_batches("write path (server embeds)", batches,
                                    lambda b: write.create(services, org, body_of(b), None))
         full.embed_s, full.db_s = embedder.seconds, db.seconds
+        dedup_runs = await dedup_pair(args, services, embedder, db, owner_dsn, batches) if args.dedup else []
 
         # 2. The model alone, on the same batches; keeps the vectors for the baselines.
         vectors: list[npt.NDArray[np.float32]] = []
@@ -233,7 +235,8 @@ async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_ur
         async def insert_only(_batch: list[str]) -> None:
             rows, vecs = next(items)
             async with db.tenant(org) as tx:
-                await repo.insert_batch(tx, rows, vecs)
+                ids = [r["id"] for r in await tx.fetch("facts.new_ids", len(rows))]
+                await repo.insert_batch(tx, rows, vecs, ids, [None] * len(rows), [None] * len(rows))
 
         db.seconds = 0.0
         pg = await timed_batches("postgres insert only", batches, insert_only)
@@ -241,9 +244,16 @@ async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_ur
 
         print()
         print(HEADER)
-        for run in (full, model, given, pg):
+        for run in (full, *dedup_runs, model, given, pg):
             print(run.row())
         print()
+        if dedup_runs:
+            off = [r for r in dedup_runs if "dedup off" in r.name]
+            on = [r for r in dedup_runs if "dedup on" in r.name]
+            rate_off = sum(r.count / r.total_s for r in off) / len(off)
+            rate_on = sum(r.count / r.total_s for r in on) / len(on)
+            print(f"dedup on vs off (same run, {len(off)} of each, alternating): {rate_on:.0f} vs {rate_off:.0f} "
+                  f"memories/s = {100 * rate_on / rate_off:.0f}% of off")
         print(f"write path vs postgres-only: {full.total_s / pg.total_s:.1f}x the time; "
               f"embedding is {100 * full.embed_s / full.total_s:.0f}% of a server-embedded batch")
         conn = await asyncpg.connect(owner_dsn)
@@ -260,11 +270,32 @@ async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_ur
         await close_services(services, close_embedder=True)  # the proxies close what they wrap
 
 
+async def dedup_pair(args: argparse.Namespace, services: Services, embedder: Any, db: Any, owner_dsn: str,
+                     batches: list[list[str]]) -> list[Any]:
+    """The server-embedded write path with duplicate detection off, on, on, off (fresh orgs each)."""
+    runs = []
+    for n, policy in enumerate(("keep", "merge", "merge", "keep")):
+        org = await new_org(owner_dsn, f"bench-dedup-{policy}-{n}")
+        embedder.seconds = db.seconds = 0.0
+        label = f"write path, dedup {'off' if policy == 'keep' else 'on'} ({n + 1})"
+
+        def step(batch: list[str], policy: str = policy, org: UUID = org) -> Awaitable[Any]:
+            return write.create(services, org, body_of(batch, None, policy), None)
+
+        run = await timed_batches(label, batches, step)
+        run.embed_s, run.db_s = embedder.seconds, db.seconds
+        runs.append(run)
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5000, help="memories to write per run (default 5000)")
     parser.add_argument("--batch", type=int, default=64, help="memories per request (default 64)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="a BEIR corpus.jsonl")
+    parser.add_argument("--dedup", action="store_true",
+                        help="also write the batches with duplicate detection off (on_duplicate=keep) and on "
+                             "(merge), alternating, two runs of each into fresh orgs, and compare throughput")
     args = parser.parse_args()
     configure_logs("warning")
     settings = load_settings()

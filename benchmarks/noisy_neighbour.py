@@ -22,7 +22,7 @@ Org B's client runs in a process of its own (``--flood-nice``, default 10: in pr
 runs elsewhere; here it shares the machine's cores, and its CPU is not the service's), so B's load
 generation does not delay A's client. Reported for both sides: org A's p50/p95/p99 latency and
 degradation-level shares, the p99 ratio and the largest level-share difference; org B's answers.
-Acceptance (issue 13): p99 ratio <= 1.2 and every level's share within 20 points.
+Acceptance: p99 ratio <= 1.2 and every level's share within 20 points.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import percentile  # noqa: E402
-from benchmarks.assemble_load import MODEL, assemble_body  # noqa: E402
+from benchmarks._common import MODEL, percentile  # noqa: E402
+from benchmarks.assemble_load import assemble_body  # noqa: E402
 from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
     add_fresh_queries_flag,

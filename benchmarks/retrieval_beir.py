@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import KEEP, app_client, ndcg_at, new_tenant, percentile, recall_at, servers
 from benchmarks._common import SEARCH_STRATEGIES as STRATEGIES
-from benchmarks._common import app_client, ndcg_at, new_tenant, percentile, recall_at, servers
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine
 from service.settings import load_settings
@@ -90,8 +90,8 @@ async def load_corpus(client: Any, headers: dict[str, str], corpus: dict[str, st
     started = time.perf_counter()
     for start in range(0, len(doc_ids), BATCH):
         chunk = doc_ids[start:start + BATCH]
-        r = await client.post("/v1/memories", json={"memories": [{"text": corpus[d]} for d in chunk]},
-                              headers=headers)
+        r = await client.post("/v1/memories", headers=headers,
+                              json={"memories": [{"text": corpus[d]} for d in chunk], "on_duplicate": KEEP})
         r.raise_for_status()
         by_memory.update(zip(r.json()["ids"], chunk, strict=True))
     return by_memory, len(doc_ids) / (time.perf_counter() - started)
@@ -114,7 +114,8 @@ async def write_overhead(client: Any, owner_dsn: str, corpus: dict[str, str], n:
             for start in range(0, n, BATCH):
                 body = [{"text": t, "embedding": v.tolist()}
                         for t, v in zip(texts[start:start + BATCH], vectors[start:start + BATCH], strict=True)]
-                (await client.post("/v1/memories", json={"memories": body}, headers=headers)).raise_for_status()
+                (await client.post("/v1/memories", json={"memories": body, "on_duplicate": KEEP},
+                                   headers=headers)).raise_for_status()
             mode = "on" if enabled else "off"
             rates[mode] = max(rates.get(mode, 0.0), n / (time.perf_counter() - started))
     finally:

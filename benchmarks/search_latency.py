@@ -62,8 +62,8 @@ from service.settings import Settings, load_settings
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / ".pgcontext" / "bench-latency"
 STRATEGIES = ("lexical", "semantic", "hybrid", "hybrid_rrf", "lexical_first", "auto")
-"""``hybrid`` fuses with the default (``auto``: z-scores); ``hybrid_rrf`` with RRF, the default before
-issue 12, so the same run compares the two."""
+"""``hybrid`` fuses with the default (``auto``: z-scores); ``hybrid_rrf`` with RRF, so the same run
+compares the two."""
 
 
 def request(name: str, text: str, limit: int) -> SearchRequest:
@@ -318,7 +318,7 @@ def main() -> None:
         shutil.rmtree(home / "postgres")
     pg = EmbeddedPostgres(home / "postgres", shared_buffers=args.shared_buffers).start()
     try:
-        from service.cli.main import prepare_database
+        from service.cli.servers import prepare_database
 
         owner_dsn = pg.dsn()
         app_dsn = prepare_database(settings, owner_dsn)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.assemble_load import MODEL
+from benchmarks._common import MODEL
 from benchmarks.bench_org import scifact_train
 
 
@@ -35,7 +35,7 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
     """Selective mode vs the naive top-10 on SciFact train: tokens packed and relevant documents kept."""
     import dataclasses
 
-    from benchmarks._common import app_client, new_tenant, servers
+    from benchmarks._common import KEEP, app_client, new_tenant, servers
     from service.assembly.format import format_memories, format_memory, memory_tag
     from service.settings import load_settings
     from service.text.tokens import Tokenizers
@@ -54,7 +54,7 @@ async def selective_eval(root: Path, max_queries: int, doc_ids: list[str], texts
             memory_doc: dict[str, str] = {}
             for start in range(0, len(texts), 32):  # whole abstracts: small batches stay under statement_timeout
                 batch = range(start, min(start + 32, len(texts)))
-                r = await client.post("/v1/memories", headers=headers, json={"memories": [
+                r = await client.post("/v1/memories", headers=headers, json={"on_duplicate": KEEP, "memories": [
                     {"text": texts[i], "kind": "document", "embedding": vectors[i].tolist()} for i in batch]})
                 assert r.status_code == 201, r.text
                 memory_doc.update({str(m): doc_ids[i] for m, i in zip(r.json()["ids"], batch, strict=True)})

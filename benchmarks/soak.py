@@ -11,7 +11,7 @@ SciFact memories, then for ``--minutes`` runs at once:
 * 1 client writing batches of 64 memories embedded server-side;
 * 1 client searching (hybrid);
 * every 30 s one large document ingest (``--doc-chunks`` ~256-token sections: 171 by default, the
-  size that took the service from 433 to 2,087 MB in issue 14).
+  size that once took the service from 433 to 2,087 MB).
 
 Every ``--every`` seconds it samples the service's RSS and, over all Postgres processes of the
 data directory, the sum of PSS (shared buffers touched count, divided among the processes that

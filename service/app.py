@@ -28,6 +28,8 @@ from service.assembly import (
 from service.assembly.shedding import shedding_middleware
 from service.assembly.warmup import Warmup
 from service.auth import KeyCache
+from service.auth.failures import FailedAuthLimiter
+from service.conversations import ConversationController
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
 from service.db.errors import translate
@@ -42,11 +44,14 @@ from service.export import ExportController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
+from service.http.throttle import in_flight_middleware, rate_limit_edge
 from service.memories import MemoryController
+from service.memories.facts.consolidate import Consolidator, start_consolidation
+from service.memories.facts.handlers import HistoryController, OrgSettingsController
 from service.retrieval import RetrievalEngine, SearchController
 from service.runtime import Endpoints, Services
 from service.settings import Settings
-from service.tenancy.ratelimit import RateLimiter, in_flight_middleware, rate_limit_edge
+from service.tenancy.ratelimit import RateLimiter
 
 log = structlog.get_logger(__name__)
 
@@ -136,6 +141,8 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
                         rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
+    services.extras["auth_failures"] = FailedAuthLimiter(settings.server.auth_failure_burst,
+                                                         settings.server.auth_failure_rate_per_s)
     epochs = CacheEpochs(db, check_s=settings.redis.epoch_check_s)
     services.extras["directives"] = DirectiveStore(db, redis, epochs, settings.redis.org_directive_bytes)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval, lanes=lanes_of(services),
@@ -143,6 +150,7 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     orchestrator = await build_orchestrator(services)
     services.extras["assembly"] = orchestrator
     services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
+    services.extras["consolidator"] = start_consolidation(services)
     return services
 
 
@@ -161,6 +169,9 @@ async def warm_up(services: Services, owner_dsn: str | None) -> Warmup | None:
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
+    consolidator = services.extras.get("consolidator")
+    if isinstance(consolidator, Consolidator):
+        await consolidator.aclose()
     assembly = services.extras.get("assembly")
     if isinstance(assembly, Orchestrator):
         await assembly.aclose()  # flushes pending access statistics while the pool is still open
@@ -183,7 +194,7 @@ to hand in its tokens and to hand back the vector; behind an event loop busy wit
 each of those waits lasted up to the whole interval, so under load an embedding of ~2 ms of CPU
 took long enough to miss its deadline (``embedder_timeout``). At 0.5 ms, three assemblies at a time
 on two cores: 65-93 embedder timeouts in 1,500 instead of 129-146, and 93-96% of the assemblies ran
-their planned search instead of 90-91% (docs/benchmarks.md, session 15)."""
+their planned search instead of 90-91% (docs/operations.md, "Decisions")."""
 
 
 def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder | None = None) -> Litestar:
@@ -199,7 +210,7 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
         # stop the event loop for ~90 ms every few seconds under load (6-8 ms once frozen).
         gc.collect()
         gc.freeze()
-        log.info("gc_frozen", objects=gc.get_freeze_count())
+        log.debug("gc_frozen", objects=gc.get_freeze_count())
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         try:
@@ -214,8 +225,9 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     prometheus = PrometheusConfig(app_name="pgcontext", group_path=True)
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
-                        DocumentController, AssemblyController, HotMemoryController, FeedbackController,
-                        ExportController, metrics_controller(settings.server.metrics_token), *explain_routes],
+                        DocumentController, ConversationController, AssemblyController, HotMemoryController,
+                        FeedbackController, ExportController, HistoryController, OrgSettingsController,
+                        metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "org_id": Provide(provide_org_id),

@@ -51,21 +51,27 @@ def create_memory(text: str, *, agent_id: str | None = None, kind: str | None = 
                   metadata: dict[str, Any] | None = None, importance: float | None = None,
                   pinned: bool | None = None, expires_at: datetime | None = None,
                   occurred_at: datetime | None = None, search_context: str | None = None,
-                  embedding: list[float] | None = None,
+                  embedding: list[float] | None = None, key: str | None = None,
+                  supersedes: Sequence[Id] | None = None, valid_until: datetime | None = None,
+                  on_duplicate: str | None = None,
                   idempotency_key: str | None = None) -> Call[t.CreatedMemories]:
-    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids``.
+    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids`` and
+    what happened in ``items`` (``created``, ``merged`` into a duplicate, or ``superseded`` older values).
     ``search_context`` is searched but never packed into a context (e.g. the turn it replies to)."""
     body = t.MemoryIn(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
                       pinned=pinned, expires_at=expires_at, occurred_at=occurred_at,
-                      search_context=search_context, embedding=embedding)
+                      search_context=search_context, embedding=embedding, key=key,
+                      supersedes=None if supersedes is None else [UUID(str(i)) for i in supersedes],
+                      valid_until=valid_until, on_duplicate=on_duplicate)
     return Call("POST", "/v1/memories", t.CreatedMemories, body=body, idempotency_key=idempotency_key,
                 repeatable=True)
 
 
-def create_memories(memories: Sequence[t.MemoryIn], *, idempotency_key: str | None = None
-                    ) -> Call[t.CreatedMemories]:
+def create_memories(memories: Sequence[t.MemoryIn], *, on_duplicate: str | None = None,
+                    idempotency_key: str | None = None) -> Call[t.CreatedMemories]:
     """Store a batch (at most the service's ``PGCONTEXT_MAX_BATCH``, default 256) in one transaction."""
-    return Call("POST", "/v1/memories", t.CreatedMemories, body=t.MemoryBatchIn(memories=list(memories)),
+    body = t.MemoryBatchIn(memories=list(memories), on_duplicate=on_duplicate)
+    return Call("POST", "/v1/memories", t.CreatedMemories, body=body,
                 idempotency_key=idempotency_key, repeatable=True)
 
 
@@ -77,30 +83,57 @@ def get_memory(memory_id: Id) -> Call[t.Memory]:
 def list_memories(*, agent_id: str | None = None, kind: str | None = None, metadata: dict[str, Any] | None = None,
                   created_after: datetime | None = None, created_before: datetime | None = None,
                   occurred_after: datetime | None = None, occurred_before: datetime | None = None,
+                  as_of: datetime | None = None, include_superseded: bool | None = None,
                   limit: int | None = None, cursor: str | None = None) -> Call[t.MemoryPage]:
-    """A page of memories, newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    """A page of memories, newest first; pass ``next_cursor`` back as ``cursor`` for the next page.
+    Current memories only, unless ``as_of`` (what was valid then) or ``include_superseded``."""
     params = _query(agent_id=agent_id, kind=kind, metadata=metadata, created_after=created_after,
                     created_before=created_before, occurred_after=occurred_after,
-                    occurred_before=occurred_before, limit=limit, cursor=cursor)
+                    occurred_before=occurred_before, as_of=as_of, include_superseded=include_superseded,
+                    limit=limit, cursor=cursor)
     return Call("GET", "/v1/memories", t.MemoryPage, params=params, repeatable=True)
 
 
 def update_memory(memory_id: Id, *, text: str = UNSET, agent_id: str | None = UNSET, kind: str = UNSET,
                   metadata: dict[str, Any] = UNSET, importance: float = UNSET, pinned: bool = UNSET,
                   expires_at: datetime | None = UNSET, occurred_at: datetime = UNSET,
-                  search_context: str | None = UNSET,
-                  idempotency_key: str | None = None) -> Call[t.Memory]:
-    """Change only the fields given (re-embeds when ``text`` changes); returns the memory as stored."""
+                  search_context: str | None = UNSET, valid_until: datetime | None = UNSET,
+                  on_duplicate: str = UNSET, idempotency_key: str | None = None) -> Call[t.PatchedMemory]:
+    """Change only the fields given (re-embeds when ``text`` changes); returns the memory as stored, or
+    (``status`` ``merged``) the memory a new text duplicated, which this one was merged into."""
     body = t.MemoryPatch(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
                          pinned=pinned, expires_at=expires_at, occurred_at=occurred_at,
-                         search_context=search_context)
-    return Call("PATCH", f"/v1/memories/{_seg(memory_id)}", t.Memory, body=body,
+                         search_context=search_context, valid_until=valid_until, on_duplicate=on_duplicate)
+    return Call("PATCH", f"/v1/memories/{_seg(memory_id)}", t.PatchedMemory, body=body,
                 idempotency_key=idempotency_key, repeatable=True)
 
 
-def delete_memory(memory_id: Id, *, idempotency_key: str | None = None) -> Call[None]:
-    """Delete one memory (``NotFound`` when there is none)."""
-    return Call("DELETE", f"/v1/memories/{_seg(memory_id)}", None, idempotency_key=idempotency_key,
+def delete_memory(memory_id: Id, *, erase: bool | None = None, idempotency_key: str | None = None) -> Call[None]:
+    """Delete one memory (``NotFound`` when there is none); ``erase`` removes its history too."""
+    return Call("DELETE", f"/v1/memories/{_seg(memory_id)}", None, params=_query(erase=erase),
+                idempotency_key=idempotency_key, repeatable=True)
+
+
+def memory_history(memory_id: Id, *, limit: int | None = None, cursor: str | None = None) -> Call[t.HistoryPage]:
+    """Every change to a memory, oldest first (append-only events)."""
+    return Call("GET", f"/v1/memories/{_seg(memory_id)}/history", t.HistoryPage,
+                params=_query(limit=limit, cursor=cursor), repeatable=True)
+
+
+def undo_event(memory_id: Id, event_id: Id, *, reason: str | None = None) -> Call[t.UndoResult]:
+    """Undo a merge (the duplicate comes back as a memory of its own) or a model's decision."""
+    return Call("POST", f"/v1/memories/{_seg(memory_id)}/history/{_seg(event_id)}/undo", t.UndoResult,
+                body=t.UndoIn(reason=reason))
+
+
+def org_settings() -> Call[t.OrgSettings]:
+    """The org's defaults (``on_duplicate``)."""
+    return Call("GET", "/v1/org/settings", t.OrgSettings, repeatable=True)
+
+
+def set_org_settings(*, on_duplicate: str | None = None) -> Call[t.OrgSettings]:
+    """Change the org's defaults: ``on_duplicate`` = ``merge``, ``keep`` or ``reject``."""
+    return Call("PATCH", "/v1/org/settings", t.OrgSettings, body=t.OrgSettingsIn(on_duplicate=on_duplicate),
                 repeatable=True)
 
 
@@ -144,21 +177,67 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
              recent_messages: Sequence[t.Message | Mapping[str, str]] | None = None,
              max_context_tokens: int | None = None, selective: bool | None = None,
              reserve_tokens: int | None = None, retrieval: t.RetrievalOptions | None = None,
+             conversation_id: str | None = None, history_turns: int | None = None,
              timeout_ms: int | None = None) -> Call[t.AssembledContext]:
     """The context for one model call: directive, hot and cold memories and history, packed into a token
-    budget. Give ``max_context_tokens``, ``selective=True`` or both. ``timeout_ms`` is your own deadline
-    (``X-Timeout-Ms``), both ways: longer than the service's deadline (40 ms by default) it lengthens
-    the service's wall, up to its ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so the
-    full planned retrieval runs when you can wait for it; past it the service answers 504
-    (``DeadlineExceeded``), never partial context. ``result.complete`` / ``result.directive_missing``
-    say whether anything planned is missing (``degradation_reasons``)."""
+    budget. Give ``max_context_tokens``, ``selective=True`` or both. With ``conversation_id``, that
+    conversation's messages already in ``recent_messages`` (or among its last ``history_turns``) are not
+    packed again. ``timeout_ms`` is your own deadline (``X-Timeout-Ms``), both ways: longer than the
+    service's deadline (40 ms by default) it lengthens the service's wall, up to its
+    ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so the full planned retrieval runs when you
+    can wait for it; past it the service answers 504 (``DeadlineExceeded``), never partial context.
+    ``result.complete`` / ``result.directive_missing`` say whether anything planned is missing
+    (``degradation_reasons``)."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
     body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,
                              max_context_tokens=max_context_tokens, selective=selective,
-                             reserve_tokens=reserve_tokens, retrieval=retrieval)
+                             reserve_tokens=reserve_tokens, retrieval=retrieval, conversation_id=conversation_id,
+                             history_turns=history_turns)
     headers = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
     return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, headers=headers, repeatable=True)
+
+
+# --- conversations --------------------------------------------------------------------------------
+
+
+def append_messages(conversation_id: str, messages: Sequence[t.MessageIn | Mapping[str, Any]], *,
+                    agent_id: str | None = UNSET, idempotency_key: str | None = None) -> Call[t.Appended]:
+    """Append messages to a conversation, in order (the first append creates it, owned by ``agent_id``;
+    left out: org-wide). Each is searchable as a memory of kind ``message``; one whose ``message_id`` is
+    already in the conversation is not written again, so a retried append is safe."""
+    items = [m if isinstance(m, t.MessageIn) else msgspec.convert(m, t.MessageIn) for m in messages]
+    # Repeatable: messages with a message_id are written once; give every message one to retry safely.
+    return Call("POST", f"/v1/conversations/{_seg(conversation_id)}/messages", t.Appended,
+                body=t.AppendIn(messages=items, agent_id=agent_id), idempotency_key=idempotency_key,
+                repeatable=all(m.message_id is not None for m in items))
+
+
+def list_messages(conversation_id: str, *, session_id: str | None = None, limit: int | None = None,
+                  cursor: str | None = None) -> Call[t.MessagePage]:
+    """A page of the conversation's messages in order; pass ``next_cursor`` back as ``cursor``."""
+    params = _query(session_id=session_id, limit=limit, cursor=cursor)
+    return Call("GET", f"/v1/conversations/{_seg(conversation_id)}/messages", t.MessagePage, params=params,
+                repeatable=True)
+
+
+def get_conversation(conversation_id: str) -> Call[t.Conversation]:
+    """One conversation: its agent and message count (``NotFound`` when it is not your org's)."""
+    return Call("GET", f"/v1/conversations/{_seg(conversation_id)}", t.Conversation, repeatable=True)
+
+
+def list_conversations(*, agent_id: str | None = None, limit: int | None = None,
+                       cursor: str | None = None) -> Call[t.ConversationPage]:
+    """A page of conversations, newest first (``agent_id``: only that agent's)."""
+    return Call("GET", "/v1/conversations", t.ConversationPage,
+                params=_query(agent_id=agent_id, limit=limit, cursor=cursor), repeatable=True)
+
+
+def delete_conversation(conversation_id: str, *, idempotency_key: str | None = None
+                        ) -> Call[t.DeletedConversation]:
+    """Delete a conversation and everything derived from its messages (``NotFound`` when there is none)."""
+    return Call("DELETE", f"/v1/conversations/{_seg(conversation_id)}", t.DeletedConversation,
+                idempotency_key=idempotency_key, repeatable=True)
 
 
 # --- directives -----------------------------------------------------------------------------------

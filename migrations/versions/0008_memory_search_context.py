@@ -18,8 +18,8 @@ the evidence lower than the text's own vector; docs/retrieval.md "Search context
 * ``memory_lex_shard()``: the df/length counter shard a transaction writes, chosen once per
   transaction among the org's shards no other open transaction holds (``pg_try_advisory_xact_lock``
   on (org, shard), starting at 0002's ``pg_backend_pid() % 8``), so two writers of one org -- a
-  memory batch beside a document ingest -- no longer wait on each other's counter rows (issue 14's
-  soak: a batch answered 503 after the 5 s statement timeout behind an ingest on the same shard).
+  memory batch beside a document ingest -- no longer wait on each other's counter rows (in a
+  soak, a batch answered 503 after the 5 s statement timeout behind an ingest on the same shard).
   With all eight held it falls back to the pid's shard (and waits, as before).
 * ``memory_lex_add`` / ``memory_lex_remove`` take the context tsvectors as a fourth array (default
   NULL, so callers of the three-argument form -- benchmarks/search_latency.py's bulk build -- still

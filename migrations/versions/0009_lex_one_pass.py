@@ -5,7 +5,7 @@ write) were three statements each: the postings, the df counters and the length 
 first two each called ``memory_lex_terms`` -- unnest every tsvector of the batch (text and
 context), group by term, sum the lengths -- so every write computed it twice, and the df insert
 called the VOLATILE ``memory_lex_shard()`` once per distinct term. Loading 100,000 memories with
-their vectors through the API ran at ~680/s at 0008 against ~870-1,000/s at 0004 (issue 12 note).
+their vectors through the API ran at ~680/s at 0008 against ~870-1,000/s at 0004.
 
 Here the postings insert (or delete) and the df counters are one statement over one materialized
 ``memory_lex_terms`` result, with the shard read once; the statistics statement is unchanged.

@@ -27,7 +27,7 @@ service spends its cores on answers nobody reads. So the line sheds work before 
   ``limit`` clients (0.2-0.4% of assemblies refused at concurrency 8 with 4 slots when such lines
   were LIFO too), or of four times ``limit`` (16 clients on 4 slots at 100K: 3.7-4.9% refused
   when every standing line longer than the slots was LIFO, 1.5-3.1% when one whose oldest waiter
-  was past the target was, none since; see docs/benchmarks.md).
+  was past the target was, none since; see docs/operations.md, "Decisions").
 * Beyond that length (and never more than ``max_queued``) a request is refused, by
   :mod:`service.assembly.shedding` at the edge, before its body is read. A request let in at the
   edge holds a place (:meth:`Admission.arrive`) until it reaches the line: a crowd arriving together
@@ -40,8 +40,8 @@ service spends its cores on answers nobody reads. So the line sheds work before 
 Every refusal is a 503 ``overloaded`` with ``Retry-After`` (seconds until the line should have
 drained, at least 1), answered no sooner than ``hold_ms`` after the request arrived (or just
 before the caller's deadline): a held refusal costs a timer, while clients that ignore
-``Retry-After`` and retry at once would otherwise spend the cores on refusals (the collapse of
-issue 14: 41,846 refusals, and the admitted assemblies' branches starved into L2). Passing the
+``Retry-After`` and retry at once would otherwise spend the cores on refusals (a measured collapse:
+41,846 refusals, and the admitted assemblies' branches starved into L2). Passing the
 caller's own deadline is still an L3 504. Refused work never touched Postgres, Redis or the embedder.
 """
 

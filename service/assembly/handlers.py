@@ -23,9 +23,8 @@ from service.assembly.orchestrator import Orchestrator
 from service.assembly.types import AssembleRequest, AssembleResponse, FeedbackIn, FeedbackOut, HotSetOut
 from service.errors import DeadlineExceeded, ServiceUnavailable
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.memories.handlers import AgentIdQuery
-from service.memories.validation import check_agent_id
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -136,7 +135,6 @@ class HotMemoryController(Controller):
     async def hot_set(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdQuery) -> HotSetOut:
         """Served from Redis (``source: cache``) or read from Postgres on a miss, then cached (only for
         agents that have memories of their own)."""
-        check_agent_id(agent_id)
         out = await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
         if out.source == "postgres" and services.rate_limiter is not None:
             # Not cached: a Postgres read the route's price did not cover (service.tenancy.ratecost)

@@ -23,7 +23,7 @@ Redis and evict other orgs' keys. The set of an agent that has none (an unknown 
 one holding only org-wide memories) is the org-wide set, the same for every such agent: it is
 stored once per org under ``{org_id}:hot_memories:#org-wide`` (``#`` is never in an agent id),
 stamped with the generation and epoch only, and served to an agent without a key of its own after
-one indexed ``EXISTS`` query says the agent still has no memories of its own (issue 17: an agent
+one indexed ``EXISTS`` query says the agent still has no memories of its own (before, an agent
 holding only org-wide memories made every one of its assemblies rank all of the org's org-wide
 memories in Postgres, 15-30 ms at 10,000 of them, so its hot branch timed out: L1). Every set
 is written with a TTL (``hot_ttl_s``), and an org's sets together stay under

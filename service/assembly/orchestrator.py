@@ -77,6 +77,7 @@ from service.assembly.deadline import CallerDeadline, plan_wall
 from service.assembly.directive import DirectiveRead
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
+from service.assembly.history import leave_out_history, read_last
 from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, in_sources
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import pack
@@ -158,6 +159,9 @@ class Orchestrator:
             if len(m.content) > s.max_message_chars or "\x00" in m.content or "\x00" in m.role:
                 raise BadRequest(f"recent_messages[{i}] is longer than {s.max_message_chars} characters or holds NUL",
                                  code="validation_error", details={"field": f"recent_messages[{i}]"})
+        if req.history_turns is not None and req.conversation_id is None:
+            raise BadRequest("history_turns needs conversation_id (the conversation whose last turns the model sees)",
+                             code="validation_error", details={"field": "history_turns"})
         if req.retrieval.filters.agent_id is not None:
             raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
                              code="validation_error", details={"field": "retrieval.filters.agent_id"})
@@ -252,7 +256,7 @@ class Orchestrator:
     def _early_reads(self, org_id: UUID, req: AssembleRequest) -> EarlyReads:
         early = EarlyReads()
         early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
-        if req.retrieval.use_hot and self.circuit.available():
+        if req.retrieval.use_hot and _current_only(req) and self.circuit.available():
             early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
         return early
 
@@ -292,10 +296,13 @@ class Orchestrator:
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
             hot_branch = BranchTask.adopt("hot", wall.hot_ms, hot_read, self.circuit)
         else:
-            reason = "disabled by the request" if not req.retrieval.use_hot else "Redis failed recently; retrying soon"
+            reason = ("disabled by the request" if not req.retrieval.use_hot
+                      else "the hot set holds current memories; the request asked for as_of or include_superseded"
+                      if not _current_only(req) else "Redis failed recently; retrying soon")
             hot_branch = BranchTask.skipped("hot", reason)
         cold_branch = BranchTask.start("cold", cold_ms, lambda: self.cold.run(org_id, req, search, keep, cold_ms,
                                                                               queued_ms, extended=wall.extended))
+        last_read = asyncio.ensure_future(read_last(self.db, org_id, req)) if req.history_turns is not None else None
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
             await asyncio.sleep(0)  # let the branches send their first I/O before the CPU work below
@@ -325,6 +332,8 @@ class Orchestrator:
                                          query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
+        candidates, in_history = await leave_out_history(req, candidates, cold_run.value, last_read, counter,
+                                                         wall.wall_ms / 1000 - (time.perf_counter() - started))
         directive_text = directive.content if directive is not None else None
         work = (candidates, sel, counter, directive_text, history, measured, req, reserve, window)
         if len(candidates) > s.inline_cpu_candidates:
@@ -345,7 +354,7 @@ class Orchestrator:
         level: Level = "L0" if len(usable) == 2 else "L1" if usable else "L2"
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = build_response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
-                                  budget_pre_ms, started, counting, sel, retrieval)
+                                  budget_pre_ms, started, counting, sel, retrieval, in_history)
         response.metrics.queued_ms, response.metrics.deadline_ms = queued_ms, round(wall.deadline_ms, 3)
         if not quiet:
             self.access.record(org_id, [m.id for m in response.memories_used])
@@ -387,3 +396,10 @@ async def build_orchestrator(services: Services) -> Orchestrator:
                                         services.settings.redis.org_hot_set_bytes), engine=engine,
                         tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
                         circuit=circuit)
+
+
+def _current_only(req: AssembleRequest) -> bool:
+    """The request wants the current memories (the default), which is what a hot set holds; with
+    ``as_of`` or ``include_superseded`` the cold search alone answers (service.memories.facts)."""
+    filters = req.retrieval.filters
+    return filters.as_of is None and not filters.include_superseded

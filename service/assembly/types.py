@@ -8,8 +8,9 @@ from uuid import UUID
 
 import msgspec
 
+from service.conversations.types import Ident
 from service.memories.types import AgentId
-from service.retrieval.types import RetrievalReport, SearchFilters, SearchTuning, Strategy
+from service.retrieval.types import MessageRef, RetrievalReport, SearchFilters, SearchTuning, Strategy
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
@@ -63,6 +64,12 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (the sooner of this and the headers wins). Longer than ``PGCONTEXT_DEADLINE_MS`` (40) it buys a
     longer wall, up to ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1000), so the full planned retrieval
     runs; past it the answer is a 504."""
+    conversation_id: Ident | None = None
+    """The conversation this model call continues: its messages that ``recent_messages`` already hold
+    (and, with ``history_turns``, its last turns) are not packed again (``dropped``: ``in_history``)."""
+    history_turns: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
+    """With ``conversation_id``: the model sees the conversation's last ``history_turns`` messages
+    already (sent by the caller, in ``recent_messages`` or otherwise), so they are not packed."""
 
 
 class DirectiveUsed(msgspec.Struct):
@@ -93,13 +100,16 @@ class MemoryUsed(msgspec.Struct):
     justification: str
     occurred_at: datetime | None = None
     """When the memory's event happened (its write time unless the writer said otherwise)."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
 
 
 class DroppedMemory(msgspec.Struct):
     id: UUID
-    reason: Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
+    reason: Literal["empty", "duplicate", "below_threshold", "over_budget", "nested", "in_history"]
     """``nested``: a document chunk whose lines are already in the context (in a summary, section or
-    chunk of the same file that was packed)."""
+    chunk of the same file that was packed); ``in_history``: a message of the request's conversation
+    that the model already sees (in ``recent_messages``, or among its last ``history_turns``)."""
     detail: str
     tokens: int
     """Tokens of its memory line without a tag."""
@@ -110,6 +120,8 @@ class DroppedMemory(msgspec.Struct):
     """With ``explain: true``: the branch that offered it."""
     scores: Scores | None = None
     """With ``explain: true``: its score breakdown when it was dropped."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
 
 
 class BudgetOut(msgspec.Struct):

@@ -1,5 +1,6 @@
-"""API keys -> org: generation and hashing, the request dependency, and owner-side management."""
+"""API keys -> org: generation, hashing and the in-process cache of resolved keys, and owner-side
+management (the bearer dependency that uses them is :mod:`service.http.auth`)."""
 
-from service.auth.guard import KeyCache, authenticate
+from service.auth.keys import KeyCache
 
-__all__ = ["KeyCache", "authenticate"]
+__all__ = ["KeyCache"]

@@ -31,6 +31,9 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
     "documents",
     "document_index_state",
     "cache_epochs",
+    "memory_events",
+    "org_settings",
+    "consolidation_jobs",
 )
 REFERENCE: Final[tuple[str, ...]] = ("orgs", "api_keys")
 

@@ -20,8 +20,8 @@ from service.db.migrate import APP_ROLE, alembic_config
 from service.db.queries import query
 
 MIN_SERVER_VERSION_NUM = 160000
-"""PostgreSQL 16: the oldest server the schema and queries are written for (16, 17 and 18 are tested
-to the extent this machine allows: 18 for real, the portable UUIDv7 for 16 and 17)."""
+"""PostgreSQL 16: the oldest server the schema and queries are written for (the tests run 18 for
+real; for 16 and 17 they check the portable UUIDv7 and that no 17/18-only function is used)."""
 MIN_PGVECTOR = (0, 8)
 """pgvector 0.8: iterative HNSW scans (``hnsw.iterative_scan``) keep org-filtered searches complete."""
 MIGRATION_LOCK_KEY = 7_063_485_093_071_431_474

@@ -21,7 +21,6 @@ during a failover): without it a directive read or a write's hot-set invalidatio
 from __future__ import annotations
 
 from typing import Any, TypeAlias
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
@@ -31,10 +30,11 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from service.settings.redis_url import is_cluster_url, startup_nodes
+
 RedisClient: TypeAlias = Redis | RedisCluster
 """What the service holds: both kinds answer the same commands, scripts and (non-transactional) pipelines."""
 
-CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 HEALTH_CHECK_INTERVAL_S = 30
 CLUSTER_RETRIES = 3
 """Attempts after a connection error / CLUSTERDOWN, each after re-reading the topology. redis-py's
@@ -82,40 +82,6 @@ class Cluster(RedisCluster):
         if shard_hint:
             raise RedisClusterException("shard_hint is not supported by the cluster pipeline")
         return _Pipeline(self, transaction)  # type: ignore[abstract]  # redis-py builds its own the same way
-
-
-def is_cluster_url(url: str) -> bool:
-    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
-
-
-def startup_nodes(url: str) -> tuple[list[tuple[str, int]], str]:
-    """The ``(host, port)`` of every node in a cluster URL, and the URL of the first as plain ``redis(s)://``
-    (credentials and query options kept) for redis-py's own parsing."""
-    parts = urlsplit(url)
-    scheme = CLUSTER_SCHEMES.get(parts.scheme.lower(), parts.scheme.lower())
-    if scheme not in ("redis", "rediss"):
-        raise ValueError(f"a Redis Cluster is reached over TCP (redis:// or rediss://), not {parts.scheme}://")
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes: list[tuple[str, int]] = []
-    for item in hosts.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep:
-            host, port = item.strip(), "6379"
-        host = host.strip("[]")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"bad cluster node {item!r} in the Redis URL (expected host:port)")
-        nodes.append((unquote(host), int(port)))
-    if parts.path not in ("", "/", "/0"):
-        raise ValueError("a Redis Cluster has only database 0")
-    first_host, first_port = nodes[0]
-    netloc = (f"{userinfo}@" if userinfo else "") + (f"[{first_host}]" if ":" in first_host else first_host)
-    return nodes, urlunsplit((scheme, f"{netloc}:{first_port}", "", parts.query, ""))
-
-
-def check_url(url: str, *, cluster: bool) -> None:
-    """Raise ValueError for a URL the client could not use (at start, not at the first request)."""
-    if cluster or is_cluster_url(url):
-        startup_nodes(url)
 
 
 def connect(url: str, *, cluster: bool = False, timeout_s: float) -> RedisClient:

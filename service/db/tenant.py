@@ -236,6 +236,12 @@ class Database:
     def pool_size(self) -> int:
         """Connections the primary's pool holds now."""
         return int(self._pool.get_size())
+    async def due_consolidation_orgs(self, limit: int, timeout_s: float = 5.0) -> list[UUID]:
+        """Orgs with model-consolidation jobs due, through the SECURITY DEFINER lookup (no tenant scope:
+        org ids only; each org's jobs are then read in its own transaction)."""
+        rows = await self._run(lambda conn, left_s: conn.fetch(query("facts.due_orgs"), limit, timeout=left_s),
+                               timeout_s)
+        return [UUID(str(r["org_id"])) for r in rows]
 
     async def ping(self, timeout_s: float = 1.0) -> bool:
         return bool(await self._run(lambda conn, left_s: conn.fetchval("SELECT 1", timeout=left_s), timeout_s))

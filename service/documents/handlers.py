@@ -18,7 +18,7 @@ from service.documents.types import (
 )
 from service.errors import BadRequest, NotFound
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 
 COLLECTION_PATTERN = r"^[A-Za-z0-9_.:@/-]+$"
 MAX_DELETE_PATHS = 256

@@ -47,8 +47,7 @@ import prometheus_client
 
 from service.embeddings.base import Embedder
 from service.embeddings.local import QUERY_THREADS
-from service.runtime import Services
-from service.settings import EmbeddingSettings
+from service.settings import EmbeddingSettings, Settings
 
 BULK_YIELDS = prometheus_client.Counter(
     "pgcontext_embedding_bulk_yields_total", "Bulk embedding sub-batches that waited for query embeddings first")
@@ -266,7 +265,20 @@ class EmbeddingLanes:
         return out
 
 
-def lanes_of(services: Services) -> EmbeddingLanes:
+class HasLanes(Protocol):
+    """What :func:`lanes_of` needs of the app's services (:class:`service.runtime.Services` has it)."""
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def extras(self) -> dict[str, object]: ...
+
+
+def lanes_of(services: HasLanes) -> EmbeddingLanes:
     """The app's lanes (``services.extras["embedding_lanes"]``), made on first use."""
     lanes = services.extras.get("embedding_lanes")
     if not isinstance(lanes, EmbeddingLanes):

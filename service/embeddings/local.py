@@ -28,13 +28,13 @@ LONG_QUERY_CHARS = 512
 """A query this long (about 128 word pieces and more, up to the model's cut at ~37 ms of CPU against
 ~2 ms for a short one) embeds on the long-query thread, at CPU niceness ``LONG_QUERY_NICE``: on a
 busy machine the kernel serves short queries, the event loop and Postgres first, so one org's long
-queries cost others little (issue 13's noisy neighbour); on an idle one it runs at full speed."""
+queries cost others little (the noisy-neighbour benchmark); on an idle one it runs at full speed."""
 LONG_QUERY_NICE = 5
 """Niceness of the long-query thread above the process's (see ``LONG_QUERY_CHARS``)."""
 QUERY_THREADS = 3
 """Query-lane threads (and so query embeddings at once, ``service.embeddings.lanes``) by default.
 One org may hold all but one, so two slots serialised one org's queries; three let two of its
-queries embed at once with a third kept for the others (docs/benchmarks.md, sessions 13 and 14)."""
+queries embed at once with a third kept for the others (docs/operations.md, "Decisions")."""
 
 
 class LocalEmbedder:

@@ -10,7 +10,6 @@ from litestar.response import Stream
 from service.export.stream import MEDIA_TYPE, export_lines
 from service.http.deps import OrgId, ServicesDep
 from service.memories.handlers import AgentIdQuery
-from service.memories.validation import check_agent_id
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -22,7 +21,8 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
 EXPORT_DESCRIPTION = (
     "One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` "
     "(ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access "
-    "statistics; expired memories not yet purged included), and last `end` with the count per type. Only "
+    "statistics; expired memories not yet purged and retired ones included), `event` (the history recorded "
+    "under the agent), and last `end` with the count per type. Only "
     "your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line "
     "is incomplete (an `error` line says so when the failure came after the response started): retry it. "
     "Streamed through one read-only transaction and a cursor, never built in memory. One export per "
@@ -37,7 +37,6 @@ class ExportController(Controller):
     @get("/", media_type=MEDIA_TYPE, summary="Export an agent's memories, directive and documents (NDJSON)",
          description=EXPORT_DESCRIPTION)
     async def export(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdQuery) -> Stream:
-        check_agent_id(agent_id)
         lines = export_lines(services.db, org_id, agent_id)
         first = await anext(lines)  # opens the transaction: a database error here still gets the error shape
         filename = f"pgcontext-export-{agent_id}.ndjson"

@@ -6,7 +6,8 @@ chunks of about ``_CHUNK_BYTES``, so memory stays flat however many rows the age
 renders each line (``to_jsonb``): the service only joins them.
 
 Lines, in order: ``export`` (org, agent, time), ``directive`` (if any), each ``document``, each
-``memory``, each ``chunk``, and last ``end`` with the counts. A stream without its ``end`` line is
+``memory`` (with its key, valid time and supersession), each ``chunk``, each history ``event``, and
+last ``end`` with the counts. A stream without its ``end`` line is
 incomplete: if reading fails part-way, an ``error`` line is the last one.
 """
 
@@ -68,6 +69,7 @@ class _Counts(msgspec.Struct):
     document: int = 0
     memory: int = 0
     chunk: int = 0
+    event: int = 0
 
 
 class _Trailer(msgspec.Struct, tag_field="type", tag="end"):
@@ -92,7 +94,7 @@ async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenera
 
 
 async def _lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
-    counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0}
+    counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0, "event": 0}
     settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
     started = False
     try:
@@ -107,7 +109,7 @@ async def _lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[by
                 counts["directive"] = 1
                 buffer.append(directive)
             for kind, name in (("document", "export.documents"), ("memory", "export.memories"),
-                               ("chunk", "export.chunks")):
+                               ("chunk", "export.chunks"), ("event", "export.events")):
                 async for row in tx.conn.cursor(query(name), org_id, agent_id, prefetch=_PREFETCH):
                     counts[kind] += 1
                     line: str = row["line"]

@@ -1,2 +1,3 @@
-"""The HTTP edge: request dependencies, answers written before a handler runs, request-body checks,
-the OpenAPI contract, and the health and metrics endpoints."""
+"""The HTTP edge: request dependencies (the bearer key -> org), answers written before a handler runs
+(rate limits, overload), request-body checks, the error responses and the OpenAPI contract, and the
+health and metrics endpoints."""

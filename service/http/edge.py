@@ -1,6 +1,6 @@
 """Answering at the edge: an error written straight to the ASGI ``send`` by a middleware, before the
 handler's dependencies, body and error handling run (refusals that must cost next to nothing:
-:mod:`service.assembly.shedding`, :func:`service.tenancy.ratelimit.rate_limit_edge`). Same body,
+:mod:`service.assembly.shedding`, :func:`service.http.throttle.rate_limit_edge`). Same body,
 ``Retry-After`` and ``X-Request-ID`` as the app's error handler gives every other error."""
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ types cannot say, and :func:`finish_schema` completes the built schema once, whe
   ``org_id`` dependency -- the same test :func:`service.http.deps.before_request` applies);
 - the request body of the handlers that decode their own (``opt={"body": <type>}`` on the decorator);
 - errors in the service's one shape (:class:`ErrorBody`), with every status an operation can
-  answer: its own (``responses=errors(404, 409)`` on its decorator) and the ones shared by every
+  answer: its own (``responses=errors(404, 409)`` on its decorator, :mod:`service.http.responses`)
+  and the ones shared by every
   authenticated, parameterised or body-carrying operation (401, 429, 503; 400; 413);
 - the limits that come from settings (text lengths, batch and page sizes), so the schema states what
   validation enforces in this deployment, and the text rules (not blank, no NUL) checked in code;
@@ -24,7 +25,7 @@ from typing import Any, Final
 
 import msgspec
 from litestar import Litestar
-from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import (
     Components,
@@ -49,59 +50,13 @@ from litestar.typing import FieldDefinition
 
 from service import __version__
 from service.http.openapi_rules import apply_limits, apply_rules, constrain
+from service.http.responses import ERROR_DESCRIPTIONS, ERROR_HEADERS, ErrorBody
 from service.settings import Settings
 
 BEARER: Final = "bearerAuth"
 SCHEMA_PATH: Final = "/schema"
 ASSETS_PATH: Final = "/assets"
 """Swagger UI's files, under ``/schema`` (``/schema/assets/swagger-ui-bundle.js``, ...)."""
-
-
-class ErrorInfo(msgspec.Struct):
-    code: str
-    """Stable, machine-readable (``validation_error``, ``not_found``, ``rate_limited``, ...)."""
-    message: str
-    """For a human: what was wrong and, where it helps, the limit or the expected form."""
-    details: dict[str, Any]
-    """More about this error (e.g. ``field``, ``limit``, validation ``errors``); may be empty."""
-    request_id: str
-    """The request's id, as in the ``X-Request-ID`` response header and the service's logs."""
-
-
-class ErrorBody(msgspec.Struct):
-    """Every 4xx and 5xx answer of the service has this body."""
-
-    error: ErrorInfo
-
-
-ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
-    400: "Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, "
-         "a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...).",
-    401: "Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`.",
-    404: "Not found in the caller's org (another org's ids look exactly the same).",
-    409: "Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`).",
-    413: "Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, "
-         "`text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit.",
-    422: "Well-formed but cannot be done (e.g. `context_budget_too_small`).",
-    429: "Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; "
-         "retry after `Retry-After` seconds.",
-    503: "A dependency is unavailable or the service is overloaded (`database_unavailable`, "
-         "`redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` "
-         "seconds when given.",
-    504: "The deadline passed before the answer was ready (`deadline_exceeded`, `client_disconnected`).",
-}
-
-_HEADERS: Final[dict[int, dict[str, str]]] = {
-    401: {"WWW-Authenticate": "The scheme to authenticate with: `Bearer`."},
-    429: {"Retry-After": "Seconds to wait before retrying."},
-    503: {"Retry-After": "Seconds to wait before retrying (when the service is overloaded)."},
-}
-
-
-def errors(*statuses: int) -> dict[int, ResponseSpec]:
-    """``responses=`` for a handler's decorator: the error statuses particular to the operation."""
-    return {status: ResponseSpec(data_container=ErrorBody, description=ERROR_DESCRIPTIONS[status],
-                                 generate_examples=False) for status in statuses}
 
 
 class StrictStructs(OpenAPISchemaPlugin):
@@ -292,7 +247,7 @@ def _error_response(status: int) -> OpenAPIResponse:
     headers: dict[str, OpenAPIHeader | Reference] | None = {
         # Every 401 carries WWW-Authenticate (service.errors); the others only sometimes.
         name: OpenAPIHeader(description=text, schema=Schema(type=OpenAPIType.STRING), required=status == 401)
-        for name, text in _HEADERS.get(status, {}).items()} or None
+        for name, text in ERROR_HEADERS.get(status, {}).items()} or None
     return OpenAPIResponse(description=ERROR_DESCRIPTIONS[status], headers=headers, content={
         "application/json": OpenAPIMediaType(schema=Reference(ref=f"#/components/schemas/{ErrorBody.__name__}"))})
 

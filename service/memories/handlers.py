@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
-from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from service.errors import BadRequest, NotFound
 from service.http.deps import OrgId, ServicesDep, parse_uuid
 from service.http.jsondepth import check_json_depth
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.memories import repo, write
 from service.memories.types import (
     AGENT_ID_MAX_LENGTH,
@@ -26,16 +26,21 @@ from service.memories.types import (
     MemoryOut,
     MemoryPage,
     MemoryPatch,
+    PatchedMemory,
 )
-from service.memories.validation import check_agent_id, check_metadata
+from service.memories.validation import check_metadata
 
 AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
                                              description="The agent (1-200 letters, digits and _.:@-).")]
 """A required ``agent_id`` query parameter, validated (and described in the schema) like the body field."""
+AgentIdPath = Annotated[str, PathParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
+                                           description="The agent (1-200 letters, digits and _.:@-).")]
+"""An ``agent_id`` path parameter, validated like the body field."""
 
 
 DELETE_AGENT_DESCRIPTION = (
-    "Deletes every memory of `agent_id` in your org, invalidates its hot set and returns how many went. "
+    "Deletes every memory of `agent_id` in your org (its conversations' messages too, and the "
+    "conversations) and the history recorded under it, invalidates its hot set and returns how many went. "
     "Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks "
     "owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its "
     "directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held."
@@ -51,7 +56,7 @@ def _timestamp(name: str, value: str | None) -> datetime | None:
     except msgspec.ValidationError as exc:
         raise BadRequest(f"{name} must be an RFC 3339 timestamp, e.g. 2024-05-01T14:30:00Z", code="validation_error",
                          details={"field": name}) from exc
-    if name.startswith("occurred") and parsed.tzinfo is None:
+    if (name.startswith("occurred") or name == "as_of") and parsed.tzinfo is None:
         raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                          code="validation_error", details={"field": name})
     return parsed
@@ -103,13 +108,17 @@ class MemoryController(Controller):
             description="Inclusive lower bound on occurred_at (RFC 3339 with timezone)")] = None,
         occurred_before: Annotated[str | None, QueryParameter(
             description="Exclusive upper bound on occurred_at (RFC 3339 with timezone)")] = None,
+        as_of: Annotated[str | None, QueryParameter(
+            description="Only memories valid at this time (RFC 3339 with timezone): valid time, retired ones "
+                        "included")] = None,
+        include_superseded: Annotated[bool, QueryParameter(
+            description="Also retired memories (superseded, or past valid_until), marked current=false")] = False,
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
     ) -> MemoryPage:
         if limit > services.settings.limits.max_page_size:
             raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
                              code="validation_error")
-        check_agent_id(agent_id)
         contains = None
         if metadata is not None:
             check_json_depth(metadata, field="metadata")
@@ -122,25 +131,28 @@ class MemoryController(Controller):
             check_metadata(contains, services.settings.limits)
         times = {name: _timestamp(name, value) for name, value in (
             ("created_after", created_after), ("created_before", created_before),
-            ("occurred_after", occurred_after), ("occurred_before", occurred_before))}
+            ("occurred_after", occurred_after), ("occurred_before", occurred_before), ("as_of", as_of))}
         items, next_cursor = await services.db.read(org_id, lambda tx: repo.list_page(
-            tx, agent_id=agent_id, kind=kind, metadata=contains, cursor=cursor, limit=limit, **times))
+            tx, agent_id=agent_id, kind=kind, metadata=contains, cursor=cursor, limit=limit,
+            include_superseded=include_superseded, **times))
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     @patch("/{memory_id:str}", summary="Update a memory (re-embeds when the text changes)",
            responses=errors(404, 409, 422))
     async def update(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str],
-                     data: JSONBody[MemoryPatch]) -> MemoryOut:
+                     data: JSONBody[MemoryPatch]) -> PatchedMemory:
         return await write.patch(services, org_id, parse_uuid(memory_id, "memory id"), data)
 
     @delete("/", status_code=HTTP_200_OK, summary="Delete all of an agent's memories (data-subject erasure)",
             description=DELETE_AGENT_DESCRIPTION)
     async def remove_agent(self, services: ServicesDep, org_id: OrgId,
                            agent_id: AgentIdQuery) -> DeletedAgentMemories:
-        check_agent_id(agent_id)
         return DeletedAgentMemories(agent_id=agent_id, deleted=await write.delete_agent(services, org_id, agent_id))
 
     @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, summary="Delete a memory",
             responses=errors(404, 409))
-    async def remove(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str]) -> None:
-        await write.delete(services, org_id, parse_uuid(memory_id, "memory id"))
+    async def remove(self, services: ServicesDep, org_id: OrgId, memory_id: FromPath[str],
+                     erase: Annotated[bool, QueryParameter(
+                         description="Also remove the memory's history (a privacy erasure); without it the "
+                                     "history keeps the deletion")] = False) -> None:
+        await write.delete(services, org_id, parse_uuid(memory_id, "memory id"), erase=erase)

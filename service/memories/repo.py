@@ -27,10 +27,20 @@ def to_out(row: asyncpg.Record) -> MemoryOut:
         access_count=row["access_count"], expires_at=row["expires_at"], source_path=row["source_path"],
         line_start=row["line_start"], line_end=row["line_end"], section_title=row["section_title"],
         breadcrumb=row["breadcrumb"], level=row["level"],
+        key=row["key"], valid_from=row["occurred_at"], valid_until=row["valid_until"],
+        current=row["superseded_by"] is None, superseded_by=row["superseded_by"], superseded_at=row["superseded_at"],
+        seen_count=row["seen_count"], last_seen_at=row["last_seen_at"] or row["created_at"],
+        first_occurred_at=row["first_occurred_at"] or row["occurred_at"],
+        last_occurred_at=row["last_occurred_at"] or row["occurred_at"],
     )
 
 
-async def insert_batch(tx: TenantTx, items: Sequence[MemoryIn], embeddings: np.ndarray) -> list[UUID]:
+async def insert_batch(tx: TenantTx, items: Sequence[MemoryIn], embeddings: np.ndarray, ids: Sequence[UUID],
+                       hashes: Sequence[bytes | None], superseded_by: Sequence[UUID | None],
+                       occurred: Sequence[datetime | None] | None = None) -> list[UUID]:
+    """Insert ``items`` with their pre-assigned ``ids``; ``superseded_by``: a late value of a key,
+    written already retired (else None); ``occurred``: event times resolved by the caller (else the
+    items' own, null meaning the write time)."""
     rows = await tx.fetch(
         "memories.insert_batch",
         tx.org_id,
@@ -42,8 +52,13 @@ async def insert_batch(tx: TenantTx, items: Sequence[MemoryIn], embeddings: np.n
         [m.importance for m in items],
         [m.pinned for m in items],
         [m.expires_at for m in items],
-        [m.occurred_at for m in items],
+        list(occurred) if occurred is not None else [m.occurred_at for m in items],
         [m.search_context for m in items],
+        list(ids),
+        list(hashes),
+        [m.key for m in items],
+        [m.valid_until for m in items],
+        list(superseded_by),
     )
     return [r["id"] for r in rows]
 
@@ -69,17 +84,18 @@ async def list_page(
     tx: TenantTx, *, agent_id: str | None, kind: str | None, metadata: dict[str, Any] | None,
     created_after: datetime | None, created_before: datetime | None, cursor: str | None, limit: int,
     occurred_after: datetime | None = None, occurred_before: datetime | None = None,
+    as_of: datetime | None = None, include_superseded: bool = False,
 ) -> tuple[list[MemoryOut], str | None]:
     after_ts, after_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await tx.fetch("memories.list", tx.org_id, agent_id, kind, metadata, created_after, created_before,
-                          after_ts, after_id, limit + 1, occurred_after, occurred_before)
+                          after_ts, after_id, limit + 1, occurred_after, occurred_before, as_of, include_superseded)
     items = [to_out(r) for r in rows[:limit]]
     more = len(rows) > limit
     return items, (encode_cursor(items[-1].created_at, items[-1].id) if more and items else None)
 
 
 async def update(tx: TenantTx, memory_id: UUID, patch: MemoryPatch,
-                 embedding: np.ndarray | None) -> asyncpg.Record | None:
+                 embedding: np.ndarray | None, text_hash: bytes | None = None) -> asyncpg.Record | None:
     def flag(value: object) -> tuple[bool, Any]:
         return (value is not msgspec.UNSET, None if value is msgspec.UNSET else value)
 
@@ -92,14 +108,16 @@ async def update(tx: TenantTx, memory_id: UUID, patch: MemoryPatch,
     exp_set, exp = flag(patch.expires_at)
     occ_set, occ = flag(patch.occurred_at)
     ctx_set, ctx = flag(patch.search_context)
+    valid_set, valid = flag(patch.valid_until)
     return await tx.fetchrow(
         "memories.update", tx.org_id, memory_id, text_set, text, embedding, agent_set, agent, kind_set, kind,
-        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp, occ_set, occ, ctx_set, ctx,
+        meta_set, meta, imp_set, imp, pin_set, pin, exp_set, exp, occ_set, occ, ctx_set, ctx, text_hash,
+        valid_set, valid,
     )
 
 
 async def current(tx: TenantTx, memory_id: UUID) -> asyncpg.Record | None:
-    """The memory's agent and kind, row-locked until the transaction ends."""
+    """The memory's agent, kind, key, currency and times, row-locked until the transaction ends."""
     return await tx.fetchrow("memories.current", tx.org_id, memory_id)
 
 

@@ -13,11 +13,20 @@ import numpy as np
 
 from service.embeddings import EmbeddingError
 from service.embeddings.lanes import lanes_of
-from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
+from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from service.memories import repo
-from service.memories.types import DOCUMENT_CHUNK_KIND, CreatedMemories, MemoryBatchIn, MemoryIn, MemoryOut, MemoryPatch
+from service.memories.facts import patch as fact_patch
+from service.memories.facts import write as facts
+from service.memories.facts.types import OnDuplicate
+from service.memories.types import (
+    DOCUMENT_CHUNK_KIND,
+    CreatedMemories,
+    MemoryBatchIn,
+    MemoryIn,
+    MemoryPatch,
+    PatchedMemory,
+)
 from service.memories.validation import (
-    check_agent_id,
     check_embedding,
     check_kind,
     check_metadata,
@@ -33,17 +42,20 @@ _PURGE_EVERY = 50  # on average one write in this many also removes a few expire
 _DELETE_AGENT_BATCH = 1000
 
 
-def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
-    """A body is one memory object or ``{"memories": [...]}``; both decode strictly."""
+def parse_create_body(body: bytes, limits: LimitSettings) -> tuple[list[MemoryIn], OnDuplicate | None]:
+    """A body is one memory object or ``{"memories": [...]}``; both decode strictly. Returns the items
+    and the batch's ``on_duplicate`` (None: not given)."""
     try:
         raw = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from exc
     if not isinstance(raw, dict):
         raise BadRequest("the body must be a JSON object", code="validation_error")
+    policy: OnDuplicate | None = None
     try:
         if "memories" in raw:
-            items = msgspec.convert(raw, MemoryBatchIn).memories
+            batch = msgspec.convert(raw, MemoryBatchIn)
+            items, policy = batch.memories, batch.on_duplicate
         else:
             items = [msgspec.convert(raw, MemoryIn)]
     except msgspec.ValidationError as exc:
@@ -58,13 +70,14 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> list[MemoryIn]:
         check_text(item.text, limits, field=where)
         check_text_limits(item.search_context, limits,
                           field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
-        check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
-        for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at)):
+        for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at),
+                            ("valid_until", item.valid_until)):
             if value is not None:
                 check_occurred_at(value, field=name if len(items) == 1 else f"memories[{index}].{name}")
-    return items
+    facts.check_items(items)
+    return items, policy
 
 
 async def embed_texts(services: Services, org_id: UUID, texts: list[str]) -> np.ndarray:
@@ -95,7 +108,7 @@ async def create(services: Services, org_id: UUID, body: bytes, idempotency_key:
     """Create the memories in ``body``; returns (result, replayed)."""
     if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
         raise BadRequest(f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters", code="validation_error")
-    items = parse_create_body(body, services.settings.limits)
+    items, policy = parse_create_body(body, services.settings.limits)
     request_hash = hashlib.sha256(body).digest()
     if idempotency_key is not None:
         async with services.db.tenant(org_id, readonly=True) as tx:
@@ -116,13 +129,13 @@ async def create(services: Services, org_id: UUID, body: bytes, idempotency_key:
                     raise Conflict("a request with this Idempotency-Key is still in progress; retry",
                                    code="idempotency_in_progress")
                 return _replay(stored, request_hash), True
-        ids = await repo.insert_batch(tx, items, embeddings)
-        result = CreatedMemories(ids=ids)
+        written, touched = await facts.write(tx, services.settings.facts, items, embeddings, policy)
+        result = CreatedMemories(ids=[w.id for w in written], items=written)
         if idempotency_key is not None:
             await tx.execute("idempotency.store", org_id, idempotency_key, msgspec.to_builtins(result))
         if random.randrange(_PURGE_EVERY) == 0:
             await tx.execute("memories.purge_expired", org_id, 100)
-    await services.memories_changed(org_id, {m.agent_id for m in items})
+    await services.memories_changed(org_id, touched | {m.agent_id for m in items})
     return result, False
 
 
@@ -136,10 +149,8 @@ def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:
     return msgspec.convert(stored["response"], CreatedMemories)
 
 
-async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> MemoryOut:
+async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> PatchedMemory:
     limits = services.settings.limits
-    if isinstance(change.agent_id, str):
-        check_agent_id(change.agent_id)
     if isinstance(change.kind, str):
         check_kind(change.kind)
     embedding = None
@@ -150,23 +161,37 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
         check_metadata(change.metadata, limits)
     if change.occurred_at is not msgspec.UNSET:
         check_occurred_at(change.occurred_at)
-    if isinstance(change.expires_at, datetime):
-        check_occurred_at(change.expires_at, field="expires_at")
+    for name in ("expires_at", "valid_until"):
+        value = getattr(change, name)
+        if isinstance(value, datetime):
+            check_occurred_at(value, field=name)
     if isinstance(change.search_context, str):
         check_text_limits(change.search_context, limits)
     async with services.db.tenant(org_id) as tx:
         before = _changeable(await repo.current(tx, memory_id), memory_id)
-        row = await repo.update(tx, memory_id, change, embedding)
+        _check_valid_time(before, change)
+        row, status = await fact_patch.update(tx, services.settings.facts, memory_id, before, change, embedding)
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
     await services.memories_changed(org_id, {before["agent_id"], row["agent_id"]})
-    return repo.to_out(row)
+    return PatchedMemory(**msgspec.structs.asdict(repo.to_out(row)), status=status)
 
 
-async def delete(services: Services, org_id: UUID, memory_id: UUID) -> None:
+def _check_valid_time(before: Any, change: MemoryPatch) -> None:
+    occurred = before["occurred_at"] if change.occurred_at is msgspec.UNSET else change.occurred_at
+    until = before["valid_until"] if change.valid_until is msgspec.UNSET else change.valid_until
+    if until is not None and until <= occurred:
+        raise Unprocessable("valid_until must be after occurred_at", code="validation_error",
+                            details={"field": "valid_until"})
+
+
+async def delete(services: Services, org_id: UUID, memory_id: UUID, *, erase: bool = False) -> None:
+    """Delete a memory; its history records the deletion, or with ``erase`` goes with it."""
     async with services.db.tenant(org_id) as tx:
         _changeable(await repo.current(tx, memory_id), memory_id)
         found, agent_id = await repo.delete(tx, memory_id)
+        if found:
+            await fact_patch.deleted(tx, memory_id, agent_id, erase=erase)
     if not found:
         raise NotFound(f"memory {memory_id} not found")
     await services.memories_changed(org_id, {agent_id})
@@ -183,19 +208,29 @@ async def delete_agent(services: Services, org_id: UUID, agent_id: str) -> int:
         while True:
             async with services.db.tenant(org_id) as tx:
                 batch = await repo.delete_agent_batch(tx, agent_id, _DELETE_AGENT_BATCH)
+                if batch < _DELETE_AGENT_BATCH:  # the last batch: the agent's history goes too
+                    await tx.fetchval("facts.erase_history", org_id, [], agent_id)
             deleted += batch
             if batch < _DELETE_AGENT_BATCH:
-                return deleted
+                break
+        async with services.db.tenant(org_id) as tx:  # its conversations, emptied above
+            await tx.execute("conversations.delete_agent", org_id, agent_id)
+        return deleted
     finally:
         if deleted:
             await services.memories_changed(org_id, {agent_id})
 
 
 def _changeable(row: Any, memory_id: UUID) -> Any:
-    """A memory the memories API may change: it exists here and is not a document chunk (those move
-    with their file through /v1/documents, which keeps line spans and the index summary exact)."""
+    """A memory the memories API may change: it exists here, is not a document chunk (those move
+    with their file through /v1/documents, which keeps line spans and the index summary exact) and
+    not a conversation's message (never rewritten; it goes with its conversation)."""
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
+    if row["conversation_id"] is not None:
+        raise Conflict("a conversation's messages are never rewritten or removed one by one: delete the "
+                       "conversation with DELETE /v1/conversations/{conversation_id}",
+                       code="managed_by_conversations", details={"conversation_id": row["conversation_id"]})
     if row["kind"] == DOCUMENT_CHUNK_KIND:
         raise Conflict("document chunks change only through /v1/documents (re-ingest or delete the file)",
                        code="managed_by_documents")

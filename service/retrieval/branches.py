@@ -13,7 +13,7 @@ import numpy.typing as npt
 from pgvector import Vector
 
 from service.db import TenantTx
-from service.retrieval.filters import filter_args, source_args
+from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit, hits_from_rows
 from service.retrieval.types import SearchFilters
 
@@ -52,7 +52,7 @@ async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limi
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
                           *filter_args(filters), *scope_args(rows_scope), context_weight, *source_args(filters),
-                          scope_documents(rows_scope))
+                          scope_documents(rows_scope), *currency_args(filters))
     return hits_from_rows(rows)
 
 
@@ -79,7 +79,8 @@ async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filter
     carrying their embedding and last access too."""
     await tx.set_local(hnsw_settings(limit=limit, ef_search=ef_search))
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
-                          *scope_args(rows_scope), *source_args(filters), scope_documents(rows_scope))
+                          *scope_args(rows_scope), *source_args(filters), scope_documents(rows_scope),
+                          *currency_args(filters))
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)
 
 

@@ -2,7 +2,7 @@
 
 Pure functions over in-memory lists (no I/O), so they are unit-tested without a database.
 
-Why z-score fusion is the default (``auto``; measured in docs/retrieval.md "Fusion"): RRF throws the
+Why z-score fusion is the default (``auto``; measured in docs/retrieval.md "Decisions"): RRF throws the
 scores away, so a weak branch's rank 1 counts as much as a strong branch's rank 1 — on conversations,
 where the dense branch is weak, RRF scored below plain BM25. Min-max normalisation keeps the scores
 but stretches every branch to [0, 1] whatever its shape, so a branch with no clear match still hands
@@ -71,7 +71,8 @@ def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
         id=hit.id, text=hit.text, kind=hit.kind, source=hit.source, level=hit.level, breadcrumb=hit.breadcrumb,
         final_score=score, lexical_rank=entry.lexical_rank, semantic_rank=entry.semantic_rank,
         lexical_score=entry.lexical_score, semantic_score=entry.semantic_score, fusion_method=method,
-        agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at,
+        agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at, message=hit.message,
+        current=hit.superseded_by is None, superseded_by=hit.superseded_by, valid_until=hit.valid_until,
     )
 
 
@@ -109,7 +110,7 @@ def convex(lexical: Sequence[Hit], semantic: Sequence[Hit], *, alpha: float, lim
 
 ZSCORE_SEMANTIC_WEIGHT: Final = 0.4
 """``auto``'s weight of the semantic branch's z-scores (0.6 to lexical). BM25 was the stronger branch
-on both SciFact and conversations; of 0.3-0.6, 0.4 scored best on both (docs/retrieval.md "Fusion")."""
+on both SciFact and conversations; of 0.3-0.6, 0.4 scored best on both (docs/retrieval.md "Decisions")."""
 MIN_CANDIDATES_TO_NORMALISE: Final = 5
 """Below this many candidates a branch's mean and standard deviation are noise: ``auto`` uses RRF."""
 
@@ -187,7 +188,7 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
         for i in boosted:
             scores[i] += speaker.boost
         reason += (f"; {len(boosted)} candidates said by someone the query names "
-                   f"(metadata.{speaker.key}) +{speaker.boost:g} sd")
+                   f"(speaker or metadata.{speaker.key}) +{speaker.boost:g} sd")
     return _ranked(entries, scores, "zscore", limit), reason
 
 

@@ -8,7 +8,7 @@ from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
 from service.http.deps import OrgId, ServicesDep
-from service.http.openapi import errors
+from service.http.responses import errors
 from service.retrieval.engine import RetrievalEngine
 from service.retrieval.types import SearchRequest, SearchResponse
 from service.runtime import Services

@@ -35,9 +35,9 @@ from service.documents.globs import compile_path
 from service.documents.languages import split_lines
 from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
 from service.retrieval import branches
-from service.retrieval.filters import filter_args, source_args
+from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit
-from service.retrieval.types import MODES, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
+from service.retrieval.types import MODES, MessageRef, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
 
 DOCUMENT_KIND: Final = "document_chunk"
 LOOKUP_MODES: Final[tuple[LookupMode, ...]] = ("exact", "path", "symbol")
@@ -68,6 +68,9 @@ class ModeHit:
     agent_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     occurred_at: datetime | None = None
+    superseded_by: UUID | None = None
+    valid_until: datetime | None = None
+    message: MessageRef | None = None
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -131,7 +134,7 @@ async def run_lookup(tx: TenantTx, mode: LookupMode, request: SearchRequest, *, 
     if not hits:
         return []
     rows = await tx.fetch("retrieval.mode_filter", tx.org_id, [h.id for h in hits], *filter_args(request.filters),
-                          *source_args(request.filters))
+                          *source_args(request.filters), *currency_args(request.filters))
     passing = {r["id"]: r for r in rows}
     kept = [h for h in hits if h.id in passing][:limit]
     return [from_lookup(h, mode, rank, passing[h.id]) for rank, h in enumerate(kept, start=1)]
@@ -169,7 +172,9 @@ def from_lookup(h: LookupHit, mode: Mode, rank: int, row: Mapping[str, Any] | No
                    excerpt_line_start=h.excerpt_line_start, excerpt_line_end=h.excerpt_line_end,
                    agent_id=None if row is None else row["agent_id"],
                    metadata={} if row is None else row["metadata"],
-                   occurred_at=None if row is None else row["occurred_at"])
+                   occurred_at=None if row is None else row["occurred_at"],
+                   superseded_by=None if row is None else row["superseded_by"],
+                   valid_until=None if row is None else row["valid_until"])
 
 
 def first_lines(text: str, level: int | None, line_start: int | None,
@@ -190,7 +195,8 @@ def from_branch(h: Hit, mode: Mode, rank: int, line_start: int | None, line_end:
     return ModeHit(id=h.id, mode=mode, rank=rank, score=score, text=h.text, kind=h.kind, source=h.source,
                    level=h.level, breadcrumb=h.breadcrumb, line_start=line_start, line_end=line_end,
                    excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end,
-                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at)
+                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at, message=h.message,
+                   superseded_by=h.superseded_by, valid_until=h.valid_until)
 
 
 # -------------------------------------------------------------------------------------- fusion
@@ -234,7 +240,8 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
         lexical_score=None if lexical is None else lexical.score,
         semantic_score=None if semantic is None else semantic.score,
         fusion_method="rrf", agent_id=best.agent_id, metadata=best.metadata, occurred_at=best.occurred_at,
-        path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
+        current=best.superseded_by is None, superseded_by=best.superseded_by, valid_until=best.valid_until,
+        message=best.message, path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
         excerpt=literal.excerpt, excerpt_line_start=literal.excerpt_line_start,
         excerpt_line_end=literal.excerpt_line_end, mode=best.mode,
         modes=[ModeRank(mode=h.mode, rank=h.rank, score=h.score)

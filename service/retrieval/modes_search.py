@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol, TypeVar
 from uuid import UUID
 
-from service.db import TenantTx
+import numpy as np
+import numpy.typing as npt
+
+from service.db import Database, TenantTx
 from service.documents.lookup import LookupMode
 from service.errors import ServiceUnavailable
 from service.retrieval import branches, modes
@@ -21,13 +25,29 @@ from service.retrieval.guard import BranchFailed, guard
 from service.retrieval.modes import ModeHit
 from service.retrieval.run import SearchRun
 from service.retrieval.types import Mode, ModeMetrics, SearchRequest, SearchResult
+from service.settings import RetrievalSettings
 from service.timing import elapsed_ms
 
-if TYPE_CHECKING:
-    from service.retrieval.engine import RetrievalEngine
+T = TypeVar("T")
 
 
-async def search_modes(engine: RetrievalEngine, org_id: UUID, request: SearchRequest, names: list[Mode],
+class Engine(Protocol):
+    """What this path needs of the engine (:class:`~service.retrieval.engine.RetrievalEngine` has it)."""
+
+    @property
+    def settings(self) -> RetrievalSettings: ...
+
+    @property
+    def db(self) -> Database: ...
+
+    async def embed_query(self, org_id: UUID, query: str, run: SearchRun | None = None) -> npt.NDArray[np.float32]: ...
+
+    async def branch(self, name: Literal["lexical", "semantic"], timeout_ms: int, org_id: UUID, run: SearchRun,
+                     query: Callable[[TenantTx], Awaitable[list[T]]],
+                     settings: dict[str, str] | None = None) -> list[T]: ...
+
+
+async def search_modes(engine: Engine, org_id: UUID, request: SearchRequest, names: list[Mode],
                        run: SearchRun) -> tuple[list[SearchResult], float]:
     """Run ``names`` concurrently and fuse their hits by memory id (results, fusion ms)."""
     s, tuning = engine.settings, request.tuning

@@ -11,7 +11,7 @@ Rules, first match wins (each yields the reason reported in the response):
 3. a selective filter (path prefix, metadata, time range, level) -> ``lexical_first``: a filtered
    HNSW walk loses recall when few rows pass, while the cascade ranks exactly the lexical matches;
 4. otherwise ``hybrid`` (best quality on natural-language queries, SciFact and conversations: see
-   docs/benchmarks.md); how it fuses (``tuning.fusion``, by default z-scores or RRF, see
+   docs/retrieval.md "Decisions"); how it fuses (``tuning.fusion``, by default z-scores or RRF, see
    :func:`service.retrieval.fusion.auto`) is appended to the reason by the engine.
 """
 

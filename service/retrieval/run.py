@@ -76,7 +76,7 @@ FUSION_DEPTH = 2
 floor). Cut at ``limit``, each branch offers only rows it ranks that high, and a row that one branch
 puts 150th and the other 60th can never make a fused top 100, though its two scores together may
 well earn it a place; the dense branch's deeper rows carry most of that recall (SciFact train,
-limit 100: semantic Recall@200 0.959 against 0.926 at 100; docs/retrieval.md "Fusion depth"). At
+limit 100: semantic Recall@200 0.959 against 0.926 at 100; docs/retrieval.md "Decisions"). At
 the default limit (10) the 50-row floor is deeper already, so nothing changes there. Context
 assembly (:meth:`~service.retrieval.engine.RetrievalEngine.search_rows`) keeps
 ``max(candidates, limit)``: it sizes ``limit`` to its budget, re-ranks the candidates with its own

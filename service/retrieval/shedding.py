@@ -101,7 +101,7 @@ class RecentLatency:
     **At most ``min_samples`` probes run at once.** Every request that arrived while the window was
     unjudged used to probe, until ``min_samples`` probes had finished: at concurrency 16 that was
     10-25 full searches per window (3-8% of assemblies, each holding its slot for up to its
-    embedding wait: issue 12's c=16 p99 +18% against 634c972); the others now stay light until the
+    embedding wait, which raised the p99 by 18%); the others now stay light until the
     window can judge. After a window that shed, a request probes only with ``share`` of its budget
     still ahead of it (see :meth:`judge`)."""
 
@@ -196,8 +196,8 @@ class LatencyByLoad:
     """A :class:`RecentLatency` per load level: how many requests were running when the measured one
     started, in powers of two (1, 2-3, 4-7, 8-15, ...). A full search at concurrency 8 queues for the
     cores and says nothing about one at concurrency 1: with one average for both, a burst made the
-    next seconds of single requests go light although each alone fitted its budget easily (issue 17:
-    assemble_load at 100K, c=1 after the warm-up burst). A level with no fresh samples probes.
+    next seconds of single requests go light although each alone fitted its budget easily
+    (assemble_load at 100K, c=1 after the warm-up burst). A level with no fresh samples probes.
 
     A request running alone probes sooner (``alone_stale_s``, not ``stale_s``): its full search
     delays nobody else, whereas a probe among others is a likely deadline miss that also takes their

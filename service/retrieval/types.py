@@ -91,6 +91,11 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Document chunks only from these collections; other sources are not affected. Absent, a search
     considers every collection; an assembly only the agent's own documents (org-wide ones only from
     the collections it names: see ``POST /v1/context/assemble``)."""
+    as_of: AwareDatetime | None = None
+    """Only memories valid at this time (valid time: ``occurred_at`` at or before it, ``valid_until``
+    after it), retired ones included: what was current then. Default: the current memories only."""
+    include_superseded: bool = False
+    """Also retired memories (superseded, or past their ``valid_until``), marked ``current: false``."""
 
     def __post_init__(self) -> None:
         """PostgreSQL text and jsonb cannot hold NUL: reject it here (a 400), not as a database error."""
@@ -100,7 +105,8 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError("filters.metadata must not contain NUL characters")
 
     def is_empty(self) -> bool:
-        return all(getattr(self, name) is None for name in self.__struct_fields__)
+        """No filter beyond the default (current memories only)."""
+        return all(getattr(self, name) in (None, False) for name in self.__struct_fields__)
 
 
 class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -146,6 +152,18 @@ class ModeRank(msgspec.Struct, kw_only=True):
     score: float
 
 
+class MessageRef(msgspec.Struct, kw_only=True):
+    """Where a conversation's message stands (search results and assembled memories of kind ``message``)."""
+
+    conversation_id: str
+    position: int
+    """1, 2, ... in the conversation's order: its neighbours are ``position - 1`` and ``position + 1``."""
+    session_id: str | None
+    speaker: str | None
+    role: str | None
+    message_id: str | None
+
+
 class SearchResult(msgspec.Struct, kw_only=True):
     id: UUID
     text: str
@@ -164,6 +182,13 @@ class SearchResult(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     occurred_at: datetime | None = None
     """When the memory's event happened (its write time unless the writer said otherwise)."""
+    current: bool = True
+    """False for a retired memory (shown with ``include_superseded`` or ``as_of``)."""
+    superseded_by: UUID | None = None
+    valid_until: datetime | None = None
+    """Valid time's end (null: still true)."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role (null otherwise)."""
     fused_score: float | None = None
     """Set when the reranker re-ordered the results: the score fusion gave (``final_score`` is then the
     reranker's relevance score)."""

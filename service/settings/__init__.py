@@ -27,8 +27,10 @@ from service.settings.env import (
     env_str,
     usable_cpus,
 )
+from service.settings.facts import FactSettings
 from service.settings.retrieval import (
     RERANK_DEFAULT_API_BASE,
+    ConversationSettings,
     DocumentSettings,
     RerankProvider,
     RerankSettings,
@@ -44,8 +46,9 @@ from service.settings.storage import (
 )
 
 __all__ = [
-    "AssemblySettings", "DatabaseSettings", "DocumentSettings", "EmbeddingSettings", "LimitSettings",
-    "RateLimitSettings", "RedisSettings", "RerankProvider", "RerankSettings", "RetrievalSettings",
+    "AssemblySettings", "ConversationSettings", "DatabaseSettings", "DocumentSettings", "EmbeddingSettings",
+    "FactSettings", "LimitSettings", "RateLimitSettings", "RedisSettings", "RerankProvider", "RerankSettings",
+    "RetrievalSettings",
     "ServerSettings", "Settings", "SettingsError", "load_settings", "usable_cpus",
 ]
 
@@ -62,7 +65,9 @@ class Settings:
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     documents: DocumentSettings = field(default_factory=DocumentSettings)
+    conversations: ConversationSettings = field(default_factory=ConversationSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
+    facts: FactSettings = field(default_factory=FactSettings)
 
 
 def _rerank_settings(env: Mapping[str, str]) -> RerankSettings:
@@ -150,6 +155,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             port=env_int(env, "PGCONTEXT_PORT", 8080),
             log_level=env_str(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=env_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
+            auth_failure_burst=max(0, env_int(env, "PGCONTEXT_AUTH_FAILURE_BURST", 20)),
+            auth_failure_rate_per_s=max(0.0, env_float(env, "PGCONTEXT_AUTH_FAILURE_RATE_PER_S", 1.0)),
             workers=env_int(env, "PGCONTEXT_WORKERS", 1),
             metrics_token=env_str(env, "PGCONTEXT_METRICS_TOKEN"),
             warmup_timeout_s=max(0.0, env_float(env, "PGCONTEXT_WARMUP_TIMEOUT_S", 30.0)),
@@ -198,6 +205,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             max_list_page=env_int(env, "PGCONTEXT_DOCUMENTS_MAX_LIST_PAGE", 1000),
             write_timeout_ms=env_int(env, "PGCONTEXT_DOCUMENTS_WRITE_TIMEOUT_MS", 60_000),
         ),
+        conversations=ConversationSettings(
+            context_turns=env_int_in(env, "PGCONTEXT_CONVERSATION_CONTEXT_TURNS", 2, 0, 16),
+        ),
         assembly=AssemblySettings(
             deadline_ms=env_int(env, "PGCONTEXT_DEADLINE_MS", 40),
             processing_reserve_ms=env_int(env, "PGCONTEXT_ASSEMBLY_PROCESSING_RESERVE_MS", 6),
@@ -233,5 +243,20 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             access_flush_s=env_float(env, "PGCONTEXT_ASSEMBLY_ACCESS_FLUSH_S", 2.0),
             feedback_alpha=env_float(env, "PGCONTEXT_ASSEMBLY_FEEDBACK_ALPHA", 0.3),
             tiktoken_dir=Path(raw).expanduser().resolve() if (raw := env_str(env, "PGCONTEXT_TIKTOKEN_DIR")) else None,
+        ),
+        facts=FactSettings(
+            dedup_cosine=env_number_in(env, "PGCONTEXT_FACTS_DEDUP_COSINE", 0.70, 0.0, 1.0),
+            dedup_max_synonyms=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_MAX_SYNONYMS", 1, 0, 8),
+            dedup_candidates=env_int_in(env, "PGCONTEXT_FACTS_DEDUP_CANDIDATES", 5, 1, 50),
+            consolidation_api_base=env_str(env, "PGCONTEXT_CONSOLIDATION_API_BASE"),
+            consolidation_api_key=env_str(env, "PGCONTEXT_CONSOLIDATION_API_KEY"),
+            consolidation_model=env_str(env, "PGCONTEXT_CONSOLIDATION_MODEL") or "gpt-4o-mini",
+            consolidation_band=env_number_in(env, "PGCONTEXT_CONSOLIDATION_BAND", 0.75, 0.0, 1.0),
+            consolidation_timeout_s=max(0.1, env_float(env, "PGCONTEXT_CONSOLIDATION_TIMEOUT_S", 20.0)),
+            consolidation_poll_s=max(0.05, env_float(env, "PGCONTEXT_CONSOLIDATION_POLL_S", 1.0)),
+            consolidation_max_attempts=env_int_in(env, "PGCONTEXT_CONSOLIDATION_MAX_ATTEMPTS", 5, 1, 100),
+            consolidation_retry_s=max(0.0, env_float(env, "PGCONTEXT_CONSOLIDATION_RETRY_S", 2.0)),
+            consolidation_worker=env_bool(env, "PGCONTEXT_CONSOLIDATION_WORKER", True),
+            consolidation_lease_s=max(0.1, env_float(env, "PGCONTEXT_CONSOLIDATION_LEASE_S", 60.0)),
         ),
     )

@@ -23,10 +23,10 @@ through the whole stack (dependency injection, the Redis script, the error handl
 CPU, more than a cached hot-set read. So each process remembers every bucket as Redis last reported
 it: tokens only come back at ``rps``, and other processes only take them, so that memory plus the
 refill since is an upper bound on the real bucket. A request whose price is above it is refused
-without asking Redis; and :func:`rate_limit_edge` does that in a middleware, before dependencies,
-the body and the error handler run (an API key resolved in the last seconds, the route's price
-before the body), with a header scan, a hash and a dict lookup (~0.4 ms of CPU per 429, most of it
-the HTTP server's). Such a refusal is always one Redis would have given too.
+without asking Redis; and :func:`service.http.throttle.rate_limit_edge` does that in a middleware,
+before dependencies, the body and the error handler run (an API key resolved in the last seconds,
+the route's price before the body), with a header scan, a hash and a dict lookup (~0.4 ms of CPU per
+429, most of it the HTTP server's). Such a refusal is always one Redis would have given too.
 """
 
 from __future__ import annotations
@@ -37,15 +37,12 @@ import time
 from uuid import UUID
 
 import structlog
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import Receive, ReceiveMessage
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
-from service.auth.guard import KeyCache
-from service.auth.keys import hash_key
 from service.db.redisconn import RedisClient
 from service.errors import TooManyRequests
-from service.http.edge import send_error
 from service.settings import RateLimitSettings
 from service.tenancy.ratecost import base_cost
 
@@ -117,6 +114,27 @@ class RateLimiter:
         """The price known before the body is read (:func:`service.tenancy.ratecost.base_cost`)."""
         return base_cost(self.settings, method, route, body_bytes)
 
+    def metered(self, receive: Receive, org_id: UUID, method: str, route: str) -> Receive:
+        """``receive`` that prices the body as it arrives: each time the bytes read so far reach another
+        ``body_bytes_per_token``, the 429 the org's bucket would answer for the price so far is raised
+        (:meth:`refusal_if_short`), so a body past what the org can pay is refused before the rest of
+        it is read, whether it came with a ``Content-Length`` or chunked."""
+        step = self.settings.body_bytes_per_token
+        read = 0
+
+        async def metered_receive() -> ReceiveMessage:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request" and step > 0:
+                before, read = read, read + len(message.get("body", b""))
+                if read // step > before // step:
+                    refusal = self.refusal_if_short(org_id, self.cost(method, route, read))
+                    if refusal is not None:
+                        raise refusal
+            return message
+
+        return metered_receive
+
     def at_most(self, org_id: UUID) -> float:
         """An upper bound on the tokens in the org's bucket right now (``burst`` if nothing is known)."""
         s = self.settings
@@ -148,7 +166,8 @@ class RateLimiter:
 
     def enter(self, org_id: UUID) -> None:
         """Take one of the org's in-flight slots (this process), or raise :class:`TooManyRequests`.
-        :func:`in_flight_middleware` gives it back when the response is done, whatever happened."""
+        :func:`service.http.throttle.in_flight_middleware` gives it back when the response is done,
+        whatever happened."""
         if self.settings.max_in_flight <= 0:
             return
         refusal = self.in_flight_refusal(org_id)
@@ -225,61 +244,3 @@ class RateLimiter:
             f"this org is over its rate limit ({s.rps:g} tokens/s, bursts of {s.burst}; this request costs "
             f"{cost}); retry in {retry_after} s", retry_after_s=retry_after,
             details={"retry_after_s": retry_after, "rate_per_s": s.rps, "burst": s.burst, "cost": cost})
-
-
-def in_flight_middleware(app: ASGIApp) -> ASGIApp:
-    """Gives back the org's in-flight slot (:meth:`RateLimiter.enter`, taken after authentication)
-    once the whole request is done: response sent, stream ended, error or client gone."""
-
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await app(scope, receive, send)
-        finally:
-            org_id = scope.get("state", {}).pop(SLOT_STATE, None)
-            if org_id is not None:
-                limiter = getattr(scope["app"].state, "services", None)
-                if limiter is not None and limiter.rate_limiter is not None:
-                    limiter.rate_limiter.leave(org_id)
-
-    return middleware
-
-
-def rate_limit_edge(app: ASGIApp) -> ASGIApp:
-    """Refuses, in the routed request's middleware (before dependency injection, the body or Redis),
-    a ``/v1/`` request whose API key was resolved in the last seconds (:class:`service.auth.KeyCache`)
-    and whose org is known to be unable to pay the route's price (:meth:`RateLimiter.refusal_if_short`)
-    or holds all its in-flight slots. Everything else (unknown keys, anything Redis must decide) goes
-    on to :func:`service.http.deps.before_request`."""
-
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):  # type: ignore[comparison-overlap]
-            refusal = _edge_refusal(scope)
-            if refusal is not None:
-                await send_error(send, scope["headers"], refusal)
-                return
-        await app(scope, receive, send)
-
-    return middleware
-
-
-def _edge_refusal(scope: Scope) -> TooManyRequests | None:
-    services = getattr(getattr(scope.get("app"), "state", None), "services", None)
-    limiter = getattr(services, "rate_limiter", None)
-    if not isinstance(limiter, RateLimiter) or not (limiter.enabled or limiter.settings.max_in_flight > 0):
-        return None
-    token, body_bytes = b"", 0
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            token = value
-        elif name == b"content-length" and value.isdigit():
-            body_bytes = int(value)
-    scheme, _, key = token.partition(b" ")
-    cache = services.extras.get("key_cache")  # type: ignore[union-attr]
-    if scheme.lower() != b"bearer" or not isinstance(cache, KeyCache):
-        return None
-    org_id = cache.get(hash_key(key.strip().decode("latin-1")))
-    if org_id is None:
-        return None
-    method = str(scope.get("method", "GET"))
-    return limiter.in_flight_refusal(org_id) or limiter.refusal_if_short(
-        org_id, limiter.cost(method, scope["path"], body_bytes))

@@ -1,4 +1,6 @@
 -- A page of live memories, newest first, keyset-paginated on (created_at, id); filters are optional ($10/$11: occurred_at range).
+-- $12/$13: which memories count (service.memories.facts): valid at $12 (valid time) when set; else every one when $13; else the
+-- current ones only (not superseded, valid time not ended).
 SELECT m.*, coalesce(a.access_count, 0) AS access_count, a.last_accessed_at
   FROM memories m
   LEFT JOIN memory_access a ON a.org_id = m.org_id AND a.memory_id = m.id
@@ -12,5 +14,8 @@ SELECT m.*, coalesce(a.access_count, 0) AS access_count, a.last_accessed_at
    AND ($10::timestamptz IS NULL OR m.occurred_at >= $10)
    AND ($11::timestamptz IS NULL OR m.occurred_at < $11)
    AND ($7::timestamptz IS NULL OR (m.created_at, m.id) < ($7, $8::uuid))
+   AND CASE WHEN $12::timestamptz IS NOT NULL THEN m.occurred_at <= $12 AND (m.valid_until IS NULL OR m.valid_until > $12)
+            WHEN $13::bool THEN true
+            ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END
  ORDER BY m.created_at DESC, m.id DESC
  LIMIT $9

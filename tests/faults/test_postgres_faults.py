@@ -1,7 +1,6 @@
 """Postgres faults against a real server: every process SIGSTOPped (a hung server), a table held
 under ``LOCK TABLE`` by another session. Deadlines hold, answers are 503 (or the ladder's level),
-never 500, nothing waits for the whole outage, and the service recovers without a restart
-(issue 14, failures 2 and 7)."""
+never 500, nothing waits for the whole outage, and the service recovers without a restart."""
 
 from __future__ import annotations
 
@@ -119,7 +118,7 @@ async def test_postgres_stopped_holds_every_deadline_and_recovers_without_restar
                 assert time.monotonic() < deadline, "assembly did not return to L0"
                 await asyncio.sleep(0.2)
             assert (await assemble(on_a)).status_code == 200
-    # Failure 7: connections whose statements were cut short went back to the pool rolled back.
+    # Connections whose statements were cut short went back to the pool rolled back.
     assert not resetting_with_active_transaction(loop_errors), loop_errors.messages
 
 

@@ -1,6 +1,6 @@
 """Processes dying under writes: ``kill -9`` of the service and of Postgres while clients write
 batches with an ``Idempotency-Key`` (retrying with the same key until acknowledged: 0 acknowledged
-rows lost, 0 duplicated), no 500 while Postgres dies under document writes (issue 14, failure 3),
+rows lost, 0 duplicated), no 500 while Postgres dies under document writes,
 and SIGTERM under load (every request in flight completes)."""
 
 from __future__ import annotations

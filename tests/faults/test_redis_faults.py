@@ -1,5 +1,5 @@
 """Redis faults with two service instances on one Postgres and one Redis: a write made while Redis is
-unreachable is never hidden by the old cache entry once Redis comes back (issue 14, failure 1), and
+unreachable is never hidden by the old cache entry once Redis comes back, and
 Redis killed or paused degrades assembly as the ladder says — L1 (hot unusable), never a 5xx —
 and recovers on its own.
 

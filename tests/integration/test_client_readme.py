@@ -1,5 +1,5 @@
-"""The README's Python client example, extracted from the Markdown and run as a user would: in a fresh
-interpreter, configured only by ``PGCONTEXT_URL`` and ``PGCONTEXT_API_KEY``, against a live service."""
+"""The Python client example of docs/clients.md, extracted from the Markdown and run as a user would: in a
+fresh interpreter, configured only by ``PGCONTEXT_URL`` and ``PGCONTEXT_API_KEY``, against a live service."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from tests.integration.test_cli import clean_env
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLIENTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
 
 
 def fenced(section: str, language: str) -> list[str]:
-    """The ``language`` code blocks of the README's ``## section`` (up to the next ``## ``)."""
-    text = README.read_text()
+    """The ``language`` code blocks of docs/clients.md's ``## section`` (up to the next ``## ``)."""
+    text = CLIENTS_DOC.read_text()
     start = text.index(f"\n## {section}\n")
     end = text.find("\n## ", start + 1)
     body = text[start:end if end != -1 else None]

@@ -1,4 +1,4 @@
-"""One org's CPU-heavy request must not stall another org's requests (issue 13): counting a long
+"""One org's CPU-heavy request must not stall another org's requests: counting a long
 ``recent_messages`` history runs in a worker thread, and only as far back as could fit."""
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from service.assembly.hot import hot_key
 from service.db import Database, create_pool
 from service.export import stream
 from service.memories import write
+from service.memories.types import AGENT_ID_PATTERN
 from service.runtime import Endpoints
 from tests.conftest import Tenant
 from tests.integration.test_memories_api import assert_error
@@ -175,7 +176,9 @@ async def test_export_holds_everything_of_the_agent_and_nothing_of_another_org(
     by_type: dict[str, list[dict[str, Any]]] = {}
     for line in lines[1:-1]:
         by_type.setdefault(line["type"], []).append(line)
-    assert lines[-1]["counts"] == {t: len(by_type.get(t, [])) for t in ("directive", "document", "memory", "chunk")}
+    assert lines[-1]["counts"] == {t: len(by_type.get(t, []))
+                                   for t in ("directive", "document", "memory", "chunk", "event")}
+    assert {(e["event"], e["memory_id"]) for e in by_type["event"]} == {("created", i) for i in mine}
 
     assert [d["content"] for d in by_type["directive"]] == ["Be brief with the subject."]
     assert {m["id"] for m in by_type["memory"]} == set(mine)
@@ -206,7 +209,7 @@ async def test_export_of_an_unknown_agent_is_empty_but_complete(
         client: AsyncTestClient[Any], tenant: Tenant) -> None:
     lines = await export(client, tenant, "nobody-here")
     assert [line["type"] for line in lines] == ["export", "end"]
-    assert lines[-1]["counts"] == {"directive": 0, "document": 0, "memory": 0, "chunk": 0}
+    assert lines[-1]["counts"] == {"directive": 0, "document": 0, "memory": 0, "chunk": 0, "event": 0}
 
 
 async def test_export_streams_in_chunks(client: AsyncTestClient[Any], tenant: Tenant, endpoints: Endpoints,
@@ -233,7 +236,7 @@ async def test_export_after_delete_shows_what_is_left(client: AsyncTestClient[An
     assert (await client.delete("/v1/memories", params={"agent_id": "erased"}, headers=tenant.headers)).status_code \
         == 200
     lines = await export(client, tenant, "erased")
-    assert lines[-1]["counts"] == {"directive": 1, "document": 0, "memory": 0, "chunk": 0}
+    assert lines[-1]["counts"] == {"directive": 1, "document": 0, "memory": 0, "chunk": 0, "event": 0}  # history too
 
 
 async def test_a_failure_part_way_ends_the_stream_with_an_error_line(
@@ -259,7 +262,7 @@ async def test_both_are_in_the_openapi_schema(client: AsyncTestClient[Any]) -> N
     for operation in (erase, export_op):
         (param,) = [p for p in operation["parameters"] if p["name"] == "agent_id"]
         assert param["in"] == "query" and param["required"] is True
-        assert param["schema"]["pattern"] == "^[A-Za-z0-9_.:@-]+$" and param["schema"]["maxLength"] == 200
+        assert param["schema"]["pattern"] == AGENT_ID_PATTERN and param["schema"]["maxLength"] == 200
     assert erase["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DeletedAgentMemories")
     assert "application/x-ndjson" in export_op["responses"]["200"]["content"]
     assert "end" in export_op["description"] and "chunk" in export_op["description"]

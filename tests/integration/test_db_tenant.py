@@ -149,7 +149,7 @@ async def test_the_next_org_on_a_pooled_connection_sees_nothing_of_the_last(
         await tx.conn.execute("DELETE FROM directives WHERE agent_id = 'pooled'")
 
 
-# -- a server that stops answering (issue 14, failures 2, 3 and 7) -----------------------------------
+# -- a server that stops answering ------------------------------------------------------------------
 
 
 async def backend_pid(pool: asyncpg.Pool) -> int:
@@ -190,8 +190,8 @@ def _resetting(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_a_task_cancelled_while_begin_is_in_flight_leaves_no_open_transaction(
         app_dsn: str, tenant: Tenant, caplog: pytest.LogCaptureFixture) -> None:
-    """Failure 7: a branch's timeout cancelled its task while BEGIN was in flight; the connection went
-    back to the pool inside the transaction and asyncpg logged "Resetting connection with an active
+    """A branch's timeout that cancels its task while BEGIN is in flight: the connection used to go
+    back to the pool inside the transaction, and asyncpg logged "Resetting connection with an active
     transaction". The server is paused so BEGIN is surely in flight when the task is cancelled."""
     pool = await create_pool(app_dsn, min_size=1, max_size=1)
     db = Database(pool, statement_timeout_ms=5000, cleanup_timeout_ms=3000)
@@ -217,7 +217,7 @@ async def test_a_task_cancelled_while_begin_is_in_flight_leaves_no_open_transact
 
 async def test_a_hung_server_answers_503_within_the_client_bounds(app_dsn: str, tenant: Tenant,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    """Failure 2: with the server stopped, acquire + BEGIN, a statement, the API-key lookup and the
+    """With the server stopped, acquire + BEGIN, a statement, the API-key lookup and the
     readiness ping each end within their client-side bound with 503 database_unavailable."""
     pool = await create_pool(app_dsn, min_size=1, max_size=1)
     db = Database(pool, statement_timeout_ms=300, acquire_timeout_ms=300, client_grace_ms=200,
@@ -261,7 +261,7 @@ async def test_a_hung_server_answers_503_within_the_client_bounds(app_dsn: str, 
 
 async def test_asyncpg_client_state_errors_are_503(one_connection: tuple[Database, asyncpg.Pool],
                                                    tenant: Tenant) -> None:
-    """Failure 3: asyncpg's own state errors after the server died mid-statement (seen at COMMIT:
+    """asyncpg's own state errors after the server died mid-statement (seen at COMMIT:
     "cannot switch to state 15; another operation (2) is in progress") are 503, not 500."""
     db, pool = one_connection
     for error in (asyncpg.InternalClientError("cannot switch to state 15; another operation (2) is in progress"),

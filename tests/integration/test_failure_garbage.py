@@ -1,4 +1,4 @@
-"""Failures that become data leave no reference cycles behind (issue 17).
+"""Failures that become data leave no reference cycles behind.
 
 A branch that times out or fails is recorded (a fallback, an L1 answer, a 503) and forgotten. Its
 exception must not stay alive in a reference cycle (an ``asyncio.timeout``'s frame holding the task

@@ -5,9 +5,9 @@ and that memory, and after
 each of ten restarts (SIGTERM, start again: the embedded servers restart too, Redis empty, Postgres
 reading its buffers back) the first assembly is L0 with the directive and memories.
 
-"As complete as the hundredth": the first assemblies get the deadline the steady state needs on
-this host at this moment — the default 40 ms, or twice the p90 of warm assemblies' ``total_ms``
-when that is longer (a host whose cores other sessions take meets no 40 ms wall, first assembly or
+"As complete as the hundredth": the first assemblies get the deadline the steady state needs where
+and when the test runs — the default 40 ms, or twice the p90 of warm assemblies' ``total_ms``
+when that is longer (a host whose cores other programs take meets no 40 ms wall, first assembly or
 not). Before the start's warm-up, the first assembly after a restart took 130-200 ms of branch time
 where warm ones took 15-30 ms: that is what this catches.
 """

@@ -1,5 +1,6 @@
-"""The README's MCP configuration snippets, extracted from the Markdown and used as a runtime would: each
-``mcpServers`` entry is started (``command``) or connected to (``url``) with the SDK's client session."""
+"""The MCP configuration snippets of docs/clients.md, extracted from the Markdown and used as a runtime
+would: each ``mcpServers`` entry is started (``command``) or connected to (``url``) with the SDK's client
+session."""
 
 from __future__ import annotations
 
@@ -35,13 +36,13 @@ def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> It
 async def use(session: ClientSession) -> None:
     await session.initialize()
     assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
-    note = f"The README snippet works ({uuid4().hex[:6]})."
+    note = f"The documented snippet works ({uuid4().hex[:6]})."
     stored = await call(session, "remember", text=note)
     found = await call(session, "recall", query=note)
     assert found["memories"][0]["id"] == stored["ids"][0]
 
 
-async def test_every_mcp_servers_entry_in_the_readme_works(live_url: str, tenant: Tenant) -> None:
+async def test_every_mcp_servers_entry_in_the_docs_works(live_url: str, tenant: Tenant) -> None:
     blocks = [json.loads(block) for block in fenced("MCP", "json")]
     entries = [entry for block in blocks for entry in block["mcpServers"].values()]
     assert {"command" in entry for entry in entries} == {True, False}, "a stdio and an HTTP entry"

@@ -416,7 +416,7 @@ async def test_document_chunks_change_only_through_the_documents_api(client: Asy
 async def test_a_batch_write_does_not_wait_for_concurrent_writers_counter_rows(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, owner_dsn: str,
         make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
-    # Issue 14's soak: a 64-memory batch answered 503 query_timeout after the 5 s tenant timeout while
+    # In a soak, a 64-memory batch answered 503 query_timeout after the 5 s tenant timeout while
     # a document ingest on the same BM25 counter shard (then backend pid mod 8) held the shard's rows
     # until it committed. Now each write transaction takes a shard no other open transaction of the
     # org holds (memory_lex_shard(), migration 0008). Here seven other transactions of the org hold

@@ -80,7 +80,7 @@ async def test_schemathesis_all_checks_against_the_live_schema(
     print(f"\nschemathesis, {EXAMPLES} examples per operation: {summary(output)}")
     errors = summary_errors(output)
     if errors and set(errors) == {"Failed Health Check"}:
-        # schemathesis 4.x can raise a suppressed health check anyway (upstream issue #4391: the flag
+        # schemathesis 4.x can raise a suppressed health check anyway (schemathesis/schemathesis#4391: the flag
         # "has no effect ... operation still errors"); here Hypothesis' large_base_example on the
         # directive PUT. It judges the generator, not the API: every generated case must still pass
         # below, and the operation's examples and coverage cases ran. Reported, not failed.

@@ -1,4 +1,4 @@
-"""Issue 14, failures 4-6, against a real ``pgcontext serve`` process on the session's Postgres and Redis:
+"""Overload, against a real ``pgcontext serve`` process on the test session's Postgres and Redis:
 goodput under overload, foreground assembly beside bulk writes, and memory after a large ingest.
 
 Each test starts the service as a child process (``python -m service.cli serve`` from this checkout,
@@ -117,7 +117,7 @@ async def closed_loop(base: str, tenant: Tenant, clients: int, seconds: float, p
 async def test_goodput_holds_under_impatient_overload_and_admitted_assemblies_stay_L0(
         owner_dsn: str, redis_url: str, settings: Settings, tenant: Tenant, tmp_path: Path) -> None:
     # Two slots and branches that sleep 100 ms in Postgres: capacity (~20/s) is set by time, not by
-    # this machine's cores (shared with other work), so the test measures the queue policy alone.
+    # the machine's cores (which other work may share), so the test measures the queue policy alone.
     env = {"PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT": "2", "PGCONTEXT_RETRIEVAL_BRANCH_DELAY_MS": "100",
            "PGCONTEXT_DEADLINE_MS": "600", "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS": "400",
            "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS": "400", "PGCONTEXT_LOG_LEVEL": "warning"}

@@ -3,9 +3,9 @@
 Needs the ``pgbouncer`` binary: installed from Debian's packages when missing and this runs as root
 (1.18 on Debian 12), else the test fails with the command to run — never a silent skip. Session
 pooling must work once ``ignore_startup_parameters`` lists the parameters the pool sends. Transaction
-pooling needs pgbouncer >= 1.21 with ``max_prepared_statements`` (asyncpg prepares every query); no
-such pgbouncer is available here, so that claim in docs/operations.md comes from pgbouncer's
-documentation and is not tested.
+pooling needs pgbouncer >= 1.21 with ``max_prepared_statements`` (asyncpg prepares every query);
+Debian 12 ships 1.18, so that claim in docs/operations.md comes from pgbouncer's documentation and
+is not tested.
 """
 
 from __future__ import annotations

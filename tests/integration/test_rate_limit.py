@@ -1,4 +1,4 @@
-"""Per-org rate limits (issue 13): a token bucket per org in Redis, 429 + Retry-After past it, other
+"""Per-org rate limits: a token bucket per org in Redis, 429 + Retry-After past it, other
 orgs untouched, refilled over time, and a dead or hung Redis lets requests through quickly."""
 
 from __future__ import annotations

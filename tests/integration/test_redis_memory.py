@@ -1,4 +1,4 @@
-"""Redis memory (issue 13): every org's hot sets and directive envelopes are bounded per org, every
+"""Redis memory: every org's hot sets and directive envelopes are bounded per org, every
 key but a directive envelope (and its bookkeeping) has a TTL, and the embedded Redis evicts only
 keys with a TTL, so no org's flood pushes another org's directives out."""
 

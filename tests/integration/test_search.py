@@ -124,7 +124,7 @@ async def test_auto_fusion_ranks_up_turns_said_by_someone_the_query_names(
     plain = await search(client, tenant, query=query, strategy="auto", limit=10, tuning={"speaker_boost": 0})
     assert boosted["strategy"] == plain["strategy"] == "hybrid"
     assert boosted["reason"].endswith(
-        "candidates said by someone the query names (metadata.speaker) +1.5 sd; "
+        "candidates said by someone the query names (speaker or metadata.speaker) +1.5 sd; "
         "the semantic branch searched 'How does relax?' (the names left out)"), boosted["reason"]
     assert "names" not in plain["reason"]
     # The semantic branch searched the topic: each result's semantic score is that of the query

@@ -1,4 +1,4 @@
-"""Tenant side channels and noisy neighbours (issue 13): shared caches and circuits must not let one
+"""Tenant side channels and noisy neighbours: shared caches and circuits must not let one
 org observe or degrade another."""
 
 from __future__ import annotations

@@ -32,13 +32,14 @@ async def seed(client: AsyncTestClient[Any], tenant: Tenant) -> dict[str, str]:
             body["agent_id"] = agent
         r = await client.post("/v1/documents", json=body, headers=h)
         assert r.status_code == 200, r.text
-    r = await client.post("/v1/memories", headers=h, json={"memories": [
-        {"text": "The guest likes espresso beans ground fine.", "agent_id": AGENT, "kind": "fact"},
-        {"text": "user: could you grind the espresso beans a little finer?", "agent_id": AGENT,
-         "kind": "message"}]})
+    r = await client.post("/v1/memories", headers=h, json={
+        "text": "The guest likes espresso beans ground fine.", "agent_id": AGENT, "kind": "fact"})
     assert r.status_code == 201, r.text
-    fact, message = r.json()["ids"]
-    return {"fact": fact, "message": message}
+    fact = r.json()["ids"][0]
+    r = await client.post("/v1/conversations/espresso/messages", headers=h, json={"agent_id": AGENT, "messages": [
+        {"role": "user", "content": "could you grind the espresso beans a little finer?"}]})
+    assert r.status_code == 201, r.text
+    return {"fact": fact, "message": r.json()["messages"][0]["id"]}
 
 
 async def found(client: AsyncTestClient[Any], tenant: Tenant, **body: Any) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """UUIDv7 ids on PostgreSQL 16-18: the portable SQL implementation (what 16 and 17 use), checked
-on this machine's server directly, and the switch in migration 0001 that picks it or the native one."""
+on the test server directly, and the switch in migration 0001 that picks it or the native one."""
 
 from __future__ import annotations
 

@@ -484,7 +484,7 @@ def test_python_lone_carriage_return_keeps_line_numbers() -> None:
     assert (f.line_start, f.line_end) == (3, 5)
 
 
-# --------------------------------------------------------------------- hostile nesting (issue 13)
+# --------------------------------------------------------------------- hostile nesting
 
 DEPTH = 1000
 DEEPLY_NESTED = {

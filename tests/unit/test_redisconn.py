@@ -6,8 +6,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 
-from service.db.redisconn import Cluster, ClusterUnavailable, as_redis_error, connect, startup_nodes
+from service.db.redisconn import Cluster, ClusterUnavailable, as_redis_error, connect
 from service.settings import SettingsError, load_settings
+from service.settings.redis_url import startup_nodes
 
 
 def test_cluster_url_lists_every_node_and_keeps_credentials_and_options() -> None:

@@ -8,6 +8,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 from pgcontext_client.types.search import AssembleFilters, RetrievalReport, SearchTuning, Strategy
 
 
@@ -42,6 +43,10 @@ class AssembleRequest(In):
     """Your deadline in ms, for when you cannot send ``X-Timeout-Ms`` (``Client.assemble`` sends the
     header); longer than the service's 40 ms it buys a longer wall, up to its maximum (1,000 ms by
     default), so the full planned retrieval runs."""
+    conversation_id: str | None = None
+    """The conversation this call continues: its messages already in ``recent_messages`` are not packed."""
+    history_turns: int | None = None
+    """With ``conversation_id``: its last this many messages are in the model's history (not packed)."""
 
 
 class DirectiveUsed(msgspec.Struct, kw_only=True):
@@ -69,6 +74,7 @@ class MemoryUsed(msgspec.Struct, kw_only=True):
     scores: Scores
     justification: str
     occurred_at: datetime | None = None
+    message: MessageRef | None = None
 
 
 class DroppedMemory(msgspec.Struct, kw_only=True):
@@ -80,6 +86,7 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     text: str | None = None
     origin: str | None = None
     scores: Scores | None = None
+    message: MessageRef | None = None
 
 
 class Budget(msgspec.Struct, kw_only=True):

@@ -28,10 +28,19 @@ class MemoryIn(In):
     search_context: str | None = None
     """Words that help find it but are never packed (e.g. the turn it replies to)."""
     embedding: list[float] | None = None
+    key: str | None = None
+    """A single-valued key (``user.city``): the newest value per key and agent is the only current one."""
+    supersedes: list[UUID] | None = None
+    """Memories this one replaces (retired when it is written)."""
+    valid_until: datetime | None = None
+    """When the fact stops being true (``occurred_at`` is when it starts)."""
+    on_duplicate: str | None = None
+    """``merge`` (service default), ``keep`` or ``reject``: what to do when it duplicates a current memory."""
 
 
 class MemoryBatchIn(In):
     memories: list[MemoryIn]
+    on_duplicate: str | None = None
 
 
 class MemoryPatch(In):
@@ -46,10 +55,25 @@ class MemoryPatch(In):
     expires_at: datetime | msgspec.UnsetType | None = msgspec.UNSET
     occurred_at: datetime | msgspec.UnsetType = msgspec.UNSET
     search_context: str | msgspec.UnsetType | None = msgspec.UNSET
+    valid_until: datetime | msgspec.UnsetType | None = msgspec.UNSET
+    on_duplicate: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class WrittenItem(msgspec.Struct, kw_only=True):
+    """What a write did with one item: ``created``, ``merged`` (``id``: the memory it merged into) or
+    ``superseded`` (a new memory that retired ``superseded``)."""
+
+    id: UUID
+    status: str
+    superseded: list[UUID] = msgspec.field(default_factory=list)
+    current: bool = True
+    superseded_by: UUID | None = None
+    similarity: float | None = None
 
 
 class CreatedMemories(msgspec.Struct, kw_only=True):
     ids: list[UUID]
+    items: list[WrittenItem] = msgspec.field(default_factory=list)
 
 
 class DeletedAgentMemories(msgspec.Struct, kw_only=True):
@@ -80,6 +104,61 @@ class Memory(msgspec.Struct, kw_only=True):
     section_title: str | None
     breadcrumb: str | None
     level: int | None
+    key: str | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    current: bool = True
+    """False once superseded (or past ``valid_until``)."""
+    superseded_by: UUID | None = None
+    superseded_at: datetime | None = None
+    seen_count: int = 1
+    """How many writes it stands for (duplicates merged into it)."""
+    last_seen_at: datetime | None = None
+    first_occurred_at: datetime | None = None
+    last_occurred_at: datetime | None = None
+
+
+class PatchedMemory(Memory, kw_only=True):
+    status: str = "updated"
+    """``merged``: the new text duplicated another current memory, this answer is that memory."""
+
+
+class UndoIn(In):
+    reason: str | None = None
+
+
+class OrgSettingsIn(In):
+    on_duplicate: str | None = None
+
+
+class HistoryEvent(msgspec.Struct, kw_only=True):
+    id: UUID
+    memory_id: UUID
+    agent_id: str | None
+    event: str
+    """created, updated, merged, superseded, undone, deleted or consolidated."""
+    at: datetime
+    related_id: UUID | None
+    undoes: UUID | None
+    undone_by: UUID | None
+    detail: dict[str, Any]
+
+
+class HistoryPage(msgspec.Struct, kw_only=True):
+    items: list[HistoryEvent]
+    next_cursor: str | None
+
+
+class UndoResult(msgspec.Struct, kw_only=True):
+    undone: UUID
+    event: UUID
+    restored: UUID | None = None
+    reinstated: list[UUID] = msgspec.field(default_factory=list)
+
+
+class OrgSettings(msgspec.Struct, kw_only=True):
+    on_duplicate: str
+    updated_at: datetime | None
 
 
 class MemoryPage(msgspec.Struct, kw_only=True):

@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
@@ -33,6 +34,10 @@ class _Filters(In):
     collections: list[str] | None = None
     """Document chunks only from these collections. Search: absent = every collection; assembly:
     absent = only the agent's own documents (org-wide ones only from collections you name)."""
+    as_of: datetime | None = None
+    """What was current then (valid time), retired memories included."""
+    include_superseded: bool | None = None
+    """Also retired memories, marked ``current=False``."""
 
 
 class AssembleFilters(_Filters):
@@ -90,6 +95,11 @@ class SearchResult(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     occurred_at: datetime | None = None
+    current: bool = True
+    superseded_by: UUID | None = None
+    valid_until: datetime | None = None
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
     fused_score: float | None = None
     path: str | None = None
     line_start: int | None = None

@@ -82,16 +82,45 @@ export class Client {
     return this.call({ method: "GET", path: "/v1/memories", query: query(filters), repeatable: true, options });
   }
 
-  /** Change only the fields given (re-embeds when `text` changes); returns the memory as stored. */
-  updateMemory(memoryId: string, patch: t.MemoryPatch, options?: RequestOptions): Promise<t.Memory> {
+  /** Change only the fields given (re-embeds when `text` changes); returns the memory as stored and what happened. */
+  updateMemory(memoryId: string, patch: t.MemoryPatch, options?: RequestOptions): Promise<t.PatchedMemory> {
     return this.call({
       method: "PATCH", path: `/v1/memories/${segment(memoryId)}`, body: patch, repeatable: true, options,
     });
   }
 
-  /** Delete one memory (`NotFound` when there is none). */
-  deleteMemory(memoryId: string, options?: RequestOptions): Promise<void> {
-    return this.call({ method: "DELETE", path: `/v1/memories/${segment(memoryId)}`, repeatable: true, options });
+  /** Delete one memory (`NotFound` when there is none); `erase: true` removes its history too. */
+  deleteMemory(memoryId: string, fields: { erase?: boolean } = {}, options?: RequestOptions): Promise<void> {
+    return this.call({
+      method: "DELETE", path: `/v1/memories/${segment(memoryId)}`, query: query(fields), repeatable: true, options,
+    });
+  }
+
+  /** Every change to a memory, oldest first (append-only events); pass `next_cursor` back as `cursor`. */
+  memoryHistory(memoryId: string, page: { limit?: number; cursor?: string } = {}, options?: RequestOptions
+  ): Promise<t.HistoryPage> {
+    return this.call({
+      method: "GET", path: `/v1/memories/${segment(memoryId)}/history`, query: query(page), repeatable: true, options,
+    });
+  }
+
+  /** Undo a merge (the duplicate comes back as a memory of its own) or a model's decision. */
+  undoEvent(memoryId: string, eventId: string, fields: { reason?: string } = {}, options?: RequestOptions
+  ): Promise<t.UndoResult> {
+    return this.call({
+      method: "POST", path: `/v1/memories/${segment(memoryId)}/history/${segment(eventId)}/undo`, body: fields,
+      repeatable: true, options,
+    });
+  }
+
+  /** The org's defaults (`on_duplicate`). */
+  orgSettings(options?: RequestOptions): Promise<t.OrgSettings> {
+    return this.call({ method: "GET", path: "/v1/org/settings", repeatable: true, options });
+  }
+
+  /** Change the org's defaults: `on_duplicate` = `merge`, `keep` or `reject`. */
+  setOrgSettings(fields: t.OrgSettingsIn, options?: RequestOptions): Promise<t.OrgSettings> {
+    return this.call({ method: "PATCH", path: "/v1/org/settings", body: fields, repeatable: true, options });
   }
 
   /** Data-subject erasure: delete every memory of `agentId` in your org (idempotent). */
@@ -138,6 +167,47 @@ export class Client {
   ): Promise<t.AssembledContext> {
     const body = { model: "gpt-4o", ...fields, agent_id: agentId, query: text };
     return this.call({ method: "POST", path: "/v1/context/assemble", body, repeatable: true, options });
+  }
+
+  // --- conversations ----------------------------------------------------------------------------
+
+  /**
+   * Append messages to a conversation, in order (the first append creates it, owned by `fields.agent_id`;
+   * left out: org-wide). Each is searchable as a memory of kind `message`; one whose `message_id` is
+   * already in the conversation is not written again, so a retry of messages that all have one is safe.
+   */
+  appendMessages(conversationId: string, messages: readonly t.MessageIn[],
+                 fields: Omit<t.AppendRequest, "messages"> = {}, options?: RequestOptions): Promise<t.Appended> {
+    return this.call({
+      method: "POST", path: `/v1/conversations/${segment(conversationId)}/messages`,
+      body: { ...fields, messages }, repeatable: messages.every((m) => m.message_id != null), options,
+    });
+  }
+
+  /** A page of the conversation's messages in order; pass `next_cursor` back as `cursor`. */
+  listMessages(conversationId: string, filters: t.ListMessagesQuery = {}, options?: RequestOptions
+  ): Promise<t.MessagePage> {
+    return this.call({
+      method: "GET", path: `/v1/conversations/${segment(conversationId)}/messages`, query: query(filters),
+      repeatable: true, options,
+    });
+  }
+
+  /** One conversation: its agent and message count (`NotFound` when it is not your org's). */
+  getConversation(conversationId: string, options?: RequestOptions): Promise<t.Conversation> {
+    return this.call({ method: "GET", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options });
+  }
+
+  /** A page of conversations, newest first (`agent_id`: only that agent's). */
+  listConversations(filters: t.ListConversationsQuery = {}, options?: RequestOptions): Promise<t.ConversationPage> {
+    return this.call({ method: "GET", path: "/v1/conversations", query: query(filters), repeatable: true, options });
+  }
+
+  /** Delete a conversation and everything derived from its messages (`NotFound` when there is none). */
+  deleteConversation(conversationId: string, options?: RequestOptions): Promise<t.DeletedConversation> {
+    return this.call({
+      method: "DELETE", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options,
+    });
   }
 
   // --- directives -------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ export interface paths {
         post: operations["V1MemoriesCreate"];
         /**
          * Delete all of an agent's memories (data-subject erasure)
-         * @description Deletes every memory of `agent_id` in your org, invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
+         * @description Deletes every memory of `agent_id` in your org (its conversations' messages too, and the conversations) and the history recorded under it, invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
          */
         delete: operations["V1MemoriesRemoveAgent"];
         options?: never;
@@ -151,6 +151,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/conversations/{conversation_id}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A conversation's messages in order (cursor-paginated) */
+        get: operations["V1ConversationsConversationIdMessagesListMessages"];
+        put?: never;
+        /**
+         * Append messages
+         * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
+         */
+        post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One conversation */
+        get: operations["V1ConversationsConversationIdGetOne"];
+        put?: never;
+        post?: never;
+        /** Delete a conversation and its messages */
+        delete: operations["V1ConversationsConversationIdRemove"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List conversations (newest first, cursor-paginated) */
+        get: operations["V1ConversationsListConversations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/context/assemble": {
         parameters: {
             query?: never;
@@ -211,7 +267,7 @@ export interface paths {
         };
         /**
          * Export an agent's memories, directive and documents (NDJSON)
-         * @description One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics; expired memories not yet purged included), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
+         * @description One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
          */
         get: operations["V1ExportExport"];
         put?: never;
@@ -220,6 +276,61 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/memories/{memory_id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A memory's history (append-only events, oldest first)
+         * @description Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure (`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). A conversation's message is never changed: its history is empty. Another org's memory: 404.
+         */
+        get: operations["V1MemoriesMemoryIdHistoryHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/memories/{memory_id}/history/{event_id}/undo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Undo a merge or a model decision */
+        post: operations["V1MemoriesMemoryIdHistoryEventIdUndoUndo"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/org/settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The org's defaults */
+        get: operations["V1OrgSettingsGetSettings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Change the org's defaults */
+        patch: operations["V1OrgSettingsSetSettings"];
         trace?: never;
     };
     "/metrics": {
@@ -243,8 +354,32 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AppendIn */
+        AppendIn: {
+            messages: components["schemas"]["MessageIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
+            agent_id?: string | null;
+        };
+        /** AppendOut */
+        AppendOut: {
+            conversation_id: string;
+            agent_id: string | null;
+            created: boolean;
+            message_count: number;
+            messages: components["schemas"]["AppendedMessage"][];
+        };
+        /** AppendedMessage */
+        AppendedMessage: {
+            /** Format: uuid */
+            id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            created: boolean;
+        };
         /** AssembleRequest */
         AssembleRequest: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id: string;
             query: string & unknown;
             model: string;
@@ -259,6 +394,8 @@ export interface components {
             /** @default false */
             explain?: boolean;
             timeout_ms?: number | null;
+            conversation_id?: string | null;
+            history_turns?: number | null;
         } | {
             max_context_tokens: number;
         } | {
@@ -337,9 +474,25 @@ export interface components {
             bytes: number;
             last_indexed_at: string | null;
         };
+        /** ConversationOut */
+        ConversationOut: {
+            id: string;
+            agent_id: string | null;
+            message_count: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** ConversationPage */
+        ConversationPage: {
+            items: components["schemas"]["ConversationOut"][];
+            next_cursor: string | null;
+        };
         /** CreatedMemories */
         CreatedMemories: {
             ids: string[];
+            items?: components["schemas"]["WrittenItem"][];
         };
         /** DeleteResponse */
         DeleteResponse: {
@@ -353,6 +506,11 @@ export interface components {
         DeletedAgentMemories: {
             agent_id: string;
             deleted: number;
+        };
+        /** DeletedConversation */
+        DeletedConversation: {
+            conversation_id: string;
+            messages_deleted: number;
         };
         /** DirectiveIn */
         DirectiveIn: {
@@ -408,7 +566,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             /** @enum {string} */
-            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested";
+            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested" | "in_history";
             detail: string;
             tokens: number;
             composite: number;
@@ -416,6 +574,7 @@ export interface components {
             /** @enum {null|string} */
             origin?: "hot" | "cold" | null;
             scores?: components["schemas"]["Scores"] | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -477,6 +636,29 @@ export interface components {
             checks?: {
                 [key: string]: string;
             };
+        };
+        /** HistoryEvent */
+        HistoryEvent: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            memory_id: string;
+            agent_id: string | null;
+            /** @enum {string} */
+            event: "created" | "updated" | "merged" | "superseded" | "undone" | "deleted" | "consolidated";
+            /** Format: date-time */
+            at: string;
+            related_id: string | null;
+            undoes: string | null;
+            undone_by: string | null;
+            detail: {
+                [key: string]: unknown;
+            };
+        };
+        /** HistoryPage */
+        HistoryPage: {
+            items: components["schemas"]["HistoryEvent"][];
+            next_cursor: string | null;
         };
         /** HotMemoryOut */
         HotMemoryOut: {
@@ -579,6 +761,18 @@ export interface components {
             section_title: string | null;
             breadcrumb: string | null;
             level: number | null;
+            key?: string | null;
+            valid_from?: string | null;
+            valid_until?: string | null;
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            superseded_at?: string | null;
+            /** @default 1 */
+            seen_count?: number;
+            last_seen_at?: string | null;
+            first_occurred_at?: string | null;
+            last_occurred_at?: string | null;
         };
         /** MemoryPage */
         MemoryPage: {
@@ -588,6 +782,7 @@ export interface components {
         /** MemoryPatch */
         MemoryPatch: {
             text?: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kind?: string;
             /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
@@ -599,6 +794,8 @@ export interface components {
             expires_at?: string | null;
             occurred_at?: string;
             search_context?: (string & unknown) | null;
+            valid_until?: string | null;
+            on_duplicate?: "merge" | "keep" | "reject";
         };
         /** MemoryUsed */
         MemoryUsed: {
@@ -613,11 +810,59 @@ export interface components {
             scores: components["schemas"]["Scores"];
             justification: string;
             occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** Message */
         Message: {
             role: string;
             content: string & unknown;
+        };
+        /** MessageIn */
+        MessageIn: {
+            content: string & unknown;
+            speaker?: string | null;
+            /** @enum {null|string} */
+            role?: "user" | "assistant" | "system" | "tool" | null;
+            occurred_at?: string | null;
+            session_id?: string | null;
+            message_id?: string | null;
+            /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
+            metadata?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            };
+        };
+        /** MessageOut */
+        MessageOut: {
+            /** Format: uuid */
+            id: string;
+            conversation_id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            content: string;
+            /** Format: date-time */
+            occurred_at: string;
+            /** Format: date-time */
+            created_at: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
+        /** MessagePage */
+        MessagePage: {
+            items: components["schemas"]["MessageOut"][];
+            next_cursor: string | null;
+        };
+        /** MessageRef */
+        MessageRef: {
+            conversation_id: string;
+            position: number;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            message_id: string | null;
         };
         /** Metrics */
         Metrics: {
@@ -647,6 +892,64 @@ export interface components {
             mode: "exact" | "path" | "symbol" | "lexical" | "semantic";
             rank: number;
             score: number;
+        };
+        /** OrgSettingsIn */
+        OrgSettingsIn: {
+            /** @enum {null|string} */
+            on_duplicate?: "merge" | "keep" | "reject" | null;
+        };
+        /** OrgSettingsOut */
+        OrgSettingsOut: {
+            /** @enum {string} */
+            on_duplicate: "merge" | "keep" | "reject";
+            updated_at: string | null;
+        };
+        /** PatchedMemory */
+        PatchedMemory: {
+            /** Format: uuid */
+            id: string;
+            agent_id: string | null;
+            kind: string;
+            text: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+            importance: number;
+            usefulness: number;
+            pinned: boolean;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** Format: date-time */
+            occurred_at: string;
+            search_context: string | null;
+            last_accessed_at: string | null;
+            access_count: number;
+            expires_at: string | null;
+            source_path: string | null;
+            line_start: number | null;
+            line_end: number | null;
+            section_title: string | null;
+            breadcrumb: string | null;
+            level: number | null;
+            key?: string | null;
+            valid_from?: string | null;
+            valid_until?: string | null;
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            superseded_at?: string | null;
+            /** @default 1 */
+            seen_count?: number;
+            last_seen_at?: string | null;
+            first_occurred_at?: string | null;
+            last_occurred_at?: string | null;
+            /**
+             * @default updated
+             * @enum {string}
+             */
+            status?: "updated" | "merged";
         };
         /** RerankReport */
         RerankReport: {
@@ -692,6 +995,7 @@ export interface components {
         };
         /** SearchFilters */
         SearchFilters: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kinds?: string[] | null;
             metadata?: {
@@ -705,6 +1009,9 @@ export interface components {
             levels?: number[] | null;
             sources?: ("memories" | "messages" | "documents")[] | null;
             collections?: string[] | null;
+            as_of?: string | null;
+            /** @default false */
+            include_superseded?: boolean;
         };
         /** SearchMetrics */
         SearchMetrics: {
@@ -774,6 +1081,11 @@ export interface components {
                 [key: string]: unknown;
             };
             occurred_at?: string | null;
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            valid_until?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
             fused_score?: number | null;
             path?: string | null;
             line_start?: number | null;
@@ -815,13 +1127,41 @@ export interface components {
             chunks_missing_embedding: number;
             files_other_embedder: number;
         };
+        /** UndoIn */
+        UndoIn: {
+            reason?: string | null;
+        };
+        /** UndoResult */
+        UndoResult: {
+            /** Format: uuid */
+            undone: string;
+            /** Format: uuid */
+            event: string;
+            restored?: string | null;
+            reinstated?: string[];
+        };
+        /** WrittenItem */
+        WrittenItem: {
+            /** Format: uuid */
+            id: string;
+            /** @enum {string} */
+            status: "created" | "merged" | "superseded";
+            superseded?: string[];
+            /** @default true */
+            current?: boolean;
+            superseded_by?: string | null;
+            similarity?: number | null;
+        };
         /** MemoryBatchIn */
         MemoryBatchIn: {
             memories: components["schemas"]["MemoryIn"][];
+            /** @enum {null|string} */
+            on_duplicate?: "merge" | "keep" | "reject" | null;
         };
         /** MemoryIn */
         MemoryIn: {
             text: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default fact */
             kind?: string;
@@ -837,6 +1177,12 @@ export interface components {
             occurred_at?: string | null;
             search_context?: (string & unknown) | null;
             embedding?: number[] | null;
+            /** @description A single-valued key (1-200 letters, digits and _.:@/-), e.g. user.city: a newer value retires the current one. */
+            key?: string | null;
+            supersedes?: string[];
+            valid_until?: string | null;
+            /** @enum {null|string} */
+            on_duplicate?: "merge" | "keep" | "reject" | null;
         };
         /** FileIn */
         FileIn: {
@@ -850,6 +1196,7 @@ export interface components {
         /** IngestRequest */
         IngestRequest: {
             files: components["schemas"]["FileIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default default */
             collection?: string;
@@ -871,6 +1218,9 @@ export interface components {
             levels?: number[] | null;
             sources?: ("memories" | "messages" | "documents")[] | null;
             collections?: string[] | null;
+            as_of?: string | null;
+            /** @default false */
+            include_superseded?: boolean;
         };
     };
     responses: never;
@@ -938,6 +1288,10 @@ export interface operations {
                 occurred_after?: string | null;
                 /** @description Exclusive upper bound on occurred_at (RFC 3339 with timezone) */
                 occurred_before?: string | null;
+                /** @description Only memories valid at this time (RFC 3339 with timezone): valid time, retired ones included */
+                as_of?: string | null;
+                /** @description Also retired memories (superseded, or past valid_until), marked current=false */
+                include_superseded?: boolean;
                 /** @description `next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<id>`, the position after which the page starts. */
                 cursor?: string | null;
                 limit?: number;
@@ -989,7 +1343,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1084,7 +1438,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1150,7 +1504,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1223,7 +1577,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1238,7 +1592,10 @@ export interface operations {
     };
     V1MemoriesMemoryIdRemove: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Also remove the memory's history (a privacy erasure); without it the history keeps the deletion */
+                erase?: boolean;
+            };
             header?: never;
             path: {
                 memory_id: string;
@@ -1261,6 +1618,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
                 };
             };
             /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
@@ -1303,7 +1661,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1337,7 +1695,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryOut"];
+                    "application/json": components["schemas"]["PatchedMemory"];
                 };
             };
             /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
@@ -1407,7 +1765,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1491,7 +1849,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1509,6 +1867,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1564,7 +1923,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1582,6 +1941,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1641,7 +2001,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1659,6 +2019,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1712,7 +2073,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1782,7 +2143,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1866,7 +2227,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1943,7 +2304,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1996,7 +2357,397 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesListMessages: {
+        parameters: {
+            query?: {
+                /** @description Only this session's messages. */
+                session_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessagePage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesAppendMessages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AppendIn"];
+            };
+        };
+        responses: {
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdGetOne: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdRemove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedConversation"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsListConversations: {
+        parameters: {
+            query?: {
+                /** @description Only this agent's conversations (1-200 letters, digits and _.:@-). */
+                agent_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<conversation id>`, the position after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationPage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2083,7 +2834,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2158,7 +2909,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2233,7 +2984,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2299,7 +3050,317 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1MemoriesMemoryIdHistoryHistory: {
+        parameters: {
+            query?: {
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                memory_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HistoryPage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1MemoriesMemoryIdHistoryEventIdUndoUndo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                memory_id: string;
+                event_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UndoIn"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UndoResult"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1OrgSettingsGetSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgSettingsOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1OrgSettingsSetSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgSettingsIn"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgSettingsOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */

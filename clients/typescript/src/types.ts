@@ -25,9 +25,17 @@ export type RetrievalOptions = Schemas["RetrievalOptions"];
 export type Message = Schemas["Message"];
 export type FileIn = Schemas["FileIn"];
 export type IngestRequest = Schemas["IngestRequest"];
+export type MessageIn = Schemas["MessageIn"];
+export type AppendRequest = Schemas["AppendIn"];
 
 // Answers
 export type Memory = Schemas["MemoryOut"];
+export type PatchedMemory = Schemas["PatchedMemory"];
+export type HistoryEvent = Schemas["HistoryEvent"];
+export type HistoryPage = Schemas["HistoryPage"];
+export type UndoResult = Schemas["UndoResult"];
+export type OrgSettings = Schemas["OrgSettingsOut"];
+export type OrgSettingsIn = Schemas["OrgSettingsIn"];
 export type MemoryPage = Schemas["MemoryPage"];
 export type CreatedMemories = Schemas["CreatedMemories"];
 export type DeletedAgentMemories = Schemas["DeletedAgentMemories"];
@@ -48,6 +56,14 @@ export type DocumentPage = Schemas["DocumentPage"];
 export type DeletedDocuments = Schemas["DeleteResponse"];
 export type IndexSummary = Schemas["IndexSummary"];
 export type Health = Schemas["Health"];
+export type Appended = Schemas["AppendOut"];
+export type AppendedMessage = Schemas["AppendedMessage"];
+export type ConversationMessage = Schemas["MessageOut"];
+export type MessagePage = Schemas["MessagePage"];
+export type MessageRef = Schemas["MessageRef"];
+export type Conversation = Schemas["ConversationOut"];
+export type ConversationPage = Schemas["ConversationPage"];
+export type DeletedConversation = Schemas["DeletedConversation"];
 export type ErrorBody = Schemas["ErrorBody"];
 
 // Query parameters
@@ -56,6 +72,8 @@ export type ListMemoriesQuery = Omit<Query<"V1MemoriesListMemories">, "metadata"
   metadata?: Record<string, unknown> | string;
 };
 export type ListDocumentsQuery = Query<"V1DocumentsListDocuments">;
+export type ListMessagesQuery = Query<"V1ConversationsConversationIdMessagesListMessages">;
+export type ListConversationsQuery = Query<"V1ConversationsListConversations">;
 
 /** One line of the NDJSON data-subject export; `type` says which kind (`export`, `memory`, ..., `end`). */
 export interface ExportLine {

@@ -24,6 +24,12 @@ const OPERATIONS: Record<keyof operations, { verb: string; path: string; method:
   V1MemoriesMemoryIdGetOne: { verb: "GET", path: "/v1/memories/{memory_id}", method: "getMemory" },
   V1MemoriesMemoryIdRemove: { verb: "DELETE", path: "/v1/memories/{memory_id}", method: "deleteMemory" },
   V1MemoriesMemoryIdUpdate: { verb: "PATCH", path: "/v1/memories/{memory_id}", method: "updateMemory" },
+  V1MemoriesMemoryIdHistoryHistory: {
+    verb: "GET", path: "/v1/memories/{memory_id}/history", method: "memoryHistory" },
+  V1MemoriesMemoryIdHistoryEventIdUndoUndo: {
+    verb: "POST", path: "/v1/memories/{memory_id}/history/{event_id}/undo", method: "undoEvent" },
+  V1OrgSettingsGetSettings: { verb: "GET", path: "/v1/org/settings", method: "orgSettings" },
+  V1OrgSettingsSetSettings: { verb: "PATCH", path: "/v1/org/settings", method: "setOrgSettings" },
   V1MemoriesSearchSearch: { verb: "POST", path: "/v1/memories/search", method: "search" },
   V1AgentsAgentIdDirectiveGetDirective: { verb: "GET", path: "/v1/agents/{agent_id}/directive", method: "getDirective" },
   V1AgentsAgentIdDirectivePutDirective: { verb: "PUT", path: "/v1/agents/{agent_id}/directive", method: "putDirective" },
@@ -37,6 +43,14 @@ const OPERATIONS: Record<keyof operations, { verb: string; path: string; method:
   V1MemoriesHotHotSet: { verb: "GET", path: "/v1/memories/hot", method: "hotSet" },
   V1MemoriesFeedbackFeedback: { verb: "POST", path: "/v1/memories/feedback", method: "feedback" },
   V1ExportExport: { verb: "GET", path: "/v1/export", method: "export" },
+  V1ConversationsConversationIdMessagesAppendMessages: {
+    verb: "POST", path: "/v1/conversations/{conversation_id}/messages", method: "appendMessages" },
+  V1ConversationsConversationIdMessagesListMessages: {
+    verb: "GET", path: "/v1/conversations/{conversation_id}/messages", method: "listMessages" },
+  V1ConversationsConversationIdGetOne: { verb: "GET", path: "/v1/conversations/{conversation_id}", method: "getConversation" },
+  V1ConversationsConversationIdRemove: {
+    verb: "DELETE", path: "/v1/conversations/{conversation_id}", method: "deleteConversation" },
+  V1ConversationsListConversations: { verb: "GET", path: "/v1/conversations", method: "listConversations" },
   MetricsGet: { verb: "GET", path: "/metrics", method: null }, // Prometheus text for scrapers, not an API call
 };
 
@@ -81,6 +95,15 @@ describe("coverage of the OpenAPI schema", () => {
     await record("listMemories", () => pg.listMemories({ agent_id: who }));
     await record("getMemory", () => pg.getMemory(id));
     await record("updateMemory", () => pg.updateMemory(id, { text: "y" }));
+    await record("memoryHistory", () => pg.memoryHistory(id));
+    const twin = await pg.createMemory("y", { agent_id: who });
+    expect((twin.items ?? []).find((item) => item.status === "merged")?.id).toBe(id);
+    const events = (await pg.memoryHistory(id)).items;
+    const merge = events.find((event) => event.event === "merged");
+    expect(merge, JSON.stringify(events)).toBeDefined();
+    await record("undoEvent", () => pg.undoEvent(id, merge?.id ?? ""));
+    await record("orgSettings", () => pg.orgSettings());
+    await record("setOrgSettings", () => pg.setOrgSettings({ on_duplicate: "merge" }));
     await record("search", () => pg.search("y", { filters: { agent_id: who } }));
     await record("hotSet", () => pg.hotSet(who));
     await record("feedback", () => pg.feedback({ [id]: true, [randomUUID()]: false }));
@@ -95,6 +118,12 @@ describe("coverage of the OpenAPI schema", () => {
     await record("listDocuments", () => pg.listDocuments({ collection }));
     await record("documentsIndex", () => pg.documentsIndex());
     await record("deleteDocuments", () => pg.deleteDocuments(["a.py"], { collection }));
+    const chat = agent("chat");
+    await record("appendMessages", () => pg.appendMessages(chat, [{ content: "hi", role: "user", message_id: "m1" }]));
+    await record("listMessages", () => pg.listMessages(chat, { limit: 10 }));
+    await record("getConversation", () => pg.getConversation(chat));
+    await record("listConversations", () => pg.listConversations({ limit: 10 }));
+    await record("deleteConversation", () => pg.deleteConversation(chat));
 
     for (const { verb, path, method } of Object.values(OPERATIONS)) {
       if (method === null) continue;

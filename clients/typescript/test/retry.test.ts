@@ -14,7 +14,7 @@ describe("idempotency", () => {
     const pg = client({ fetch: recorder.fetch });
     const who = agent("idem");
     const first = await pg.createMemory("Remember the milk.", { agent_id: who });
-    const second = await pg.createMemory("Remember the milk.", { agent_id: who });
+    const second = await pg.createMemory("Remember the milk.", { agent_id: who, on_duplicate: "keep" });
     const keys = recorder.sent.map((r) => r.headers.get("idempotency-key"));
     expect(new Set(keys).size).toBe(2);
     expect(first.ids).not.toEqual(second.ids); // a new key per call: two memories

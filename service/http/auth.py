@@ -1,4 +1,8 @@
-"""Bearer-key authentication: ``Authorization: Bearer <key>`` -> the caller's org id."""
+"""The bearer dependency: ``Authorization: Bearer <key>`` -> the caller's org id.
+
+Keys are hashed and looked up in the in-process cache of resolved keys first
+(:class:`service.auth.KeyCache`), then in Postgres.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +11,10 @@ from uuid import UUID
 
 from litestar import Request
 
-from service.auth.keys import hash_key
+from service.auth.failures import FailedAuthLimiter
+from service.auth.keys import KeyCache, hash_key
 from service.errors import DeadlineExceeded, InvalidToken, ServiceUnavailable, Unauthorized
 from service.runtime import Services
-
-
-class KeyCache:
-    """Resolved keys, cached in-process for a few seconds so auth costs no round trip per request."""
-
-    def __init__(self, ttl_s: float, max_entries: int = 10_000) -> None:
-        self.ttl_s = ttl_s
-        self.max_entries = max_entries
-        self._entries: dict[bytes, tuple[UUID, float]] = {}
-
-    def get(self, key_hash: bytes) -> UUID | None:
-        hit = self._entries.get(key_hash)
-        if hit is None or hit[1] < time.monotonic():
-            return None
-        return hit[0]
-
-    def put(self, key_hash: bytes, org_id: UUID) -> None:
-        if self.ttl_s <= 0:
-            return
-        if len(self._entries) >= self.max_entries:
-            self._entries.clear()
-        self._entries[key_hash] = (org_id, time.monotonic() + self.ttl_s)
 
 
 def _caller_budget_s(request: Request) -> float | None:  # type: ignore[type-arg]
@@ -76,8 +59,16 @@ async def authenticate(request: Request, services: Services) -> UUID:  # type: i
     assert isinstance(cache, KeyCache)
     org_id = cache.get(key_hash)
     if org_id is None:
+        failures = services.extras.get("auth_failures")
+        address = request.client.host if request.client is not None else ""
+        if isinstance(failures, FailedAuthLimiter):
+            refusal = failures.take(address)  # before the lookup: concurrent unknown keys are bounded too
+            if refusal is not None:
+                raise refusal
         org_id = await _lookup(services, key_hash, request)
         if org_id is None:
             raise InvalidToken("invalid or revoked API key")
+        if isinstance(failures, FailedAuthLimiter):
+            failures.give_back(address)
         cache.put(key_hash, org_id)
     return org_id

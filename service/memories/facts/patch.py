@@ -1,0 +1,88 @@
+"""PATCH and DELETE of a memory, as the fact lifecycle sees them: duplicate checks on a new text, history."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from uuid import UUID
+
+import asyncpg
+import msgspec
+import numpy as np
+
+from service.db import TenantTx
+from service.errors import Conflict
+from service.memories import repo
+from service.memories.facts import dedup
+from service.memories.facts.history import Events
+from service.memories.facts.normalize import hash_words, tokens
+from service.memories.facts.types import MESSAGE_KIND
+from service.memories.facts.write import DEFAULT_POLICY, merge_into, org_policy, scope_key
+from service.memories.types import MemoryIn, MemoryPatch
+from service.settings import FactSettings
+
+
+def _unset_or(value: Any, default: Any) -> Any:
+    return default if value is msgspec.UNSET else value
+
+
+async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: asyncpg.Record,
+                 change: MemoryPatch, embedding: np.ndarray | None) -> tuple[asyncpg.Record | None,
+                                                                             Literal["updated", "merged"]]:
+    """Apply ``change`` to the (locked) memory ``before``. A new text that duplicates another current
+    memory of the same agent, kind and key is merged into it (``merge``, the answer then being that
+    memory), refused (``reject``: 409) or kept (``keep``)."""
+    kind = _unset_or(change.kind, before["kind"])
+    agent = _unset_or(change.agent_id, before["agent_id"])
+    words = tokens(change.text) if isinstance(change.text, str) and kind != MESSAGE_KIND else None
+    events = Events()
+    if words is not None and embedding is not None and before["superseded_by"] is None:
+        policy = change.on_duplicate if isinstance(change.on_duplicate, str) else None
+        policy = policy or await org_policy(tx) or DEFAULT_POLICY
+        if policy != "keep":
+            await tx.fetchval("facts.lock_scopes", str(tx.org_id), [scope_key(agent)])
+            probe = MemoryIn(text=str(change.text), agent_id=agent, kind=kind, key=before["key"])
+            found = (await dedup.find(tx, [probe], embedding[None, :], [words], [True], settings,
+                                      exclude=(memory_id,))).matches[0]
+            if found is not None and policy == "reject":
+                raise Conflict("the new text duplicates a current memory (on_duplicate=reject)", code="duplicate",
+                               details={"duplicate_of": str(found.target), "similarity": round(found.cosine, 4)})
+            if found is not None and found.target is not None:
+                row = await repo.update(tx, memory_id, change, embedding, hash_words(words))
+                assert row is not None
+                events.add(memory_id, row["agent_id"], "updated", changes=_changes(change))
+                await tx.execute("memories.delete", tx.org_id, memory_id)
+                await merge_into(tx, found.target, as_item(row), memory_id, row["occurred_at"], found, events,
+                                 decided_by="rules")
+                events.add(memory_id, row["agent_id"], "merged", related=found.target, into=found.target)
+                await events.record(tx)
+                return await repo.get(tx, found.target), "merged"
+    text_hash = hash_words(words) if words is not None else None
+    row = await repo.update(tx, memory_id, change, embedding, text_hash)
+    if row is not None:
+        events.add(memory_id, row["agent_id"], "updated", changes=_changes(change))
+        await events.record(tx)
+    return row, "updated"
+
+
+def _changes(change: MemoryPatch) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(change)
+    out.pop("on_duplicate", None)
+    return out
+
+
+def as_item(row: asyncpg.Record) -> MemoryIn:
+    """A stored memory as the item a merge records (so an undo writes it back as it was)."""
+    return MemoryIn(text=row["text"], agent_id=row["agent_id"], kind=row["kind"], metadata=row["metadata"],
+                    importance=row["importance"], pinned=row["pinned"], expires_at=row["expires_at"],
+                    occurred_at=row["occurred_at"], search_context=row["search_context"], key=row["key"],
+                    valid_until=row["valid_until"])
+
+
+async def deleted(tx: TenantTx, memory_id: UUID, agent_id: str | None, *, erase: bool) -> None:
+    """After a delete: record it in the history, or (``erase``) remove the history too."""
+    if erase:
+        await tx.fetchval("facts.erase_history", tx.org_id, [memory_id], None)
+        return
+    events = Events()
+    events.add(memory_id, agent_id, "deleted")
+    await events.record(tx)
