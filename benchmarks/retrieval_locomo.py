@@ -1,18 +1,26 @@
 """Retrieval and context assembly on conversations (LoCoMo-style), through the service's HTTP API.
 
     python benchmarks/retrieval_locomo.py ../shared/data/locomo-dev [--categories 1 2 3 4]
+    python benchmarks/retrieval_locomo.py DIR --load memories [--context-turns 0 --plain]
 
 DIR holds three files:
 
 * ``corpus.jsonl``: one turn per line (``_id``, ``text``, ``metadata``). ``metadata.sample_id`` names
-  the conversation: each gets its own org, so a question only ever sees its own conversation. The
-  metadata is sent as the memory's; its ``speaker`` is who said the turn, which ``auto`` search uses
-  when a question names them (docs/retrieval.md "Speakers").
-  ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is sent as the memory's
-  ``occurred_at`` (left out if the service rejects the field: one that predates event time). The
-  ``--context-turns`` turns before it in the file, of the same conversation and session
-  (``metadata.session`` when given), are sent as its ``search_context`` (searched, never packed; left
-  out if the service does not take the field).
+  the conversation: each gets its own org, so a question only ever sees its own conversation.
+  ``metadata.session_date_time`` (e.g. ``1:56 pm on 8 May, 2023``) is when the turn was said.
+
+  ``--load conversations`` (the default) writes each conversation the way any client can: through
+  ``POST /v1/conversations/{id}/messages``, in file order, each turn with only what a client has —
+  the words as said (a leading ``Name: `` moves into the ``speaker`` field), ``speaker``
+  (``metadata.speaker``), ``occurred_at`` and ``session_id`` (``metadata.session``), its ``_id`` as
+  ``message_id``. No metadata, no search context: the service derives what a search needs.
+
+  ``--load memories`` writes the turns as memories (``POST /v1/memories``), as before conversations
+  existed: the text as in the file, the metadata as the memory's (its ``speaker`` is what ``auto``
+  search uses when a question names them, docs/retrieval.md "Speakers"), ``occurred_at``, and the
+  ``--context-turns`` turns before it in the file, of the same conversation and session, as its
+  ``search_context`` (what the harness once supplied by hand). ``--plain`` sends only the text and
+  ``occurred_at`` (no metadata), as a plain client would.
 * ``queries.jsonl``: ``_id``, ``text``, ``metadata.sample_id`` and ``metadata.category``.
 * ``qrels.tsv``: header line, then ``query-id  corpus-id  score`` (evidence turns).
 
@@ -38,15 +46,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +61,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (
-    KEEP,
     SEARCH_STRATEGIES,
     app_client,
     ndcg_at,
@@ -65,12 +69,12 @@ from benchmarks._common import (
     recall_at,
     servers,
 )
+from benchmarks.locomo_data import Query, Turn, append_group, load_dir, load_group, with_context
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine
 from service.settings import load_settings
 from service.text.tokens import Tokenizers
 
-BATCH = 64
 K = 10
 AGENT = "locomo-bench"
 MODEL = "gpt-4o"
@@ -85,95 +89,8 @@ ASSEMBLIES: dict[str, dict[str, Any]] = {
 }
 _ASSEMBLY_NAME = re.compile(r"assemble_(\d+)")
 """Any ``assemble_N`` runs with ``max_context_tokens`` N (e.g. ``assemble_1500`` for a trade-off curve)."""
-_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
-                 "%Y-%m-%d %H:%M", "%Y-%m-%d")
 _TAG = re.compile(r"\[[^\]\n]*\]|\d+(?= )")
 """A memory line's tag: ``[...]`` (ids, before), or the number that opens it (``1 text``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    id: str
-    text: str
-    group: str
-    occurred_at: datetime | None
-    metadata: dict[str, Any]
-    context: str = ""
-    """The turns before it (same conversation and session), sent as ``search_context``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    id: str
-    text: str
-    group: str
-    category: str
-
-
-def parse_when(value: Any) -> datetime | None:
-    """A session date such as ``1:56 pm on 8 May, 2023`` (or ISO 8601) as UTC; None if unparseable."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = " ".join(value.split())
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        parsed = None
-        for fmt in _DATE_FORMATS:
-            try:
-                parsed = datetime.strptime(text, fmt)
-                break
-            except ValueError:
-                continue
-    if parsed is None:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def load_dir(root: Path, categories: set[str] | None) -> tuple[list[Turn], list[Query], dict[str, dict[str, int]]]:
-    """Turns, the questions to score (in qrels, in ``categories`` when they have one) and the qrels."""
-    turns: list[Turn] = []
-    with (root / "corpus.jsonl").open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            doc = json.loads(line)
-            meta = doc.get("metadata") or {}
-            text = f"{doc.get('title') or ''}\n{doc['text']}".strip()
-            turns.append(Turn(str(doc["_id"]), text, str(meta.get("sample_id", "all")),
-                              parse_when(meta.get("session_date_time")), meta))
-    qrels: dict[str, dict[str, int]] = {}
-    with (root / "qrels.tsv").open() as f:
-        next(f)
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) >= 3 and int(parts[2]) > 0:
-                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-    queries: list[Query] = []
-    with (root / "queries.jsonl").open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            q = json.loads(line)
-            meta = q.get("metadata") or {}
-            category = str(meta.get("category", "-"))
-            if str(q["_id"]) not in qrels or (categories and "category" in meta and category not in categories):
-                continue
-            queries.append(Query(str(q["_id"]), q["text"], str(meta.get("sample_id", "all")), category))
-    return turns, queries, qrels
-
-
-def with_context(turns: Sequence[Turn], before: int) -> list[Turn]:
-    """Each turn with the text of up to ``before`` turns preceding it in file order, of the same
-    conversation and the same ``metadata.session`` (absent: one session), oldest first."""
-    out: list[Turn] = []
-    for i, t in enumerate(turns):
-        parts: list[str] = []
-        for prev in turns[max(0, i - before):i]:
-            if prev.group == t.group and prev.metadata.get("session") == t.metadata.get("session"):
-                parts.append(prev.text)
-        out.append(Turn(t.id, t.text, t.group, t.occurred_at, t.metadata, "\n".join(parts)))
-    return out
 
 
 def assembly_fields(name: str) -> dict[str, Any]:
@@ -231,38 +148,6 @@ def bm25_reference(turns: Sequence[Turn], queries: Sequence[Query], qrels: dict[
             ndcg.append(ndcg_at(ranked, qrels[q.id], K))
             scored.append(q)
     return quality_line("bm25s (reference)", scored, recall, ndcg, "(in-process, Porter, stop words en, k1 0.9 b 0.4)")
-
-
-async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn],
-                     send_time: list[bool], send_context: list[bool]) -> dict[str, str]:
-    """POST one conversation's turns (org-wide memories); returns memory id -> turn id.
-
-    ``send_time[0]``: send ``occurred_at``; set to False (and the batch resent) if the service rejects
-    the field as unknown, so the benchmark also runs against a service without event time; likewise
-    ``send_context[0]`` for ``search_context``."""
-    by_memory: dict[str, str] = {}
-    for start in range(0, len(turns), BATCH):
-        chunk = turns[start:start + BATCH]
-        while True:
-            body = []
-            for t in chunk:
-                memory: dict[str, Any] = {"text": t.text, "kind": "episode", "metadata": t.metadata}
-                if send_time[0] and t.occurred_at is not None:
-                    memory["occurred_at"] = t.occurred_at.isoformat()
-                if send_context[0] and t.context:
-                    memory["search_context"] = t.context
-                body.append(memory)
-            r = await client.post("/v1/memories", json={"memories": body, "on_duplicate": KEEP}, headers=headers)
-            if r.status_code == 400 and send_time[0] and "occurred_at" in r.text:
-                send_time[0] = False
-                continue
-            if r.status_code == 400 and send_context[0] and "search_context" in r.text:
-                send_context[0] = False
-                continue
-            r.raise_for_status()
-            break
-        by_memory.update(zip(r.json()["ids"], (t.id for t in chunk), strict=True))
-    return by_memory
 
 
 async def run_strategy(client: Any, name: str, queries: Sequence[Query], qrels: dict[str, dict[str, int]],
@@ -376,15 +261,24 @@ async def main_async(args: argparse.Namespace) -> None:
             for group in groups:
                 org_id, headers = await new_tenant(owner_dsn, f"locomo-{group}-{time.time_ns()}")
                 org_ids.append(org_id)
-                orgs[group] = (headers, await load_group(client, headers, [t for t in turns if t.group == group],
-                                                         send_time, send_context))
-            sent = "not sent: the service does not take it" if not send_time[0] else "sent" if dated else "none parsed"
-            context = (f"the {args.context_turns} turns before" if send_context[0] else
-                       "not sent: the service does not take it" if args.context_turns else "not sent")
-            print(f"# loaded through POST /v1/memories in {time.perf_counter() - started:.1f} s "
-                  f"(occurred_at {sent}; search_context {context}; "
-                  f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'})",
-                  flush=True)
+                mine = [t for t in turns if t.group == group]
+                orgs[group] = (headers, await append_group(client, headers, group, mine)
+                               if args.load == "conversations" else
+                               await load_group(client, headers, mine, send_time, send_context, args.plain))
+            tail = (f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'}")
+            if args.load == "conversations":
+                print(f"# loaded through POST /v1/conversations/{{id}}/messages in "
+                      f"{time.perf_counter() - started:.1f} s "
+                      f"(words, speaker, occurred_at, session; search context derived by the service from "
+                      f"{settings.conversations.context_turns} turns before; {tail})", flush=True)
+            else:
+                sent = ("not sent: the service does not take it" if not send_time[0] else
+                        "sent" if dated else "none parsed")
+                context = (f"the {args.context_turns} turns before" if send_context[0] else
+                           "not sent: the service does not take it" if args.context_turns else "not sent")
+                print(f"# loaded through POST /v1/memories in {time.perf_counter() - started:.1f} s "
+                      f"(occurred_at {sent}; search_context {context}; "
+                      f"metadata {'not sent' if args.plain else 'sent'}; {tail})", flush=True)
             for name in args.strategies:
                 print(await run_strategy(client, name, queries, qrels, orgs), flush=True)
             for name in args.assemblies:
@@ -403,9 +297,13 @@ def main() -> None:
     parser.add_argument("--assemblies", nargs="*", default=list(ASSEMBLIES), type=assembly_name,
                         help=f"assembly lines: {', '.join(ASSEMBLIES)}, or assemble_N for N tokens")
     parser.add_argument("--use-hot", action="store_true", help="let assembly use the agent's hot set")
+    parser.add_argument("--load", choices=("conversations", "memories"), default="conversations",
+                        help="write the turns through the conversation API (default) or as memories")
     parser.add_argument("--context-turns", type=int, default=2,
-                        help="send this many preceding turns (same conversation and session) as each turn's "
-                             "search_context; 0: none")
+                        help="--load memories: send this many preceding turns (same conversation and session) as "
+                             "each turn's search_context; 0: none")
+    parser.add_argument("--plain", action="store_true",
+                        help="--load memories: send only the text and occurred_at (no metadata, so no speaker)")
     args = parser.parse_args()
     configure_logs("warning")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise

@@ -29,6 +29,7 @@ from pgcontext_client.types import (
     Memory,
     MemoryIn,
     Message,
+    MessageIn,
     RetrievalOptions,
     SearchFilters,
     SearchTuning,
@@ -37,7 +38,7 @@ from pgcontext_client.types import (
 __all__ = [
     "AssembleFilters", "AssembledContext", "AsyncClient", "BadRequest", "Call", "Client", "Conflict",
     "DeadlineExceeded", "Directive",
-    "FeedbackItem", "FileIn", "Forbidden", "Memory", "MemoryIn", "Message", "NotFound", "Overloaded",
+    "FeedbackItem", "FileIn", "Forbidden", "Memory", "MemoryIn", "Message", "MessageIn", "NotFound", "Overloaded",
     "PayloadTooLarge", "PgcontextError", "RateLimited", "RetrievalOptions", "RetryPolicy", "SearchFilters",
     "SearchTuning", "ServerError", "ServiceUnavailable", "TransportError", "Unauthorized", "Unprocessable",
     "ValidationError", "__version__", "types",

@@ -185,17 +185,67 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
              recent_messages: Sequence[t.Message | Mapping[str, str]] | None = None,
              max_context_tokens: int | None = None, selective: bool | None = None,
              reserve_tokens: int | None = None, retrieval: t.RetrievalOptions | None = None,
+             conversation_id: str | None = None, history_turns: int | None = None,
              timeout_ms: int | None = None) -> Call[t.AssembledContext]:
     """The context for one model call: directive, hot and cold memories and history, packed into a token
-    budget. Give ``max_context_tokens``, ``selective=True`` or both. ``timeout_ms`` is your own deadline
-    (``X-Timeout-Ms``): past it the service answers 504 (``DeadlineExceeded``), never partial context."""
+    budget. Give ``max_context_tokens``, ``selective=True`` or both. With ``conversation_id``, that
+    conversation's messages already in ``recent_messages`` (or among its last ``history_turns``) are not
+    packed again. ``timeout_ms`` is your own deadline (``X-Timeout-Ms``), both ways: longer than the
+    service's deadline (40 ms by default) it lengthens the service's wall, up to its
+    ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so the full planned retrieval runs when you
+    can wait for it; past it the service answers 504 (``DeadlineExceeded``), never partial context.
+    ``result.complete`` / ``result.directive_missing`` say whether anything planned is missing
+    (``degradation_reasons``)."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
     body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,
                              max_context_tokens=max_context_tokens, selective=selective,
-                             reserve_tokens=reserve_tokens, retrieval=retrieval)
+                             reserve_tokens=reserve_tokens, retrieval=retrieval, conversation_id=conversation_id,
+                             history_turns=history_turns)
     headers = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
     return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, headers=headers, repeatable=True)
+
+
+# --- conversations --------------------------------------------------------------------------------
+
+
+def append_messages(conversation_id: str, messages: Sequence[t.MessageIn | Mapping[str, Any]], *,
+                    agent_id: str | None = UNSET, idempotency_key: str | None = None) -> Call[t.Appended]:
+    """Append messages to a conversation, in order (the first append creates it, owned by ``agent_id``;
+    left out: org-wide). Each is searchable as a memory of kind ``message``; one whose ``message_id`` is
+    already in the conversation is not written again, so a retried append is safe."""
+    items = [m if isinstance(m, t.MessageIn) else msgspec.convert(m, t.MessageIn) for m in messages]
+    # Repeatable: messages with a message_id are written once; give every message one to retry safely.
+    return Call("POST", f"/v1/conversations/{_seg(conversation_id)}/messages", t.Appended,
+                body=t.AppendIn(messages=items, agent_id=agent_id), idempotency_key=idempotency_key,
+                repeatable=all(m.message_id is not None for m in items))
+
+
+def list_messages(conversation_id: str, *, session_id: str | None = None, limit: int | None = None,
+                  cursor: str | None = None) -> Call[t.MessagePage]:
+    """A page of the conversation's messages in order; pass ``next_cursor`` back as ``cursor``."""
+    params = _query(session_id=session_id, limit=limit, cursor=cursor)
+    return Call("GET", f"/v1/conversations/{_seg(conversation_id)}/messages", t.MessagePage, params=params,
+                repeatable=True)
+
+
+def get_conversation(conversation_id: str) -> Call[t.Conversation]:
+    """One conversation: its agent and message count (``NotFound`` when it is not your org's)."""
+    return Call("GET", f"/v1/conversations/{_seg(conversation_id)}", t.Conversation, repeatable=True)
+
+
+def list_conversations(*, agent_id: str | None = None, limit: int | None = None,
+                       cursor: str | None = None) -> Call[t.ConversationPage]:
+    """A page of conversations, newest first (``agent_id``: only that agent's)."""
+    return Call("GET", "/v1/conversations", t.ConversationPage,
+                params=_query(agent_id=agent_id, limit=limit, cursor=cursor), repeatable=True)
+
+
+def delete_conversation(conversation_id: str, *, idempotency_key: str | None = None
+                        ) -> Call[t.DeletedConversation]:
+    """Delete a conversation and everything derived from its messages (``NotFound`` when there is none)."""
+    return Call("DELETE", f"/v1/conversations/{_seg(conversation_id)}", t.DeletedConversation,
+                idempotency_key=idempotency_key, repeatable=True)
 
 
 # --- directives -----------------------------------------------------------------------------------

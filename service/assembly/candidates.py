@@ -13,6 +13,7 @@ import numpy.typing as npt
 from service.assembly.hot import HotItem, HotRead, as_array
 from service.assembly.scoring import Candidate, LineSpan, scale_to_unit
 from service.assembly.terms import content_terms
+from service.conversations.context import Turn, said
 from service.retrieval import SearchResponse
 
 
@@ -60,10 +61,18 @@ def line_span(row: asyncpg.Record) -> LineSpan | None:
     return LineSpan(path, start, end, level)
 
 
+def cold_text(row: asyncpg.Record) -> str:
+    """What a cold row says in a context: a conversation's message with who said it before its words
+    (``Melanie: I'm off to go swimming``), any other memory as written."""
+    if row["conversation_id"] is None:
+        return str(row["text"])
+    return said(Turn(row["session_id"], row["speaker"], row["role"], row["text"]))
+
+
 def cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
     relevance = scale_to_unit([scores[r["id"]] for r in rows])
     return [
-        Candidate(id=str(r["id"]), text=r["text"], origin="cold", relevance=relevance[i], created_at=r["created_at"],
+        Candidate(id=str(r["id"]), text=cold_text(r), origin="cold", relevance=relevance[i], created_at=r["created_at"],
                   occurred_at=r["occurred_at"],
                   last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
                   usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),

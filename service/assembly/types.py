@@ -8,11 +8,14 @@ from uuid import UUID
 
 import msgspec
 
+from service.conversations.types import Ident
 from service.memories.types import AgentId
-from service.retrieval.types import RetrievalReport, SearchFilters, SearchTuning, Strategy
+from service.retrieval.types import MessageRef, RetrievalReport, SearchFilters, SearchTuning, Strategy
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
+DegradationReason = Literal["directive_missing", "hot_unavailable", "cold_unavailable", "retrieval_reduced"]
+"""What an assembly's context lacks of what was planned (see ``AssembleResponse.degradation_reasons``)."""
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -56,6 +59,17 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     explain: bool = False
     """Also return each dropped candidate's text, origin and score breakdown (the explain page asks for
     them); off by default, which keeps the response small."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] | None = None
+    """Your deadline in ms from the request's arrival, for clients that cannot set ``X-Timeout-Ms``
+    (the sooner of this and the headers wins). Longer than ``PGCONTEXT_DEADLINE_MS`` (40) it buys a
+    longer wall, up to ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1000), so the full planned retrieval
+    runs; past it the answer is a 504."""
+    conversation_id: Ident | None = None
+    """The conversation this model call continues: its messages that ``recent_messages`` already hold
+    (and, with ``history_turns``, its last turns) are not packed again (``dropped``: ``in_history``)."""
+    history_turns: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
+    """With ``conversation_id``: the model sees the conversation's last ``history_turns`` messages
+    already (sent by the caller, in ``recent_messages`` or otherwise), so they are not packed."""
 
 
 class DirectiveUsed(msgspec.Struct):
@@ -86,13 +100,16 @@ class MemoryUsed(msgspec.Struct):
     justification: str
     occurred_at: datetime | None = None
     """When the memory's event happened (its write time unless the writer said otherwise)."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
 
 
 class DroppedMemory(msgspec.Struct):
     id: UUID
-    reason: Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
+    reason: Literal["empty", "duplicate", "below_threshold", "over_budget", "nested", "in_history"]
     """``nested``: a document chunk whose lines are already in the context (in a summary, section or
-    chunk of the same file that was packed)."""
+    chunk of the same file that was packed); ``in_history``: a message of the request's conversation
+    that the model already sees (in ``recent_messages``, or among its last ``history_turns``)."""
     detail: str
     tokens: int
     """Tokens of its memory line without a tag."""
@@ -103,6 +120,8 @@ class DroppedMemory(msgspec.Struct):
     """With ``explain: true``: the branch that offered it."""
     scores: Scores | None = None
     """With ``explain: true``: its score breakdown when it was dropped."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
 
 
 class BudgetOut(msgspec.Struct):
@@ -172,6 +191,10 @@ class Metrics(msgspec.Struct):
     candidates_evaluated: int
     queued_ms: float = 0.0
     """Time waiting to be admitted (``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT``) before ``total_ms`` began."""
+    deadline_ms: float = 0.0
+    """The deadline this assembly ran under, from its admission: ``PGCONTEXT_DEADLINE_MS``, or what
+    was left of the caller's (``X-Timeout-Ms``, ``X-Deadline-Ms``, ``timeout_ms``) up to
+    ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS``."""
 
 
 class AssembleResponse(msgspec.Struct):
@@ -183,6 +206,15 @@ class AssembleResponse(msgspec.Struct):
     dropped: list[DroppedMemory]
     budget: BudgetOut
     degradation_level: Level
+    """L0: hot and cold memories both usable; L1: one of them; L2: neither (directive and history only).
+    The level counts the memory sources; what else is missing is in ``degradation_reasons``."""
+    degradation_reasons: list[DegradationReason]
+    """Everything this context lacks of what was planned, in this order (empty: complete):
+    ``directive_missing`` (the agent's directive could not be read in time, so the context may lack
+    its standing instructions: ``directive`` is null and ``branches.directive`` says why; an agent
+    that has no directive is not missing one), ``hot_unavailable`` (the hot set could not be read),
+    ``cold_unavailable`` (the cold search gave no answer), ``retrieval_reduced`` (the cold search
+    ran less than planned: ``retrieval.reason``)."""
     sources_available: list[str]
     branches: Branches
     metrics: Metrics

@@ -15,7 +15,6 @@ from service.export.stream import MEDIA_TYPE, export_lines
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
 from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
-from service.memories.validation import check_agent_id
 
 AgentIdOrOrg = Annotated[str | None, QueryParameter(
     min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
@@ -50,7 +49,6 @@ class ExportController(Controller):
     @get("/", media_type=MEDIA_TYPE, summary="Export an agent's (or the org's) memories, directives and documents "
          "(NDJSON)", description=EXPORT_DESCRIPTION)
     async def export(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdOrOrg = None) -> Stream:
-        check_agent_id(agent_id)
         lines = export_lines(services.db, org_id, agent_id)
         first = await anext(lines)  # opens the transaction: a database error here still gets the error shape
         filename = f"pgcontext-export-{agent_id or 'org'}.ndjson"

@@ -35,7 +35,7 @@ from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey
 from service.memories.types import AgentId, AwareDatetime, Kind
-from service.memories.validation import check_agent_id, check_kind, check_metadata, check_text
+from service.memories.validation import check_kind, check_metadata, check_text
 from service.memories.write import embed_texts
 from service.runtime import Services
 
@@ -191,8 +191,8 @@ def _check_memory(line: _Memory, index: int, services: Services) -> None:
     limits = services.settings.limits
     try:
         check_text(line.text, limits)
-        check_agent_id(line.agent_id)
-        check_kind(line.kind)
+        if line.kind != MESSAGE_KIND:  # a conversation's message comes back as it was exported
+            check_kind(line.kind)
         check_metadata(line.metadata, limits)
     except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
         raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code, details=_field(index)) from exc

@@ -21,20 +21,22 @@ _SPACE: Final = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029
 NOT_BLANK: Final = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
 """Some character that is not whitespace, and no NUL anywhere (PostgreSQL text cannot hold NUL)."""
 NO_NUL: Final = r"^[^\x00]*$"
+SPEAKER: Final = rf"^[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f{_SPACE}][^\x00-\x1f\x7f]*$"
+"""A name on one line: no control character, and some character that is not whitespace."""
 
 
 def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(component, property) -> constraints that validation enforces with this deployment's settings."""
     # Imported here: these feature modules import ``errors`` from this one.
     from service.assembly.feedback import MAX_FEEDBACK_ITEMS
-    from service.memories.types import DOCUMENT_CHUNK_KIND
+    from service.memories.types import RESERVED_KINDS
     from service.memories.validation import MAX_EMBEDDING_VALUE, MIN_EMBEDDING_COMPONENT, OCCURRED_PATTERN
 
     lim, docs, asm = settings.limits, settings.documents, settings.assembly
     text = _text(lim.max_text_chars, NOT_BLANK)
     query = _text(settings.retrieval.max_query_chars, NOT_BLANK)
     dim = settings.embedding.dim
-    kind = {"schema_not": Schema(const=DOCUMENT_CHUNK_KIND)}  # written only through /v1/documents
+    kind = {"schema_not": Schema(enum=list(RESERVED_KINDS))}  # written only through /v1/documents, /v1/conversations
     return {
         ("MemoryIn", "text"): text,
         ("MemoryPatch", "text"): text,
@@ -69,6 +71,10 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("IngestRequest", "files"): {"min_items": 1, "max_items": docs.max_files_per_request},
         ("FileIn", "path"): _text(docs.max_path_chars, DOCUMENT_PATH),
         ("FileIn", "content"): {"pattern": NO_NUL},
+        ("AppendIn", "messages"): {"min_items": 1, "max_items": lim.max_batch},
+        ("MessageIn", "content"): text,
+        ("MessageIn", "speaker"): {"pattern": SPEAKER},
+        ("MessageIn", "occurred_at"): {"pattern": OCCURRED_PATTERN},
     }
 
 
@@ -80,11 +86,14 @@ def _text(max_length: int, pattern: str) -> dict[str, Any]:
 
 def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, parameter) -> constraints of path, query and header parameters checked in code."""
+    from service.conversations.types import ID_MAX_LENGTH, ID_PATTERN
     from service.documents.handlers import MAX_DELETE_PATHS
     from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
     from service.memories.write import IDEMPOTENCY_KEY_MAX
 
     agent = {"min_length": 1, "max_length": AGENT_ID_MAX_LENGTH, "pattern": AGENT_ID_PATTERN}
+    conversation = {"min_length": 1, "max_length": ID_MAX_LENGTH, "pattern": ID_PATTERN}
+    page = {"maximum": settings.limits.max_page_size}
     path = Schema(type=OpenAPIType.STRING, pattern=DOCUMENT_PATH,
                   all_of=[Schema(max_length=settings.documents.max_path_chars)])
     deadline = {"replace": Schema(type=OpenAPIType.NUMBER)}
@@ -106,6 +115,14 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/documents", "cursor"): {"format": "pgcontext-documents-cursor", "description": DOCUMENTS_CURSOR},
         ("/v1/documents", "path_prefix"): {"pattern": NO_NUL},
         ("/v1/documents", "path"): {"min_items": 1, "max_items": MAX_DELETE_PATHS, "items": path},
+        ("/v1/conversations", "limit"): page,
+        ("/v1/conversations", "cursor"): {"format": "pgcontext-conversations-cursor",
+                                          "description": CONVERSATIONS_CURSOR},
+        ("/v1/conversations/{conversation_id}", "conversation_id"): conversation,
+        ("/v1/conversations/{conversation_id}/messages", "conversation_id"): conversation,
+        ("/v1/conversations/{conversation_id}/messages", "limit"): page,
+        ("/v1/conversations/{conversation_id}/messages", "cursor"): {"format": "pgcontext-messages-cursor",
+                                                                      "description": MESSAGES_CURSOR},
         ("/v1/context/assemble", "X-Deadline-Ms"): deadline,
         ("/v1/context/assemble", "X-Timeout-Ms"): deadline,
     }
@@ -117,6 +134,10 @@ HISTORY_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadde
                          "event's id.")
 DOCUMENTS_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of the JSON list "
                            "`[collection, path]`, the position after which the page starts.")
+CONVERSATIONS_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of "
+                               "`<created_at, RFC 3339>|<conversation id>`, the position after which the page starts.")
+MESSAGES_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after "
+                          "which the page starts.")
 DOCUMENT_PATH: Final = (lambda seg: rf"^{seg}(?:/{seg})*$")(
     r"(?:[^/\\.\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*|\.[^/\\.\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*"
     r"|\.\.[^/\\\x00-\x1f\x7f]+)")
@@ -211,7 +232,8 @@ def apply_rules(openapi: OpenAPI, settings: Settings) -> None:
             + (f"; reserved keys: {', '.join(reserved)}" if reserved else "") + "."))
 
     for component, prop, reserved in (("MemoryIn", "metadata", ()), ("MemoryPatch", "metadata", ()),
-                                      ("SearchFilters", "metadata", ()), ("FileIn", "metadata", RESERVED_METADATA)):
+                                      ("SearchFilters", "metadata", ()), ("FileIn", "metadata", RESERVED_METADATA),
+                                      ("MessageIn", "metadata", ())):
         current = schemas[component].properties[prop]  # type: ignore[index]
         nullable = isinstance(current, Schema) and any(
             isinstance(s, Schema) and s.type == OpenAPIType.NULL for s in current.one_of or [])

@@ -11,13 +11,13 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pgcontext_client import AsyncClient, MemoryIn, Message, NotFound, PgcontextError, SearchFilters
+from pgcontext_client import AsyncClient, MemoryIn, Message, MessageIn, NotFound, PgcontextError, SearchFilters
 from pydantic import BaseModel, Field
 
 
@@ -33,6 +33,8 @@ class McpConfig:
     """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts)."""
     max_context_tokens: int | None = None
     """``assemble_context``'s default budget; unset: selective mode (the service sizes it from the query)."""
+    max_clients: int = 256
+    """Streamable HTTP: keys the service accepted that keep a client (least recently used dropped first)."""
 
 
 ClientFor = Callable[[], Awaitable[AsyncClient]]
@@ -61,6 +63,16 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class NewMessage(BaseModel):
+    content: str = Field(description="The words as said.")
+    role: Literal["user", "assistant", "system", "tool"] | None = Field(None, description="Who said it, by role.")
+    speaker: str | None = Field(None, description="Who said it, by name (e.g. the user's name).")
+    occurred_at: datetime | None = Field(None, description="When it was said (ISO 8601 with timezone); default now.")
+    session_id: str | None = Field(None, description="The session (chat thread or day) it belongs to.")
+    message_id: str | None = Field(None, description="Your id for it (letters, digits, _.:@-): a message already "
+                                                     "stored under this id is not stored again.")
+
+
 REMEMBER = """Store new long-term memories for this agent, so later conversations can recall them.
 
 Use it when you learn something worth keeping beyond this conversation: a user's preference or fact
@@ -70,6 +82,14 @@ transcript. Give `text` for one memory, or `memories` for several at once (up to
 that repeats one already stored is merged into it, not stored twice. For a fact that has one value
 at a time, give a `key` (user.city): the new value retires the old one. Returns per memory its id
 and what happened (`created`, `merged` into an existing memory, or `superseded` older ones)."""
+
+APPEND = """Record turns of a conversation, in order, so later calls can recall what was said.
+
+Use it to keep the conversation itself (as opposed to `remember`, which stores distilled facts):
+send each new turn, the user's and your own, with its `role` (or the speaker's name) and the same
+`conversation_id` for the whole conversation. Turns are stored exactly as said, never merged or
+rewritten, and become searchable (by `recall` and `assemble_context`). Give each turn a
+`message_id` to make a retry safe. Returns each turn's position in the conversation."""
 
 RECALL = """Search this agent's long-term memories by meaning and keywords (hybrid search).
 
@@ -147,6 +167,19 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                 "outcomes": [{"id": str(i.id), "status": i.status, "superseded": [str(s) for s in i.superseded]}
                              for i in created.items]}
 
+    @server.tool(description=APPEND, annotations=writes)  # idempotent only for turns with a message_id
+    async def append_messages(
+        conversation_id: Annotated[str, Field(description="The conversation (letters, digits, _.:@-), the same for "
+                                                          "all its turns.")],
+        messages: Annotated[list[NewMessage], Field(min_length=1, description="The new turns, oldest first.")],
+    ) -> dict[str, Any]:
+        turns = [MessageIn(content=m.content, role=m.role, speaker=m.speaker, occurred_at=m.occurred_at,
+                           session_id=m.session_id, message_id=m.message_id) for m in messages]
+        with service_errors():
+            out = await (await client_for()).append_messages(conversation_id, turns, agent_id=agent)
+        return {"conversation_id": out.conversation_id, "message_count": out.message_count,
+                "messages": [{"id": str(m.id), "position": m.position, "stored": m.created} for m in out.messages]}
+
     @server.tool(description=RECALL, annotations=reads)
     async def recall(
         query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
@@ -166,15 +199,20 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         recent_messages: Annotated[list[ChatMessage] | None, Field(
             description="The latest conversation turns, oldest first (kept as far as the budget allows).")] = None,
         max_context_tokens: Annotated[int | None, Field(ge=1, description="Token budget for the whole block.")] = None,
+        conversation_id: Annotated[str | None, Field(
+            description="The conversation being answered (as given to `append_messages`): its turns already in "
+                        "`recent_messages` are not repeated among the memories.")] = None,
     ) -> dict[str, Any]:
         budget = max_context_tokens or config.max_context_tokens
         selective = True if budget is None else None  # no budget anywhere: the service sizes it from the query
         messages = [Message(role=m.role, content=m.content) for m in recent_messages or []]
         with service_errors():
             ctx = await (await client_for()).assemble(agent, query, model=config.model, recent_messages=messages,
-                                                      max_context_tokens=budget, selective=selective)
+                                                      max_context_tokens=budget, selective=selective,
+                                                      conversation_id=conversation_id)
         return {"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()},
-                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level}
+                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level,
+                "degradation_reasons": ctx.degradation_reasons}
 
     @server.tool(description=FEEDBACK, annotations=writes)
     async def give_feedback(

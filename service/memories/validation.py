@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 
 from service.errors import BadRequest, PayloadTooLarge
-from service.memories.types import DOCUMENT_CHUNK_KIND
+from service.memories.types import DOCUMENT_CHUNK_KIND, MESSAGE_KIND
 from service.settings import LimitSettings
 
 
@@ -35,14 +35,11 @@ def check_text_limits(text: str | None, limits: LimitSettings, *, field: str = "
                          details={"field": field})
 
 
-def check_agent_id(agent_id: str | None) -> None:
-    """The schema pattern ends in ``$``, which (Python ``re.search``) also accepts one trailing newline."""
-    if agent_id is not None and "\n" in agent_id:
-        raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="validation_error",
-                         details={"field": "agent_id"})
-
-
 def check_kind(kind: str) -> None:
+    if kind == MESSAGE_KIND:
+        raise BadRequest(f"kind {MESSAGE_KIND!r} is reserved: append messages with POST "
+                         "/v1/conversations/{conversation_id}/messages", code="reserved_kind",
+                         details={"field": "kind"})
     if kind == DOCUMENT_CHUNK_KIND:
         raise BadRequest(f"kind {DOCUMENT_CHUNK_KIND!r} is reserved: ingest documents with POST /v1/documents",
                          code="reserved_kind", details={"field": "kind"})

@@ -27,7 +27,6 @@ from service.memories.types import (
     PatchedMemory,
 )
 from service.memories.validation import (
-    check_agent_id,
     check_embedding,
     check_kind,
     check_metadata,
@@ -71,7 +70,6 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> tuple[list[MemoryIn
         check_text(item.text, limits, field=where)
         check_text_limits(item.search_context, limits,
                           field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
-        check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
         for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at),
@@ -153,8 +151,6 @@ def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:
 
 async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> PatchedMemory:
     limits = services.settings.limits
-    if isinstance(change.agent_id, str):
-        check_agent_id(change.agent_id)
     if isinstance(change.kind, str):
         check_kind(change.kind)
     embedding = None
@@ -216,17 +212,25 @@ async def delete_agent(services: Services, org_id: UUID, agent_id: str) -> int:
                     await tx.fetchval("facts.erase_history", org_id, [], agent_id)
             deleted += batch
             if batch < _DELETE_AGENT_BATCH:
-                return deleted
+                break
+        async with services.db.tenant(org_id) as tx:  # its conversations, emptied above
+            await tx.execute("conversations.delete_agent", org_id, agent_id)
+        return deleted
     finally:
         if deleted:
             await services.memories_changed(org_id, {agent_id})
 
 
 def _changeable(row: Any, memory_id: UUID) -> Any:
-    """A memory the memories API may change: it exists here and is not a document chunk (those move
-    with their file through /v1/documents, which keeps line spans and the index summary exact)."""
+    """A memory the memories API may change: it exists here, is not a document chunk (those move
+    with their file through /v1/documents, which keeps line spans and the index summary exact) and
+    not a conversation's message (never rewritten; it goes with its conversation)."""
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
+    if row["conversation_id"] is not None:
+        raise Conflict("a conversation's messages are never rewritten or removed one by one: delete the "
+                       "conversation with DELETE /v1/conversations/{conversation_id}",
+                       code="managed_by_conversations", details={"conversation_id": row["conversation_id"]})
     if row["kind"] == DOCUMENT_CHUNK_KIND:
         raise Conflict("document chunks change only through /v1/documents (re-ingest or delete the file)",
                        code="managed_by_documents")

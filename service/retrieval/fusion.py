@@ -71,7 +71,7 @@ def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
         id=hit.id, text=hit.text, kind=hit.kind, source=hit.source, level=hit.level, breadcrumb=hit.breadcrumb,
         final_score=score, lexical_rank=entry.lexical_rank, semantic_rank=entry.semantic_rank,
         lexical_score=entry.lexical_score, semantic_score=entry.semantic_score, fusion_method=method,
-        agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at,
+        agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at, message=hit.message,
         current=hit.superseded_by is None, superseded_by=hit.superseded_by, valid_until=hit.valid_until,
     )
 
@@ -188,7 +188,7 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
         for i in boosted:
             scores[i] += speaker.boost
         reason += (f"; {len(boosted)} candidates said by someone the query names "
-                   f"(metadata.{speaker.key}) +{speaker.boost:g} sd")
+                   f"(speaker or metadata.{speaker.key}) +{speaker.boost:g} sd")
     return _ranked(entries, scores, "zscore", limit), reason
 
 

@@ -9,6 +9,8 @@ from uuid import UUID
 
 import asyncpg
 
+from service.retrieval.types import MessageRef
+
 
 @dataclass(frozen=True, slots=True)
 class Hit:
@@ -26,10 +28,25 @@ class Hit:
     occurred_at: datetime | None = None
     superseded_by: UUID | None = None
     valid_until: datetime | None = None
+    message: MessageRef | None = None
+    """A conversation's message: its place in the conversation and who said it."""
+
+    @property
+    def speaker(self) -> str | None:
+        return None if self.message is None else self.message.speaker
+
+
+def message_ref(row: asyncpg.Record) -> MessageRef | None:
+    """A branch row's place in its conversation (None for memories that are not messages)."""
+    if row["conversation_id"] is None:
+        return None
+    return MessageRef(conversation_id=row["conversation_id"], position=int(row["position"]),
+                      session_id=row["session_id"], speaker=row["speaker"], role=row["role"],
+                      message_id=row["message_id"])
 
 
 def hits_from_rows(rows: list[asyncpg.Record]) -> list[Hit]:
     return [Hit(id=r["id"], text=r["text"], kind=r["kind"], source=r["source_path"], level=r["level"],
                 breadcrumb=r["breadcrumb"], score=float(r["score"]), row=r, agent_id=r["agent_id"],
-                metadata=r["metadata"], occurred_at=r["occurred_at"], superseded_by=r.get("superseded_by"),
-                valid_until=r.get("valid_until")) for r in rows]
+                metadata=r["metadata"], occurred_at=r["occurred_at"], message=message_ref(r),
+                superseded_by=r.get("superseded_by"), valid_until=r.get("valid_until")) for r in rows]

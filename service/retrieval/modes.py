@@ -9,10 +9,12 @@ parts: filter mapping, hit mapping, excerpts and the fusion.
 Filters apply to every mode. ``lexical`` and ``semantic`` take the request's filters as the strategy
 search does. The lookup modes (``exact``/``path``/``symbol``, :mod:`service.documents.lookup`) push
 down what their queries understand (``agent_id``, ``source_prefix``, ``levels``, a string
-``metadata.collection``) and every hit then passes the full filters (the branches' own filter
-arguments, plus expiry) in ``retrieval.mode_filter`` on the same connection; when some filter cannot be
-pushed down, the mode over-fetches (:data:`RESIDUAL_OVERFETCH`) so the post-filter still leaves enough.
-A ``kinds`` filter without ``document_chunk`` skips the lookup modes: they only return document chunks.
+``metadata.collection`` or a single ``collections`` entry) and every hit then passes the full
+filters (the branches' own filter arguments, plus expiry) in ``retrieval.mode_filter`` on the same
+connection; when some filter cannot be pushed down, the mode over-fetches
+(:data:`RESIDUAL_OVERFETCH`) so the post-filter still leaves enough. A ``kinds`` filter without
+``document_chunk`` (or ``sources`` without ``documents``) skips the lookup modes: they only return
+document chunks.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from service.documents.globs import compile_path
 from service.documents.languages import split_lines
 from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
 from service.retrieval import branches
-from service.retrieval.filters import currency_args, filter_args
+from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit
-from service.retrieval.types import MODES, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
+from service.retrieval.types import MODES, MessageRef, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
 
 DOCUMENT_KIND: Final = "document_chunk"
 LOOKUP_MODES: Final[tuple[LookupMode, ...]] = ("exact", "path", "symbol")
@@ -68,6 +70,7 @@ class ModeHit:
     occurred_at: datetime | None = None
     superseded_by: UUID | None = None
     valid_until: datetime | None = None
+    message: MessageRef | None = None
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -98,13 +101,18 @@ def lookup_filters(filters: SearchFilters) -> tuple[LookupFilters | None, bool]:
     """
     if filters.kinds is not None and DOCUMENT_KIND not in filters.kinds:
         return None, False
+    if filters.sources is not None and "documents" not in filters.sources:
+        return None, False
     metadata = dict(filters.metadata or {})
     collection = metadata.pop("collection", None)
     if not isinstance(collection, str):
         if collection is not None:
             metadata["collection"] = collection
         collection = None
-    residual = bool(metadata) or any(
+    named = filters.collections
+    if named is not None and len(named) == 1 and collection is None:
+        collection, named = named[0], None  # one collection is pushed down; more are post-filtered
+    residual = bool(metadata) or named is not None or any(
         value is not None for value in (filters.created_after, filters.created_before, filters.occurred_after,
                                         filters.occurred_before))
     levels = tuple(filters.levels) if filters.levels is not None else None
@@ -126,7 +134,7 @@ async def run_lookup(tx: TenantTx, mode: LookupMode, request: SearchRequest, *, 
     if not hits:
         return []
     rows = await tx.fetch("retrieval.mode_filter", tx.org_id, [h.id for h in hits], *filter_args(request.filters),
-                          *currency_args(request.filters))
+                          *source_args(request.filters), *currency_args(request.filters))
     passing = {r["id"]: r for r in rows}
     kept = [h for h in hits if h.id in passing][:limit]
     return [from_lookup(h, mode, rank, passing[h.id]) for rank, h in enumerate(kept, start=1)]
@@ -187,7 +195,7 @@ def from_branch(h: Hit, mode: Mode, rank: int, line_start: int | None, line_end:
     return ModeHit(id=h.id, mode=mode, rank=rank, score=score, text=h.text, kind=h.kind, source=h.source,
                    level=h.level, breadcrumb=h.breadcrumb, line_start=line_start, line_end=line_end,
                    excerpt=excerpt, excerpt_line_start=ex_start, excerpt_line_end=ex_end,
-                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at,
+                   agent_id=h.agent_id, metadata=h.metadata, occurred_at=h.occurred_at, message=h.message,
                    superseded_by=h.superseded_by, valid_until=h.valid_until)
 
 
@@ -233,7 +241,7 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
         semantic_score=None if semantic is None else semantic.score,
         fusion_method="rrf", agent_id=best.agent_id, metadata=best.metadata, occurred_at=best.occurred_at,
         current=best.superseded_by is None, superseded_by=best.superseded_by, valid_until=best.valid_until,
-        path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
+        message=best.message, path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
         excerpt=literal.excerpt, excerpt_line_start=literal.excerpt_line_start,
         excerpt_line_end=literal.excerpt_line_end, mode=best.mode,
         modes=[ModeRank(mode=h.mode, rank=h.rank, score=h.score)

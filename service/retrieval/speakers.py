@@ -1,8 +1,9 @@
 """Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion, and the semantic
 branch's query without the speakers it names (docs/retrieval.md "Speakers").
 
-A memory's speaker is its ``metadata[key]`` (``PGCONTEXT_RETRIEVAL_SPEAKER_KEY``, default
-``speaker``), e.g. ``"Melanie"`` on a chat turn. Pure logic but for :func:`semantic_hits`, which
+A memory's speaker is who said it: a conversation message's ``speaker`` column, else its
+``metadata[key]`` (``PGCONTEXT_RETRIEVAL_SPEAKER_KEY``, default ``speaker``), e.g. ``"Melanie"`` on
+a chat turn written as a plain memory. Pure logic but for :func:`semantic_hits`, which
 orders the semantic branch's work around the lexical branch (no I/O of its own).
 """
 
@@ -32,7 +33,8 @@ class SpeakerBoost:
     """Memories said or written by someone the query names rank higher: ``boost`` standard deviations
     are added to their z-score fusion score.
 
-    Who said a memory is its ``metadata[key]`` (a string, e.g. ``"Melanie"`` for a chat turn). Asked
+    Who said a memory is a message's ``speaker``, else its ``metadata[key]`` (a string, e.g.
+    ``"Melanie"`` for a chat turn). Asked
     about a person ("What activities does Melanie partake in?"), the evidence is that person's own
     turns far more often than the other speakers' turns that mention them (LoCoMo dev: 97% of the
     evidence of questions naming one speaker), yet to BM25 the name is a low-idf term every one of
@@ -70,6 +72,8 @@ class SpeakerBoost:
         return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
 
     def _speaker(self, hit: Hit) -> str | None:
+        if (spoken := hit.speaker) is not None:
+            return spoken
         metadata = hit.metadata
         name = metadata.get(self.key) if type(metadata) is dict else None
         return name if type(name) is str else None

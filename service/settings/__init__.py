@@ -30,6 +30,7 @@ from service.settings.env import (
 from service.settings.facts import FactSettings
 from service.settings.retrieval import (
     RERANK_DEFAULT_API_BASE,
+    ConversationSettings,
     DocumentSettings,
     RerankProvider,
     RerankSettings,
@@ -45,8 +46,9 @@ from service.settings.storage import (
 )
 
 __all__ = [
-    "AssemblySettings", "DatabaseSettings", "DocumentSettings", "EmbeddingSettings", "FactSettings", "LimitSettings",
-    "RateLimitSettings", "RedisSettings", "RerankProvider", "RerankSettings", "RetrievalSettings",
+    "AssemblySettings", "ConversationSettings", "DatabaseSettings", "DocumentSettings", "EmbeddingSettings",
+    "FactSettings", "LimitSettings", "RateLimitSettings", "RedisSettings", "RerankProvider", "RerankSettings",
+    "RetrievalSettings",
     "ServerSettings", "Settings", "SettingsError", "load_settings", "usable_cpus",
 ]
 
@@ -63,6 +65,7 @@ class Settings:
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     documents: DocumentSettings = field(default_factory=DocumentSettings)
+    conversations: ConversationSettings = field(default_factory=ConversationSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
     facts: FactSettings = field(default_factory=FactSettings)
 
@@ -152,8 +155,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             port=env_int(env, "PGCONTEXT_PORT", 8080),
             log_level=env_str(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=env_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
+            auth_failure_burst=max(0, env_int(env, "PGCONTEXT_AUTH_FAILURE_BURST", 20)),
+            auth_failure_rate_per_s=max(0.0, env_float(env, "PGCONTEXT_AUTH_FAILURE_RATE_PER_S", 1.0)),
             workers=env_int(env, "PGCONTEXT_WORKERS", 1),
             metrics_token=env_str(env, "PGCONTEXT_METRICS_TOKEN"),
+            warmup_timeout_s=max(0.0, env_float(env, "PGCONTEXT_WARMUP_TIMEOUT_S", 30.0)),
         ),
         rate_limit=RateLimitSettings(
             rps=max(0.0, env_float(env, "PGCONTEXT_RATE_LIMIT_RPS", 150.0)),
@@ -199,10 +205,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             max_list_page=env_int(env, "PGCONTEXT_DOCUMENTS_MAX_LIST_PAGE", 1000),
             write_timeout_ms=env_int(env, "PGCONTEXT_DOCUMENTS_WRITE_TIMEOUT_MS", 60_000),
         ),
+        conversations=ConversationSettings(
+            context_turns=env_int_in(env, "PGCONTEXT_CONVERSATION_CONTEXT_TURNS", 2, 0, 16),
+        ),
         assembly=AssemblySettings(
             deadline_ms=env_int(env, "PGCONTEXT_DEADLINE_MS", 40),
             processing_reserve_ms=env_int(env, "PGCONTEXT_ASSEMBLY_PROCESSING_RESERVE_MS", 6),
-            directive_timeout_ms=env_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS", 5),
+            directive_timeout_ms=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS", 0)),
+            directive_fallback_ms=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_FALLBACK_MS", 5)),
+            max_deadline_ms=max(1, env_int(env, "PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS", 1000)),
             hot_timeout_ms=env_int(env, "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS", 15),
             cold_timeout_ms=env_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),
             cold_limit=env_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT", 20),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from service.settings.env import secret
+
 RerankProvider = Literal["none", "tei", "cohere", "jina"]
 RERANK_DEFAULT_API_BASE: dict[str, str] = {"cohere": "https://api.cohere.com/v2", "jina": "https://api.jina.ai/v1"}
 
@@ -17,9 +19,9 @@ class RerankSettings:
     """``none`` (off); ``tei``: Hugging Face text-embeddings-inference ``POST {api_base}/rerank`` with
     ``{"query", "texts"}`` -> ``[{"index", "score"}]``; ``cohere`` / ``jina``: ``POST {api_base}/rerank``
     with ``{"model", "query", "documents", "top_n"}`` -> ``{"results": [{"index", "relevance_score"}]}``."""
-    api_base: str | None = None
+    api_base: str | None = secret("dsn")
     """Base URL (``/rerank`` is appended). Required for ``tei``; defaults to Cohere's and Jina's public APIs."""
-    api_key: str | None = None
+    api_key: str | None = secret("value")
     """Bearer token sent as ``Authorization`` (none when unset)."""
     model: str | None = None
     """Model name sent to Cohere/Jina (e.g. ``rerank-v3.5``, ``jina-reranker-v2-base-multilingual``);
@@ -90,6 +92,16 @@ class RetrievalSettings:
     """Testing knob: ``pg_sleep`` this long inside each branch's transaction (never set in production)."""
     rerank: RerankSettings = field(default_factory=RerankSettings)
     """The optional cross-encoder stage after fusion (``PGCONTEXT_RERANK_*``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSettings:
+    """Messages appended to conversations (``POST /v1/conversations/{id}/messages``)."""
+
+    context_turns: int = 2
+    """Each message's search context (searched lexically, never packed) is derived from up to this many
+    turns before it in its conversation, those of the same session, each as ``speaker: words``;
+    0: none (docs/retrieval.md "Conversations")."""
 
 
 @dataclass(frozen=True, slots=True)

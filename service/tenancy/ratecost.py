@@ -11,11 +11,15 @@ What grows with a request, measured the same way (service + Postgres + Redis CPU
   every strategy that embeds the query (all but ``lexical``);
 * **the query's terms**: matching and scoring grow with the query however long it is (an assembly
   with a 4,000-character lexical query 20 ms against 6 ms for a short one): one token per
-  ``text_chars_per_token`` characters of every search's and assembly's query; memory writes pay the
-  same rate for the texts the service embeds for them (the bulk lane runs at a lower priority and
-  yields to queries, so its characters are priced like matching, not like a query's embedding);
+  ``text_chars_per_token`` characters of every search's and assembly's query; memory writes (and
+  conversation appends) pay the same rate for the texts the service embeds for them (the bulk lane
+  runs at a lower priority and yields to queries, so its characters are priced like matching, not
+  like a query's embedding);
 * **the body**: long histories, big filters and uploads are read, decoded and counted: one token
-  per ``body_bytes_per_token`` bytes of ``Content-Length``, known before the body is read;
+  per ``body_bytes_per_token`` bytes read. ``Content-Length`` gives a first price before the body is
+  read; the bytes actually read set the price (a chunked body announces no length), and a body
+  whose price passes what the org can pay is refused while it arrives
+  (:meth:`service.tenancy.ratelimit.RateLimiter.metered`);
 * **a hot-set miss**: ``GET /v1/memories/hot`` for an agent whose set is not cached reads Postgres
   (2.3 ms against 1.3 ms from Redis): ``hot_miss_cost`` more, taken after the read (it is known
   only then), which may leave the bucket below zero so the org's next requests wait for it.
@@ -36,6 +40,7 @@ HEAVY_ROUTES: Final[frozenset[tuple[str, str]]] = frozenset({
     ("POST", "/v1/memories"),
     ("PATCH", "/v1/memories/{memory_id}"),
     ("POST", "/v1/documents"),
+    ("POST", "/v1/conversations/{conversation_id}/messages"),
     ("GET", "/v1/export"),
     ("POST", "/v1/import"),
 })
@@ -45,6 +50,7 @@ SEARCH: Final = ("POST", "/v1/memories/search")
 ASSEMBLE: Final = ("POST", "/v1/context/assemble")
 CREATE: Final = ("POST", "/v1/memories")
 PATCH: Final = ("PATCH", "/v1/memories/{memory_id}")
+APPEND: Final = ("POST", "/v1/conversations/{conversation_id}/messages")
 
 
 def base_cost(s: RateLimitSettings, method: str, route: str, body_bytes: int) -> int:
@@ -75,6 +81,12 @@ def work_cost(s: RateLimitSettings, method: str, route: str, body: Any) -> int:
         texts = [item["text"] for item in items
                  if isinstance(item, dict) and isinstance(item.get("text"), str) and item.get("embedding") is None]
         return _text_tokens(s, sum(min(len(t), s.embed_max_chars) for t in texts))
+    if key == APPEND:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return 0
+        contents = [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+        return _text_tokens(s, sum(min(len(c), s.embed_max_chars) for c in contents))
     if key == PATCH and isinstance(body.get("text"), str):
         return _text_tokens(s, min(len(body["text"]), s.embed_max_chars))
     return 0

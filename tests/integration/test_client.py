@@ -18,6 +18,7 @@ from pgcontext_client import (
     Conflict,
     FileIn,
     MemoryIn,
+    MessageIn,
     NotFound,
     Overloaded,
     RetrievalOptions,
@@ -182,9 +183,56 @@ async def test_directives_assembly_and_documents_with_the_async_client(live_url:
 
         assert (await pg.health()).status == "ok"
         ready = await pg.ready()
-        assert ready.status == "ok" and ready.checks == {"postgres": "ok", "redis": "ok"}
+        assert ready.status == "ok" and ready.checks == {"postgres": "ok", "redis": "ok", "warm": "ok"}
         lines = [line async for line in pg.export(agent)]
         assert lines[-1]["type"] == "end" and lines[-1]["counts"]["memory"] == 2
+
+
+async def test_conversations_append_list_assemble_and_delete(live_url: str, tenant: Tenant) -> None:
+    agent, chat = f"client-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    turns: list[MessageIn | dict[str, Any]] = [
+        MessageIn(content="What do you do to unwind after work?", speaker="Melanie", session_id="s1",
+                  message_id="t1", occurred_at=datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+        {"content": "I go swimming with the kids every evening.", "speaker": "Caroline", "session_id": "s1",
+         "message_id": "t2"},
+        {"content": "What should I bring to the pool?", "role": "user", "message_id": "t3"}]
+    async with AsyncClient(live_url, tenant.key) as pg:
+        out = await pg.append_messages(chat, turns, agent_id=agent)
+        assert out.created and out.agent_id == agent and [m.position for m in out.messages] == [1, 2, 3]
+        again = await pg.append_messages(chat, turns[:2])  # a retry: nothing written twice
+        assert [m.created for m in again.messages] == [False, False] and again.message_count == 3
+        page = await pg.list_messages(chat, limit=2)
+        rest = await pg.list_messages(chat, cursor=page.next_cursor)
+        assert [m.speaker for m in page.items] == ["Melanie", "Caroline"] and rest.items[0].role == "user"
+        assert page.items[0].occurred_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+        assert [m.position for m in (await pg.list_messages(chat, session_id="s1")).items] == [1, 2]
+        conversation = await pg.get_conversation(chat)
+        assert conversation.message_count == 3 and conversation.agent_id == agent
+        assert [c.id for c in (await pg.list_conversations(agent_id=agent)).items] == [chat]
+
+        found = await pg.search("What does Caroline do to unwind?", filters=SearchFilters(agent_id=agent))
+        reply = next(r for r in found.results if r.id == out.messages[1].id)
+        assert reply.kind == "message" and reply.message is not None and reply.message.speaker == "Caroline"
+        assert (reply.message.conversation_id, reply.message.position) == (chat, 2)
+        ctx = await pg.assemble(agent, "What does Caroline do to unwind?", max_context_tokens=1000,
+                                retrieval=RetrievalOptions(strategy="lexical"))
+        assert "Caroline: I go swimming with the kids every evening." in ctx.context
+        history = await pg.assemble(agent, "What does Caroline do to unwind?", max_context_tokens=1000,
+                                    retrieval=RetrievalOptions(strategy="lexical"), conversation_id=chat,
+                                    history_turns=2)
+        assert out.messages[1].id not in {m.id for m in history.memories_used}
+        assert {d.id: d.reason for d in history.dropped}[out.messages[1].id] == "in_history"
+
+        deleted = await pg.delete_conversation(chat)
+        assert deleted.messages_deleted == 3
+        with pytest.raises(NotFound):
+            await pg.get_conversation(chat)
+    with Client(live_url, tenant.key) as sync:
+        with pytest.raises(Conflict) as taken:
+            sync.append_messages(chat, [MessageIn(content="hello", role="user")], agent_id=agent)
+            sync.append_messages(chat, [MessageIn(content="hello again", role="user")], agent_id="someone-else")
+        assert taken.value.code == "conversation_agent_mismatch"
+        assert sync.delete_conversation(chat).messages_deleted == 1
 
 
 async def test_writes_carry_an_idempotency_key_and_a_replay_creates_nothing(live_url: str, tenant: Tenant) -> None:

@@ -60,6 +60,12 @@ def client_calls() -> dict[tuple[str, str], list[Call[Any]]]:
         ("POST", "/v1/memories/{memory_id}/history/{event_id}/undo"): [ep.undo_event(ID, ID, reason="r")],
         ("GET", "/v1/org/settings"): [ep.org_settings()],
         ("PATCH", "/v1/org/settings"): [ep.set_org_settings(on_duplicate="keep")],
+        ("POST", "/v1/conversations/{conversation_id}/messages"): [
+            ep.append_messages("c", [t.MessageIn(content="x", speaker="Ann")], agent_id="a")],
+        ("GET", "/v1/conversations/{conversation_id}/messages"): [ep.list_messages("c", session_id="s")],
+        ("GET", "/v1/conversations/{conversation_id}"): [ep.get_conversation("c")],
+        ("GET", "/v1/conversations"): [ep.list_conversations(agent_id="a")],
+        ("DELETE", "/v1/conversations/{conversation_id}"): [ep.delete_conversation("c")],
         ("GET", "/healthz"): [ep.health()],
         ("GET", "/readyz"): [ep.ready()],
     }

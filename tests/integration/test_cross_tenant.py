@@ -35,6 +35,8 @@ A_ONLY = "a-only-agent"
 """An agent only org A has (memories and a directive)."""
 DOC = "src/secret_module.py"
 A_ONLY_DOC = "src/a_only.py"
+CHAT = "shared-chat"
+"""A conversation id of A's that B uses too."""
 STRATEGIES = ("auto", "hybrid", "lexical", "semantic", "lexical_first")
 
 
@@ -101,6 +103,12 @@ async def seed(client: AsyncTestClient[Any], a: Tenant, b: Tenant) -> World:
     await _ok(await client.post("/v1/memories/feedback", headers=a.headers,
                                 json={"items": [{"id": w.a_ids[0], "helpful": True}]}))
     await _ok(await client.get("/v1/memories/hot", params={"agent_id": AGENT}, headers=a.headers))
+    chat = f"/v1/conversations/{CHAT}/messages"
+    r = await client.post(chat, headers=a.headers, json={"agent_id": AGENT, "messages": [
+        {"speaker": "Ann", "content": f"The vault code is {s}", "session_id": "s1", "message_id": "m1",
+         "metadata": {"tag": w.secret}},
+        {"role": "assistant", "content": f"Noted: {s} opens the vault", "session_id": "s1", "message_id": "m2"}]})
+    w.a_ids += [str(m["id"]) for m in (await _ok(r))["messages"]]
     for strategy in STRATEGIES:  # warms A's embedding cache and cold-limit stats with the secret query
         await _ok(await client.post("/v1/memories/search", headers=a.headers,
                                     json={"query": f"vault code {w.secret}", "strategy": strategy}))
@@ -124,6 +132,8 @@ async def snapshot(w: World, redis: Redis) -> dict[str, Any]:
     hot = await _ok(await c.get("/v1/memories/hot", params={"agent_id": AGENT}, headers=h))
     history = [await _ok(await c.get(f"/v1/memories/{i}/history", headers=h)) for i in w.a_ids]
     settings = await _ok(await c.get("/v1/org/settings", headers=h))
+    conversations = await _ok(await c.get("/v1/conversations", headers=h))
+    messages = await _ok(await c.get(f"/v1/conversations/{CHAT}/messages", headers=h))
     keys = {}
     async for key in redis.scan_iter(match=f"{{{w.a.org_id}}}:*", count=1000):
         name = key.decode()
@@ -132,7 +142,8 @@ async def snapshot(w: World, redis: Redis) -> dict[str, Any]:
     return {"memories": memories, "listed": sorted(m["id"] for m in listed["items"]), "directives": directives,
             "documents": documents["items"], "index": {k: index[k] for k in ("revision", "files", "chunks")},
             "export": sorted(_stable(export)), "hot": [i["id"] for i in hot["items"]], "redis": keys,
-            "history": history, "settings": settings}
+            "history": history, "settings": settings,
+            "conversations": conversations["items"], "messages": messages["items"]}
 
 
 VOLATILE = ("exported_at", "last_accessed_at", "access_count")
@@ -328,6 +339,40 @@ async def org_settings_patch(w: World) -> None:
     w.expect(r.status_code == 200 and r.json()["on_duplicate"] == "keep", f"B's settings: {r.text}")
 
 
+async def conversation_append(w: World) -> None:
+    # A's conversation id, A's message ids and words: B's own new conversation, never A's replay.
+    body = {"agent_id": AGENT, "messages": [{"speaker": "Ann", "content": f"The vault code is {w.secret}",
+                                              "session_id": "s1", "message_id": "m1"}]}
+    r = await w.as_b("POST", f"/v1/conversations/{CHAT}/messages", json=body)
+    out = r.json() if r.status_code == 201 else {}
+    w.expect(out.get("created") is True and [m["position"] for m in out.get("messages", [])] == [1]
+             and all(m["created"] for m in out["messages"]), f"append to A's conversation id: {r.text[:300]}")
+    d = await w.client.delete(f"/v1/conversations/{CHAT}", headers=w.b.headers)
+    w.expect(d.status_code == 200 and d.json()["messages_deleted"] == 1, f"B deleting its own copy: {d.text[:200]}")
+
+
+async def conversation_messages(w: World) -> None:
+    for params in ({}, {"session_id": "s1"}, {"limit": 1}):
+        r = await w.as_b("GET", f"/v1/conversations/{CHAT}/messages", params=params)
+        w.expect(r.status_code == 404, f"GET A's messages {params}: {r.status_code}")
+
+
+async def conversation_get(w: World) -> None:
+    r = await w.as_b("GET", f"/v1/conversations/{CHAT}")
+    w.expect(r.status_code == 404, f"GET A's conversation: {r.status_code}")
+
+
+async def conversation_list(w: World) -> None:
+    for params in ({}, {"agent_id": AGENT}):
+        r = await w.as_b("GET", "/v1/conversations", params=params)
+        w.expect(r.status_code == 200 and r.json()["items"] == [], f"list conversations {params}: {r.text[:200]}")
+
+
+async def conversation_delete(w: World) -> None:
+    r = await w.as_b("DELETE", f"/v1/conversations/{CHAT}")
+    w.expect(r.status_code == 404, f"DELETE A's conversation: {r.status_code}")
+
+
 Case = Callable[[World], Awaitable[None]]
 CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/memories/{memory_id}"): memory_get,
@@ -353,6 +398,11 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/org/settings"): org_settings_get,
     ("PATCH", "/v1/org/settings"): org_settings_patch,
     ("POST", "/v1/import"): import_lines,
+    ("POST", "/v1/conversations/{conversation_id}/messages"): conversation_append,
+    ("GET", "/v1/conversations/{conversation_id}/messages"): conversation_messages,
+    ("GET", "/v1/conversations/{conversation_id}"): conversation_get,
+    ("GET", "/v1/conversations"): conversation_list,
+    ("DELETE", "/v1/conversations/{conversation_id}"): conversation_delete,
 }
 """(method, route) -> org B's attempts on org A's objects. Order matters only in that the directive
 GET runs before B's PUT (then B sees its own directive, never A's)."""

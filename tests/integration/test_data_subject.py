@@ -18,6 +18,7 @@ from service.assembly.hot import hot_key
 from service.db import Database, create_pool
 from service.export import stream
 from service.memories import write
+from service.memories.types import AGENT_ID_PATTERN
 from service.runtime import Endpoints
 from tests.conftest import Tenant
 from tests.integration.test_memories_api import assert_error
@@ -262,7 +263,7 @@ async def test_both_are_in_the_openapi_schema(client: AsyncTestClient[Any]) -> N
     for operation, required in ((erase, True), (export_op, False)):  # an export without an agent: the org's
         (param,) = [p for p in operation["parameters"] if p["name"] == "agent_id"]
         assert param["in"] == "query" and param.get("required", False) is required
-        assert param["schema"]["pattern"] == "^[A-Za-z0-9_.:@-]+$" and param["schema"]["maxLength"] == 200
+        assert param["schema"]["pattern"] == AGENT_ID_PATTERN and param["schema"]["maxLength"] == 200
     assert erase["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DeletedAgentMemories")
     assert "application/x-ndjson" in export_op["responses"]["200"]["content"]
     assert "end" in export_op["description"] and "chunk" in export_op["description"]

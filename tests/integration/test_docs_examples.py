@@ -216,11 +216,14 @@ def test_the_docs_hold_the_examples_users_copy() -> None:
     api = doc_examples(ROOT / "docs" / "api.md")
     curls = " ".join(e.source for e in api if e.kind == "curl")
     for needed in ("/v1/memories ", "/v1/agents/", "/v1/context/assemble", '"selective": true',
-                   "/v1/memories/feedback", "/v1/documents?collection=", "-X DELETE"):
+                   "/v1/memories/feedback", "/v1/documents?collection=", "-X DELETE", "/v1/conversations/",
+                   '"conversation_id"'):
         assert needed in curls, needed
     assert {e.source.partition("\n")[0] for e in api if e.kind == "http"} >= {
         "POST /v1/context/assemble", "POST /v1/memories/search"}
     assert any("/v1/export" in e.source for e in doc_examples(ROOT / "docs" / "operations.md"))
+    conversations = doc_examples(ROOT / "docs" / "conversations.md")
+    assert {e.kind for e in conversations} == {"curl", "http", "python"}
 
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if doc_examples(d)], ids=lambda d: d.name)

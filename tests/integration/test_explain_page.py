@@ -329,3 +329,67 @@ def test_explain_page_shows_each_memorys_lifecycle_and_history(browser: Any, liv
         assert errors == [], errors
     finally:
         context.close()
+
+
+CHAT = [{"speaker": "Dana", "content": "Could the barista start my double espresso at 8:45 tomorrow?",
+         "session_id": "monday", "message_id": "d1"},
+        {"role": "assistant", "content": "Sure, a double espresso with whole milk at 8:45.", "session_id": "monday",
+         "message_id": "a1"}]
+
+
+def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_service: LiveService,
+                                                         seeded: Tenant) -> None:
+    r = httpx.post(f"{live_service.base}/v1/conversations/dana-chat/messages", headers=seeded.headers, timeout=60,
+                   json={"agent_id": AGENT, "messages": CHAT})
+    assert r.status_code == 201, r.text
+    ids = [m["id"] for m in r.json()["messages"]]
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{live_service.base}/explain")
+        page.get_by_test_id("api-key").fill(seeded.key)
+        page.get_by_test_id("use-key").click()
+        page.get_by_test_id("agent").fill(AGENT)
+        page.get_by_test_id("query").fill("When does Dana want her double espresso?")
+        page.get_by_test_id("max-tokens").fill("1000")
+        page.get_by_test_id("messages").fill(f"user: {CHAT[0]['content']}")
+        page.get_by_test_id("conversation").fill("dana-chat")
+        with page.expect_response("**/v1/context/assemble") as answered:
+            page.get_by_test_id("run-assemble").click()
+        assert answered.value.request.post_data_json["conversation_id"] == "dana-chat"
+        body = answered.value.json()
+        page.get_by_test_id("assemble-result").wait_for(state="visible")
+        # Dana's own turn is in the history: dropped as in_history; the reply is packed, with who said it.
+        in_history = [d for d in body["dropped"] if d["reason"] == "in_history"]
+        assert [d["id"] for d in in_history] == [ids[0]]
+        packed = {m["id"]: m for m in body["memories_used"]}
+        assert ids[1] in packed and packed[ids[1]]["text"] == f"assistant: {CHAT[1]['content']}"
+        said = dict(zip([page.locator(f'#used tr[data-id="{m["id"]}"] td[data-field=said]').inner_text()
+                         for m in body["memories_used"]], [m["id"] for m in body["memories_used"]], strict=True))
+        assert said["assistant · session monday · #2 of dana-chat"] == ids[1]
+        assert page.locator(f'#dropped tr[data-id="{ids[0]}"] td[data-field=said]').inner_text() == \
+            "Dana · session monday · #1 of dana-chat"
+        # Sources: hiding messages hides exactly the message rows.
+        page.locator("#assemble-result .sources input[value=message]").uncheck()
+        assert not page.locator(f'#used tr[data-id="{ids[1]}"]').is_visible()
+        used_ids = [m["id"] for m in body["memories_used"]]
+        visible = [i for i in used_ids if page.locator(f'#used tr[data-id="{i}"]').is_visible()]
+        assert visible == [m["id"] for m in body["memories_used"] if m["message"] is None]
+
+        page.get_by_test_id("tab-search").click()
+        page.get_by_test_id("search-agent").fill(AGENT)
+        page.get_by_test_id("search-query").fill("double espresso")
+        with page.expect_response("**/v1/memories/search") as answered:
+            page.get_by_test_id("run-search").click()
+        found = answered.value.json()["results"]
+        page.get_by_test_id("search-result").wait_for(state="visible")
+        kinds = {h["id"]: h["message"] is not None for h in found}
+        assert any(kinds.values()) and not all(kinds.values())
+        page.locator("#search-result .sources input[value=memory]").uncheck()
+        shown = [i for i in kinds if page.locator(f'#results tr[data-id="{i}"]').is_visible()]
+        assert shown == [i for i, is_message in kinds.items() if is_message]
+        assert errors == [], errors
+    finally:
+        context.close()

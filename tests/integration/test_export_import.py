@@ -72,7 +72,9 @@ async def seed(client: AsyncTestClient[Any], tenant: Tenant) -> dict[str, str]:
                                                "occurred_at": "2022-01-01T00:00:00Z",
                                                "valid_until": "2023-01-01T00:00:00Z"}))["ids"][0]
     for _ in range(2):  # conversation turns are never merged: both are kept, and both travel
-        await write(client, tenant, {"text": "Sounds good, see you then!", "agent_id": AGENT, "kind": "message"})
+        r = await client.post("/v1/conversations/plans/messages", headers=tenant.headers, json={
+            "agent_id": AGENT, "messages": [{"speaker": "Ann", "content": "Sounds good, see you then!"}]})
+        assert r.status_code == 201, r.text
     ids["office"] = (await write(client, tenant, {"text": "The office closes at six."}))["ids"][0]  # org-wide
     r = await client.patch(f"/v1/memories/{ids['office']}", json={"text": "The office closes at seven."},
                            headers=tenant.headers)

@@ -89,43 +89,41 @@ async def test_a_batch_holding_a_fact_twice_writes_it_once(client: AsyncTestClie
 
 
 async def test_messages_are_never_merged(client: AsyncTestClient[Any], tenant: Tenant) -> None:
-    turn = {"text": "Sounds good, see you then!", "agent_id": "chat", "kind": "message"}
-    ids = [(await write(client, tenant, turn))["items"][0] for _ in range(2)]
-    assert [i["status"] for i in ids] == ["created", "created"] and ids[0]["id"] != ids[1]["id"]
-    r = await client.post("/v1/memories", json={**turn, "key": "user.mood"}, headers=tenant.headers)
-    assert r.status_code == 422, r.text
+    said = {"agent_id": "chat", "messages": [{"speaker": "Ann", "content": "Sounds good, see you then!"}]}
+    for _ in range(2):
+        r = await client.post("/v1/conversations/c-merge/messages", json=said, headers=tenant.headers)
+        assert r.status_code == 201, r.text
+    r = await client.get("/v1/conversations/c-merge/messages", headers=tenant.headers)
+    items = r.json()["items"]
+    assert [m["position"] for m in items] == [1, 2] and items[0]["id"] != items[1]["id"]
+    for memory_id in (items[0]["id"], items[1]["id"]):
+        memory = (await client.get(f"/v1/memories/{memory_id}", headers=tenant.headers)).json()
+        assert memory["kind"] == "message" and memory.get("seen_count", 1) == 1, memory
+    # the memory API does not write messages, so a message cannot be given a key to supersede
+    r = await client.post("/v1/memories", json={"text": "x", "agent_id": "chat", "kind": "message",
+                                                "key": "user.mood"}, headers=tenant.headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "reserved_kind", r.text
 
 
 async def test_messages_are_never_deduplicated_or_superseded(client: AsyncTestClient[Any], tenant: Tenant) -> None:
-    """Conversation turns are events: whatever the policy (per item or the org's ``reject``), a batch or a
-    PATCH, a message is written as a message of its own; nothing supersedes one, and one supersedes
-    nothing; a fact with the same words is not merged into it."""
-    turn = {"text": "I moved to Lisbon last week.", "agent_id": "chat", "kind": "message"}
-    batch = await write(client, tenant, {"memories": [turn, turn, {**turn, "text": "i moved to lisbon last week"}]})
-    assert [i["status"] for i in batch["items"]] == ["created"] * 3 and len(set(batch["ids"])) == 3
-    reject = await write(client, tenant, {**turn, "on_duplicate": "reject"})
-    assert reject["items"][0]["status"] == "created"
-    r = await client.patch("/v1/org/settings", json={"on_duplicate": "reject"}, headers=tenant.headers)
+    """Conversation turns are events: whatever the org's policy, a message is written as a message of its
+    own, and a fact with the same words is not merged into one."""
+    chat, h = "/v1/conversations/lisbon/messages", tenant.headers
+    said = {"speaker": "Ann", "content": "I moved to Lisbon last week."}
+    r = await client.post(chat, json={"agent_id": "chat", "messages": [
+        said, said, {**said, "content": "i moved to lisbon last week"}]}, headers=h)
+    assert r.status_code == 201 and len({m["id"] for m in r.json()["messages"]}) == 3, r.text
+    first = r.json()["messages"][0]["id"]
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "reject"}, headers=h)
     assert r.status_code == 200, r.text
-    assert (await write(client, tenant, turn))["items"][0]["status"] == "created"
-    r = await client.patch("/v1/org/settings", json={"on_duplicate": "merge"}, headers=tenant.headers)
+    r = await client.post(chat, json={"agent_id": "chat", "messages": [said]}, headers=h)
+    assert r.status_code == 201 and r.json()["messages"][0]["position"] == 4, r.text
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "merge"}, headers=h)
     assert r.status_code == 200, r.text
-    other = (await write(client, tenant, {**turn, "text": "See you on Friday."}))["ids"][0]
-    r = await client.patch(f"/v1/memories/{other}", json={"text": turn["text"]}, headers=tenant.headers)
-    assert r.status_code == 200 and r.json()["status"] == "updated" and r.json()["id"] == other, r.text
-    messages = await list_all(client, tenant, agent_id="chat", kind="message")
-    assert len(messages) == 6 and all(m["current"] and m["seen_count"] == 1 for m in messages)
-
-    first = batch["ids"][0]
-    r = await client.post("/v1/memories", headers=tenant.headers, json={
-        "text": "The user lives in Lisbon.", "agent_id": "chat", "supersedes": [first]})
-    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_memory", r.text
-    r = await client.post("/v1/memories", json={**turn, "supersedes": [other]}, headers=tenant.headers)
-    assert r.status_code == 422, r.text
-    fact = (await write(client, tenant, {"text": turn["text"], "agent_id": "chat"}))["items"][0]
-    assert fact["status"] == "created" and fact["id"] not in batch["ids"]
-    assert [e["event"] for e in await history(client, tenant, first)] == ["created"]
-    assert len(await list_all(client, tenant, agent_id="chat", kind="message")) == 6
+    fact = await write(client, tenant, {"text": said["content"], "agent_id": "chat"})
+    assert fact["items"][0]["status"] == "created" and fact["ids"][0] != first
+    r = await client.get(f"/v1/memories/{first}", headers=h)
+    assert r.status_code == 200 and r.json().get("superseded_by") is None, r.text
 
 
 async def test_org_default_policy(client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:

@@ -132,6 +132,11 @@ EXPECTED_STATUSES = {
     ("/v1/org/settings", "get"): {200, 401, 429, 503},
     ("/v1/org/settings", "patch"): {200, 400, 401, 413, 429, 503},
     ("/v1/import", "post"): {200, 400, 401, 409, 413, 422, 429, 503},
+    ("/v1/conversations/{conversation_id}/messages", "post"): {201, 400, 401, 409, 413, 422, 429, 503},
+    ("/v1/conversations/{conversation_id}/messages", "get"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations/{conversation_id}", "get"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations/{conversation_id}", "delete"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations", "get"): {200, 400, 401, 429, 503},
 }
 
 
@@ -269,6 +274,20 @@ async def test_documented_limits_are_the_enforced_ones(small: AsyncTestClient[An
     assert query("/v1/documents", "limit")["maximum"] == 9
     assert (await small.get("/v1/documents?limit=9", headers=h)).status_code == 200
     assert (await small.get("/v1/documents?limit=10", headers=h)).status_code == 400
+    appended = prop("AppendIn", "messages")["maxItems"]
+    content = max_length(prop("MessageIn", "content"))
+    assert (appended, content) == (SMALL["max_batch"], SMALL["max_text_chars"])
+    chat = "/v1/conversations/limits/messages"
+    ok_messages = [{"content": "m" * content, "role": "user"}] * appended
+    assert (await small.post(chat, json={"messages": ok_messages}, headers=h)).status_code == 201
+    assert (await small.post(chat, json={"messages": [*ok_messages, ok_messages[0]]}, headers=h)).status_code == 413
+    assert (await small.post(chat, json={"messages": [{"content": "m" * (content + 1)}]}, headers=h)).status_code == 413
+    for path, template in (("/v1/conversations", "/v1/conversations"),
+                           (chat, "/v1/conversations/{conversation_id}/messages")):
+        most = query(template, "limit")["maximum"]
+        assert most == SMALL["max_page_size"]
+        assert (await small.get(f"{path}?limit={int(most)}", headers=h)).status_code == 200
+        assert (await small.get(f"{path}?limit={int(most) + 1}", headers=h)).status_code == 400
     dim = settings.embedding.dim
     embedding = prop("MemoryIn", "embedding")
     assert embedding["minItems"] == embedding["maxItems"] == dim
@@ -286,6 +305,10 @@ def test_text_rules_in_the_schema_match_the_code(schema: Schema) -> None:
                         ("a\x00", False), ("\u2028x", True)):
         assert bool(pattern.search(text)) is valid, repr(text)
         assert (bool(text.strip()) and "\x00" not in text) is valid, repr(text)
+    speaker = re.compile(non_null(component(schema, "MessageIn")["properties"]["speaker"])["pattern"])
+    for name, valid in (("Ann", True), (" Mary Ann ", True), ("Zoë", True), ("", False), ("  ", False),
+                        ("\u3000", False), ("two\nlines", False), ("tab\tbed", False), ("a\x00", False)):
+        assert bool(speaker.search(name)) is valid, repr(name)
 
 
 # -- the docs page ------------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ async def test_auto_fusion_ranks_up_turns_said_by_someone_the_query_names(
     plain = await search(client, tenant, query=query, strategy="auto", limit=10, tuning={"speaker_boost": 0})
     assert boosted["strategy"] == plain["strategy"] == "hybrid"
     assert boosted["reason"].endswith(
-        "candidates said by someone the query names (metadata.speaker) +1.5 sd; "
+        "candidates said by someone the query names (speaker or metadata.speaker) +1.5 sd; "
         "the semantic branch searched 'How does relax?' (the names left out)"), boosted["reason"]
     assert "names" not in plain["reason"]
     # The semantic branch searched the topic: each result's semantic score is that of the query
@@ -336,8 +336,8 @@ async def test_hybrid_fuses_at_least_twice_the_limit_from_each_branch(
     db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
     try:
         engine = RetrievalEngine(db, embedder, settings.retrieval, max_limit=200)
-        response, rows = await engine.search_rows(
-            tenant.org_id, SearchRequest(query="project note item", strategy="hybrid", limit=60), ("someone", True))
+        request = SearchRequest(query="project note item", strategy="hybrid", limit=60)
+        response, rows = await engine.search_rows(tenant.org_id, request, ("someone", True, True))
         assert (response.metrics.lexical_candidates, response.metrics.semantic_candidates) == (60, 60)
         assert len(response.results) == 60 and set(rows) >= {r.id for r in response.results}
     finally:

@@ -31,7 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 SUITES = {
-    "test/client.test.ts": {"memories", "directives, assembly, documents, health", "export", "configuration"},
+    "test/client.test.ts": {"memories", "directives, assembly, documents, health", "conversations", "export",
+                            "configuration"},
     "test/coverage.test.ts": {"coverage of the OpenAPI schema"},
     "test/errors.test.ts": {"error answers", "transport"},
     "test/retry.test.ts": {"idempotency", "retries"},

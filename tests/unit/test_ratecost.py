@@ -33,6 +33,9 @@ def test_writes_pay_for_the_texts_the_service_embeds() -> None:
     assert work_cost(S, "POST", "/v1/memories", {"text": "t" * 800}) == 2
     assert work_cost(S, "PATCH", "/v1/memories/{memory_id}", {"text": "t" * 800}) == 2
     assert work_cost(S, "PATCH", "/v1/memories/{memory_id}", {"importance": 0.5}) == 0
+    append = ("POST", "/v1/conversations/{conversation_id}/messages")
+    assert base_cost(S, *append, 100) == 4
+    assert work_cost(S, *append, {"messages": [{"content": "t" * 2000}, {"content": "t" * 600}]}) == 1600 // 400
 
 
 def test_unexpected_bodies_add_nothing() -> None:
@@ -40,3 +43,4 @@ def test_unexpected_bodies_add_nothing() -> None:
     for body in bodies:
         assert work_cost(S, *SEARCH, body) == 0
         assert work_cost(S, "POST", "/v1/memories", body) == 0
+        assert work_cost(S, "POST", "/v1/conversations/{conversation_id}/messages", body) == 0

@@ -140,7 +140,7 @@ def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -
     unboosted = {r.id: r for r in plain}
     assert by_id[mel[3]].final_score == pytest.approx(unboosted[mel[3]].final_score + 1.0)  # in the fusion's sd
     assert by_id[car[3]].final_score == pytest.approx(unboosted[car[3]].final_score)
-    assert reason == plain_reason + "; 6 candidates said by someone the query names (metadata.speaker) +1 sd"
+    assert reason == plain_reason + "; 6 candidates said by someone the query names (speaker or metadata.speaker) +1 sd"
     # No name in the query, a boost of 0, or RRF (ranks have no unit to add it in): as without it.
     for query, speaker in (("What activities does she partake in?", boost),
                            ("Melanie's hobbies?", SpeakerBoost("speaker", 0.0)),

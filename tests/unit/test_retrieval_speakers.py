@@ -10,6 +10,7 @@ import pytest
 
 from service.retrieval.hits import Hit
 from service.retrieval.speakers import MAX_SPEAKERS, SpeakerBoost, semantic_hits
+from service.retrieval.types import MessageRef
 
 A = uuid4()
 
@@ -39,6 +40,23 @@ def spoken(ident: UUID, score: float, speaker: object) -> Hit:
 def test_speaker_names_match_as_whole_words(speaker: object, query: str, named: bool) -> None:
     h = spoken(A, 1.0, speaker)
     assert SpeakerBoost("speaker", 1.0).named(query, [h]) == ({A} if named else set())
+
+
+def said_by(ident: UUID, speaker: str | None, metadata_speaker: object = None) -> Hit:
+    """A conversation's message (its speaker a column), with or without a ``metadata.speaker`` too."""
+    ref = MessageRef(conversation_id="c", position=1, session_id=None, speaker=speaker, role="user", message_id=None)
+    return Hit(id=ident, text="hello", kind="message", source=None, level=None, breadcrumb=None, score=1.0,
+               metadata={} if metadata_speaker is None else {"speaker": metadata_speaker}, message=ref)
+
+
+def test_a_messages_speaker_column_is_who_said_it() -> None:
+    boost = SpeakerBoost("speaker", 1.5)
+    column, both, role_only = uuid4(), uuid4(), uuid4()
+    hits = [said_by(column, "Melanie"), said_by(both, "Caroline", "Melanie"), said_by(role_only, None, "Melanie")]
+    # the column wins over metadata; a message without a speaker falls back to metadata.speaker
+    assert boost.named("What does Melanie paint?", hits) == {column, role_only}
+    assert boost.named("What does Caroline paint?", hits) == {both}
+    assert boost.without_names("What does Caroline paint?", hits) == "What does paint?"
 
 
 @pytest.mark.parametrize(("query", "topic"), [

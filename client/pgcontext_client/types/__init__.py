@@ -20,6 +20,19 @@ from pgcontext_client.types.assembly import (
     RetrievalOptions,
     Scores,
 )
+from pgcontext_client.types.conversations import (
+    Appended,
+    AppendedMessage,
+    AppendIn,
+    Conversation,
+    ConversationMessage,
+    ConversationPage,
+    DeletedConversation,
+    MessageIn,
+    MessagePage,
+    MessageRef,
+    Role,
+)
 from pgcontext_client.types.documents import (
     ChunkCounts,
     CollectionCounts,
@@ -83,6 +96,9 @@ from pgcontext_client.types.search import (
 )
 
 __all__ = [
+    "AppendIn",
+    "Appended",
+    "AppendedMessage",
     "AssembleFilters",
     "AssembleRequest",
     "AssembledContext",
@@ -92,8 +108,12 @@ __all__ = [
     "Budget",
     "ChunkCounts",
     "CollectionCounts",
+    "Conversation",
+    "ConversationMessage",
+    "ConversationPage",
     "CreatedMemories",
     "DeletedAgentMemories",
+    "DeletedConversation",
     "DeletedDocuments",
     "Directive",
     "DirectiveIn",
@@ -129,6 +149,9 @@ __all__ = [
     "MemoryPatch",
     "MemoryUsed",
     "Message",
+    "MessageIn",
+    "MessagePage",
+    "MessageRef",
     "Mode",
     "ModeMetrics",
     "ModeRank",
@@ -138,6 +161,7 @@ __all__ = [
     "RerankReport",
     "RetrievalOptions",
     "RetrievalReport",
+    "Role",
     "Scores",
     "SearchFilters",
     "SearchMetrics",

@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 Mode = Literal["exact", "path", "symbol", "lexical", "semantic"]
@@ -27,6 +28,12 @@ class _Filters(In):
     occurred_before: datetime | None = None
     source_prefix: str | None = None
     levels: list[int] | None = None
+    sources: list[Literal["memories", "messages", "documents"]] | None = None
+    """Only these sources (default: all): ``memories`` (every kind but the next two), ``messages``
+    (conversation turns), ``documents`` (document chunks)."""
+    collections: list[str] | None = None
+    """Document chunks only from these collections. Search: absent = every collection; assembly:
+    absent = only the agent's own documents (org-wide ones only from collections you name)."""
     as_of: datetime | None = None
     """What was current then (valid time), retired memories included."""
     include_superseded: bool | None = None
@@ -91,6 +98,8 @@ class SearchResult(msgspec.Struct, kw_only=True):
     current: bool = True
     superseded_by: UUID | None = None
     valid_until: datetime | None = None
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
     fused_score: float | None = None
     path: str | None = None
     line_start: int | None = None

@@ -157,12 +157,57 @@ export class Client {
   /**
    * The context for one model call: directive, hot and cold memories and history, packed into a token
    * budget. Give `max_context_tokens`, `selective: true` or both. `options.timeoutMs` is your deadline
-   * (`X-Timeout-Ms`): past it the service answers 504 (`DeadlineExceeded`), never a partial context.
+   * (`X-Timeout-Ms`), both ways: longer than the service's deadline (40 ms by default) it lengthens the
+   * service's wall, up to its `PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS` (1,000 by default), so the full
+   * planned retrieval runs when you can wait for it; past it the service answers 504
+   * (`DeadlineExceeded`), never a partial context. `degradation_reasons` lists what the context lacks
+   * of what was planned (`directive_missing`, ...; empty: complete).
    */
   assemble(agentId: string, text: string, fields: AssembleOptions = {}, options?: RequestOptions
   ): Promise<t.AssembledContext> {
     const body = { model: "gpt-4o", ...fields, agent_id: agentId, query: text };
     return this.call({ method: "POST", path: "/v1/context/assemble", body, repeatable: true, options });
+  }
+
+  // --- conversations ----------------------------------------------------------------------------
+
+  /**
+   * Append messages to a conversation, in order (the first append creates it, owned by `fields.agent_id`;
+   * left out: org-wide). Each is searchable as a memory of kind `message`; one whose `message_id` is
+   * already in the conversation is not written again, so a retry of messages that all have one is safe.
+   */
+  appendMessages(conversationId: string, messages: readonly t.MessageIn[],
+                 fields: Omit<t.AppendRequest, "messages"> = {}, options?: RequestOptions): Promise<t.Appended> {
+    return this.call({
+      method: "POST", path: `/v1/conversations/${segment(conversationId)}/messages`,
+      body: { ...fields, messages }, repeatable: messages.every((m) => m.message_id != null), options,
+    });
+  }
+
+  /** A page of the conversation's messages in order; pass `next_cursor` back as `cursor`. */
+  listMessages(conversationId: string, filters: t.ListMessagesQuery = {}, options?: RequestOptions
+  ): Promise<t.MessagePage> {
+    return this.call({
+      method: "GET", path: `/v1/conversations/${segment(conversationId)}/messages`, query: query(filters),
+      repeatable: true, options,
+    });
+  }
+
+  /** One conversation: its agent and message count (`NotFound` when it is not your org's). */
+  getConversation(conversationId: string, options?: RequestOptions): Promise<t.Conversation> {
+    return this.call({ method: "GET", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options });
+  }
+
+  /** A page of conversations, newest first (`agent_id`: only that agent's). */
+  listConversations(filters: t.ListConversationsQuery = {}, options?: RequestOptions): Promise<t.ConversationPage> {
+    return this.call({ method: "GET", path: "/v1/conversations", query: query(filters), repeatable: true, options });
+  }
+
+  /** Delete a conversation and everything derived from its messages (`NotFound` when there is none). */
+  deleteConversation(conversationId: string, options?: RequestOptions): Promise<t.DeletedConversation> {
+    return this.call({
+      method: "DELETE", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options,
+    });
   }
 
   // --- directives -------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Postgres and Redis answer */
+        /** Postgres and Redis answer, and the assembly path is warm */
         get: operations["ReadyzReadyz"];
         put?: never;
         post?: never;
@@ -52,7 +52,7 @@ export interface paths {
         post: operations["V1MemoriesCreate"];
         /**
          * Delete all of an agent's memories (data-subject erasure)
-         * @description Deletes every memory of `agent_id` in your org, and the history recorded under it, invalidates its hot set and returns how many memories went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
+         * @description Deletes every memory of `agent_id` in your org (its conversations' messages too, and the conversations) and the history recorded under it, invalidates its hot set and returns how many went. Idempotent: a repeat deletes 0. Another org's agent of the same name is untouched. Document chunks owned by the agent stay with their files (remove them with `DELETE /v1/documents`), and so does its directive (`DELETE /v1/agents/{agent_id}/directive`); `GET /v1/export?agent_id=` shows what is held.
          */
         delete: operations["V1MemoriesRemoveAgent"];
         options?: never;
@@ -143,6 +143,62 @@ export interface paths {
         };
         /** Index summary: revision, counts, last indexed time, semantic availability */
         get: operations["V1DocumentsIndexIndexSummary"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A conversation's messages in order (cursor-paginated) */
+        get: operations["V1ConversationsConversationIdMessagesListMessages"];
+        put?: never;
+        /**
+         * Append messages
+         * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
+         */
+        post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations/{conversation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One conversation */
+        get: operations["V1ConversationsConversationIdGetOne"];
+        put?: never;
+        post?: never;
+        /** Delete a conversation and its messages */
+        delete: operations["V1ConversationsConversationIdRemove"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/conversations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List conversations (newest first, cursor-paginated) */
+        get: operations["V1ConversationsListConversations"];
         put?: never;
         post?: never;
         delete?: never;
@@ -251,7 +307,7 @@ export interface paths {
         };
         /**
          * A memory's history (append-only events, oldest first)
-         * @description Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure (`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). Another org's memory: 404.
+         * @description Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure (`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). A conversation's message is never changed: its history is empty. Another org's memory: 404.
          */
         get: operations["V1MemoriesMemoryIdHistoryHistory"];
         put?: never;
@@ -318,8 +374,32 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AppendIn */
+        AppendIn: {
+            messages: components["schemas"]["MessageIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
+            agent_id?: string | null;
+        };
+        /** AppendOut */
+        AppendOut: {
+            conversation_id: string;
+            agent_id: string | null;
+            created: boolean;
+            message_count: number;
+            messages: components["schemas"]["AppendedMessage"][];
+        };
+        /** AppendedMessage */
+        AppendedMessage: {
+            /** Format: uuid */
+            id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            created: boolean;
+        };
         /** AssembleRequest */
         AssembleRequest: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id: string;
             query: string & unknown;
             model: string;
@@ -333,6 +413,9 @@ export interface components {
             retrieval?: components["schemas"]["RetrievalOptions"];
             /** @default false */
             explain?: boolean;
+            timeout_ms?: number | null;
+            conversation_id?: string | null;
+            history_turns?: number | null;
         } | {
             max_context_tokens: number;
         } | {
@@ -351,6 +434,7 @@ export interface components {
             budget: components["schemas"]["BudgetOut"];
             /** @enum {string} */
             degradation_level: "L0" | "L1" | "L2";
+            degradation_reasons: ("directive_missing" | "hot_unavailable" | "cold_unavailable" | "retrieval_reduced")[];
             sources_available: string[];
             branches: components["schemas"]["Branches"];
             metrics: components["schemas"]["Metrics"];
@@ -410,6 +494,21 @@ export interface components {
             bytes: number;
             last_indexed_at: string | null;
         };
+        /** ConversationOut */
+        ConversationOut: {
+            id: string;
+            agent_id: string | null;
+            message_count: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** ConversationPage */
+        ConversationPage: {
+            items: components["schemas"]["ConversationOut"][];
+            next_cursor: string | null;
+        };
         /** Counts */
         Counts: {
             directive: number;
@@ -433,6 +532,11 @@ export interface components {
         DeletedAgentMemories: {
             agent_id: string;
             deleted: number;
+        };
+        /** DeletedConversation */
+        DeletedConversation: {
+            conversation_id: string;
+            messages_deleted: number;
         };
         /** DirectiveIn */
         DirectiveIn: {
@@ -488,7 +592,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             /** @enum {string} */
-            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested";
+            reason: "empty" | "duplicate" | "below_threshold" | "over_budget" | "nested" | "in_history";
             detail: string;
             tokens: number;
             composite: number;
@@ -496,6 +600,7 @@ export interface components {
             /** @enum {null|string} */
             origin?: "hot" | "cold" | null;
             scores?: components["schemas"]["Scores"] | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -709,6 +814,7 @@ export interface components {
         /** MemoryPatch */
         MemoryPatch: {
             text?: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kind?: string;
             /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
@@ -736,11 +842,59 @@ export interface components {
             scores: components["schemas"]["Scores"];
             justification: string;
             occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** Message */
         Message: {
             role: string;
             content: string & unknown;
+        };
+        /** MessageIn */
+        MessageIn: {
+            content: string & unknown;
+            speaker?: string | null;
+            /** @enum {null|string} */
+            role?: "user" | "assistant" | "system" | "tool" | null;
+            occurred_at?: string | null;
+            session_id?: string | null;
+            message_id?: string | null;
+            /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
+            metadata?: {
+                [key: string]: components["schemas"]["JsonValue"];
+            };
+        };
+        /** MessageOut */
+        MessageOut: {
+            /** Format: uuid */
+            id: string;
+            conversation_id: string;
+            position: number;
+            message_id: string | null;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            content: string;
+            /** Format: date-time */
+            occurred_at: string;
+            /** Format: date-time */
+            created_at: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
+        /** MessagePage */
+        MessagePage: {
+            items: components["schemas"]["MessageOut"][];
+            next_cursor: string | null;
+        };
+        /** MessageRef */
+        MessageRef: {
+            conversation_id: string;
+            position: number;
+            session_id: string | null;
+            speaker: string | null;
+            role: string | null;
+            message_id: string | null;
         };
         /** Metrics */
         Metrics: {
@@ -755,6 +909,8 @@ export interface components {
             candidates_evaluated: number;
             /** @default 0 */
             queued_ms?: number;
+            /** @default 0 */
+            deadline_ms?: number;
         };
         /** ModeMetrics */
         ModeMetrics: {
@@ -871,6 +1027,7 @@ export interface components {
         };
         /** SearchFilters */
         SearchFilters: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kinds?: string[] | null;
             metadata?: {
@@ -882,6 +1039,8 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            sources?: ("memories" | "messages" | "documents")[] | null;
+            collections?: string[] | null;
             as_of?: string | null;
             /** @default false */
             include_superseded?: boolean;
@@ -958,6 +1117,7 @@ export interface components {
             current?: boolean;
             superseded_by?: string | null;
             valid_until?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
             fused_score?: number | null;
             path?: string | null;
             line_start?: number | null;
@@ -1038,6 +1198,7 @@ export interface components {
         /** MemoryIn */
         MemoryIn: {
             text: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default fact */
             kind?: string;
@@ -1072,6 +1233,7 @@ export interface components {
         /** IngestRequest */
         IngestRequest: {
             files: components["schemas"]["FileIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default default */
             collection?: string;
@@ -1098,6 +1260,8 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            sources?: ("memories" | "messages" | "documents")[] | null;
+            collections?: string[] | null;
             as_of?: string | null;
             /** @default false */
             include_superseded?: boolean;
@@ -1223,7 +1387,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1318,7 +1482,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1384,7 +1548,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1457,7 +1621,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1541,7 +1705,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1645,7 +1809,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1729,7 +1893,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1747,6 +1911,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1802,7 +1967,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1820,6 +1985,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1879,7 +2045,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1897,6 +2063,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1950,7 +2117,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2020,7 +2187,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2104,7 +2271,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2181,7 +2348,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2234,7 +2401,397 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesListMessages: {
+        parameters: {
+            query?: {
+                /** @description Only this session's messages. */
+                session_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessagePage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesAppendMessages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AppendIn"];
+            };
+        };
+        responses: {
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdGetOne: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationOut"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdRemove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedConversation"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsListConversations: {
+        parameters: {
+            query?: {
+                /** @description Only this agent's conversations (1-200 letters, digits and _.:@-). */
+                agent_id?: string | null;
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<conversation id>`, the position after which the page starts. */
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationPage"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2321,7 +2878,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2396,7 +2953,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2471,7 +3028,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2537,7 +3094,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2630,7 +3187,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2708,7 +3265,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2813,7 +3370,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2866,7 +3423,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2941,7 +3498,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */

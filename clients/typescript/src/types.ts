@@ -25,6 +25,8 @@ export type RetrievalOptions = Schemas["RetrievalOptions"];
 export type Message = Schemas["Message"];
 export type FileIn = Schemas["FileIn"];
 export type IngestRequest = Schemas["IngestRequest"];
+export type MessageIn = Schemas["MessageIn"];
+export type AppendRequest = Schemas["AppendIn"];
 
 // Answers
 export type Memory = Schemas["MemoryOut"];
@@ -55,6 +57,14 @@ export type DeletedDocuments = Schemas["DeleteResponse"];
 export type IndexSummary = Schemas["IndexSummary"];
 export type Health = Schemas["Health"];
 export type ImportResult = Schemas["ImportResult"];
+export type Appended = Schemas["AppendOut"];
+export type AppendedMessage = Schemas["AppendedMessage"];
+export type ConversationMessage = Schemas["MessageOut"];
+export type MessagePage = Schemas["MessagePage"];
+export type MessageRef = Schemas["MessageRef"];
+export type Conversation = Schemas["ConversationOut"];
+export type ConversationPage = Schemas["ConversationPage"];
+export type DeletedConversation = Schemas["DeletedConversation"];
 export type ErrorBody = Schemas["ErrorBody"];
 
 // Query parameters
@@ -63,6 +73,8 @@ export type ListMemoriesQuery = Omit<Query<"V1MemoriesListMemories">, "metadata"
   metadata?: Record<string, unknown> | string;
 };
 export type ListDocumentsQuery = Query<"V1DocumentsListDocuments">;
+export type ListMessagesQuery = Query<"V1ConversationsConversationIdMessagesListMessages">;
+export type ListConversationsQuery = Query<"V1ConversationsListConversations">;
 
 /** One line of the NDJSON data-subject export; `type` says which kind (`export`, `memory`, ..., `end`). */
 export interface ExportLine {

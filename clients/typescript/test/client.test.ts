@@ -154,7 +154,46 @@ describe("directives, assembly, documents, health", () => {
   test("health and readiness", async () => {
     const pg = client();
     expect((await pg.health()).status).toBe("ok");
-    expect(await pg.ready()).toEqual({ status: "ok", checks: { postgres: "ok", redis: "ok" } });
+    expect(await pg.ready()).toEqual({ status: "ok", checks: { postgres: "ok", redis: "ok", warm: "ok" } });
+  });
+});
+
+describe("conversations", () => {
+  test("append in order and idempotently, list, search by speaker, assemble without the history, delete", async () => {
+    const pg = client();
+    const who = agent("chat");
+    const chat = agent("conv");
+    const turns = [
+      { content: "What do you do to unwind after work?", speaker: "Melanie", session_id: "s1", message_id: "t1",
+        occurred_at: "2023-05-08T13:56:00Z" },
+      { content: "I go swimming with the kids every evening.", speaker: "Caroline", session_id: "s1", message_id: "t2" },
+      { content: "What should I bring to the pool?", role: "user" as const, message_id: "t3" },
+    ];
+    const out = await pg.appendMessages(chat, turns, { agent_id: who });
+    expect(out.created).toBe(true);
+    expect(out.messages.map((m) => m.position)).toEqual([1, 2, 3]);
+    const again = await pg.appendMessages(chat, turns.slice(0, 2));
+    expect(again.messages.map((m) => m.created)).toEqual([false, false]);
+    expect(again.message_count).toBe(3);
+    const page = await pg.listMessages(chat, { limit: 2 });
+    expect(page.items.map((m) => m.speaker)).toEqual(["Melanie", "Caroline"]);
+    const rest = await pg.listMessages(chat, { cursor: page.next_cursor ?? undefined });
+    expect(rest.items[0]?.role).toBe("user");
+    expect((await pg.listMessages(chat, { session_id: "s1" })).items.map((m) => m.position)).toEqual([1, 2]);
+    expect((await pg.getConversation(chat)).agent_id).toBe(who);
+    expect((await pg.listConversations({ agent_id: who })).items.map((c) => c.id)).toEqual([chat]);
+
+    const reply = out.messages[1]?.id;
+    const found = await pg.search("What does Caroline do to unwind?", { filters: { agent_id: who } });
+    const hit = found.results.find((r) => r.id === reply);
+    expect(hit?.message).toMatchObject({ conversation_id: chat, position: 2, speaker: "Caroline" });
+    const history = await pg.assemble(who, "What does Caroline do to unwind?", {
+      max_context_tokens: 1000, retrieval: { strategy: "lexical" }, conversation_id: chat, history_turns: 2 });
+    expect(history.memories_used.map((m) => m.id)).not.toContain(reply);
+    expect(history.dropped.find((d) => d.id === reply)?.reason).toBe("in_history");
+
+    expect((await pg.deleteConversation(chat)).messages_deleted).toBe(3);
+    await expect(pg.getConversation(chat)).rejects.toBeInstanceOf(NotFound);
   });
 });
 

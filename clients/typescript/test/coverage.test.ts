@@ -44,6 +44,14 @@ const OPERATIONS: Record<keyof operations, { verb: string; path: string; method:
   V1MemoriesFeedbackFeedback: { verb: "POST", path: "/v1/memories/feedback", method: "feedback" },
   V1ExportExport: { verb: "GET", path: "/v1/export", method: "export" },
   V1ImportImportLines: { verb: "POST", path: "/v1/import", method: "importLines" },
+  V1ConversationsConversationIdMessagesAppendMessages: {
+    verb: "POST", path: "/v1/conversations/{conversation_id}/messages", method: "appendMessages" },
+  V1ConversationsConversationIdMessagesListMessages: {
+    verb: "GET", path: "/v1/conversations/{conversation_id}/messages", method: "listMessages" },
+  V1ConversationsConversationIdGetOne: { verb: "GET", path: "/v1/conversations/{conversation_id}", method: "getConversation" },
+  V1ConversationsConversationIdRemove: {
+    verb: "DELETE", path: "/v1/conversations/{conversation_id}", method: "deleteConversation" },
+  V1ConversationsListConversations: { verb: "GET", path: "/v1/conversations", method: "listConversations" },
   MetricsGet: { verb: "GET", path: "/metrics", method: null }, // Prometheus text for scrapers, not an API call
 };
 
@@ -114,6 +122,12 @@ describe("coverage of the OpenAPI schema", () => {
     await record("listDocuments", () => pg.listDocuments({ collection }));
     await record("documentsIndex", () => pg.documentsIndex());
     await record("deleteDocuments", () => pg.deleteDocuments(["a.py"], { collection }));
+    const chat = agent("chat");
+    await record("appendMessages", () => pg.appendMessages(chat, [{ content: "hi", role: "user", message_id: "m1" }]));
+    await record("listMessages", () => pg.listMessages(chat, { limit: 10 }));
+    await record("getConversation", () => pg.getConversation(chat));
+    await record("listConversations", () => pg.listConversations({ limit: 10 }));
+    await record("deleteConversation", () => pg.deleteConversation(chat));
 
     for (const { verb, path, method } of Object.values(OPERATIONS)) {
       if (method === null) continue;

@@ -189,6 +189,8 @@ function assembleRequest() {
   if (mode !== "fixed") body.selective = true;
   if (mode !== "selective") body.max_context_tokens = Number($("max-tokens").value);
   if ($("reserve-tokens").value !== "") body.reserve_tokens = Number($("reserve-tokens").value);
+  if ($("conversation").value.trim()) body.conversation_id = $("conversation").value.trim();
+  if ($("history-turns").value !== "") body.history_turns = Number($("history-turns").value);
   const messages = $("messages").value.split("\n").map((line) => line.trim()).filter(Boolean);
   if (messages.length) {
     body.recent_messages = messages.map((line) => {
@@ -198,6 +200,28 @@ function assembleRequest() {
     });
   }
   return body;
+}
+
+// -- sources: memories, a conversation's messages, document chunks ---------------------------------
+
+function sourceOf(item) {
+  if (item.message) return "message";
+  return item.kind === "document_chunk" || item.source || item.path ? "document" : "memory";
+}
+
+function said(message) {
+  // Who said a message, in which session, and where it stands in its conversation.
+  if (!message) return "—";
+  const who = message.speaker || message.role || "?";
+  const session = message.session_id ? ` · session ${message.session_id}` : "";
+  return `${who}${session} · #${message.position} of ${message.conversation_id}`;
+}
+
+function applySources(fieldset, ...tables) {
+  const shown = new Set([...fieldset.querySelectorAll("input:checked")].map((box) => box.value));
+  for (const node of tables) {
+    for (const row of node.querySelectorAll("tbody tr[data-source]")) row.hidden = !shown.has(row.dataset.source);
+  }
 }
 
 function scoreCells(scores) {
@@ -212,20 +236,22 @@ function renderAssembly(r) {
   $("totals").textContent = `${fmt(r.metrics.total_ms, 1)} ms · ${r.metrics.candidates_evaluated} candidates · `
     + `${r.memories_used.length} packed · ${r.dropped.length} dropped`;
 
-  table($("used"), ["#", "memory", "fact", "origin", "tokens", ...SCORE_NAMES, "justification"],
-    r.memories_used.map((m) => el("tr", { "data-id": m.id },
+  table($("used"), ["#", "memory", "fact", "said", "origin", "tokens", ...SCORE_NAMES, "justification"],
+    r.memories_used.map((m) => el("tr", { "data-id": m.id, "data-source": sourceOf(m) },
       el("td", { text: m.tag }),
       el("td", { className: "text", "data-field": "text", text: m.text }),
       factCell(m.id),
+      el("td", { className: "why", "data-field": "said", text: said(m.message) }),
       el("td", { text: m.origin + (m.in_hot_and_cold ? " + cold" : "") }),
       el("td", { className: "num", text: m.tokens }),
       ...scoreCells(m.scores),
       el("td", { className: "why", "data-field": "justification", text: m.justification }))));
 
-  table($("dropped"), ["memory", "fact", "reason", "detail", "tokens", ...SCORE_NAMES],
-    r.dropped.map((d) => el("tr", { "data-id": d.id },
+  table($("dropped"), ["memory", "fact", "said", "reason", "detail", "tokens", ...SCORE_NAMES],
+    r.dropped.map((d) => el("tr", { "data-id": d.id, "data-source": sourceOf(d) },
       el("td", { className: "text", "data-field": "text", text: d.text ?? d.id }),
       factCell(d.id),
+      el("td", { className: "why", "data-field": "said", text: said(d.message) }),
       el("td", {}, el("span", { className: `reason reason-${d.reason}`, "data-field": "reason", text: d.reason })),
       el("td", { className: "why", text: d.detail }),
       el("td", { className: "num", text: d.tokens }),
@@ -268,6 +294,7 @@ function renderAssembly(r) {
   keyValues($("timings"), [...TIMINGS.map((name) => [name, r.metrics[name]]),
                            ["candidates_evaluated", r.metrics.candidates_evaluated]]);
   $("context").textContent = r.context;
+  applySources(document.querySelector("#assemble-result .sources"), $("used"), $("dropped"));
   $("assemble-result").hidden = false;
   fillFacts($("used"));
   fillFacts($("dropped"));
@@ -292,12 +319,14 @@ function renderSearch(r) {
     + (r.fallback_reason ? ` · fallback: ${r.fallback_reason}` : "")
     + ` · ${fmt(m.total_ms, 1)} ms (lexical ${fmt(m.lexical_ms, 1)}, semantic ${fmt(m.semantic_ms, 1)},`
     + ` fusion ${fmt(m.fusion_ms, 1)}) · candidates lexical ${fmt(m.lexical_candidates)}, semantic ${fmt(m.semantic_candidates)}`;
-  table($("results"), ["#", "memory", "fact", "agent", "kind", "final score", "lexical rank", "lexical score",
+  table($("results"), ["#", "memory", "fact", "said", "agent", "kind", "final score", "lexical rank", "lexical score",
                        "semantic rank", "semantic score", "fusion"],
-    r.results.map((hit, i) => el("tr", { "data-id": hit.id, "data-current": String(hit.current !== false) },
+    r.results.map((hit, i) => el("tr", { "data-id": hit.id, "data-current": String(hit.current !== false),
+                                         "data-source": sourceOf(hit) },
       el("td", { text: i + 1 }),
       el("td", { className: "text", "data-field": "text", text: hit.text }),
       factCell(hit.id),
+      el("td", { className: "why", "data-field": "said", text: said(hit.message) }),
       el("td", { text: fmt(hit.agent_id) }),
       el("td", { text: hit.kind }),
       el("td", { className: "num", "data-field": "final_score", text: fmt(hit.final_score) }),
@@ -306,6 +335,7 @@ function renderSearch(r) {
       el("td", { className: "num", "data-field": "semantic_rank", text: fmt(hit.semantic_rank) }),
       el("td", { className: "num", text: fmt(hit.semantic_score) }),
       el("td", { text: hit.fusion_method }))));
+  applySources(document.querySelector("#search-result .sources"), $("results"));
   $("search-result").hidden = false;
   fillFacts($("results"));
 }
@@ -354,6 +384,11 @@ document.addEventListener("DOMContentLoaded", () => {
     $("max-tokens").disabled = document.querySelector("input[name=mode]:checked").value === "selective";
   };
   for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", syncBudget);
+  for (const [fieldset, tables] of [["#assemble-result .sources", ["used", "dropped"]],
+                                    ["#search-result .sources", ["results"]]]) {
+    const node = document.querySelector(fieldset);
+    node.addEventListener("change", () => applySources(node, ...tables.map($)));
+  }
   $("assemble-form").addEventListener("submit", runAssemble);
   $("search-form").addEventListener("submit", runSearch);
   $("history-close").addEventListener("click", () => { $("history").hidden = true; });

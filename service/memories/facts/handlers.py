@@ -7,6 +7,7 @@ from typing import Annotated
 from litestar import Controller, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from service.db import TenantTx
 from service.errors import BadRequest, NotFound
 from service.http.deps import OrgId, ServicesDep, parse_uuid
 from service.http.responses import errors
@@ -18,7 +19,8 @@ HISTORY_DESCRIPTION = (
     "Every change to the memory, oldest first: `created`, `updated`, `merged` (a duplicate merged into it: "
     "both texts, the similarities, the state before), `superseded`, `undone`, `deleted`, `consolidated` (a "
     "model's decision). Append-only; kept after a plain delete (ending in `deleted`), removed by an erasure "
-    "(`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). Another org's memory: 404."
+    "(`DELETE /v1/memories/{id}?erase=true`, `DELETE /v1/memories?agent_id=`). A conversation's message is never "
+    "changed: its history is empty. Another org's memory: 404."
 )
 
 
@@ -35,8 +37,14 @@ class HistoryController(Controller):
         if limit > services.settings.limits.max_page_size:
             raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
                              code="validation_error")
-        result = await services.db.read(org_id, lambda tx: history.page(tx, ident, cursor, limit))
-        if not result.items and cursor is None:
+        async def read(tx: TenantTx) -> HistoryPage | None:
+            found = await history.page(tx, ident, cursor, limit)
+            if found.items or cursor is not None or await tx.fetchrow("memories.get", tx.org_id, ident):
+                return found  # a conversation's message is never changed: an empty history
+            return None
+
+        result = await services.db.read(org_id, read)
+        if result is None:
             raise NotFound(f"memory {ident} not found")
         return result
 

@@ -1,0 +1,168 @@
+"""LoCoMo-style data for ``retrieval_locomo.py``: the turns, questions and evidence of a directory, and
+the two ways a conversation is written to the service (see that script's docstring)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import KEEP
+
+BATCH = 64
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
+                 "%Y-%m-%d %H:%M", "%Y-%m-%d")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    id: str
+    text: str
+    group: str
+    occurred_at: datetime | None
+    metadata: dict[str, Any]
+    context: str = ""
+    """The turns before it (same conversation and session), sent as ``search_context``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    id: str
+    text: str
+    group: str
+    category: str
+
+
+def parse_when(value: Any) -> datetime | None:
+    """A session date such as ``1:56 pm on 8 May, 2023`` (or ISO 8601) as UTC; None if unparseable."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = " ".join(value.split())
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        parsed = None
+        for fmt in _DATE_FORMATS:
+            try:
+                parsed = datetime.strptime(text, fmt)
+                break
+            except ValueError:
+                continue
+    if parsed is None:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def load_dir(root: Path, categories: set[str] | None) -> tuple[list[Turn], list[Query], dict[str, dict[str, int]]]:
+    """Turns, the questions to score (in qrels, in ``categories`` when they have one) and the qrels."""
+    turns: list[Turn] = []
+    with (root / "corpus.jsonl").open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            doc = json.loads(line)
+            meta = doc.get("metadata") or {}
+            text = f"{doc.get('title') or ''}\n{doc['text']}".strip()
+            turns.append(Turn(str(doc["_id"]), text, str(meta.get("sample_id", "all")),
+                              parse_when(meta.get("session_date_time")), meta))
+    qrels: dict[str, dict[str, int]] = {}
+    with (root / "qrels.tsv").open() as f:
+        next(f)
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 3 and int(parts[2]) > 0:
+                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    queries: list[Query] = []
+    with (root / "queries.jsonl").open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            q = json.loads(line)
+            meta = q.get("metadata") or {}
+            category = str(meta.get("category", "-"))
+            if str(q["_id"]) not in qrels or (categories and "category" in meta and category not in categories):
+                continue
+            queries.append(Query(str(q["_id"]), q["text"], str(meta.get("sample_id", "all")), category))
+    return turns, queries, qrels
+
+
+def with_context(turns: Sequence[Turn], before: int) -> list[Turn]:
+    """Each turn with the text of up to ``before`` turns preceding it in file order, of the same
+    conversation and the same ``metadata.session`` (absent: one session), oldest first."""
+    out: list[Turn] = []
+    for i, t in enumerate(turns):
+        parts: list[str] = []
+        for prev in turns[max(0, i - before):i]:
+            if prev.group == t.group and prev.metadata.get("session") == t.metadata.get("session"):
+                parts.append(prev.text)
+        out.append(Turn(t.id, t.text, t.group, t.occurred_at, t.metadata, "\n".join(parts)))
+    return out
+
+
+async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn],
+                     send_time: list[bool], send_context: list[bool], plain: bool = False) -> dict[str, str]:
+    """POST one conversation's turns (org-wide memories); returns memory id -> turn id.
+
+    ``send_time[0]``: send ``occurred_at``; set to False (and the batch resent) if the service rejects
+    the field as unknown, so the benchmark also runs against a service without event time; likewise
+    ``send_context[0]`` for ``search_context``."""
+    by_memory: dict[str, str] = {}
+    for start in range(0, len(turns), BATCH):
+        chunk = turns[start:start + BATCH]
+        while True:
+            body = []
+            for t in chunk:
+                memory: dict[str, Any] = {"text": t.text, "kind": "episode"}
+                if not plain:
+                    memory["metadata"] = t.metadata
+                if send_time[0] and t.occurred_at is not None:
+                    memory["occurred_at"] = t.occurred_at.isoformat()
+                if send_context[0] and t.context:
+                    memory["search_context"] = t.context
+                body.append(memory)
+            r = await client.post("/v1/memories", json={"memories": body, "on_duplicate": KEEP}, headers=headers)
+            if r.status_code == 400 and send_time[0] and "occurred_at" in r.text:
+                send_time[0] = False
+                continue
+            if r.status_code == 400 and send_context[0] and "search_context" in r.text:
+                send_context[0] = False
+                continue
+            r.raise_for_status()
+            break
+        by_memory.update(zip(r.json()["ids"], (t.id for t in chunk), strict=True))
+    return by_memory
+
+
+SPEAKER_PREFIX = re.compile(r"^(?P<name>[^:\n]{1,100}): ")
+
+
+def as_message(turn: Turn) -> dict[str, Any]:
+    """A turn as a client appends it: the words as said, who said them, when, in which session."""
+    speaker = turn.metadata.get("speaker")
+    text = turn.text
+    if (m := SPEAKER_PREFIX.match(text)) and (speaker is None or m.group("name") == speaker):
+        speaker, text = m.group("name"), text[m.end():]
+    message: dict[str, Any] = {"content": text, "message_id": turn.id}
+    if isinstance(speaker, str) and speaker.strip():
+        message["speaker"] = speaker
+    if turn.occurred_at is not None:
+        message["occurred_at"] = turn.occurred_at.isoformat()
+    if turn.metadata.get("session") is not None:
+        message["session_id"] = str(turn.metadata["session"])
+    return message
+
+
+async def append_group(client: Any, headers: dict[str, str], group: str, turns: Sequence[Turn]) -> dict[str, str]:
+    """Append one conversation's turns through the conversation API; returns memory id -> turn id."""
+    by_memory: dict[str, str] = {}
+    for start in range(0, len(turns), BATCH):
+        chunk = turns[start:start + BATCH]
+        r = await client.post(f"/v1/conversations/{group}/messages", headers=headers,
+                              json={"messages": [as_message(t) for t in chunk]})
+        r.raise_for_status()
+        by_memory.update(zip((m["id"] for m in r.json()["messages"]), (t.id for t in chunk), strict=True))
+    return by_memory

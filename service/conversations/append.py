@@ -1,0 +1,164 @@
+"""Appending messages to a conversation: validate, embed server-side, then in one transaction lock the
+conversation, skip messages already there (``message_id``), derive the new ones' search contexts from
+the turns before them, insert them at the next positions.
+
+Order: appends to one conversation take its row lock (``conversations.open``) before reading
+anything, so concurrent appends are serialised there and every message gets a distinct position,
+1, 2, ... without gaps, in the order the appends committed. Idempotency: ``message_id`` is unique
+per conversation (a unique index), and the check for existing ids runs under that lock, so two
+appends of the same message write it once. Embedding happens before the transaction (it is the
+slow part), so a retried append embeds again but writes nothing twice.
+
+Messages never reach hot sets (migration 0012), so an append invalidates no cache.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+from uuid import UUID
+
+import msgspec
+from pgvector import Vector
+
+from service.conversations.context import Turn, derive_contexts
+from service.conversations.types import (
+    AppendedMessage,
+    AppendIn,
+    AppendOut,
+    MessageIn,
+)
+from service.db import TenantTx
+from service.errors import BadRequest, Conflict, PayloadTooLarge, Unprocessable
+from service.memories.validation import check_metadata, check_occurred_at, check_text
+from service.memories.write import embed_texts
+from service.runtime import Services
+from service.settings import LimitSettings
+
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+
+
+_IDENT: Final = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
+
+
+def check_ident(value: str | None, field: str) -> None:
+    """A conversation, session or message id (:data:`~service.conversations.types.ID_PATTERN`): path
+    parameters reach the handlers unchecked, and the body's pattern ends in ``$``, which (Python's
+    ``re``) also accepts one trailing newline."""
+    if value is not None and not _IDENT.fullmatch(value):
+        raise BadRequest(f"{field} must be 1-200 characters of letters, digits and _.:@-",
+                         code="validation_error", details={"field": field})
+
+
+def check_messages(messages: list[MessageIn], limits: LimitSettings) -> None:
+    """Limits the types cannot state: count, text sizes, names on one line, metadata, times, and no
+    ``message_id`` twice in one append."""
+    if not messages:
+        raise BadRequest("messages must not be empty", code="validation_error", details={"field": "messages"})
+    if len(messages) > limits.max_batch:
+        raise PayloadTooLarge(f"an append holds at most {limits.max_batch} messages, got {len(messages)}",
+                              code="batch_too_large", details={"limit": limits.max_batch})
+    seen: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        check_text(m.content, limits, field=f"{where}.content")
+        if m.speaker is not None and (not m.speaker.strip() or _CONTROL.search(m.speaker)):
+            raise BadRequest(f"{where}.speaker must be a name on one line (no control characters, not blank)",
+                             code="validation_error", details={"field": f"{where}.speaker"})
+        check_ident(m.session_id, f"{where}.session_id")
+        check_ident(m.message_id, f"{where}.message_id")
+        check_metadata(m.metadata, limits)
+        if m.occurred_at is not None:
+            check_occurred_at(m.occurred_at, field=f"{where}.occurred_at")
+        if m.message_id is not None:
+            if m.message_id in seen:
+                raise Unprocessable(f"{where}.message_id {m.message_id!r} is also messages[{seen[m.message_id]}]'s",
+                                    code="duplicate_message_id", details={"field": f"{where}.message_id"})
+            seen[m.message_id] = i
+
+
+def embedding_text(message: MessageIn) -> str:
+    """What a message's vector is computed from: its words, after its speaker's name when it has one
+    (``Melanie: I'm off to go swimming``; a role says nothing of who did what). On LoCoMo dev through
+    this API, 0.819 of the evidence reached a 1,000-token context against 0.811 with the words alone,
+    Recall@10 alike (docs/retrieval.md "Conversations")."""
+    return f"{message.speaker}: {message.content}" if message.speaker else message.content
+
+
+async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:
+    check_ident(conversation_id, "conversation_id")
+    messages = body.messages
+    check_messages(messages, services.settings.limits)
+    embeddings = await embed_texts(services, org_id, [embedding_text(m) for m in messages])
+    agent = body.agent_id if body.agent_id is not msgspec.UNSET else None
+    async with services.db.tenant(org_id) as tx:
+        conv = await tx.fetchrow("conversations.open", org_id, conversation_id, agent)
+        assert conv is not None  # an upsert returns its row
+        owner, count = conv["agent_id"], int(conv["message_count"])
+        if body.agent_id is not msgspec.UNSET and body.agent_id != owner:
+            raise Conflict(f"conversation {conversation_id!r} belongs to "
+                           f"{'agent ' + repr(owner) if owner else 'the whole org'}, not "
+                           f"{'agent ' + repr(body.agent_id) if body.agent_id else 'the whole org'}",
+                           code="conversation_agent_mismatch", details={"agent_id": owner})
+        existing = await _existing(tx, conversation_id, messages)
+        new = [i for i, m in enumerate(messages) if m.message_id is None or m.message_id not in existing]
+        written: dict[int, tuple[UUID, int]] = {}
+        if new:
+            contexts = await _contexts(tx, services, conversation_id, count, [messages[i] for i in new])
+            positions = list(range(count + 1, count + 1 + len(new)))
+            ids = await _insert(tx, conversation_id, owner, [messages[i] for i in new],
+                                [embeddings[i] for i in new], contexts, positions)
+            written = {i: (ident, position) for i, ident, position in zip(new, ids, positions, strict=True)}
+            count += len(new)
+            await tx.execute("conversations.advance", org_id, conversation_id, count)
+    out = []
+    for i, m in enumerate(messages):
+        if i in written:
+            ident, position = written[i]
+            out.append(AppendedMessage(id=ident, position=position, message_id=m.message_id,
+                                       session_id=m.session_id, created=True))
+        else:
+            row = existing[m.message_id or ""]
+            out.append(AppendedMessage(id=row["id"], position=int(row["position"]), message_id=m.message_id,
+                                       session_id=row["session_id"], created=False))
+    return AppendOut(conversation_id=conversation_id, agent_id=owner, created=bool(conv["created"]),
+                     message_count=count, messages=out)
+
+
+async def _existing(tx: TenantTx, conversation_id: str, messages: list[MessageIn]) -> dict[str, Any]:
+    """The messages already in the conversation by ``message_id``; 409 when one of them was sent with
+    other words, speaker, role or session (a message is never rewritten)."""
+    wanted = [m.message_id for m in messages if m.message_id is not None]
+    if not wanted:
+        return {}
+    rows = {r["message_id"]: r for r in await tx.fetch("conversations.existing", tx.org_id, conversation_id, wanted)}
+    for i, m in enumerate(messages):
+        row = rows.get(m.message_id or "")
+        if row is not None and (row["text"], row["speaker"], row["role"], row["session_id"]) != (
+                m.content, m.speaker, m.role, m.session_id):
+            raise Conflict(f"messages[{i}].message_id {m.message_id!r} is already in the conversation with other "
+                           "content, speaker, role or session (messages are never rewritten)",
+                           code="message_id_reused", details={"field": f"messages[{i}].message_id",
+                                                              "position": int(row["position"])})
+    return rows
+
+
+async def _contexts(tx: TenantTx, services: Services, conversation_id: str, count: int,
+                    new: list[MessageIn]) -> list[str | None]:
+    turns = services.settings.conversations.context_turns
+    if turns <= 0:
+        return [None] * len(new)
+    rows = await tx.fetch("conversations.last_turns", tx.org_id, conversation_id, count - turns) if count else []
+    before = [Turn(r["session_id"], r["speaker"], r["role"], r["text"]) for r in rows]
+    return derive_contexts(before, [Turn(m.session_id, m.speaker, m.role, m.content) for m in new], turns)
+
+
+async def _insert(tx: TenantTx, conversation_id: str, agent_id: str | None, messages: list[MessageIn],
+                  embeddings: list[Any], contexts: list[str | None], positions: list[int]) -> list[UUID]:
+    rows = await tx.fetch(
+        "conversations.insert_messages", tx.org_id, conversation_id, agent_id,
+        [m.content for m in messages], [Vector(v) for v in embeddings], [m.metadata for m in messages],
+        [m.occurred_at for m in messages], contexts, positions, [m.message_id for m in messages],
+        [m.session_id for m in messages], [m.speaker for m in messages], [m.role for m in messages],
+    )
+    return [r["id"] for r in rows]

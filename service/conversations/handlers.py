@@ -1,0 +1,104 @@
+"""HTTP handlers for /v1/conversations: thin — parse, call append or the store, shape the response."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, delete, get, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+
+from service.conversations import append, store
+from service.conversations.types import (
+    ID_MAX_LENGTH,
+    ID_PATTERN,
+    AppendIn,
+    AppendOut,
+    ConversationOut,
+    ConversationPage,
+    DeletedConversation,
+    MessagePage,
+)
+from service.errors import BadRequest, NotFound
+from service.http.deps import OrgId, ServicesDep
+from service.http.responses import errors
+from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
+
+APPEND_DESCRIPTION = (
+    "Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append "
+    "creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a "
+    "later append naming another agent is a 409. Each message is stored as a memory of kind `message`, "
+    "embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; "
+    "concurrent appends are ordered). A message whose `message_id` is already in the conversation is not "
+    "written again (`created: false`, the same id and position); the same `message_id` with other "
+    "content, speaker, role or session is a 409. Each new message's search context is derived from the "
+    "turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS)."
+)
+
+
+def _page_limit(limit: int, most: int) -> None:
+    if limit > most:
+        raise BadRequest(f"limit must be at most {most}", code="validation_error")
+
+
+class ConversationController(Controller):
+    path = "/v1/conversations"
+    tags = ["conversations"]
+
+    @post("/{conversation_id:str}/messages", status_code=HTTP_201_CREATED, summary="Append messages",
+          description=APPEND_DESCRIPTION, responses=errors(409, 413, 422))
+    async def append_messages(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
+                              data: JSONBody[AppendIn]) -> AppendOut:
+        return await append.append(services, org_id, conversation_id, data)
+
+    @get("/{conversation_id:str}/messages", summary="A conversation's messages in order (cursor-paginated)",
+         responses=errors(404))
+    async def list_messages(
+        self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
+        session_id: Annotated[str | None, QueryParameter(
+            min_length=1, max_length=ID_MAX_LENGTH, pattern=ID_PATTERN,
+            description="Only this session's messages.")] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
+    ) -> MessagePage:
+        append.check_ident(conversation_id, "conversation_id")
+        append.check_ident(session_id, "session_id")
+        _page_limit(limit, services.settings.limits.max_page_size)
+        page = await services.db.read(org_id, lambda tx: store.messages_page(
+            tx, conversation_id, session_id=session_id, cursor=cursor, limit=limit))
+        if page is None:
+            raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
+        return MessagePage(items=page[0], next_cursor=page[1])
+
+    @get("/{conversation_id:str}", summary="One conversation", responses=errors(404))
+    async def get_one(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> ConversationOut:
+        append.check_ident(conversation_id, "conversation_id")
+        found = await services.db.read(org_id, lambda tx: store.get(tx, conversation_id))
+        if found is None:
+            raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
+        return found
+
+    @get("/", summary="List conversations (newest first, cursor-paginated)")
+    async def list_conversations(
+        self, services: ServicesDep, org_id: OrgId,
+        agent_id: Annotated[str | None, QueryParameter(
+            min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
+            description="Only this agent's conversations (1-200 letters, digits and _.:@-).")] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
+    ) -> ConversationPage:
+        _page_limit(limit, services.settings.limits.max_page_size)
+        items, next_cursor = await services.db.read(org_id, lambda tx: store.list_page(
+            tx, agent_id=agent_id, cursor=cursor, limit=limit))
+        return ConversationPage(items=items, next_cursor=next_cursor)
+
+    @delete("/{conversation_id:str}", status_code=HTTP_200_OK, summary="Delete a conversation and its messages",
+            responses=errors(404))
+    async def remove(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> DeletedConversation:
+        """Removes the conversation, its messages and everything derived from them (their postings,
+        search contexts and access statistics); another org's conversation of the same id is untouched."""
+        append.check_ident(conversation_id, "conversation_id")
+        deleted = await store.delete(services, org_id, conversation_id)
+        if deleted is None:
+            raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
+        return DeletedConversation(conversation_id=conversation_id, messages_deleted=deleted)

@@ -1,0 +1,341 @@
+"""The conversation API over HTTP on real Postgres + Redis: append in order, idempotent by
+``message_id``, concurrent appends totally ordered, sessions, listing with cursors, the owning agent,
+messages searchable as memories of kind ``message`` with their place in the conversation, read-only
+through /v1/memories, and a delete that takes everything derived from the conversation along."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.test_assembly import GENEROUS, assembly_client
+from tests.integration.test_memories_api import assert_error
+from tests.integration.test_search_context import index_drift
+
+TURNS = [
+    {"speaker": "Melanie", "content": "What do you do to unwind after a long week?", "session_id": "s1"},
+    {"speaker": "Caroline", "content": "I'm off to go swimming with the kids.", "session_id": "s1"},
+    {"speaker": "Melanie", "content": "That sounds lovely. I paint sunsets on Sundays.", "session_id": "s1"},
+    {"speaker": "Caroline", "content": "I adopted a puppy named Oscar last week!", "session_id": "s2"},
+]
+
+
+async def append(client: AsyncTestClient[Any], tenant: Tenant, conversation: str, messages: list[dict[str, Any]],
+                 **extra: Any) -> dict[str, Any]:
+    r = await client.post(f"/v1/conversations/{conversation}/messages", headers=tenant.headers,
+                          json={"messages": messages, **extra})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert isinstance(body, dict)
+    return body
+
+
+async def all_messages(client: AsyncTestClient[Any], tenant: Tenant, conversation: str,
+                       **params: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        r = await client.get(f"/v1/conversations/{conversation}/messages", headers=tenant.headers,
+                             params={**params, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        items += r.json()["items"]
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return items
+
+
+async def test_append_list_and_get(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    out = await append(client, tenant, "chat-1", TURNS[:2], agent_id="coach")
+    assert out["created"] is True and out["agent_id"] == "coach" and out["message_count"] == 2
+    assert [m["position"] for m in out["messages"]] == [1, 2] and all(m["created"] for m in out["messages"])
+    out = await append(client, tenant, "chat-1", TURNS[2:])
+    assert out["created"] is False and out["agent_id"] == "coach" and out["message_count"] == 4
+    assert [m["position"] for m in out["messages"]] == [3, 4]
+
+    listed = await all_messages(client, tenant, "chat-1", limit=3)
+    assert [(m["position"], m["speaker"], m["content"], m["session_id"]) for m in listed] == [
+        (i + 1, t["speaker"], t["content"], t["session_id"]) for i, t in enumerate(TURNS)]
+    assert [m["position"] for m in await all_messages(client, tenant, "chat-1", session_id="s2")] == [4]
+
+    r = await client.get("/v1/conversations/chat-1", headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["message_count"] == 4 and r.json()["agent_id"] == "coach", r.text
+    # a message is a memory of kind message, of the conversation's agent, read-only through /v1/memories
+    memory_id = out["messages"][1]["id"]
+    r = await client.get(f"/v1/memories/{memory_id}", headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["kind"] == "message" and r.json()["agent_id"] == "coach", r.text
+    assert r.json()["text"] == TURNS[3]["content"] and r.json()["search_context"] is None  # a new session
+    assert_error(await client.patch(f"/v1/memories/{memory_id}", headers=tenant.headers, json={"text": "changed"}),
+                 409, "managed_by_conversations")
+    assert_error(await client.delete(f"/v1/memories/{memory_id}", headers=tenant.headers),
+                 409, "managed_by_conversations")
+    assert_error(await client.post("/v1/memories", headers=tenant.headers, json={"text": "x", "kind": "message"}),
+                 400, "reserved_kind")
+
+
+async def test_search_context_is_derived_from_the_same_sessions_turns(client: AsyncTestClient[Any],
+                                                                        tenant: Tenant) -> None:
+    out = await append(client, tenant, "derived", TURNS)
+    contexts = []
+    for m in out["messages"]:
+        r = await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)
+        contexts.append(r.json()["search_context"])
+    assert contexts == [None, "Melanie: What do you do to unwind after a long week?",
+                        "Melanie: What do you do to unwind after a long week?\n"
+                        "Caroline: I'm off to go swimming with the kids.",
+                        None]
+    # the question's words find the reply through its context (lexically), and the result says
+    # where the message stands and who said it
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": "unwind after a long week", "strategy": "lexical"})
+    hits = {h["id"]: h for h in r.json()["results"]}
+    reply = hits[out["messages"][1]["id"]]
+    assert reply["kind"] == "message" and reply["message"] == {
+        "conversation_id": "derived", "position": 2, "session_id": "s1", "speaker": "Caroline", "role": None,
+        "message_id": None}
+
+
+async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: AsyncTestClient[Any],
+                                                                            tenant: Tenant) -> None:
+    turns = [{"speaker": "Melanie", "content": "Caroline, your painting of the lake is wonderful!"},
+             {"speaker": "Caroline", "content": "Thanks! I paint landscapes most weekends."},
+             {"speaker": "Melanie", "content": "I only paint pottery, never landscapes."},
+             *({"speaker": "Melanie" if n % 2 else "Caroline", "content": f"Unrelated chat about the weather, day {n}."}
+               for n in range(8))]
+    out = await append(client, tenant, "painters", turns)
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": "What does Caroline paint?", "strategy": "hybrid", "limit": 5})
+    assert r.status_code == 200, r.text
+    body = r.json()  # hybrid, fused as auto fuses (z-scores with the speaker boost)
+    assert "said by someone the query names (speaker or metadata.speaker)" in body["reason"], body["reason"]
+    assert body["results"][0]["id"] == out["messages"][1]["id"]
+    assert body["results"][0]["message"]["speaker"] == "Caroline"
+
+
+async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    batch = [{**t, "message_id": f"m{i}"} for i, t in enumerate(TURNS[:3])]
+    first = await append(client, tenant, "idem", batch[:2])
+    again = await append(client, tenant, "idem", batch)  # a retry with one more message
+    assert [m["created"] for m in again["messages"]] == [False, False, True]
+    assert [m["id"] for m in again["messages"][:2]] == [m["id"] for m in first["messages"]]
+    assert [m["position"] for m in again["messages"]] == [1, 2, 3] and again["message_count"] == 3
+    assert len(await all_messages(client, tenant, "idem")) == 3
+    changed = [{**batch[0], "content": "Something else entirely."}]
+    r = await client.post("/v1/conversations/idem/messages", headers=tenant.headers, json={"messages": changed})
+    assert_error(r, 409, "message_id_reused")
+    r = await client.post("/v1/conversations/idem/messages", headers=tenant.headers,
+                          json={"messages": [batch[0], batch[0]]})
+    assert_error(r, 422, "duplicate_message_id")
+    assert len(await all_messages(client, tenant, "idem")) == 3
+
+
+async def test_concurrent_appends_keep_one_order(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    writers, each = 8, 3
+
+    async def writer(w: int) -> list[dict[str, Any]]:
+        sent = []
+        for j in range(each):
+            message = {"role": "user", "content": f"writer {w} message {j}", "message_id": f"w{w}-{j}"}
+            out = await append(client, tenant, "busy", [message, {**message, "message_id": f"w{w}-{j}b"}])
+            sent += out["messages"]
+        return sent
+
+    results = await asyncio.gather(*(writer(w) for w in range(writers)))
+    # the same messages again, concurrently: nothing is written twice
+    await asyncio.gather(*(append(client, tenant, "busy", [{"role": "user", "content": f"writer {w} message 0",
+                                                             "message_id": f"w{w}-0"}]) for w in range(writers)))
+    listed = await all_messages(client, tenant, "busy", limit=7)
+    assert [m["position"] for m in listed] == list(range(1, writers * each * 2 + 1))
+    by_writer: dict[int, list[int]] = {}
+    for m in listed:
+        by_writer.setdefault(int(m["content"].split()[1]), []).append(m["position"])
+    for w, sent in enumerate(results):
+        # each writer's appends are in the order it made them, each batch contiguous
+        assert [m["position"] for m in sent] == by_writer[w]
+        assert all(b["position"] == a["position"] + 1 for a, b in zip(sent[::2], sent[1::2], strict=True))
+
+
+async def test_the_first_append_sets_the_agent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await append(client, tenant, "owned", TURNS[:1], agent_id="coach")
+    for agent in ("someone-else", None):
+        r = await client.post("/v1/conversations/owned/messages", headers=tenant.headers,
+                              json={"messages": TURNS[1:2], "agent_id": agent})
+        assert_error(r, 409, "conversation_agent_mismatch")
+    out = await append(client, tenant, "org-wide", TURNS[:1])
+    assert out["agent_id"] is None
+    assert_error(await client.post("/v1/conversations/org-wide/messages", headers=tenant.headers,
+                                   json={"messages": TURNS[1:2], "agent_id": "coach"}), 409,
+                 "conversation_agent_mismatch")
+    r = await client.get("/v1/conversations", headers=tenant.headers, params={"agent_id": "coach"})
+    assert [c["id"] for c in r.json()["items"]] == ["owned"] and r.json()["items"][0]["message_count"] == 1
+
+
+async def test_list_conversations_pages(client: AsyncTestClient[Any], make_tenant: Any) -> None:
+    tenant = await make_tenant("pages")
+    for i in range(5):
+        await append(client, tenant, f"c{i}", TURNS[:1], agent_id="a" if i % 2 else None)
+    seen, cursor = [], None
+    while True:
+        r = await client.get("/v1/conversations", headers=tenant.headers,
+                             params={"limit": 2, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        seen += [c["id"] for c in r.json()["items"]]
+        if (cursor := r.json()["next_cursor"]) is None:
+            break
+    assert seen == [f"c{i}" for i in reversed(range(5))]
+    assert_error(await client.get("/v1/conversations", headers=tenant.headers, params={"cursor": "nope"}),
+                 400, "bad_cursor")
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"messages": []}, 400, None),
+    ({"messages": [{"content": "   "}]}, 400, None),
+    ({"messages": [{"content": "x", "role": "narrator"}]}, 400, None),
+    ({"messages": [{"content": "x", "speaker": "two\nlines"}]}, 400, None),
+    ({"messages": [{"content": "x", "speaker": "  "}]}, 400, None),
+    ({"messages": [{"content": "x", "message_id": "has space"}]}, 400, None),
+    ({"messages": [{"content": "x", "session_id": "s" * 201}]}, 400, None),
+    ({"messages": [{"content": "x", "occurred_at": "2024-05-01T14:30:00"}]}, 400, None),
+    ({"messages": [{"content": "x", "occurred_at": "0999-05-01T14:30:00Z"}]}, 400, None),
+    ({"messages": [{"content": "x", "metadata": {"k": "v" * 20_000}}]}, 413, "metadata_too_large"),
+    ({"messages": [{"content": "x" * 40_000}]}, 413, "text_too_long"),
+    ({"messages": [{"content": "x"}] * 257}, 413, "batch_too_large"),
+    ({"messages": [{"content": "x"}], "extra": 1}, 400, None),
+])
+async def test_bad_appends_answer_4xx_and_write_nothing(client: AsyncTestClient[Any], tenant: Tenant,
+                                                       body: dict[str, Any], status: int, code: str | None) -> None:
+    r = await client.post("/v1/conversations/bad/messages", headers=tenant.headers, json=body)
+    assert_error(r, status, code)
+    assert_error(await client.get("/v1/conversations/bad", headers=tenant.headers), 404, "conversation_not_found")
+
+
+@pytest.mark.parametrize("conversation", ["has space", "x" * 201, "new%0Aline"])
+async def test_bad_conversation_ids_answer_400(client: AsyncTestClient[Any], tenant: Tenant, conversation: str) -> None:
+    r = await client.post(f"/v1/conversations/{conversation}/messages", headers=tenant.headers,
+                          json={"messages": TURNS[:1]})
+    assert_error(r, 400, "validation_error")
+    for method in ("GET", "DELETE"):
+        assert_error(await client.request(method, f"/v1/conversations/{conversation}", headers=tenant.headers), 400)
+
+
+async def test_delete_takes_everything_derived_along(client: AsyncTestClient[Any], tenant: Tenant,
+                                                    owner_dsn: str) -> None:
+    out = await append(client, tenant, "gone", [{**t, "content": t["content"] + " zebracorn"} for t in TURNS])
+    kept = await append(client, tenant, "kept", TURNS[:2])
+    ids = [m["id"] for m in out["messages"]]
+    r = await client.post("/v1/memories/feedback", headers=tenant.headers, json={"memory_ids": ids, "helpful": True})
+    assert r.status_code == 200, r.text
+    conn = await asyncpg.connect(owner_dsn)
+    try:  # as if assemblies had packed them: access statistics derived from the messages
+        await conn.execute("INSERT INTO memory_access (org_id, memory_id, access_count, last_accessed_at) "
+                           "SELECT $1, unnest($2::uuid[]), 3, now()", tenant.org_id, ids)
+    finally:
+        await conn.close()
+    r = await client.delete("/v1/conversations/gone", headers=tenant.headers)
+    assert r.status_code == 200 and r.json() == {"conversation_id": "gone", "messages_deleted": 4}, r.text
+    assert_error(await client.get("/v1/conversations/gone", headers=tenant.headers), 404, "conversation_not_found")
+    assert_error(await client.get("/v1/conversations/gone/messages", headers=tenant.headers), 404)
+    assert_error(await client.delete("/v1/conversations/gone", headers=tenant.headers), 404)
+    for memory_id in ids:
+        assert_error(await client.get(f"/v1/memories/{memory_id}", headers=tenant.headers), 404)
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": "zebracorn", "strategy": "lexical"})
+    assert r.json()["results"] == []
+    assert set((await index_drift(owner_dsn, tenant)).values()) == {0}  # postings, df and lengths exact
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        left = await conn.fetchval("SELECT count(*) FROM memories WHERE org_id = $1 AND conversation_id = 'gone'",
+                                   tenant.org_id)
+        accesses = await conn.fetchval("SELECT count(*) FROM memory_access WHERE org_id = $1 AND "
+                                       "memory_id = ANY($2::uuid[])", tenant.org_id, ids)
+    finally:
+        await conn.close()
+    assert left == 0 and accesses == 0
+    assert len(await all_messages(client, tenant, "kept")) == len(kept["messages"])
+    # the same id starts a new conversation from position 1
+    assert [m["position"] for m in (await append(client, tenant, "gone", TURNS[:1]))["messages"]] == [1]
+
+
+async def test_messages_stay_out_of_hot_sets(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", headers=tenant.headers,
+                          json={"text": "The coach's standing rule: warm up first.", "agent_id": "hot-coach",
+                                "pinned": True})
+    assert r.status_code == 201, r.text
+    out = await append(client, tenant, "hot-chat", TURNS, agent_id="hot-coach")
+    r = await client.get("/v1/memories/hot", headers=tenant.headers, params={"agent_id": "hot-coach"})
+    hot = {m["id"] for m in r.json()["items"]}
+    assert r.json()["items"][0]["pinned"] and not hot & {m["id"] for m in out["messages"]}
+    # an agent whose only memories are messages gets the org-wide hot set
+    await append(client, tenant, "only-chat", TURNS[:1], agent_id="chatty")
+    r = await client.get("/v1/memories/hot", headers=tenant.headers, params={"agent_id": "chatty"})
+    assert r.status_code == 200 and all(m["kind"] != "message" for m in r.json()["items"])
+
+
+async def test_erasing_an_agent_removes_its_conversations(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await append(client, tenant, "coach-chat", TURNS, agent_id="coach")
+    await append(client, tenant, "other-chat", TURNS[:1], agent_id="other")
+    r = await client.delete("/v1/memories", headers=tenant.headers, params={"agent_id": "coach"})
+    assert r.status_code == 200 and r.json()["deleted"] == 4, r.text
+    assert_error(await client.get("/v1/conversations/coach-chat", headers=tenant.headers), 404)
+    assert (await client.get("/v1/conversations/other-chat", headers=tenant.headers)).status_code == 200
+
+
+PETS = [{"speaker": "Caroline", "content": f"My puppy Oscar learned trick number {n} today: {trick}."}
+        for n, trick in enumerate(["sit", "roll over", "play dead", "shake paws", "fetch the ball", "spin"], start=1)]
+
+
+async def test_assembly_leaves_out_the_turns_the_model_already_sees(settings: Settings, endpoints: Endpoints,
+                                                                    embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await leaves_out_the_turns_the_model_already_sees(client, tenant)
+
+
+async def leaves_out_the_turns_the_model_already_sees(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    chat = await append(client, tenant, "pets", PETS, agent_id="pal")
+    earlier = {"speaker": "Caroline", "content": "Oscar the puppy can high-five now, his first trick of all."}
+    other = await append(client, tenant, "pets-before", [earlier], agent_id="pal")
+    ids = [m["id"] for m in chat["messages"]]
+    base = {"agent_id": "pal", "query": "Which tricks did Oscar the puppy learn?", "model": "gpt-4o",
+            "max_context_tokens": 2000, "retrieval": {"strategy": "lexical"}}
+
+    async def assemble(**extra: Any) -> dict[str, Any]:
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={**base, **extra})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert isinstance(body, dict)
+        return body
+
+    def packed(body: dict[str, Any]) -> set[str]:
+        return {m["id"] for m in body["memories_used"]}
+
+    everything = await assemble()
+    assert set(ids) <= packed(everything) and other["messages"][0]["id"] in packed(everything)
+    assert "Caroline: My puppy Oscar learned trick number 1 today: sit." in everything["context"]
+    assert {m["message"]["position"] for m in everything["memories_used"] if m["id"] in ids} == set(range(1, 7))
+
+    # the last two turns are in the request's history: neither is packed again, the rest are
+    history = [{"role": "user", "content": PETS[4]["content"]},
+               {"role": "user", "content": f"Caroline: {PETS[5]['content']}"}]
+    seen = await assemble(recent_messages=history, conversation_id="pets")
+    assert packed(seen) & set(ids) == set(ids[:4]) and other["messages"][0]["id"] in packed(seen)
+    left_out = {d["id"]: d for d in seen["dropped"] if d["reason"] == "in_history"}
+    assert set(left_out) == set(ids[4:]) and all("recent_messages" in d["detail"] for d in left_out.values())
+    assert {d["message"]["position"] for d in left_out.values()} == {5, 6}
+    # without conversation_id, the same history changes nothing of what is packed
+    assert set(ids) <= packed(await assemble(recent_messages=history))
+
+    # the caller says the model sees the last three turns (history_turns), whether or not they are sent
+    last3 = await assemble(conversation_id="pets", history_turns=3)
+    assert packed(last3) & set(ids) == set(ids[:3])
+    assert {d["id"] for d in last3["dropped"] if d["reason"] == "in_history"} == set(ids[3:])
+    assert packed(await assemble(conversation_id="pets", history_turns=0)) >= set(ids)
+    assert packed(await assemble(conversation_id="nothing-here", history_turns=3)) >= set(ids)
+    r = await client.post("/v1/context/assemble", headers=tenant.headers, json={**base, "history_turns": 3})
+    assert_error(r, 400, "validation_error")

@@ -1,0 +1,63 @@
+"""History-aware packing: which of a conversation's messages the model already sees (pure logic)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID, uuid4
+
+from service.assembly.history import InHistory, split
+from service.assembly.scoring import Candidate
+from service.assembly.types import AssembleRequest, Message
+from service.retrieval.types import MessageRef, SearchResult
+from service.text.tokens import Tokenizers
+
+
+def ref(conversation: str, position: int, speaker: str | None = "Ann") -> MessageRef:
+    return MessageRef(conversation_id=conversation, position=position, session_id=None, speaker=speaker,
+                      role=None, message_id=None)
+
+
+def request(**fields: object) -> AssembleRequest:
+    return AssembleRequest(agent_id="a", query="q", model="gpt-4o", max_context_tokens=1000, **fields)  # type: ignore[arg-type]
+
+
+def test_recent_messages_match_by_words_whitespace_aside_or_as_a_history_line() -> None:
+    seen = InHistory.of(request(conversation_id="c1", recent_messages=[
+        Message(role="user", content="I adopted  a puppy\nnamed Oscar."),
+        Message(role="user", content="Ann: We went hiking on Sunday.")]), None)
+    assert seen is not None
+    assert seen.why(ref("c1", 3), "I adopted a puppy named Oscar.") is not None
+    assert seen.why(ref("c1", 4), "We went hiking on Sunday.") is not None  # as the history wrote it
+    assert seen.why(ref("c1", 5), "Something else.") is None
+    assert seen.why(ref("c2", 3), "I adopted a puppy named Oscar.") is None  # another conversation
+    assert seen.why(None, "I adopted a puppy named Oscar.") is None  # not a message
+
+
+def test_history_turns_leave_out_the_last_turns() -> None:
+    seen = InHistory.of(request(conversation_id="c1", history_turns=2), 10)
+    assert seen is not None and seen.after == 8
+    assert [p for p in range(1, 11) if seen.why(ref("c1", p), f"turn {p}")] == [9, 10]
+    unread = InHistory.of(request(conversation_id="c1", history_turns=2), None)  # length not read in time
+    assert unread is not None and unread.after is None and unread.why(ref("c1", 10), "turn 10") is None
+    assert InHistory.of(request(), 10) is None  # no conversation named: nothing is left out
+
+
+def test_split_reports_what_it_leaves_out(tmp_path: Path) -> None:
+    counter = Tokenizers(tmp_path).get("o200k_base")
+    now = datetime.now(UTC)
+    ids = [uuid4() for _ in range(3)]
+    texts = ["I adopted a puppy.", "We went hiking.", "A fact, not a message."]
+    candidates = [Candidate(id=str(i), text=t, origin="cold", relevance=1.0, created_at=now)
+                  for i, t in zip(ids, texts, strict=True)]
+    results = [SearchResult(id=i, text=t, kind="message" if n < 2 else "fact", source=None, level=None,
+                            breadcrumb=None, final_score=1.0, lexical_rank=1, semantic_rank=None, lexical_score=1.0,
+                            semantic_score=None, fusion_method="none", message=ref("c1", n + 1) if n < 2 else None)
+               for n, (i, t) in enumerate(zip(ids, texts, strict=True))]
+    seen = InHistory.of(request(conversation_id="c1", recent_messages=[Message(role="user", content=texts[0])]), None)
+    kept, dropped = split(candidates, results, seen, counter, explain=True)
+    assert [c.id for c in kept] == [str(ids[1]), str(ids[2])]
+    assert [(d.id, d.reason, d.text, d.origin) for d in dropped] == [(ids[0], "in_history", texts[0], "cold")]
+    assert dropped[0].tokens == counter.count(f" {texts[0]}\n") and "recent_messages" in dropped[0].detail
+    assert split(candidates, results, None, counter) == (candidates, [])
+    assert isinstance(dropped[0].id, UUID)
