@@ -86,6 +86,7 @@ class _Api:
     undo_event = Endpoint(ep.undo_event)
     org_settings = Endpoint(ep.org_settings)
     set_org_settings = Endpoint(ep.set_org_settings)
+    import_lines = Endpoint(ep.import_lines)
     hot_set = Endpoint(ep.hot_set)
     feedback = Endpoint(ep.feedback)
     search = Endpoint(ep.search)
@@ -109,8 +110,9 @@ class _Api:
         raise NotImplementedError
 
 
-def _export_call(agent_id: str) -> Call[None]:
-    return Call("GET", ep.EXPORT_PATH, None, params=[("agent_id", agent_id)], repeatable=True)
+def _export_call(agent_id: str | None) -> Call[None]:
+    params = [("agent_id", agent_id)] if agent_id is not None else []
+    return Call("GET", ep.EXPORT_PATH, None, params=params, repeatable=True)
 
 
 class Client(_Api):
@@ -166,9 +168,10 @@ class Client(_Api):
         written once over calls runs on both clients."""
         return call.decode(self._send(call))
 
-    def export(self, agent_id: str) -> Iterator[dict[str, Any]]:
+    def export(self, agent_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Data-subject export: every line of the agent's NDJSON export as a dict (``type`` says which kind),
-        streamed; the last is ``{"type": "end", ...}``. An export that broke off raises ``TransportError``."""
+        streamed; the last is ``{"type": "end", ...}``. An export that broke off raises ``TransportError``.
+        Without ``agent_id``, the whole org's (``import_lines`` writes it back)."""
         call = _export_call(agent_id)
         response = self._send(call, stream=True)
         try:
@@ -237,7 +240,7 @@ class AsyncClient(_Api):
     def _execute(self, call: Call[Any]) -> Any:
         return self._run(call)
 
-    async def export(self, agent_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def export(self, agent_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Like ``Client.export``, as an async iterator."""
         call = _export_call(agent_id)
         response = await self._send(call, stream=True)

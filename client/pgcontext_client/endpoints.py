@@ -137,6 +137,14 @@ def set_org_settings(*, on_duplicate: str | None = None) -> Call[t.OrgSettings]:
                 repeatable=True)
 
 
+def import_lines(lines: Sequence[Mapping[str, Any]]) -> Call[t.ImportResult]:
+    """Import lines of an export (``Client.export``) into your org: memories with their history and
+    supersession, directives. Ids are kept, so a retry writes nothing twice; send a long export in
+    several calls (at most PGCONTEXT_MAX_BATCH memories each)."""
+    return Call("POST", "/v1/import", t.ImportResult, body=t.ImportIn(lines=[dict(line) for line in lines]),
+                repeatable=True)
+
+
 def erase_agent(agent_id: str, *, idempotency_key: str | None = None) -> Call[t.DeletedAgentMemories]:
     """Data-subject erasure: delete every memory of ``agent_id`` in your org (idempotent)."""
     return Call("DELETE", "/v1/memories", t.DeletedAgentMemories, params=_query(agent_id=agent_id),
@@ -185,8 +193,11 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
     ``o200k_base``) counts with that tokenizer, trusted as exact; ``explain=True`` also returns each dropped
     candidate's text, origin and scores. With ``conversation_id``, that conversation's messages already in
     ``recent_messages`` (or among its last ``history_turns``) are not packed again. ``timeout_ms`` is your
-    own deadline (``X-Timeout-Ms``): past it the service answers 504 (``DeadlineExceeded``), never partial
-    context."""
+    own deadline (``X-Timeout-Ms``), both ways: longer than the service's deadline (40 ms by default) it
+    lengthens the service's wall, up to its ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so
+    the full planned retrieval runs when you can wait for it; past it the service answers 504
+    (``DeadlineExceeded``), never partial context. ``result.complete`` / ``result.directive_missing`` say
+    whether anything planned is missing (``degradation_reasons``)."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
     body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,

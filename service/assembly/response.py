@@ -21,6 +21,7 @@ from service.assembly.types import (
     AssembleResponse,
     Branches,
     BudgetOut,
+    DegradationReason,
     DirectiveUsed,
     DroppedMemory,
     Level,
@@ -50,6 +51,21 @@ class Ranked:
     ranking_ms: float
     packing_ms: float
     formatting_ms: float
+
+
+def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
+                        cold_run: BranchRun[ColdResult], retrieval: RetrievalReport) -> list[DegradationReason]:
+    """What the context lacks of what was planned (``AssembleResponse.degradation_reasons``)."""
+    reasons: list[DegradationReason] = []
+    if directive_run.outcome != "ok":
+        reasons.append("directive_missing")
+    if hot_run.outcome != "ok" and req.retrieval.use_hot:  # a hot set the request turned off is not missing
+        reasons.append("hot_unavailable")
+    if cold_run.outcome != "ok":
+        reasons.append("cold_unavailable")
+    elif retrieval.reduced:
+        reasons.append("retrieval_reduced")
+    return reasons
 
 
 def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut | None, level: Level,
@@ -120,6 +136,7 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
         directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
                                                                directive.updated_at),
         memories_used=memories, dropped=in_history + dropped, budget=budget, degradation_level=level,
+        degradation_reasons=degradation_reasons(req, directive_run, hot_run, cold_run, retrieval),
         sources_available=sources, branches=branches, metrics=metrics, retrieval=retrieval,
     )
 
@@ -127,6 +144,7 @@ def log_assembled(org_id: UUID, req: AssembleRequest, r: AssembleResponse) -> No
     # Ids, levels and timings only: memory text and queries never reach the logs.
     log.info(
         "context_assembled", org_id=str(org_id), agent_id=req.agent_id, degradation_level=r.degradation_level,
+        degradation_reasons=r.degradation_reasons, deadline_ms=r.metrics.deadline_ms,
         directive=r.branches.directive.outcome, hot=r.branches.hot.outcome, cold=r.branches.cold.outcome,
         cold_strategy=r.branches.cold.source, retrieval_planned=r.retrieval.planned,
         retrieval_ran=r.retrieval.ran, retrieval_reason=r.retrieval.reason, total_ms=r.metrics.total_ms,

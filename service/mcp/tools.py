@@ -42,6 +42,8 @@ class McpConfig:
     """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts)."""
     max_context_tokens: int | None = None
     """``assemble_context``'s default budget; unset: selective mode (the service sizes it from the query)."""
+    max_clients: int = 256
+    """Streamable HTTP: keys the service accepted that keep a client (least recently used dropped first)."""
 
 
 ClientFor = Callable[[], Awaitable[AsyncClient]]
@@ -226,7 +228,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                                                       max_context_tokens=budget, selective=selective,
                                                       conversation_id=conversation_id)
         return {"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()},
-                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level}
+                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level,
+                "degradation_reasons": ctx.degradation_reasons}
 
     @server.tool(description=FEEDBACK, annotations=writes)
     async def give_feedback(

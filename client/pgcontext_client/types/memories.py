@@ -171,6 +171,29 @@ class UndoResult(msgspec.Struct, kw_only=True):
     reinstated: list[UUID] = msgspec.field(default_factory=list)
 
 
+class ImportIn(In):
+    lines: list[dict[str, Any]]
+
+
+class ImportCounts(msgspec.Struct, kw_only=True):
+    directive: int
+    memory: int
+    event: int
+
+
+class ImportSkipped(msgspec.Struct, kw_only=True):
+    document: int
+    chunk: int
+
+
+class ImportResult(msgspec.Struct, kw_only=True):
+    imported: ImportCounts
+    existing: ImportCounts
+    """Memories and events the org already held (same id): left as they were."""
+    skipped: ImportSkipped
+    """Lines an import does not restore (documents: mirror the files again)."""
+
+
 class OrgSettings(msgspec.Struct, kw_only=True):
     on_duplicate: str
     updated_at: datetime | None

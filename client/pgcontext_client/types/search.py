@@ -28,6 +28,12 @@ class _Filters(In):
     occurred_before: datetime | None = None
     source_prefix: str | None = None
     levels: list[int] | None = None
+    sources: list[Literal["memories", "messages", "documents"]] | None = None
+    """Only these sources (default: all): ``memories`` (every kind but the next two), ``messages``
+    (conversation turns), ``documents`` (document chunks)."""
+    collections: list[str] | None = None
+    """Document chunks only from these collections. Search: absent = every collection; assembly:
+    absent = only the agent's own documents (org-wide ones only from collections you name)."""
     as_of: datetime | None = None
     """What was current then (valid time), retired memories included."""
     include_superseded: bool | None = None

@@ -144,7 +144,7 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
       }));
       return {
         context: ctx.context, refs: ctx.refs, context_tokens: ctx.budget.context_tokens,
-        degradation_level: ctx.degradation_level,
+        degradation_level: ctx.degradation_level, degradation_reasons: ctx.degradation_reasons,
       };
     },
   });
