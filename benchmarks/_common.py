@@ -26,7 +26,7 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.auth import admin
-from service.cli.main import prepare_database
+from service.cli.servers import prepare_database
 from service.embedded.postgres import EmbeddedPostgres
 from service.embedded.redis_server import EmbeddedRedis
 from service.runtime import Endpoints
@@ -293,3 +293,25 @@ def cpu_seconds_by_group() -> dict[str, float]:
     times = os.times()
     out["loadgen"] = times.user + times.system
     return out
+
+
+BUSY_LOOP = "while True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def noise(count: int) -> Iterator[list[int]]:
+    """``count`` busy processes beside the service, each in a session of its own (``setsid``), as
+    other programs on a shared host are scheduled: with the kernel's autogroup scheduling each
+    session gets its share of the cores, so one session running many hogs (or ``nice``) does not
+    model them. Three per core is a busy host. Yields their pids; they are killed on exit."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(max(0, count))]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        for p in procs:
+            p.wait(10)

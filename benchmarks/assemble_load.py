@@ -18,15 +18,19 @@ Each concurrency level (default 1, 4, 8, 16) runs a **baseline** first — ``GET
 SciFact claims as queries, a short chat history, ``gpt-4o`` and a 4,000-token window. Both are
 bounded by ``--requests`` per level and ``--seconds`` per level. Reported per level: client-side
 p50/p95/p99 latency, throughput, error rate, the degradation-level distribution, the server's own
-``metrics.total_ms`` p50/p99, the cold strategies used, how often the directive made it into the
-context (a directive branch that misses its timeout is left out without changing the level) and
+``metrics.total_ms`` p50/p99, the cold strategies used, whether the directive made it into the
+context (every agent has one, so each assembly is ``present``, ``reported`` missing in
+``degradation_reasons``, or ``missing`` unreported: the last must stay 0) and
 the assemble/baseline p50 ratio (which survives a noisy machine better than absolute numbers), and
 how many query embeddings the level computed or took from the service's query-embedding cache
 (``/metrics``). The 809 claims repeat: from the second level on every query's embedding is cached,
 which spares a full hybrid assembly its costliest step; ``--fresh-queries`` makes every query new to
 the cache (:data:`bench_org.FRESH_SUFFIXES`). ``--search N`` adds, per measured service, N claims searched one
 at a time with each strategy (client and server latency), and
-``--compare-root DIR`` measures another source tree first on the same data; ``--url A --beside B``
+``--compare-root DIR`` measures another source tree first on the same data; ``--timeout-ms MS``
+gives every assembly that deadline of its own (a longer wall, up to the service's maximum);
+``--noise N`` runs N busy processes beside the service, each in a session of its own, for the
+measured levels (a busy shared host: three per core); ``--url A --beside B``
 drives two running services (on copies of one data directory) at the same time with the same
 assemblies, for ratios that a noisy machine does not swing (:func:`run_beside`). The load
 generator runs on the same machine as the service, Postgres and Redis, and competes with them
@@ -59,7 +63,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import MODEL, SERVICE_MAIN_THREADS, cpu_seconds_by_group, percentile  # noqa: E402
+from benchmarks._common import MODEL, SERVICE_MAIN_THREADS, cpu_seconds_by_group, noise, percentile  # noqa: E402
 from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
     add_fresh_queries_flag,
@@ -86,6 +90,10 @@ class Level:
     """``planned->ran (reason)`` of the cold search (the response's ``retrieval``; ``?`` from a service without it)."""
     directives: Counter[str] = field(default_factory=Counter)
     """Outcome of the directive branch (a directive that missed its branch is left out of the context)."""
+    directive_in_context: Counter[str] = field(default_factory=Counter)
+    """Every agent has a directive (:func:`ensure_directives`), so each assembly is ``present`` (the
+    response holds it), ``reported`` (absent, and ``degradation_reasons`` says ``directive_missing``)
+    or ``missing`` (absent and not reported: a broken contract)."""
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
@@ -99,6 +107,12 @@ class Level:
             return "-"
         return (f"{self.embeddings['miss']} embedded, {self.embeddings['hit']} from the cache "
                 f"({100 * self.embeddings['hit'] / looked:.0f}% cached)")
+
+    def directive_line(self) -> str:
+        d = self.directive_in_context
+        total = max(sum(d.values()), 1)
+        return (f"present {d['present']} ({100 * d['present'] / total:.2f}%), reported missing {d['reported']} "
+                f"({100 * d['reported'] / total:.2f}%), missing unreported {d['missing']}")
 
     def runs_line(self) -> str:
         """What the cold searches ran against what they planned, and the share that ran the plan."""
@@ -172,6 +186,16 @@ class _Assembled(msgspec.Struct):
     branches: _Branches
     retrieval: _Retrieval | None = None
     """Absent from a service that predates the retrieval report (``--compare-root``)."""
+    directive: dict[str, Any] | None = None
+    degradation_reasons: list[str] = msgspec.field(default_factory=list)
+    """Absent from an older service: a directive left out is then counted ``missing``."""
+
+
+def directive_in_context(out: _Assembled) -> str:
+    """``present``, ``reported`` or ``missing`` (see :attr:`Level.directive_in_context`)."""
+    if out.directive is not None:
+        return "present"
+    return "reported" if "directive_missing" in out.degradation_reasons else "missing"
 
 
 _decode_assembled = msgspec.json.Decoder(_Assembled).decode
@@ -207,6 +231,7 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
                 level.runs[f"?->{out.branches.cold.source or out.branches.cold.outcome}" if r is None
                            else f"{r.planned}->{r.ran or 'none'} ({r.reason})"] += 1
                 level.directives[out.branches.directive.outcome] += 1
+                level.directive_in_context[directive_in_context(out)] += 1
 
     cpu_before = cpu_seconds_by_group()
     started = time.perf_counter()
@@ -218,9 +243,11 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
 
 
 def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Random,
-                  strategy: str | None = None) -> dict[str, Any]:
+                  strategy: str | None = None, timeout_ms: int | None = None) -> dict[str, Any]:
     query = queries[i % len(queries)]
-    retrieval = {} if strategy is None else {"retrieval": {"strategy": strategy}}
+    retrieval: dict[str, Any] = {} if strategy is None else {"retrieval": {"strategy": strategy}}
+    if timeout_ms is not None:
+        retrieval["timeout_ms"] = timeout_ms  # the caller's deadline (X-Timeout-Ms's body field)
     return {**retrieval,
         "agent_id": f"agent-{rng.randrange(1, agents)}", "query": query, "model": MODEL, "max_context_tokens": 4000,
         "reserve_tokens": 500,
@@ -230,9 +257,26 @@ def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Rando
     }
 
 
+async def ensure_directives(http: aiohttp.ClientSession, agents: int) -> int:
+    """Every agent the assemblies use has a directive (a service given by ``--url`` may hold an org
+    loaded without them); returns how many were written."""
+    written = 0
+    for a in range(agents):
+        async with http.get(f"/v1/agents/agent-{a}/directive") as r:
+            if r.status == 200:
+                continue
+        async with http.put(f"/v1/agents/agent-{a}/directive", data=msgspec.json.encode(
+                {"content": f"You are research assistant {a}. Cite the memories you use by tag."}),
+                headers={"Content-Type": "application/json"}) as r:
+            if r.status not in (200, 201):
+                raise SystemExit(f"PUT directive of agent-{a}: {r.status} {(await r.text())[:200]}")
+        written += 1
+    return written
+
+
 async def run_levels(url: str, headers: dict[str, str], queries: list[str], agents: int,
                      concurrencies: list[int], requests: int, seconds: float,
-                     strategy: str | None = None) -> list[tuple[Level, Level]]:
+                     strategy: str | None = None, timeout_ms: int | None = None) -> list[tuple[Level, Level]]:
     # aiohttp + msgspec: the client shares the machine's two cores with the service, so it should
     # cost as little CPU per request as possible (httpx + json cost ~2.5 ms per assembly here).
     connector = aiohttp.TCPConnector(limit=max(concurrencies) + 4)
@@ -246,11 +290,14 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
                 return r.status, await r.read()
 
         async def assemble(i: int) -> tuple[int, bytes]:
-            body = assemble_body(i, queries, agents, rng, strategy)
+            body = assemble_body(i, queries, agents, rng, strategy, timeout_ms)
             async with http.post("/v1/context/assemble", data=encode(body),
                                  headers={"Content-Type": "application/json"}) as r:
                 return r.status, await r.read()
 
+        written = await ensure_directives(http, agents)
+        if written:
+            print(f"# wrote directives for {written} agents that had none", file=sys.stderr, flush=True)
         # Warm-up: pool connections, every agent's directive and hot set, the tokenizers.
         warm = Level("warmup", 4)
         await drive("assemble", 4, 2 * agents, 60, assemble, warm)
@@ -276,6 +323,7 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
             print(f"  CPU ms per assembly: {asm.cpu_line()}", file=sys.stderr, flush=True)
             print(f"  cold search planned->ran: {asm.runs_line()}", file=sys.stderr, flush=True)
             print(f"  query embeddings: {asm.embeddings_line()}", file=sys.stderr, flush=True)
+            print(f"  directive: {asm.directive_line()}", file=sys.stderr, flush=True)
     return results
 
 
@@ -432,6 +480,12 @@ def main() -> None:
     parser.add_argument("--strategy", choices=["auto", "hybrid", "lexical_first", "semantic", "lexical"],
                         help="the assemblies' retrieval.strategy (default: none given, so the service's auto); "
                              "one strategy for every tree compares the same work, whatever each tree sheds")
+    parser.add_argument("--timeout-ms", type=int, metavar="MS",
+                        help="the assemblies' own deadline (body timeout_ms, as X-Timeout-Ms): longer than the "
+                             "service's 40 ms it buys a longer wall, up to PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS")
+    parser.add_argument("--noise", type=int, metavar="N", default=0,
+                        help="N busy processes beside the service for the whole run, each in a session of its own "
+                             "(setsid): a busy shared host; three per core is busy (--noise 6 on two cores)")
     add_fresh_queries_flag(parser)
     parser.add_argument("--beside", action="append", default=[], metavar="URL",
                         help="with --url: another running service on a copy of the same data, driven at the "
@@ -455,7 +509,8 @@ def main() -> None:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     queries = load_queries(args.scifact, fresh=args.fresh_queries)
     print(f"# assemble load: {platform.platform()}, python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.noise} busy processes beside the "
+          f"service (own sessions); assemblies' timeout_ms {args.timeout_ms or 'none'}", flush=True)
 
     measured: dict[str, list[tuple[Level, Level]]] = {}
     searched: dict[str, dict[str, list[float]]] = {}
@@ -469,9 +524,10 @@ def main() -> None:
             print(f"\n## side by side: {args.strategy or 'auto'}, {args.rounds} rounds per level\n")
             print("\n".join(beside_rows(beside)))
             return
-        measured[args.url] = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
-                                                    args.agents, concurrencies, args.requests, args.seconds,
-                                                    args.strategy))
+        with noise(args.noise):
+            measured[args.url] = asyncio.run(run_levels(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
+                                                        args.agents, concurrencies, args.requests, args.seconds,
+                                                        args.strategy, args.timeout_ms))
         if args.search:
             searched[args.url] = asyncio.run(run_search(args.url, {"Authorization": f"Bearer {args.key}"}, queries,
                                                         args.search))
@@ -484,11 +540,12 @@ def main() -> None:
                               args.random_vectors, workers=args.workers)
             for root in [*args.compare_root, ROOT]:
                 with service(data_dir, free_port(), args.workers, source=root,
-                             env_extra=dict(args.service_env), deadline_ms=args.deadline_ms) as (url, _):
+                             env_extra=dict(args.service_env), deadline_ms=args.deadline_ms) as (url, _), \
+                        noise(args.noise):
                     print(f"# service from {root}", file=sys.stderr, flush=True)
                     measured[str(root)] = asyncio.run(run_levels(
                         url, {"Authorization": f"Bearer {key}"}, queries, args.agents, concurrencies,
-                        args.requests, args.seconds, args.strategy))
+                        args.requests, args.seconds, args.strategy, args.timeout_ms))
                     if args.search:
                         searched[str(root)] = asyncio.run(run_search(
                             url, {"Authorization": f"Bearer {key}"}, queries, args.search))
@@ -501,9 +558,8 @@ def main() -> None:
             print(asm.row(base))
         print()
         for _, asm in results:
-            directive = 100 * asm.directives["ok"] / max(sum(asm.directives.values()), 1)
             print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
-                  f"directive included {directive:.1f}%; CPU ms per assembly: {asm.cpu_line()}; "
+                  f"directive {asm.directive_line()}; CPU ms per assembly: {asm.cpu_line()}; "
                   f"cold search planned->ran: {asm.runs_line()}; query embeddings: {asm.embeddings_line()}")
         if root in searched:
             print(f"\nsearch, one at a time ({args.search} claims x {len(SEARCH_STRATEGIES)} strategies):\n")

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import percentile, servers
 from service.app import build_services, close_services
 from service.auth import admin
-from service.cli.main import prepare_database
+from service.cli.servers import prepare_database
 from service.db import Database, TenantTx
 from service.embeddings import Embedder
 from service.embeddings.lanes import BulkCapable, EmbeddingLanes

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import new_tenant, servers  # noqa: E402
 from service.app import build_services, close_services  # noqa: E402
-from service.cli.main import prepare_database  # noqa: E402
+from service.cli.servers import prepare_database  # noqa: E402
 from service.documents import lookup  # noqa: E402
 from service.documents.ingest import ingest  # noqa: E402
 from service.documents.lookup import LookupHit  # noqa: E402

@@ -318,7 +318,7 @@ def main() -> None:
         shutil.rmtree(home / "postgres")
     pg = EmbeddedPostgres(home / "postgres", shared_buffers=args.shared_buffers).start()
     try:
-        from service.cli.main import prepare_database
+        from service.cli.servers import prepare_database
 
         owner_dsn = pg.dsn()
         app_dsn = prepare_database(settings, owner_dsn)

@@ -26,7 +26,9 @@ from service.assembly import (
     build_orchestrator,
 )
 from service.assembly.shedding import shedding_middleware
+from service.assembly.warmup import Warmup
 from service.auth import KeyCache
+from service.auth.failures import FailedAuthLimiter
 from service.conversations import ConversationController
 from service.db import Database, create_pool, redisconn
 from service.db.epochs import CacheEpochs
@@ -38,7 +40,7 @@ from service.embeddings import Embedder, build_embedder
 from service.embeddings.lanes import lanes_of
 from service.errors import AppError, ServiceUnavailable
 from service.explain import explain_routes
-from service.export import ExportController
+from service.export import ExportController, ImportController
 from service.http.deps import before_request, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
@@ -132,9 +134,6 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
                               timeout_s=settings.redis.socket_timeout_s)
     if embedder is None:
         embedder = await asyncio.to_thread(build_embedder, settings.embedding, settings.data_dir)
-    if embedder.name.startswith("local:"):
-        # onnxruntime's first runs are several times slower: pay that now, not in a request's deadline.
-        await embedder.embed(["warm-up query"])
     d = settings.database
     db = Database(pool, statement_timeout_ms=d.statement_timeout_ms, acquire_timeout_ms=d.acquire_timeout_ms,
                   client_grace_ms=d.client_grace_ms, cleanup_timeout_ms=d.cleanup_timeout_ms,
@@ -142,6 +141,8 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services = Services(settings=settings, db=db, redis=redis, embedder=embedder,
                         rate_limiter=RateLimiter(redis, settings.rate_limit))
     services.extras["key_cache"] = KeyCache(settings.server.auth_cache_ttl_s)
+    services.extras["auth_failures"] = FailedAuthLimiter(settings.server.auth_failure_burst,
+                                                         settings.server.auth_failure_rate_per_s)
     epochs = CacheEpochs(db, check_s=settings.redis.epoch_check_s)
     services.extras["directives"] = DirectiveStore(db, redis, epochs, settings.redis.org_directive_bytes)
     services.extras["retrieval"] = RetrievalEngine(db, embedder, settings.retrieval, lanes=lanes_of(services),
@@ -151,6 +152,20 @@ async def build_services(settings: Settings, endpoints: Endpoints, embedder: Emb
     services.memory_hooks.append(orchestrator.hot.invalidate)  # writes keep hot sets correct
     services.extras["consolidator"] = start_consolidation(services)
     return services
+
+
+async def warm_up(services: Services, owner_dsn: str | None) -> Warmup | None:
+    """The start's warm-up (``service.assembly.warmup``), before the app serves; None when it is off.
+    One that could not complete goes on in the background, and ``/readyz`` says so."""
+    timeout_s = services.settings.server.warmup_timeout_s
+    orchestrator = services.extras["assembly"]
+    if timeout_s <= 0 or not isinstance(orchestrator, Orchestrator):
+        return None
+    warmup = Warmup(services, orchestrator, owner_dsn)
+    services.warmup = warmup.state
+    if not await warmup.run(timeout_s):
+        warmup.retry_in_background(timeout_s)
+    return warmup
 
 
 async def close_services(services: Services, *, close_embedder: bool) -> None:
@@ -165,7 +180,7 @@ async def close_services(services: Services, *, close_embedder: bool) -> None:
         await retrieval.aclose()
     directives = services.extras.get("directives")
     if isinstance(directives, DirectiveStore):
-        await directives.epochs.aclose()
+        await directives.aclose()  # pending envelope writes, then the epoch reads
     await services.db.close()
     await services.redis.aclose()
     if close_embedder:
@@ -189,17 +204,20 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await build_services(settings, endpoints, embedder)
         app.state.services = services
+        warmup = await warm_up(services, endpoints.owner_dsn)
         # Everything built so far (modules, the model, tokenizers: ~160K objects) lives as long as the
         # process. Frozen, it is left out of the cyclic collector's full passes, which otherwise
         # stop the event loop for ~90 ms every few seconds under load (6-8 ms once frozen).
         gc.collect()
         gc.freeze()
-        log.info("gc_frozen", objects=gc.get_freeze_count())
+        log.debug("gc_frozen", objects=gc.get_freeze_count())
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         try:
             yield
         finally:
+            if warmup is not None:
+                await warmup.aclose()
             await close_services(services, close_embedder=embedder is None)
             gc.unfreeze()  # collectable again (several apps can come and go in one process, e.g. tests)
             sys.setswitchinterval(switch_interval)
@@ -208,7 +226,8 @@ def create_app(settings: Settings, endpoints: Endpoints, *, embedder: Embedder |
     app = Litestar(
         route_handlers=[healthz, readyz, MemoryController, SearchController, DirectiveController,
                         DocumentController, ConversationController, AssemblyController, HotMemoryController,
-                        FeedbackController, ExportController, HistoryController, OrgSettingsController,
+                        FeedbackController, ExportController, ImportController, HistoryController,
+                        OrgSettingsController,
                         metrics_controller(settings.server.metrics_token), *explain_routes],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),

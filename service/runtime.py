@@ -30,6 +30,16 @@ MemoryChangeHook = Callable[[UUID, set[str | None]], Awaitable[None]]
 
 
 @dataclass
+class WarmupState:
+    """Whether the start's warm-up of the assembly path has completed (``service.assembly.warmup``):
+    ``/readyz`` answers ok only once it has."""
+
+    done: bool = False
+    failures: dict[str, str] = field(default_factory=dict)
+    """Steps that failed in the last attempt, and why."""
+
+
+@dataclass
 class Services:
     settings: Settings
     db: Database
@@ -38,6 +48,8 @@ class Services:
     rate_limiter: RateLimiter | None = None
     """Per-org request quotas, checked after authentication (None: no limits, e.g. in tools)."""
     extras: dict[str, object] = field(default_factory=dict)
+    warmup: WarmupState | None = None
+    """None: nothing to wait for (the warm-up is off)."""
     memory_hooks: list[MemoryChangeHook] = field(default_factory=list)
 
     async def memories_changed(self, org_id: UUID, agent_ids: set[str | None]) -> None:

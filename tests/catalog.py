@@ -51,6 +51,17 @@ QUERIES: dict[str, str] = {
           FROM pg_trigger t WHERE NOT t.tgisinternal""",
     "extensions": "SELECT extname, extversion FROM pg_extension",
     "schema_acl": "SELECT nspacl::text FROM pg_namespace WHERE nspname = 'public'",
+    # Privileges taken from PUBLIC (0013), as sets of effective grants: a default ACL and the same
+    # grants written out (in whatever order) read alike; a downgrade grants back what the default held.
+    "database_acl": """
+        SELECT (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(coalesce(datacl, acldefault('d', datdba))) a)
+          FROM pg_database WHERE datname = current_database()""",
+    "activity_acl": """
+        SELECT p.oid::regprocedure::text,
+               (SELECT array_agg(a::text ORDER BY a::text)
+                  FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a)
+          FROM pg_proc p WHERE p.oid IN ('pg_catalog.pg_stat_get_activity(integer)'::regprocedure,
+                                          'pg_catalog.pg_stat_get_backend_activity(integer)'::regprocedure)""",
 }
 
 

@@ -102,8 +102,13 @@ class RetryPolicy:
         return self.backoff(attempt)
 
 
-def transport_error(exc: httpx.TransportError, call: Call[Any]) -> errors.TransportError:
-    return errors.TransportError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}")
+def transport_error(exc: httpx.TransportError, call: Call[Any], base_url: httpx.URL) -> errors.TransportError:
+    url = str(base_url).rstrip("/") + call.path
+    if isinstance(exc, httpx.ConnectError):
+        what = f"nothing answered at {base_url} (is the service running there? set PGCONTEXT_URL or PGCONTEXT_PORT)"
+    else:
+        what = f"the connection to {base_url} failed"
+    return errors.TransportError(f"{what}: {call.method} {url}: {type(exc).__name__}: {exc}", url=url)
 
 
 def auth_headers(api_key: str | None, user_agent: str) -> dict[str, str]:

@@ -26,7 +26,19 @@ T = TypeVar("T")
 
 __version__ = "0.1.0"
 USER_AGENT = f"pgcontext-client/{__version__}"
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_PORT = 8080
+
+
+def default_url() -> str:
+    """``$PGCONTEXT_URL``, else the service's own default address on ``$PGCONTEXT_PORT`` (8080 when unset),
+    the port ``pgcontext serve`` listens on."""
+    url = os.environ.get("PGCONTEXT_URL")
+    if url:
+        return url
+    port = os.environ.get("PGCONTEXT_PORT") or str(DEFAULT_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"PGCONTEXT_PORT must be a TCP port number, got {port!r}")
+    return f"http://127.0.0.1:{int(port)}"
 
 
 class Endpoint(Generic[P, T]):
@@ -56,7 +68,7 @@ class Endpoint(Generic[P, T]):
 
 
 def _settings(url: str | None, api_key: str | None) -> tuple[str, str | None]:
-    return (url or os.environ.get("PGCONTEXT_URL") or DEFAULT_URL).rstrip("/"), (
+    return (url or default_url()).rstrip("/"), (
         api_key if api_key is not None else os.environ.get("PGCONTEXT_API_KEY"))
 
 
@@ -74,6 +86,7 @@ class _Api:
     undo_event = Endpoint(ep.undo_event)
     org_settings = Endpoint(ep.org_settings)
     set_org_settings = Endpoint(ep.set_org_settings)
+    import_lines = Endpoint(ep.import_lines)
     hot_set = Endpoint(ep.hot_set)
     feedback = Endpoint(ep.feedback)
     search = Endpoint(ep.search)
@@ -97,12 +110,14 @@ class _Api:
         raise NotImplementedError
 
 
-def _export_call(agent_id: str) -> Call[None]:
-    return Call("GET", ep.EXPORT_PATH, None, params=[("agent_id", agent_id)], repeatable=True)
+def _export_call(agent_id: str | None) -> Call[None]:
+    params = [("agent_id", agent_id)] if agent_id is not None else []
+    return Call("GET", ep.EXPORT_PATH, None, params=params, repeatable=True)
 
 
 class Client(_Api):
-    """Synchronous client. ``url`` and ``api_key`` default to ``$PGCONTEXT_URL`` and ``$PGCONTEXT_API_KEY``.
+    """Synchronous client. ``url`` defaults to ``$PGCONTEXT_URL``, else ``http://127.0.0.1:$PGCONTEXT_PORT``
+    (port 8080 when unset); ``api_key`` to ``$PGCONTEXT_API_KEY``.
 
     Use it as a context manager (or call ``close()``); one client is safe to share between threads.
     """
@@ -137,7 +152,7 @@ class Client(_Api):
             except httpx.TransportError as exc:
                 wait = self.retry.after_transport_error(call, attempt)
                 if wait is None:
-                    raise transport_error(exc, call) from exc
+                    raise transport_error(exc, call, self._http.base_url) from exc
             else:
                 wait = self.retry.after_response(call, response, attempt)
                 if wait is None:
@@ -148,9 +163,15 @@ class Client(_Api):
     def _execute(self, call: Call[Any]) -> Any:
         return call.decode(self._send(call))
 
-    def export(self, agent_id: str) -> Iterator[dict[str, Any]]:
+    def execute(self, call: Call[T]) -> T:
+        """Send a call built by a ``pgcontext_client.endpoints`` function (what each method does), so code
+        written once over calls runs on both clients."""
+        return call.decode(self._send(call))
+
+    def export(self, agent_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Data-subject export: every line of the agent's NDJSON export as a dict (``type`` says which kind),
-        streamed; the last is ``{"type": "end", ...}``. An export that broke off raises ``TransportError``."""
+        streamed; the last is ``{"type": "end", ...}``. An export that broke off raises ``TransportError``.
+        Without ``agent_id``, the whole org's (``import_lines`` writes it back)."""
         call = _export_call(agent_id)
         response = self._send(call, stream=True)
         try:
@@ -162,7 +183,7 @@ class Client(_Api):
                     if line:
                         yield msgspec.json.decode(line)
             except httpx.TransportError as exc:
-                raise transport_error(exc, call) from exc
+                raise transport_error(exc, call, self._http.base_url) from exc
         finally:
             response.close()
 
@@ -201,7 +222,7 @@ class AsyncClient(_Api):
             except httpx.TransportError as exc:
                 wait = self.retry.after_transport_error(call, attempt)
                 if wait is None:
-                    raise transport_error(exc, call) from exc
+                    raise transport_error(exc, call, self._http.base_url) from exc
             else:
                 wait = self.retry.after_response(call, response, attempt)
                 if wait is None:
@@ -212,10 +233,14 @@ class AsyncClient(_Api):
     async def _run(self, call: Call[T]) -> T:
         return call.decode(await self._send(call))
 
+    async def execute(self, call: Call[T]) -> T:
+        """Like ``Client.execute``: send a call built by a ``pgcontext_client.endpoints`` function."""
+        return await self._run(call)
+
     def _execute(self, call: Call[Any]) -> Any:
         return self._run(call)
 
-    async def export(self, agent_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def export(self, agent_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Like ``Client.export``, as an async iterator."""
         call = _export_call(agent_id)
         response = await self._send(call, stream=True)
@@ -228,6 +253,6 @@ class AsyncClient(_Api):
                     if line:
                         yield msgspec.json.decode(line)
             except httpx.TransportError as exc:
-                raise transport_error(exc, call) from exc
+                raise transport_error(exc, call, self._http.base_url) from exc
         finally:
             await response.aclose()

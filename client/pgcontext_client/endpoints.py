@@ -54,16 +54,16 @@ def create_memory(text: str, *, agent_id: str | None = None, kind: str | None = 
                   embedding: list[float] | None = None, key: str | None = None,
                   supersedes: Sequence[Id] | None = None, valid_until: datetime | None = None,
                   on_duplicate: str | None = None,
-                  idempotency_key: str | None = None) -> Call[t.CreatedMemories]:
-    """Store one memory (embedded server-side unless ``embedding`` is given); returns its id in ``ids`` and
-    what happened in ``items`` (``created``, ``merged`` into a duplicate, or ``superseded`` older values).
+                  idempotency_key: str | None = None) -> Call[t.CreatedMemory]:
+    """Store one memory (embedded server-side unless ``embedding`` is given); returns its ``id`` and
+    ``status`` (``created``, ``merged`` into a duplicate, or ``superseded`` older values).
     ``search_context`` is searched but never packed into a context (e.g. the turn it replies to)."""
     body = t.MemoryIn(text=text, agent_id=agent_id, kind=kind, metadata=metadata, importance=importance,
                       pinned=pinned, expires_at=expires_at, occurred_at=occurred_at,
                       search_context=search_context, embedding=embedding, key=key,
                       supersedes=None if supersedes is None else [UUID(str(i)) for i in supersedes],
                       valid_until=valid_until, on_duplicate=on_duplicate)
-    return Call("POST", "/v1/memories", t.CreatedMemories, body=body, idempotency_key=idempotency_key,
+    return Call("POST", "/v1/memories", t.CreatedMemory, body=body, idempotency_key=idempotency_key,
                 repeatable=True)
 
 
@@ -137,6 +137,14 @@ def set_org_settings(*, on_duplicate: str | None = None) -> Call[t.OrgSettings]:
                 repeatable=True)
 
 
+def import_lines(lines: Sequence[Mapping[str, Any]]) -> Call[t.ImportResult]:
+    """Import lines of an export (``Client.export``) into your org: memories with their history and
+    supersession, directives. Ids are kept, so a retry writes nothing twice; send a long export in
+    several calls (at most PGCONTEXT_MAX_BATCH memories each)."""
+    return Call("POST", "/v1/import", t.ImportResult, body=t.ImportIn(lines=[dict(line) for line in lines]),
+                repeatable=True)
+
+
 def erase_agent(agent_id: str, *, idempotency_key: str | None = None) -> Call[t.DeletedAgentMemories]:
     """Data-subject erasure: delete every memory of ``agent_id`` in your org (idempotent)."""
     return Call("DELETE", "/v1/memories", t.DeletedAgentMemories, params=_query(agent_id=agent_id),
@@ -177,19 +185,25 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
              recent_messages: Sequence[t.Message | Mapping[str, str]] | None = None,
              max_context_tokens: int | None = None, selective: bool | None = None,
              reserve_tokens: int | None = None, retrieval: t.RetrievalOptions | None = None,
+             encoding: str | None = None, explain: bool | None = None,
              conversation_id: str | None = None, history_turns: int | None = None,
              timeout_ms: int | None = None) -> Call[t.AssembledContext]:
     """The context for one model call: directive, hot and cold memories and history, packed into a token
-    budget. Give ``max_context_tokens``, ``selective=True`` or both. With ``conversation_id``, that
-    conversation's messages already in ``recent_messages`` (or among its last ``history_turns``) are not
-    packed again. ``timeout_ms`` is your own deadline (``X-Timeout-Ms``): past it the service answers 504
-    (``DeadlineExceeded``), never partial context."""
+    budget. Give ``max_context_tokens``, ``selective=True`` or both. ``encoding`` (``cl100k_base``,
+    ``o200k_base``) counts with that tokenizer, trusted as exact; ``explain=True`` also returns each dropped
+    candidate's text, origin and scores. With ``conversation_id``, that conversation's messages already in
+    ``recent_messages`` (or among its last ``history_turns``) are not packed again. ``timeout_ms`` is your
+    own deadline (``X-Timeout-Ms``), both ways: longer than the service's deadline (40 ms by default) it
+    lengthens the service's wall, up to its ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so
+    the full planned retrieval runs when you can wait for it; past it the service answers 504
+    (``DeadlineExceeded``), never partial context. ``result.complete`` / ``result.directive_missing`` say
+    whether anything planned is missing (``degradation_reasons``)."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
     body = t.AssembleRequest(agent_id=agent_id, query=query, model=model, recent_messages=messages,
                              max_context_tokens=max_context_tokens, selective=selective,
-                             reserve_tokens=reserve_tokens, retrieval=retrieval, conversation_id=conversation_id,
-                             history_turns=history_turns)
+                             reserve_tokens=reserve_tokens, retrieval=retrieval, encoding=encoding,
+                             explain=explain, conversation_id=conversation_id, history_turns=history_turns)
     headers = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
     return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, headers=headers, repeatable=True)
 

@@ -17,7 +17,8 @@ import msgspec
 class PgcontextError(Exception):
     """An error answer from the service (or, as ``TransportError``, no answer at all)."""
 
-    status: int = 0
+    status: int | None = None
+    """The HTTP status of the answer (None: no answer, see ``TransportError``)."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str = "error",
                  details: dict[str, Any] | None = None, request_id: str | None = None,
@@ -33,7 +34,8 @@ class PgcontextError(Exception):
 
     def __str__(self) -> str:
         rid = f", request_id={self.request_id}" if self.request_id else ""
-        return f"{self.status} {self.code}: {self.message}{rid}"
+        status = "" if self.status is None else f"{self.status} "
+        return f"{status}{self.code}: {self.message}{rid}"
 
 
 class BadRequest(PgcontextError):
@@ -103,10 +105,13 @@ class DeadlineExceeded(PgcontextError):
 
 
 class TransportError(PgcontextError):
-    """The service could not be reached or the connection broke (wraps the httpx error as ``__cause__``)."""
+    """No answer: the service could not be reached or the connection broke. ``status`` is None, the
+    message names the URL tried, and the httpx error is the ``__cause__``."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, status=0, code="transport_error")
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message, code="transport_error")
+        self.url = url
+        """The request's full URL."""
 
 
 _BY_STATUS: dict[int, type[PgcontextError]] = {

@@ -34,6 +34,7 @@ from service.assembly.format import (
     format_history_line,
 )
 from service.assembly.intent import Complexity, Intent, SelectiveBudget
+from service.errors import Unprocessable
 from service.text.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 
 BLOCK_ROLE = "system"
@@ -272,3 +273,24 @@ def plan_budget(
         history_dropped=len(history) - n,
     )
     return budget, tuple(history[len(history) - n :])
+
+
+def too_small(budget: Budget, window: int | None, counter: TokenCounter, *, asked: tuple[int | None, int | None],
+              default_reserve: int) -> Unprocessable:
+    """The 422 for a window (``max_context_tokens`` as budgeted) that the directive, the reserve and
+    the chat envelope alone overflow. ``asked``: the request's ``max_context_tokens`` and
+    ``reserve_tokens``; the message names the reserve's default when the request set none, which a
+    first request meets without knowing it is there."""
+    max_context_tokens, reserve_tokens = asked
+    kept = (f"reserve_tokens defaults to {default_reserve} (kept free for the answer)" if reserve_tokens is None
+            else f"reserve_tokens is {reserve_tokens}")
+    needed = budget.directive + budget.reserve + budget.overhead
+    return Unprocessable(
+        f"max_context_tokens {max_context_tokens} is too small: {kept}; with the directive ({budget.directive} "
+        f"tokens) and the chat envelope ({budget.overhead}) the context needs {needed} {counter.encoding_name} "
+        f"tokens, {needed - (window or 0)} more than the {window} budgeted, even with every recent message left "
+        "out. Send a larger max_context_tokens or a smaller reserve_tokens.",
+        code="context_budget_too_small",
+        details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
+                 "overhead_tokens": budget.overhead, "max_context_tokens": window, "needed_tokens": needed,
+                 "default_reserve_tokens": default_reserve})

@@ -45,7 +45,8 @@ def hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.float
     order = sorted(range(len(read.items)), key=lambda i: -relevance[i])
     ranks = {i: rank for rank, i in enumerate(order, start=1)}
     return [
-        Candidate(id=item.id, text=item.text, origin="hot", relevance=relevance[i], created_at=item.created_at,
+        Candidate(id=item.id, text=item.text, origin="hot", relevance=relevance[i], score=relevance[i],
+                  created_at=item.created_at,
                   occurred_at=item.occurred_at,
                   last_accessed_at=item.last_accessed_at, importance=item.importance, usefulness=item.usefulness,
                   embedding=item.vector(), pinned=item.pinned, rank=ranks[i])
@@ -69,10 +70,13 @@ def cold_text(row: asyncpg.Record) -> str:
     return said(Turn(row["session_id"], row["speaker"], row["role"], row["text"]))
 
 
-def cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float]) -> list[Candidate]:
+def cold_candidates(rows: list[asyncpg.Record], scores: dict[UUID, float],
+                    evidence: dict[UUID, float]) -> list[Candidate]:
+    """``scores``: the search's ranking scores (scaled so the best is 1); ``evidence``: its hits' ``score``."""
     relevance = scale_to_unit([scores[r["id"]] for r in rows])
     return [
-        Candidate(id=str(r["id"]), text=cold_text(r), origin="cold", relevance=relevance[i], created_at=r["created_at"],
+        Candidate(id=str(r["id"]), text=cold_text(r), origin="cold", relevance=relevance[i],
+                  score=evidence[r["id"]], created_at=r["created_at"],
                   occurred_at=r["occurred_at"],
                   last_accessed_at=r["last_accessed_at"], importance=float(r["importance"]),
                   usefulness=float(r["usefulness"]), embedding=as_array(r["embedding"]), pinned=bool(r["pinned"]),

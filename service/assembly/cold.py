@@ -19,7 +19,6 @@ from uuid import UUID
 
 import msgspec
 
-from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchTimedOut
 from service.assembly.candidates import ColdResult, cold_candidates
@@ -29,7 +28,8 @@ from service.assembly.types import AssembleRequest
 from service.errors import ServiceUnavailable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
-from service.retrieval.shedding import SHEDS, LatencyByLoad
+from service.retrieval.run import StepTimeouts
+from service.retrieval.shedding import SHEDS, LatencyByLoad, LatencyEwma, Verdict
 from service.retrieval.types import RetrievalReason, RetrievalReport, UsedStrategy
 from service.settings import AssemblySettings, RetrievalSettings
 from service.timing import elapsed_ms
@@ -41,11 +41,25 @@ COLD_REASONS: Final[dict[str, RetrievalReason]] = {"timeout": "cold_timeout", "e
 """``retrieval.reason`` of an assembly whose cold branch gave no answer, by its outcome."""
 
 
-def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:
+def cold_step_timeouts(cold_ms: float) -> StepTimeouts:
     """The search's inner deadlines for a cold budget of ``cold_ms`` (see the module docstring)."""
-    inner = max(1, cold_ms - COLD_MARGIN_MS)
+    inner = max(1, int(cold_ms) - COLD_MARGIN_MS)
     half = max(1, inner // 2)
-    return dataclasses.replace(base, lexical_timeout_ms=inner, embedding_timeout_ms=half, semantic_timeout_ms=half)
+    return StepTimeouts(lexical_ms=inner, embedding_ms=half, semantic_ms=half)
+
+
+def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:
+    """The cold engine's settings: its deadlines those of a default cold budget of ``cold_ms``."""
+    t = cold_step_timeouts(cold_ms)
+    return dataclasses.replace(base, lexical_timeout_ms=t.lexical_ms, embedding_timeout_ms=t.embedding_ms,
+                               semantic_timeout_ms=t.semantic_ms)
+
+
+def org_wide_documents(req: AssembleRequest) -> bool:
+    """Whether org-wide document chunks may enter the context: only from the collections the request
+    names (``retrieval.filters.collections``). An org's imported trees are for the agents that ask
+    for them; the agent's own documents (and every other org-wide memory) need no naming."""
+    return req.retrieval.filters.collections is not None
 
 
 class ColdBranch:
@@ -60,6 +74,12 @@ class ColdBranch:
         self.full = LatencyByLoad()
         """Recent latency of full (not light) cold searches that embed, by the most assemblies running
         during each (service.retrieval.shedding.LatencyByLoad): when a search goes light."""
+
+    def forget_latencies(self) -> None:
+        """Drop what full searches and query embeddings have taught shedding so far (the start's
+        warm-up ran them cold: slower than any later one)."""
+        self.full = LatencyByLoad()
+        self.engine.queries.latency = LatencyEwma()
 
     def request(self, org_id: UUID, req: AssembleRequest, sel: SelectiveBudget | None) -> tuple[SearchRequest, int]:
         """The search for ``req`` and how many of its candidates to keep (400 on bad input)."""
@@ -88,8 +108,9 @@ class ColdBranch:
         return min(self.engine.max_limit, max(keep, s.cold_limit * max(1, s.cold_overfetch)))
 
     async def run(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
-                  timeout_ms: float, queued_ms: float) -> ColdResult:
-        """The cold search of one assembly with ``timeout_ms`` for the branch, after ``queued_ms`` in line."""
+                  timeout_ms: float, queued_ms: float, *, extended: bool = False) -> ColdResult:
+        """The cold search of one assembly with ``timeout_ms`` for the branch, after ``queued_ms`` in
+        line; ``extended``: the caller's deadline lengthened the budget."""
         # Light only when a full search would miss this one's budget, as measured (the recent full
         # searches' latency; see service.retrieval.shedding). Other searches in flight are no reason
         # by themselves: most full searches fit in the budget even then. Time spent waiting in line
@@ -101,8 +122,13 @@ class ColdBranch:
         embeds = intended != "lexical"  # a search that embeds (and walks HNSW) is what shedding saves
         running = self.admission.in_flight
         recent = self.full.at(running)  # full searches that ran with as many running as this one
-        # Three probes at a time measure an unjudged window; the rest stay light meanwhile.
-        verdict = recent.judge(budget_ms, self.settings.light_cold_share, waited_ms=queued_ms) if embeds else "fits"
+        share = self.settings.light_cold_share
+        if not embeds or (extended and recent.fits(budget_ms, share, waited_ms=queued_ms)):
+            # A caller that gave more time is not shed on the default budget's terms: only when the
+            # recent full searches would miss its own (and it neither probes nor waits for probes).
+            verdict: Verdict = "fits"
+        else:  # three probes at a time measure an unjudged window; the rest stay light meanwhile
+            verdict = recent.judge(budget_ms, share, waited_ms=queued_ms)
         if verdict == "probe":
             recent.probing += 1
             try:
@@ -148,8 +174,9 @@ class ColdBranch:
         started = time.perf_counter()
         try:
             response, found = await self.engine.search_rows(
-                org_id, search, (req.agent_id, wide), budget_ms=budget_ms,
-                postings_per_term=s.light_cold_postings_per_term if light else None)
+                org_id, search, (req.agent_id, wide, org_wide_documents(req)), budget_ms=budget_ms,
+                postings_per_term=s.light_cold_postings_per_term if light else None,
+                timeouts=cold_step_timeouts(budget_ms + COLD_MARGIN_MS))
         except ServiceUnavailable as exc:
             if embeds and not light:
                 observe(elapsed_ms(started))
@@ -165,10 +192,8 @@ class ColdBranch:
             else:
                 response.reason = f"{response.reason}; {light_note}"
             response.retrieval = RetrievalReport(planned=intended, ran=response.strategy, reduced=True, reason="light")
-        # auto quietly going lexical shows here, and in the response's ``retrieval``
-        assembly_metrics.cold_search(response.strategy, response.retrieval.reason)
         scores = {r.id: r.final_score for r in response.results}
         # The branches return only the agent's own (and org-wide) rows, with their scoring fields, for
         # every strategy assembly can ask for (the cascade's exact step ranks lexical hits, which do).
         rows = [found[i] for i in scores if i in found]
-        return ColdResult(cold_candidates(rows[:keep], scores), response)
+        return ColdResult(cold_candidates(rows[:keep], scores, {r.id: r.score for r in response.results}), response)

@@ -25,7 +25,6 @@ from service.errors import DeadlineExceeded, ServiceUnavailable
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
 from service.memories.handlers import AgentIdQuery
-from service.memories.validation import check_agent_id
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -96,18 +95,25 @@ class AssemblyController(Controller):
         ask for a time get ``n (8 May 2023) text``), ``<history>`` with one ``role: content`` line
         per message (empty sections are left out; continuation lines are indented by two spaces).
         A document's summary, section and chunk covering the same lines are packed once, the most
-        specific that fits. Every ``budget`` field ending in ``_tokens`` is a token count.
+        specific that fits and itself matches the query. Org-wide document chunks come only from
+        the collections ``retrieval.filters.collections`` names (the agent's own documents always).
+        Every ``budget`` field ending in ``_tokens`` is a token count; ``reserve_tokens`` defaults
+        to 512.
         ``degradation_level``: L0 hot and
-        cold usable, L1 one of them, L2 neither (directive + history only). If the caller's
-        deadline (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now) passes or the
-        client disconnects, the answer is a 504 ``deadline_exceeded`` error, never partial context.
+        cold usable, L1 one of them, L2 neither (directive + history only); ``degradation_reasons``
+        lists what else the context lacks (``directive_missing``, ...). The caller's deadline
+        (``X-Deadline-Ms``: absolute Unix ms; ``X-Timeout-Ms``: ms from now; or the body's
+        ``timeout_ms``; the soonest wins) works both ways: longer than the service's deadline, it
+        lengthens the wall and the branch timeouts up to ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS``
+        (``metrics.deadline_ms``); if it passes or the client disconnects, the answer is a 504
+        ``deadline_exceeded`` error, never partial context.
         At most ``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT`` assemblies run at once; others wait in a short
         line first (``metrics.queued_ms``; the caller's deadline counts). When the line is full, the
         wait runs out, or the caller's deadline leaves less than an assembly takes, the answer is a
         503 ``overloaded`` with ``Retry-After`` (``details.reason``), sent about a second after the
         request arrived (never past the caller's deadline).
         """
-        caller = CallerDeadline.from_headers(x_deadline_ms, x_timeout_ms)
+        caller = CallerDeadline.from_headers(x_deadline_ms, x_timeout_ms).within(data.timeout_ms)
         try:
             return await _unless_disconnected(request, orchestrator_of(services).assemble(org_id, data, caller))
         except DeadlineExceeded as exc:
@@ -129,7 +135,6 @@ class HotMemoryController(Controller):
     async def hot_set(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdQuery) -> HotSetOut:
         """Served from Redis (``source: cache``) or read from Postgres on a miss, then cached (only for
         agents that have memories of their own)."""
-        check_agent_id(agent_id)
         out = await orchestrator_of(services).hot.read_for_api(org_id, agent_id)
         if out.source == "postgres" and services.rate_limiter is not None:
             # Not cached: a Postgres read the route's price did not cover (service.tenancy.ratecost)

@@ -92,7 +92,7 @@ def split(candidates: Sequence[Candidate], results: Iterable[SearchResult], seen
         return list(candidates), []
     kept = [c for c in candidates if c.id not in why]
     dropped = [DroppedMemory(id=UUID(c.id), reason="in_history", detail=why[c.id],
-                             tokens=counter.count(format_body(c.text)), composite=0.0,
+                             tokens=counter.count(format_body(c.text)), composite=0.0, score=round(c.score, 4),
                              text=c.text if explain else None, origin=c.origin if explain else None)
                for c in candidates if c.id in why]
     return kept, dropped

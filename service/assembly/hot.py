@@ -44,9 +44,10 @@ agent's memories, too costly per request, and cold search already covers relevan
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
@@ -63,6 +64,7 @@ from service.assembly.types import HotMemoryOut, HotSetOut
 from service.db import Database
 from service.db.epochs import CacheEpochs
 from service.db.redisconn import RedisClient
+from service.retrieval.types import Source, source_of
 from service.settings import AssemblySettings
 from service.tenancy.cachebound import BOUND_LUA, lru_key, sizes_key
 
@@ -154,6 +156,13 @@ class HotRead:
     items: list[HotItem]
     source: Literal["cache", "postgres"]
     built_at: datetime
+
+
+def in_sources(read: HotRead, sources: Sequence[Source] | None) -> HotRead:
+    """The hot set's items of ``sources`` (an assembly's ``retrieval.filters.sources``; None: all)."""
+    if sources is None:
+        return read
+    return dataclasses.replace(read, items=[item for item in read.items if source_of(item.kind) in sources])
 
 
 def as_array(vector: object) -> npt.NDArray[np.float32] | None:
@@ -253,9 +262,10 @@ class HotSetStore:
 
     async def get(self, org_id: UUID, agent_id: str) -> HotRead:
         """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
-        epoch = await self.epochs.current(org_id)  # None: the org's cached sets are not trusted now
-        raw, generation, version = await self.redis.mget(
-            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)])
+        # Together (an org's first read after a start waits for its epoch from Postgres); epoch None:
+        # the org's cached sets are not trusted now.
+        epoch, (raw, generation, version) = await asyncio.gather(self.epochs.current(org_id), self.redis.mget(
+            [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)]))
         gen, ver = int(generation or 0), int(version or 0)
         if epoch is not None:
             blob = _decode(raw)

@@ -30,6 +30,10 @@ COLD_SEARCHES: Final = Counter(
     "(full searches would miss the budget: lexical with fewer postings), embedder_circuit_open / embedder_busy "
     "(auto did not embed the query), embedder_timeout / embedder_error / branch_timeout / branch_error / "
     "no_lexical_candidates (a planned part failed or was late)", ["strategy", "why"])
+DEGRADATIONS: Final = Counter(
+    "pgcontext_assembly_degradations",
+    "Assemblies answered without part of what was planned, by the response's degradation_reasons: "
+    "directive_missing, hot_unavailable, cold_unavailable, retrieval_reduced", ["reason"])
 NOT_ASSEMBLED: Final = Counter("pgcontext_assemblies_not_answered",
                                "Assemblies ended without a context: L3 (deadline, client gone) or refused "
                                "(overloaded)", ["reason"])
@@ -40,6 +44,10 @@ def record(response: AssembleResponse) -> None:
     b = response.branches
     for name, branch in (("directive", b.directive), ("hot", b.hot), ("cold", b.cold)):
         BRANCHES.labels(name, branch.outcome).inc()
+    if b.cold.outcome == "ok" and b.cold.source is not None:  # auto quietly going lexical shows here too
+        COLD_SEARCHES.labels(b.cold.source, response.retrieval.reason).inc()
+    for reason in response.degradation_reasons:
+        DEGRADATIONS.labels(reason).inc()
     ASSEMBLY_SECONDS.observe(response.metrics.total_ms / 1000)
     QUEUED_SECONDS.observe(response.metrics.queued_ms / 1000)
 
@@ -47,6 +55,3 @@ def record(response: AssembleResponse) -> None:
 def not_answered(reason: str) -> None:
     NOT_ASSEMBLED.labels(reason).inc()
 
-
-def cold_search(strategy: str, why: str) -> None:
-    COLD_SEARCHES.labels(strategy, why).inc()

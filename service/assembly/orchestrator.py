@@ -1,14 +1,19 @@
 """Context assembly: three concurrent branches under one deadline, then budget, rank, pack and format.
 
-Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40), from when it is
-admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in line first — see
+Timeline of one request (``deadline_ms`` = ``PGCONTEXT_DEADLINE_MS``, default 40, or the caller's
+own deadline up to ``max_deadline_ms``: :mod:`service.assembly.deadline`), from when it is admitted
+(at most ``max_in_flight`` assemblies run at once; the rest wait in line first — see
 :mod:`service.assembly.admission`; the wait is ``metrics.queued_ms``)::
 
-    t=0  directive ──(directive_timeout_ms, ~5)──┐
+    t=0  directive ──(the whole wall)────────────┐
          hot set   ──(hot_timeout_ms, ~15)───────┤   each branch: ok | timeout | error | skipped
          cold      ──(cold_timeout_ms, ≤ wall)───┤   wall = deadline_ms - processing_reserve_ms
          history counted, selective plan made ───┘   (CPU work overlaps the branches' I/O)
     then budget -> score -> pack -> format in the reserve; total_ms ≈ wall + a few ms.
+
+A caller's deadline longer than ``PGCONTEXT_DEADLINE_MS`` lengthens the wall and the hot and cold
+timeouts in proportion (and the cold search's own step deadlines): a caller that can wait gets the
+full planned retrieval.
 
 * **Branches** run as tasks started together (:mod:`service.assembly.branches`). Every branch has
   its own timeout, capped by the wall (and by the caller's deadline, if sooner): how long the
@@ -32,11 +37,17 @@ admitted (at most ``max_in_flight`` assemblies run at once; the rest wait in lin
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.
+* **Directive** (:mod:`service.assembly.directive`): part of the contract, so its branch has the
+  whole wall, and a Redis read that does not answer within ``directive_fallback_ms`` is raced by
+  Postgres.
 * **Ladder.** L0: hot and cold both usable (ok, even if empty); L1: exactly one; L2: none — the
   block then holds the directive and history only. L3: the caller's deadline (``X-Deadline-Ms``,
-  absolute Unix ms, or ``X-Timeout-Ms``, relative) passed or the client went away: 504, no
-  context at all. A missing directive (timeout or error) does not change the level; it is visible
-  in ``branches.directive`` and ``directive`` is null.
+  absolute Unix ms, ``X-Timeout-Ms``, relative, or the body's ``timeout_ms``) passed or the client
+  went away: 504, no context at all. The level counts memory sources; ``degradation_reasons``
+  lists everything else the context lacks of what was planned: ``directive_missing`` (the read did
+  not answer: ``directive`` is null, ``branches.directive`` says why), ``hot_unavailable``,
+  ``cold_unavailable``, ``retrieval_reduced`` — in the response, the log line and
+  ``pgcontext_assembly_degradations_total``.
 * **CPU work.** Scoring and packing take a few ms for typical candidate counts and run on the
   event loop; above ``inline_cpu_candidates`` they move to a worker thread so one large request
   cannot stall every other request's I/O. ``recent_messages`` are counted once per message, newest
@@ -55,19 +66,19 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from redis.exceptions import RedisError
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchTask, EarlyReads, settle
-from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget
+from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget, too_small
 from service.assembly.candidates import hot_candidates
 from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
-from service.assembly.deadline import CallerDeadline
+from service.assembly.deadline import CallerDeadline, plan_wall
+from service.assembly.directive import DirectiveRead
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
 from service.assembly.history import leave_out_history, read_last
-from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, SingleFlight
+from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, in_sources
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import pack
 from service.assembly.response import Ranked, build_response, log_assembled
@@ -85,7 +96,7 @@ from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
-from service.errors import BadRequest, DeadlineExceeded, Unprocessable
+from service.errors import BadRequest, DeadlineExceeded
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
@@ -117,7 +128,7 @@ class Orchestrator:
         self.settings = settings
         self.circuit = circuit
         self.scoring = ScoringRules(recency_half_life_hours=settings.recency_half_life_hours)
-        self._directive_loads: SingleFlight[tuple[UUID, str], DirectiveOut | None] = SingleFlight()
+        self.directive = DirectiveRead(directives, circuit, settings.directive_fallback_ms)
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="assemble")
         self._history_cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
         self.admission = Admission(settings.max_in_flight, settings.max_queued, target_ms=settings.queue_target_ms,
@@ -155,32 +166,6 @@ class Orchestrator:
             raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
                              code="validation_error", details={"field": "retrieval.filters.agent_id"})
 
-    # -- branches ----------------------------------------------------------------------------------
-
-    async def _directive(self, org_id: UUID, agent_id: str) -> tuple[DirectiveOut | None, str]:
-        if self.circuit.available():
-            try:
-                cached = await self.directives.read_cached(org_id, agent_id)
-            except RedisError:
-                self.circuit.failed()
-            else:
-                self.circuit.succeeded()
-                if cached is not None:
-                    return cached, "cache"
-        # Shielded single flight: if this request stops waiting, the load still fills the cache.
-        loaded = await self._directive_loads.run((org_id, agent_id), lambda: self._load_directive(org_id, agent_id))
-        return loaded, "postgres"
-
-    async def _load_directive(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
-        if self.circuit.available():
-            return await self.directives.load(org_id, agent_id)  # also refreshes the cache envelope
-        async with self.db.tenant(org_id, readonly=True) as tx:
-            row = await tx.fetchrow("directives.get", org_id, agent_id)
-        if row is None:
-            return None
-        return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
-                            updated_at=row["updated_at"])
-
     # -- the pipeline ------------------------------------------------------------------------------
 
     def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
@@ -191,13 +176,8 @@ class Orchestrator:
                                    max_context_tokens=window,
                                    selective=sel if req.selective else None, measured=measured)
         if budget.overflow > 0:
-            raise Unprocessable(
-                f"the directive, the reserve and the chat envelope alone need {budget.overflow} tokens more than "
-                f"max_context_tokens ({window} {counter.encoding_name} tokens), even with every recent message "
-                "left out",
-                code="context_budget_too_small",
-                details={"directive_tokens": budget.directive, "reserve_tokens": budget.reserve,
-                         "overhead_tokens": budget.overhead, "max_context_tokens": window})
+            raise too_small(budget, window, counter, asked=(req.max_context_tokens, req.reserve_tokens),
+                            default_reserve=self.settings.default_reserve_tokens)
         budgeted = time.perf_counter()
         scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
                                   show_dates=sel.temporal)
@@ -254,10 +234,7 @@ class Orchestrator:
         sel = plan_selective_budget(req.query) if req.selective else None
         search, keep = self.cold.request(org_id, req, sel)
         # The cache reads go out now, not after admission: a request waiting in line has them then.
-        early = EarlyReads()
-        early.start("directive", lambda: self._directive(org_id, req.agent_id))
-        if req.retrieval.use_hot and _current_only(req) and self.circuit.available():
-            early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
+        early = self._early_reads(org_id, req)
         try:
             async with self.admission.admit(caller.remaining_ms(), org=org_id) as queued_ms:
                 # The caller's deadline bounds the whole assembly, whatever inside waits (a locked table,
@@ -276,36 +253,55 @@ class Orchestrator:
         finally:
             early.drop()
 
+    def _early_reads(self, org_id: UUID, req: AssembleRequest) -> EarlyReads:
+        early = EarlyReads()
+        early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
+        if req.retrieval.use_hot and _current_only(req) and self.circuit.available():
+            early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
+        return early
+
+    async def assemble_quietly(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
+        """An assembly outside admission that leaves no trace in metrics, logs, access statistics or
+        the latencies shedding learns from: the start's warm-up (:mod:`service.assembly.warmup`)."""
+        with org_scope(org_id):
+            self._validate(req)
+            sel = plan_selective_budget(req.query) if req.selective else None
+            search, keep = self.cold.request(org_id, req, sel)
+            early = self._early_reads(org_id, req)
+            try:
+                return await self._assemble(org_id, req, caller, self.counter_for(req), search, keep, 0.0, sel,
+                                            early, quiet=True)
+            finally:
+                early.drop()
+                self.cold.forget_latencies()
+
     async def _assemble(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline,
                         counting: tuple[TokenCounter, ModelTokens],
                         search: SearchRequest, keep: int, queued_ms: float,
-                        planned: SelectiveBudget | None, early: EarlyReads) -> AssembleResponse:
+                        planned: SelectiveBudget | None, early: EarlyReads, *, quiet: bool = False) -> AssembleResponse:
         started = time.perf_counter()
         s = self.settings
         counter, model = counting
         if caller.passed():
             raise DeadlineExceeded("the caller's deadline passed before assembly started", code="deadline_exceeded",
                                    details={"level": "L3"})
-        wall_ms = float(s.deadline_ms - s.processing_reserve_ms)
-        caller_left = caller.remaining_ms()
-        if caller_left is not None:
-            wall_ms = min(wall_ms, caller_left - s.processing_reserve_ms)
-        cold_ms = min(wall_ms, float(s.cold_timeout_ms or wall_ms))
+        wall = plan_wall(s, caller.remaining_ms())
+        cold_ms = wall.cold_ms
 
         directive_read, hot_read = early.get("directive"), early.get("hot")
         assert directive_read is not None, "assemble() starts the directive read"
         directive_branch: BranchTask[tuple[DirectiveOut | None, str]] = BranchTask.adopt(
-            "directive", min(wall_ms, s.directive_timeout_ms), directive_read)
+            "directive", wall.directive_ms, directive_read)
         hot_branch: BranchTask[HotRead]
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
-            hot_branch = BranchTask.adopt("hot", min(wall_ms, s.hot_timeout_ms), hot_read, self.circuit)
+            hot_branch = BranchTask.adopt("hot", wall.hot_ms, hot_read, self.circuit)
         else:
             reason = ("disabled by the request" if not req.retrieval.use_hot
                       else "the hot set holds current memories; the request asked for as_of or include_superseded"
                       if not _current_only(req) else "Redis failed recently; retrying soon")
             hot_branch = BranchTask.skipped("hot", reason)
-        cold_branch = BranchTask.start("cold", cold_ms,
-                                       lambda: self.cold.run(org_id, req, search, keep, cold_ms, queued_ms))
+        cold_branch = BranchTask.start("cold", cold_ms, lambda: self.cold.run(org_id, req, search, keep, cold_ms,
+                                                                              queued_ms, extended=wall.extended))
         last_read = asyncio.ensure_future(read_last(self.db, org_id, req)) if req.history_turns is not None else None
         branches: tuple[BranchTask[Any], ...] = (directive_branch, hot_branch, cold_branch)
         try:
@@ -332,11 +328,12 @@ class Orchestrator:
         query_vector = self.engine.cached_embedding(org_id, req.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
-            candidates += hot_candidates(hot_run.value, req.query, query_vector)
+            candidates += hot_candidates(in_sources(hot_run.value, req.retrieval.filters.sources), req.query,
+                                         query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
         candidates, in_history = await leave_out_history(req, candidates, cold_run.value, last_read, counter,
-                                                         wall_ms / 1000 - (time.perf_counter() - started))
+                                                         wall.wall_ms / 1000 - (time.perf_counter() - started))
         directive_text = directive.content if directive is not None else None
         work = (candidates, sel, counter, directive_text, history, measured, req, reserve, window)
         if len(candidates) > s.inline_cpu_candidates:
@@ -358,14 +355,15 @@ class Orchestrator:
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = build_response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
                                   budget_pre_ms, started, counting, sel, retrieval, in_history)
-        response.metrics.queued_ms = queued_ms
-        self.access.record(org_id, [m.id for m in response.memories_used])
-        log_assembled(org_id, req, response)
-        assembly_metrics.record(response)
+        response.metrics.queued_ms, response.metrics.deadline_ms = queued_ms, round(wall.deadline_ms, 3)
+        if not quiet:
+            self.access.record(org_id, [m.id for m in response.memories_used])
+            log_assembled(org_id, req, response)
+            assembly_metrics.record(response)
         return response
 
     async def aclose(self) -> None:
-        await self._directive_loads.drain()
+        await self.directive.aclose()
         await self.hot.aclose()
         await self.access.aclose()
         self._cpu.shutdown(wait=False, cancel_futures=True)

@@ -17,9 +17,11 @@ candidate then ends in exactly one place:
 * dropped ``nested`` — a document chunk whose lines overlap those of a chosen chunk of the same
   file: a file summary (L0), a section (L1) and a chunk (L2) cover the same lines, and each line
   is packed once. When the best candidate is a chunk that contains other candidates of its file
-  (a section and chunks inside it), the most specific of those goes in instead — the highest level,
+  (a section and chunks inside it), the most specific of those that match the query themselves
+  (relevance at least :data:`MATCH_SHARE` of the container's) goes in instead — the highest level,
   then the fewest lines, then the best composite (everything still in play fits, see below) — so
-  the context holds the lines that matched, not the file around them.
+  the context holds the lines that matched, not the file around them, and never an unrelated chunk
+  of the file (a neighbour the search returned on weak similarity) in place of the one that matched.
 
 Each candidate is reported once, with the first reason found: duplicates are found when their twin
 is chosen, so an item dropped earlier keeps its earlier reason; an item both under the bar and too
@@ -56,6 +58,9 @@ from service.assembly.scoring import (
 from service.text.tokens import TokenCounter
 
 DropReason = Literal["empty", "duplicate", "below_threshold", "over_budget", "nested"]
+MATCH_SHARE: Final = 0.5
+"""A chunk inside the best candidate takes its place only with at least this share of its relevance:
+one that matches the query itself, not merely a part of the same file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,7 @@ class _Selection:
         self.tags: dict[int, str] = {}
         """Tag of each chosen item, by index."""
         self.lines = [s.candidate.lines for s in scored]
+        self.relevance = [s.scores.relevance for s in scored]
         self.same_file: dict[str, list[int]] = {}
         """Document chunks by path (only files with more than one chunk in play matter)."""
         for i, span in enumerate(self.lines):
@@ -177,14 +183,17 @@ class _Selection:
 
     def best(self) -> int:
         """The next to choose: pinned first, then by composite; the first of equals (score order).
-        A chunk that contains other chunks still in play gives way to the most specific of them."""
+        A chunk that contains other chunks still in play gives way to the most specific of those that
+        match the query themselves (see :data:`MATCH_SHARE`)."""
         i = max(self.live, key=self.priority.__getitem__)
         span = self.lines[i]
         if span is None or len(self.same_file[span.path]) < 2:
             return i
+        floor = MATCH_SHARE * self.relevance[i]
         inside = [(other.level, other.start - other.end, self.priority[k], -k)
                   for k in self.same_file[span.path]
-                  if k != i and self.alive[k] and (other := self.lines[k]) is not None and span.contains(other)]
+                  if k != i and self.alive[k] and (other := self.lines[k]) is not None and span.contains(other)
+                  and self.relevance[k] >= floor]
         return -max(inside)[3] if inside else i
 
     def drop_overlapping(self, chosen: int) -> None:

@@ -21,6 +21,7 @@ from service.assembly.types import (
     AssembleResponse,
     Branches,
     BudgetOut,
+    DegradationReason,
     DirectiveUsed,
     DroppedMemory,
     Level,
@@ -52,6 +53,21 @@ class Ranked:
     formatting_ms: float
 
 
+def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
+                        cold_run: BranchRun[ColdResult], retrieval: RetrievalReport) -> list[DegradationReason]:
+    """What the context lacks of what was planned (``AssembleResponse.degradation_reasons``)."""
+    reasons: list[DegradationReason] = []
+    if directive_run.outcome != "ok":
+        reasons.append("directive_missing")
+    if hot_run.outcome != "ok" and req.retrieval.use_hot:  # a hot set the request turned off is not missing
+        reasons.append("hot_unavailable")
+    if cold_run.outcome != "ok":
+        reasons.append("cold_unavailable")
+    elif retrieval.reduced:
+        reasons.append("retrieval_reduced")
+    return reasons
+
+
 def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut | None, level: Level,
                    sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
                    cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float,
@@ -69,19 +85,20 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
     said = {} if cold_value is None else {r.id: r.message for r in cold_value.search.results if r.message}
     memories = [
         MemoryUsed(id=memory_id, tag=p.tag, text=p.candidate.text, tokens=p.tokens, origin=p.candidate.origin,
-                   in_hot_and_cold=p.candidate.in_hot_and_cold,
+                   in_hot_and_cold=p.candidate.in_hot_and_cold, score=round(p.candidate.score, 4),
                    scores=_scores(p.scores),
                    justification=p.justification,
                    occurred_at=p.candidate.occurred_at or p.candidate.created_at, message=said.get(memory_id))
         for memory_id, p in zip(ids, chosen, strict=True)
     ]
+    offered = {c.candidate.id: c.candidate for c in ranked.scored}
     dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
-                             composite=round(d.scores.composite, 4), message=said.get(UUID(d.id)))
+                             composite=round(d.scores.composite, 4), score=round(offered[d.id].score, 4),
+                             message=said.get(UUID(d.id)))
                for d in ranked.result.dropped]
     for gone in in_history:
         gone.message = said.get(gone.id)
     if req.explain:
-        offered = {c.candidate.id: c.candidate for c in ranked.scored}
         for out, d in zip(dropped, ranked.result.dropped, strict=True):
             out.text, out.origin, out.scores = offered[d.id].text, offered[d.id].origin, _scores(d.scores)
     budget = BudgetOut(
@@ -119,6 +136,7 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
         directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
                                                                directive.updated_at),
         memories_used=memories, dropped=in_history + dropped, budget=budget, degradation_level=level,
+        degradation_reasons=degradation_reasons(req, directive_run, hot_run, cold_run, retrieval),
         sources_available=sources, branches=branches, metrics=metrics, retrieval=retrieval,
     )
 
@@ -126,6 +144,7 @@ def log_assembled(org_id: UUID, req: AssembleRequest, r: AssembleResponse) -> No
     # Ids, levels and timings only: memory text and queries never reach the logs.
     log.info(
         "context_assembled", org_id=str(org_id), agent_id=req.agent_id, degradation_level=r.degradation_level,
+        degradation_reasons=r.degradation_reasons, deadline_ms=r.metrics.deadline_ms,
         directive=r.branches.directive.outcome, hot=r.branches.hot.outcome, cold=r.branches.cold.outcome,
         cold_strategy=r.branches.cold.source, retrieval_planned=r.retrieval.planned,
         retrieval_ran=r.retrieval.ran, retrieval_reason=r.retrieval.reason, total_ms=r.metrics.total_ms,

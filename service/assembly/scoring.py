@@ -69,6 +69,9 @@ class Candidate:
     relevance: float
     """Retrieval relevance normalised to [0, 1] (see :func:`scale_to_unit`)."""
     created_at: datetime
+    score: float = 0.0
+    """How strongly it matches the query in [0, 1], comparable across calls (the response's ``score``;
+    ``relevance`` is relative to the best candidate of this call)."""
     """Timezone-aware; naive values are taken as UTC."""
     occurred_at: datetime | None = None
     """When the memory's event happened (the age recency decays on); None: ``created_at``."""
@@ -276,6 +279,7 @@ def merge_by_id(candidates: Iterable[Candidate]) -> list[Candidate]:
             primary,
             origin="hot" if hot else primary.origin,
             relevance=better.relevance,
+            score=max(seen.score, cand.score),
             rank=better.rank if better.rank is not None else (seen.rank or cand.rank),
             embedding=primary.embedding if primary.embedding is not None else secondary.embedding,
             pinned=seen.pinned or cand.pinned,

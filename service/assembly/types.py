@@ -14,6 +14,8 @@ from service.retrieval.types import MessageRef, RetrievalReport, SearchFilters, 
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
+DegradationReason = Literal["directive_missing", "hot_unavailable", "cold_unavailable", "retrieval_reduced"]
+"""What an assembly's context lacks of what was planned (see ``AssembleResponse.degradation_reasons``)."""
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -57,6 +59,11 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     explain: bool = False
     """Also return each dropped candidate's text, origin and score breakdown (the explain page asks for
     them); off by default, which keeps the response small."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] | None = None
+    """Your deadline in ms from the request's arrival, for clients that cannot set ``X-Timeout-Ms``
+    (the sooner of this and the headers wins). Longer than ``PGCONTEXT_DEADLINE_MS`` (40) it buys a
+    longer wall, up to ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1000), so the full planned retrieval
+    runs; past it the answer is a 504."""
     conversation_id: Ident | None = None
     """The conversation this model call continues: its messages that ``recent_messages`` already hold
     (and, with ``history_turns``, its last turns) are not packed again (``dropped``: ``in_history``)."""
@@ -89,6 +96,10 @@ class MemoryUsed(msgspec.Struct):
     """Exact tokens of its line in ``context``, the tag included."""
     origin: Literal["hot", "cold"]
     in_hot_and_cold: bool
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls: a search hit's ``score``
+    (cold), the cosine similarity to the query (hot; the share of the query's content words it contains
+    when there are no embeddings), the best of both when both offered it. ``scores`` holds the ranking."""
     scores: Scores
     justification: str
     occurred_at: datetime | None = None
@@ -107,6 +118,8 @@ class DroppedMemory(msgspec.Struct):
     tokens: int
     """Tokens of its memory line without a tag."""
     composite: float
+    score: float
+    """How strongly it matches the query, in [0, 1] (as a used memory's ``score``)."""
     text: str | None = None
     """With ``explain: true``: the memory's text."""
     origin: Literal["hot", "cold"] | None = None
@@ -184,6 +197,10 @@ class Metrics(msgspec.Struct):
     candidates_evaluated: int
     queued_ms: float = 0.0
     """Time waiting to be admitted (``PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT``) before ``total_ms`` began."""
+    deadline_ms: float = 0.0
+    """The deadline this assembly ran under, from its admission: ``PGCONTEXT_DEADLINE_MS``, or what
+    was left of the caller's (``X-Timeout-Ms``, ``X-Deadline-Ms``, ``timeout_ms``) up to
+    ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS``."""
 
 
 class AssembleResponse(msgspec.Struct):
@@ -195,6 +212,15 @@ class AssembleResponse(msgspec.Struct):
     dropped: list[DroppedMemory]
     budget: BudgetOut
     degradation_level: Level
+    """L0: hot and cold memories both usable; L1: one of them; L2: neither (directive and history only).
+    The level counts the memory sources; what else is missing is in ``degradation_reasons``."""
+    degradation_reasons: list[DegradationReason]
+    """Everything this context lacks of what was planned, in this order (empty: complete):
+    ``directive_missing`` (the agent's directive could not be read in time, so the context may lack
+    its standing instructions: ``directive`` is null and ``branches.directive`` says why; an agent
+    that has no directive is not missing one), ``hot_unavailable`` (the hot set could not be read),
+    ``cold_unavailable`` (the cold search gave no answer), ``retrieval_reduced`` (the cold search
+    ran less than planned: ``retrieval.reason``)."""
     sources_available: list[str]
     branches: Branches
     metrics: Metrics

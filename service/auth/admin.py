@@ -7,7 +7,7 @@ from uuid import UUID
 
 import asyncpg
 
-from service.auth.keys import display_prefix, hash_key, new_key
+from service.auth.keys import as_display_prefix, display_prefix, hash_key, new_key
 from service.db.queries import query
 
 
@@ -44,16 +44,33 @@ async def create_key(conn: asyncpg.Connection, org_name: str, key_name: str | No
 
 
 async def revoke_key(conn: asyncpg.Connection, key_or_id: str) -> UUID:
-    """Revoke by key id (uuid) or by the key itself."""
+    """Revoke by key id (uuid), by the key itself, or by the display prefix ``keys list`` shows (with or
+    without its ellipsis) when exactly one active key, in any org, has it."""
+    text = key_or_id.strip()
+    key_id: UUID | None = None
+    key_hash: bytes | None = None
     try:
-        key_id: UUID | None = UUID(key_or_id)
-        key_hash = None
+        key_id = UUID(text)
     except ValueError:
-        key_id, key_hash = None, hash_key(key_or_id)
+        prefix = as_display_prefix(text)
+        if prefix is None:
+            key_hash = hash_key(text)
+        else:
+            key_id = await _only_active_key_with_prefix(conn, prefix)
     revoked = await conn.fetchval(query("admin.revoke_key"), key_id, key_hash)
     if revoked is None:
-        raise AdminError("no such active key")
+        raise AdminError("no active key with that key, key id or prefix")
     return UUID(str(revoked))
+
+
+async def _only_active_key_with_prefix(conn: asyncpg.Connection, prefix: str) -> UUID:
+    rows = await conn.fetch(query("admin.active_keys_by_prefix"), prefix)
+    if not rows:
+        raise AdminError(f"no active key has the prefix {prefix}")
+    if len(rows) > 1:
+        found = ", ".join(f"{r['id']} (org {r['org_name']!r})" for r in rows)
+        raise AdminError(f"{len(rows)} active keys have the prefix {prefix}: {found}; revoke one by its key id")
+    return UUID(str(rows[0]["id"]))
 
 
 async def ensure_default_org(conn: asyncpg.Connection) -> IssuedKey | None:

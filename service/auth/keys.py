@@ -21,9 +21,23 @@ def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
+DISPLAY_CHARS = 6
+"""Characters after ``pgc_`` stored in clear (``keys list`` shows them): 36 random bits, so two keys
+can share them, rarely."""
+
+
 def display_prefix(key: str) -> str:
     """What is stored in clear to let people recognise a key: its first characters only."""
-    return key[: len(KEY_PREFIX) + 6]
+    return key[: len(KEY_PREFIX) + DISPLAY_CHARS]
+
+
+def as_display_prefix(text: str) -> str | None:
+    """``text`` as a display prefix (``keys list`` shows it with an ellipsis: taken with or without
+    one), or None when it is not one."""
+    prefix = text.removesuffix("…").removesuffix("...")
+    if prefix.startswith(KEY_PREFIX) and len(prefix) == len(KEY_PREFIX) + DISPLAY_CHARS:
+        return prefix
+    return None
 
 
 class KeyCache:

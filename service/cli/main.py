@@ -1,125 +1,29 @@
-"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, maintain, mcp."""
+"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, export, restore, maintain, mcp."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterator
 
 import asyncpg
 
 from service.auth import admin
-from service.cli.workers import SERVE_PID_ENV, multiprocess_metrics
+from service.cli import servers, transfer
+from service.cli.serve import ListenError, check_listen_address, cmd_serve
+from service.cli.uvicorn_logs import uvicorn_log_config
 from service.db import guard
 from service.db import migrate as migrations
-from service.embedded.lifecycle import Supervisor, stop_on_signals
-from service.embedded.postgres import EmbeddedPostgres, default_shared_buffers_mb
-from service.embedded.redis_server import EmbeddedRedis
 from service.logs import configure as configure_logs
-from service.runtime import Endpoints
 from service.settings import Settings, SettingsError, load_settings
 
 
-@contextlib.contextmanager
-def _owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
-    """The configured owner DSN, or the embedded server's: started, attached to while the process that
-    started it runs (e.g. a CLI command beside `serve`), or adopted when that process was killed."""
-    if settings.database.url:
-        yield settings.database.url
-        return
-    buffers_mb = settings.database.embedded_shared_buffers_mb or default_shared_buffers_mb()
-    pg = EmbeddedPostgres(settings.data_dir / "postgres", shared_buffers=f"{buffers_mb}MB")
-    try:
-        pg.start()
-        if supervisor is not None:
-            supervisor.watch("postgres", pg)
-        yield pg.dsn()
-    finally:
-        pg.stop()
-
-
-@contextlib.contextmanager
-def _redis_url(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
-    if settings.redis.url:
-        yield settings.redis.url
-        return
-    redis = EmbeddedRedis(settings.data_dir / "redis")
-    try:
-        redis.start()
-        if supervisor is not None:
-            supervisor.watch("redis", redis)
-        yield redis.url()
-    finally:
-        redis.stop()
-
-
-def prepare_database(settings: Settings, owner_dsn: str | None, *, migrate: bool = True) -> str:
-    """Migrate to head (``migrate=False``: refuse unless the schema is at head) and return the service
-    role's DSN (setting its password when derived)."""
-    if migrate:
-        assert owner_dsn is not None, "migrating needs the owner DSN"
-        migrations.upgrade(owner_dsn)
-    else:
-        guard.require_head(settings.database.app_url or str(owner_dsn))
-    if settings.database.app_url:
-        return settings.database.app_url
-    assert owner_dsn is not None, "no app DSN and no owner DSN to derive it from"
-    password = settings.database.app_role_password or migrations.derived_app_password(owner_dsn)
-    asyncio.run(migrations.set_app_password(owner_dsn, password))
-    return migrations.app_dsn(owner_dsn, password)
-
-
-async def _with_owner(dsn: str, action: object) -> object:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return await action(conn)  # type: ignore[operator]
-    finally:
-        await conn.close()
-
-
-def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.app import create_app
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    migrate = settings.database.migrate_on_start and not args.no_migrate
-    supervisor = Supervisor()  # restarts an embedded server that dies while serving
-    # Not migrating and given the service role's DSN: no owner credentials, no embedded PostgreSQL.
-    owner = (contextlib.nullcontext(None) if not migrate and settings.database.app_url
-             else _owner_dsn(settings, supervisor))
-    with stop_on_signals(), owner as owner_dsn, _redis_url(settings, supervisor) as redis_url, supervisor:
-        app_dsn = prepare_database(settings, owner_dsn, migrate=migrate)
-        issued = asyncio.run(_with_owner(owner_dsn, admin.ensure_default_org)) if owner_dsn else None
-        if isinstance(issued, admin.IssuedKey):
-            print(f"Created org 'default' ({issued.org_id}). Its API key (shown once):", flush=True)
-            print(issued.key, flush=True)
-        host = args.host or settings.server.host
-        port = args.port or settings.server.port
-        workers = args.workers or settings.server.workers
-        print(f"pgcontext serving on http://{host}:{port} with {workers} worker(s) (docs: /schema)",
-              flush=True)
-        if workers > 1:
-            # Worker processes rebuild the app from the environment: hand them the servers resolved here.
-            os.environ.update({"PGCONTEXT_APP_DATABASE_URL": app_dsn, "PGCONTEXT_REDIS_URL": redis_url,
-                               SERVE_PID_ENV: str(os.getpid()),
-                               **({"PGCONTEXT_DATABASE_URL": owner_dsn} if owner_dsn else {})})
-            with multiprocess_metrics(settings.data_dir):  # /metrics sums every worker's counts
-                uvicorn.run("service.cli.workers:worker_app", factory=True, workers=workers, host=host, port=port,
-                            log_level=settings.server.log_level, access_log=False)
-        else:
-            uvicorn.run(create_app(settings, Endpoints(owner_dsn=owner_dsn, app_dsn=app_dsn, redis_url=redis_url)),
-                        host=host, port=port, log_level=settings.server.log_level, access_log=False)
-    return 0
-
-
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    with _owner_dsn(settings) as dsn:
+    with servers.owner_dsn(settings) as dsn:
+        before = asyncio.run(guard.recorded_revision(dsn))
         if args.downgrade:
             migrations.downgrade(dsn, args.downgrade)
         else:
@@ -128,28 +32,29 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
                 # A deployment whose service holds only pgcontext_app's DSN (docker-compose.yml's
                 # one-shot migrate, then `serve --no-migrate`) sets that role's password here.
                 asyncio.run(migrations.set_app_password(dsn, settings.database.app_role_password))
+        print(migrations.change_line(before, asyncio.run(guard.recorded_revision(dsn)), migrations.heads()))
     return 0
 
 
 def cmd_orgs_create(settings: Settings, args: argparse.Namespace) -> int:
-    with _owner_dsn(settings) as dsn:
+    with servers.owner_dsn(settings) as dsn:
         migrations.upgrade(dsn)
 
         async def run(conn: asyncpg.Connection) -> object:
             return await admin.create_org(conn, args.name)
 
-        print(asyncio.run(_with_owner(dsn, run)))
+        print(asyncio.run(servers.with_owner(dsn, run)))
     return 0
 
 
 def cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
-    with _owner_dsn(settings) as dsn:
+    with servers.owner_dsn(settings) as dsn:
         migrations.upgrade(dsn)
 
         async def run(conn: asyncpg.Connection) -> object:
             return await admin.create_key(conn, args.org, args.name)
 
-        issued = asyncio.run(_with_owner(dsn, run))
+        issued = asyncio.run(servers.with_owner(dsn, run))
         assert isinstance(issued, admin.IssuedKey)
         print(f"key id {issued.key_id} for org {args.org} ({issued.org_id}); the key is shown once:")
         print(issued.key)
@@ -157,20 +62,20 @@ def cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
-    with _owner_dsn(settings) as dsn:
+    with servers.owner_dsn(settings) as dsn:
 
         async def run(conn: asyncpg.Connection) -> object:
             return await admin.revoke_key(conn, args.key)
 
-        print(f"revoked key {asyncio.run(_with_owner(dsn, run))}")
+        print(f"revoked key {asyncio.run(servers.with_owner(dsn, run))}")
     return 0
 
 
 def _owner_report(settings: Settings, action: object) -> object:
     """Run a read-only owner query (no migration: a report must not change the schema)."""
-    with _owner_dsn(settings) as dsn:
+    with servers.owner_dsn(settings) as dsn:
         try:
-            return asyncio.run(_with_owner(dsn, action))
+            return asyncio.run(servers.with_owner(dsn, action))
         except asyncpg.UndefinedTableError as exc:
             raise admin.AdminError("the schema is not there yet: run `pgcontext migrate` first") from exc
 
@@ -241,7 +146,8 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     options = ImportOptions(root=root, url=url, key=key, collection=args.collection, agent_id=args.agent_id,
                             batch_files=args.batch_files, batch_bytes=args.batch_bytes,
-                            max_file_bytes=settings.documents.max_file_bytes, delete=not args.no_delete)
+                            max_file_bytes=settings.documents.max_file_bytes, delete=not args.no_delete,
+                            include_vcs=args.include_vcs)
     try:
         summary = asyncio.run(run_import(options, console=console, show_progress=not args.quiet))
     except ImportFailed as exc:
@@ -254,14 +160,14 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     from service.retrieval import maintenance
 
-    with _owner_dsn(settings) as dsn:
+    with servers.owner_dsn(settings) as dsn:
         migrations.upgrade(dsn)
 
         async def run(conn: asyncpg.Connection) -> object:
             return await maintenance.maintain(conn, threshold=args.threshold, drop_ratio=args.drop_ratio,
                                               dry_run=args.dry_run, maintenance_work_mem=args.maintenance_work_mem)
 
-        actions = asyncio.run(_with_owner(dsn, run))
+        actions = asyncio.run(servers.with_owner(dsn, run))
         assert isinstance(actions, list)
         for action in actions:
             print(f"{'would ' if args.dry_run else ''}{action}")
@@ -272,6 +178,8 @@ def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
     from service.mcp import McpConfig, http_app, run_stdio
+    from service.mcp.server import MAX_CLIENTS
+    from service.memories.types import AGENT_ID_RULE, is_agent_id
 
     url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
     key = args.key or os.environ.get("PGCONTEXT_API_KEY")
@@ -279,21 +187,26 @@ def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
     if not agent:
         print("error: an agent id is required (--agent-id or PGCONTEXT_AGENT_ID)", file=sys.stderr)
         return 2
+    if not is_agent_id(agent):
+        print(f"error: the agent id {agent!r} is not valid: {AGENT_ID_RULE}", file=sys.stderr)
+        return 2
     if not args.http and not key:
         print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
         return 2
     budget = args.max_context_tokens or os.environ.get("PGCONTEXT_MCP_MAX_CONTEXT_TOKENS")
     config = McpConfig(url=url, agent_id=agent, api_key=key, model=args.model or os.environ.get(
-        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=int(budget) if budget else None)
+        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=int(budget) if budget else None,
+        max_clients=int(os.environ.get("PGCONTEXT_MCP_MAX_CLIENTS") or MAX_CLIENTS))
     if not args.http:
         run_stdio(config)  # stdout is the protocol: nothing else may print there
         return 0
     import uvicorn
 
+    check_listen_address(args.host, args.port)
     print(f"pgcontext MCP (streamable HTTP) on http://{args.host}:{args.port}/mcp for agent {agent!r}, "
           f"service {url}; clients send 'Authorization: Bearer <API key>'", flush=True)
-    uvicorn.run(http_app(config, host=args.host), host=args.host, port=args.port,
-                log_level=settings.server.log_level, access_log=False)
+    uvicorn.run(http_app(config, host=args.host), host=args.host, port=args.port, access_log=False,
+                log_config=uvicorn_log_config(settings.server.log_level), log_level=settings.server.log_level)
     return 0
 
 
@@ -328,8 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     create_key.add_argument("--org", required=True, help="org name")
     create_key.add_argument("--name", default=None, help="a label for the key")
     create_key.set_defaults(func=cmd_keys_create)
-    revoke = keys.add_parser("revoke", help="revoke a key (by key id or by the key itself)")
-    revoke.add_argument("key")
+    revoke = keys.add_parser("revoke", help="revoke a key: the key itself, its key id, or its prefix")
+    revoke.add_argument("key", metavar="KEY|KEY_ID|PREFIX",
+                        help="the key itself, its key id, or the prefix `keys list` shows (e.g. pgc_AbC123…, "
+                             "with or without the …); a prefix that several active keys share (in any org) is "
+                             "refused: use the key id then")
     revoke.set_defaults(func=cmd_keys_revoke)
     list_keys = keys.add_parser("list", help="an org's keys: id, prefix, label, created, last used, revoked "
                                              "(never the key or its hash)")
@@ -342,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.set_defaults(func=cmd_config)
 
     imp = sub.add_parser("import", help="mirror a directory into a document collection (only changed files are sent)")
-    imp.add_argument("path", help="directory to import (.gitignore honoured; binary and huge files skipped)")
+    imp.add_argument("path", help="directory to import (.gitignore honoured; version-control metadata, ignore "
+                                   "lists, binary and huge files skipped)")
     imp.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
     imp.add_argument("--key", default=None, help="API key (default: $PGCONTEXT_API_KEY)")
     imp.add_argument("--collection", default="default",
@@ -352,7 +269,23 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--batch-bytes", type=int, default=2_000_000, help="content bytes per request")
     imp.add_argument("--no-delete", action="store_true", help="keep server files that are missing locally")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    imp.add_argument("--include-vcs", action="store_true",
+                     help="also import version-control metadata and ignore lists (.gitignore, .hg/, ...)")
     imp.set_defaults(func=cmd_import)
+
+    exp = sub.add_parser("export", help="save your org's export (or one agent's) as NDJSON (GET /v1/export)")
+    exp.add_argument("--agent-id", default=None, help="only this agent (default: the whole org)")
+    exp.add_argument("--out", default=None, help="file to write (default: stdout)")
+    exp.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
+    exp.add_argument("--key", default=None, help="API key (default: $PGCONTEXT_API_KEY)")
+    exp.set_defaults(func=transfer.cmd_export)
+
+    res = sub.add_parser("restore", help="write a saved export into the key's org (POST /v1/import; resumable)")
+    res.add_argument("file", help="an NDJSON export saved by `pgcontext export` or GET /v1/export")
+    res.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
+    res.add_argument("--key", default=None, help="API key of the org to restore into (default: $PGCONTEXT_API_KEY)")
+    res.add_argument("--batch", type=int, default=200, help="memory lines per request (the service takes 256)")
+    res.set_defaults(func=transfer.cmd_restore)
 
     from service.retrieval.maintenance import DEFAULT_DROP_RATIO, DEFAULT_THRESHOLD
 
@@ -392,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logs(settings.server.log_level)
     try:
         return int(args.func(settings, args))
-    except (admin.AdminError, guard.SchemaNotCurrent) as exc:
+    except (admin.AdminError, guard.SchemaNotCurrent, ListenError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -2,8 +2,8 @@
 
 The lists run as the owner role (its ``owner_admin`` policy sees every org); they never read a key's
 hash, and a key is shown only by its id, label and display prefix (the first characters, stored in
-clear for exactly this). ``config`` shows every setting as ``load_settings`` resolved it, with
-passwords in DSNs and every key, token and password value masked.
+clear for exactly this). ``config`` shows every setting as ``load_settings`` resolved it, the ones
+marked secret in ``service/settings/`` masked (whole, or a DSN's password) and every other as it is.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from service.auth import admin
 from service.cli.config_reference import SettingDoc, reference
 from service.db.queries import query
 from service.settings import Settings
+from service.settings.env import SecretKind, secret_kind
 
 MASK = "****"
-_SECRET_FIELD = re.compile(r"(password|secret|token|api_key|_key)$")
 _SECRET_QUERY_PARAM = re.compile(r"((?:^|&)[^=&]*(?:password|secret|token|key)[^=&]*=)[^&]*", re.IGNORECASE)
 _KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
@@ -75,18 +75,19 @@ def mask_dsn(value: str) -> str:
             + (f"#{parts.fragment}" if parts.fragment else ""))
 
 
-def display_value(field: str, value: Any) -> str:
-    """What ``pgcontext config`` prints for a setting: secrets masked, None as empty."""
+def display_value(value: Any, secret: SecretKind | None = None) -> str:
+    """What ``pgcontext config`` prints for a setting: None as empty, a tuple comma-separated (as it
+    is given), a secret masked (``value``: whole; ``dsn``: each DSN's password)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    text = str(value)
-    if _SECRET_FIELD.search(field):
-        return MASK
-    if "://" in text or "password" in text.lower():
-        return mask_dsn(text)
-    return text
+    items = [str(v) for v in value] if isinstance(value, tuple) else [str(value)]
+    if secret == "value":
+        return MASK if any(items) else ""
+    if secret == "dsn":
+        items = [mask_dsn(item) for item in items]
+    return ",".join(items)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def effective_config(settings: Settings, env: Mapping[str, str],
     lines: list[ConfigLine] = []
     for doc in docs if docs is not None else reference():
         holder = operator.attrgetter(doc.group)(settings) if doc.group else settings
-        value = display_value(doc.field, getattr(holder, doc.field))
+        value = display_value(getattr(holder, doc.field), secret_kind(holder, doc.field))
         if not doc.env:
             lines.append(ConfigLine(doc.path, None, value, "fixed"))
             continue

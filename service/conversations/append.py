@@ -30,7 +30,7 @@ from service.conversations.types import (
 )
 from service.db import TenantTx
 from service.errors import BadRequest, Conflict, PayloadTooLarge, Unprocessable
-from service.memories.validation import check_agent_id, check_metadata, check_occurred_at, check_text
+from service.memories.validation import check_metadata, check_occurred_at, check_text
 from service.memories.write import embed_texts
 from service.runtime import Services
 from service.settings import LimitSettings
@@ -87,8 +87,6 @@ def embedding_text(message: MessageIn) -> str:
 
 async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:
     check_ident(conversation_id, "conversation_id")
-    if isinstance(body.agent_id, str):
-        check_agent_id(body.agent_id)
     messages = body.messages
     check_messages(messages, services.settings.limits)
     embeddings = await embed_texts(services, org_id, [embedding_text(m) for m in messages])

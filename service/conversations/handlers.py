@@ -23,7 +23,6 @@ from service.errors import BadRequest, NotFound
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
 from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
-from service.memories.validation import check_agent_id
 
 APPEND_DESCRIPTION = (
     "Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append "
@@ -88,7 +87,6 @@ class ConversationController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
     ) -> ConversationPage:
-        check_agent_id(agent_id)
         _page_limit(limit, services.settings.limits.max_page_size)
         items, next_cursor = await services.db.read(org_id, lambda tx: store.list_page(
             tx, agent_id=agent_id, cursor=cursor, limit=limit))

@@ -34,6 +34,7 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
     "memory_events",
     "org_settings",
     "consolidation_jobs",
+    "conversations",
 )
 REFERENCE: Final[tuple[str, ...]] = ("orgs", "api_keys")
 

@@ -20,13 +20,26 @@ _BY_SQLSTATE: dict[str, tuple[type[AppError], str, str]] = {
     "22007": (BadRequest, "bad_request", "an invalid date/time value"),
     "22008": (BadRequest, "bad_request", "a date/time value is out of range"),
     "22003": (BadRequest, "bad_request", "a number is out of range"),
-    "42501": (NotFound, "not_found", "not found"),  # RLS WITH CHECK failure: never reveal other orgs
     "57014": (ServiceUnavailable, "query_timeout", "the database query took too long"),
     "40001": (ServiceUnavailable, "serialization_failure", "a concurrent change conflicted; retry"),
     "40P01": (ServiceUnavailable, "deadlock", "a concurrent change conflicted; retry"),
 }
 
-_UNAVAILABLE_CLASSES = ("08", "53", "57P")
+_UNAVAILABLE: tuple[tuple[str, str, str, int], ...] = (
+    # (SQLSTATE or class prefix, code, message, Retry-After seconds); the first match wins.
+    ("08", "database_unavailable", "the database is unavailable", 1),
+    ("57P", "database_unavailable", "the database is unavailable", 1),
+    # Storage and permission failures say nothing about the caller's request: a full disk (53100), a
+    # read-only volume (EROFS reaches us as 42501 insufficient_privilege, as does a RLS WITH CHECK
+    # failure, which no org can cause with its own key), a read-only transaction (25006, a standby),
+    # an I/O error (58xxx) or a corrupted page (XX). Never 404: a client must not take a write that
+    # failed for the server's reasons as an answer about its data, and it retries a 503.
+    ("42501", "database_storage_unavailable", "the database cannot write right now", 5),
+    ("25006", "database_storage_unavailable", "the database cannot write right now", 5),
+    ("53", "database_storage_unavailable", "the database is out of resources (disk, memory or connections)", 5),
+    ("58", "database_storage_unavailable", "the database cannot reach its storage right now", 5),
+    ("XX", "database_storage_unavailable", "the database reported an internal error", 5),
+)
 
 
 def translate(exc: BaseException) -> AppError | None:
@@ -38,9 +51,10 @@ def translate(exc: BaseException) -> AppError | None:
             constraint = getattr(exc, "constraint_name", None)
             details = {"sqlstate": state, **({"constraint": constraint} if constraint else {})}
             return cls(message, code=code, details=details)
-        if state.startswith(_UNAVAILABLE_CLASSES):
-            return ServiceUnavailable("the database is unavailable", code="database_unavailable",
-                                      details={"sqlstate": state}, retry_after_s=1)
+        for prefix, code, message, retry_after_s in _UNAVAILABLE:
+            if state.startswith(prefix):
+                return ServiceUnavailable(message, code=code, details={"sqlstate": state},
+                                          retry_after_s=retry_after_s)
         return None
     if isinstance(exc, TimeoutError):
         # A client-side bound (acquire, BEGIN, a statement's statement_timeout plus grace): the server

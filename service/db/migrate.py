@@ -44,6 +44,26 @@ def downgrade(dsn: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(dsn), revision)  # type: ignore[arg-type]
 
 
+def heads() -> tuple[str, ...]:
+    """The head revision(s) of this code's migrations."""
+    from alembic.script import ScriptDirectory
+
+    return tuple(ScriptDirectory.from_config(alembic_config("")).get_heads())  # type: ignore[arg-type]
+
+
+def change_line(before: str | None, after: str | None, head_revisions: tuple[str, ...]) -> str:
+    """What ``pgcontext migrate`` prints: the schema's revision before and after (None: no schema)."""
+
+    def label(revision: str | None) -> str:
+        if revision is None:
+            return "base (empty)"
+        return f"{revision} (head)" if revision in head_revisions else revision
+
+    if before == after:
+        return f"schema already at head ({after})" if after in head_revisions else f"schema already at {label(after)}"
+    return f"schema migrated from {label(before)} to {label(after)}"
+
+
 def derived_app_password(owner_dsn: str) -> str:
     # Deterministic, so every stateless replica given the same owner DSN derives the same password.
     return hashlib.sha256(f"pgcontext-app:{owner_dsn}".encode()).hexdigest()[:32]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 import asyncpg
@@ -20,8 +21,23 @@ def decode_json(text: str) -> Any:
         return json.loads(text)
 
 
+def decode_float4(text: str) -> float:
+    """A ``real`` value as the float its shortest text names (``0.9``), not the float4 widened to a
+    float8 (``0.8999999761581421``): Postgres prints a float4 in the fewest digits that read back as
+    the same float4, so the value a caller wrote is the value it reads."""
+    return float(text)
+
+
+def encode_float4(value: float) -> str:
+    """A parameter for a ``real`` as the float4 it becomes, in text: rounded the way the binary codec
+    rounded it (a value below float4's range is 0, not Postgres's "out of range for type real")."""
+    return repr(struct.unpack("f", struct.pack("f", float(value)))[0])
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
+    await conn.set_type_codec("float4", encoder=encode_float4, decoder=decode_float4, schema="pg_catalog",
+                              format="text")
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=decode_json, schema="pg_catalog")
     await conn.set_type_codec("json", encoder=json.dumps, decoder=decode_json, schema="pg_catalog")
 

@@ -233,6 +233,9 @@ class Database:
                                                                    timeout=left_s), budget_s)
         return None if row is None else UUID(str(row["org_id"]))
 
+    def pool_size(self) -> int:
+        """Connections the primary's pool holds now."""
+        return int(self._pool.get_size())
     async def due_consolidation_orgs(self, limit: int, timeout_s: float = 5.0) -> list[UUID]:
         """Orgs with model-consolidation jobs due, through the SECURITY DEFINER lookup (no tenant scope:
         org ids only; each org's jobs are then read in its own transaction)."""
@@ -256,9 +259,13 @@ class Database:
                 # statement cut short, or terminates the connection.
                 self._release_soon(conn)
 
-    async def close(self) -> None:
+    async def released(self) -> None:
+        """Wait until the connections being given back in the background are back in their pool."""
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.released()
         if self.replicas is not None:
             await self.replicas.aclose()
         await self._pool.close()

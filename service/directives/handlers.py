@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from litestar import Controller, delete, get, put
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.status_codes import HTTP_204_NO_CONTENT
 
 from service.directives.store import DirectiveStore
@@ -13,9 +11,8 @@ from service.directives.types import DirectiveIn, DirectiveOut
 from service.errors import BadRequest, NotFound, PayloadTooLarge
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
+from service.memories.handlers import AgentIdPath
 from service.runtime import Services
-
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
 
 def _store(services: Services) -> DirectiveStore:
@@ -24,20 +21,13 @@ def _store(services: Services) -> DirectiveStore:
     return store
 
 
-def check_agent_id(agent_id: str) -> str:
-    if not _AGENT_ID.fullmatch(agent_id):  # not match(): '$' also matches before a final newline
-        raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="bad_id")
-    return agent_id
-
-
 class DirectiveController(Controller):
     path = "/v1/agents/{agent_id:str}/directive"
     tags = ["directives"]
 
     @put("/", summary="Create or replace an agent's directive (version increments)")
-    async def put_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str],
+    async def put_directive(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdPath,
                             data: JSONBody[DirectiveIn]) -> DirectiveOut:
-        check_agent_id(agent_id)
         limit = services.settings.limits.max_directive_chars
         if not data.content.strip():
             raise BadRequest("content must not be empty", code="validation_error")
@@ -49,13 +39,13 @@ class DirectiveController(Controller):
         return await _store(services).put(org_id, agent_id, data.content)
 
     @get("/", summary="Get an agent's directive (Redis envelope, Postgres on a miss)", responses=errors(404))
-    async def get_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str]) -> DirectiveOut:
-        directive = await _store(services).get(org_id, check_agent_id(agent_id))
+    async def get_directive(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdPath) -> DirectiveOut:
+        directive = await _store(services).get(org_id, agent_id)
         if directive is None:
             raise NotFound(f"agent {agent_id!r} has no directive")
         return directive
 
     @delete("/", status_code=HTTP_204_NO_CONTENT, summary="Delete an agent's directive", responses=errors(404))
-    async def delete_directive(self, services: ServicesDep, org_id: OrgId, agent_id: FromPath[str]) -> None:
-        if not await _store(services).delete(org_id, check_agent_id(agent_id)):
+    async def delete_directive(self, services: ServicesDep, org_id: OrgId, agent_id: AgentIdPath) -> None:
+        if not await _store(services).delete(org_id, agent_id):
             raise NotFound(f"agent {agent_id!r} has no directive")

@@ -18,6 +18,7 @@ org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`servic
 
 from __future__ import annotations
 
+import asyncio
 from uuid import UUID
 
 import msgspec
@@ -84,6 +85,8 @@ class DirectiveStore:
         """Most bytes of envelopes one org keeps in Redis (``RedisSettings.org_directive_bytes``)."""
         self._set_if_newer = redis.register_script(_SET_IF_NEWER)
         self._untrack = redis.register_script(UNTRACK)
+        self._caching: set[asyncio.Future[bool]] = set()
+        """Envelope writes behind a read (``load(cache_behind=True)``)."""
 
     def _keys(self, org_id: UUID, agent_id: str) -> list[str]:
         return [cache_key(org_id, agent_id), lru_key(org_id, DIRECTIVE_CACHE), sizes_key(org_id, DIRECTIVE_CACHE)]
@@ -116,25 +119,44 @@ class DirectiveStore:
     async def read_cached(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
         """The cached envelope if it is of the org's current cache epoch (raises RedisError when Redis
         is unreachable)."""
-        epoch = await self.epochs.current(org_id)
-        if epoch is None:
-            return None
-        raw = await self.redis.get(cache_key(org_id, agent_id))
-        if raw is None:
+        # Together: an org's first read after a start waits for its epoch from Postgres, not for that
+        # and then Redis. (Read after the GET, a newer epoch only turns the envelope into a miss.)
+        epoch, raw = await asyncio.gather(self.epochs.current(org_id), self.redis.get(cache_key(org_id, agent_id)))
+        if epoch is None or raw is None:
             return None
         envelope = msgspec.json.decode(raw, type=Envelope)
         return envelope.directive() if envelope.epoch == epoch else None
 
-    async def load(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
+    async def load(self, org_id: UUID, agent_id: str, *, cache_behind: bool = False) -> DirectiveOut | None:
+        """The directive from Postgres, then cached. ``cache_behind``: the envelope is written after
+        this returns (context assembly: a slow Redis must not hold up the directive read from
+        Postgres because it was slow)."""
         epoch = await self.epochs.current(org_id)  # before the read: a bump after it makes the stamp old
+        directive = await self.read_postgres(org_id, agent_id)
+        if directive is None:
+            return None
+        if cache_behind:
+            task = asyncio.ensure_future(self._cache(org_id, directive, epoch))
+            self._caching.add(task)
+            task.add_done_callback(self._caching.discard)
+        else:
+            await self._cache(org_id, directive, epoch)
+        return directive
+
+    async def read_postgres(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
+        """The directive as Postgres has it (no cache involved)."""
         async with self.db.tenant(org_id, readonly=True) as tx:
             row = await tx.fetchrow("directives.get", org_id, agent_id)
         if row is None:
             return None
-        directive = DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
-                                 updated_at=row["updated_at"])
-        await self._cache(org_id, directive, epoch)
-        return directive
+        return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
+                            updated_at=row["updated_at"])
+
+    async def aclose(self) -> None:
+        """Finish the envelope writes still under way (each bounded by the Redis socket timeout)."""
+        if self._caching:
+            await asyncio.gather(*self._caching, return_exceptions=True)
+        await self.epochs.aclose()
 
     async def get(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
         try:

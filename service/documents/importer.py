@@ -3,7 +3,8 @@
 1. Ask the server for its current embedder (``GET /v1/documents/index``) and for every document of
    the collection with its content hash (``GET /v1/documents``, paginated).
 2. Walk ``PATH`` with :func:`~service.documents.walk.walk_tree` (``.gitignore`` honoured, ``.git``,
-   symlinks, binary, non-UTF-8 and files over ``max_file_bytes`` skipped with a reason) and hash each
+   version-control metadata and ignore lists unless ``include_vcs``, symlinks, binary, non-UTF-8 and
+   files over ``max_file_bytes`` skipped with a reason) and hash each
    file. A file whose hash, owner (``--agent-id``) and embedder match the server's is *unchanged* and
    not sent; the content of the others is kept for sending (so memory holds changed files only).
 3. Send the changed files in batches (``batch_files`` files / ``batch_bytes`` bytes per request). A
@@ -56,6 +57,8 @@ class ImportOptions:
     max_file_bytes: int = 1_000_000
     delete: bool = True
     timeout_s: float = 300.0
+    include_vcs: bool = False
+    """Also import version-control metadata and ignore lists (``.gitignore``, ``.hg/``, ...)."""
 
 
 @dataclass
@@ -98,13 +101,13 @@ class Plan:
 
 
 def plan(root: Path, server: dict[str, ServerFile], *, agent_id: str | None, embedder: str | None,
-         max_file_bytes: int, delete: bool) -> Plan:
+         max_file_bytes: int, delete: bool, include_vcs: bool = False) -> Plan:
     """Walk ``root`` and decide, per file, send or unchanged; and which server paths to delete."""
     skipped: list[SkippedFile] = []
     send: list[WalkedFile] = []
     unchanged: list[str] = []
     local: set[str] = set()
-    for walked in walk_tree(root, max_file_bytes=max_file_bytes, on_skip=skipped.append):
+    for walked in walk_tree(root, max_file_bytes=max_file_bytes, on_skip=skipped.append, include_vcs=include_vcs):
         local.add(walked.path)
         known = server.get(walked.path)
         if (known is not None and known.content_hash == content_hash(walked.content)
@@ -253,7 +256,8 @@ async def run_import(options: ImportOptions, *, http: httpx.AsyncClient | None =
         api = _Client(client, options)
         server, embedder = await api.server_files()
         work = await asyncio.to_thread(plan, options.root, server, agent_id=options.agent_id, embedder=embedder,
-                                       max_file_bytes=options.max_file_bytes, delete=options.delete)
+                                       max_file_bytes=options.max_file_bytes, delete=options.delete,
+                                       include_vcs=options.include_vcs)
         summary = ImportSummary(scanned=work.scanned, unchanged=len(work.unchanged), skipped=work.skipped)
         progress = Progress(TextColumn("[bold]importing"), BarColumn(), TaskProgressColumn(),
                             TextColumn("{task.completed}/{task.total} files"), _RateColumn(), TimeElapsedColumn(),

@@ -49,7 +49,7 @@ from service.documents.types import (
 )
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.types import DOCUMENT_CHUNK_KIND
-from service.memories.validation import check_agent_id, check_metadata
+from service.memories.validation import check_metadata
 from service.memories.write import embed_texts
 from service.runtime import Services
 from service.settings import DocumentSettings, LimitSettings
@@ -105,7 +105,6 @@ def validate(request: IngestRequest, docs: DocumentSettings, limits: LimitSettin
         raise PayloadTooLarge(
             f"a request holds at most {docs.max_files_per_request} files, got {len(request.files)}",
             code="too_many_files", details={"limit": docs.max_files_per_request})
-    check_agent_id(request.agent_id)
     sizes: list[int] = []
     seen: set[str] = set()
     for index, item in enumerate(request.files):

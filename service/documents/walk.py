@@ -5,6 +5,12 @@
   re-includes, and an ignored directory is not entered (so, as in git, nothing under it can be
   re-included). ``.git/info/exclude`` counts as a root-level ignore file.
 * ``.git`` (the directory, or the file a submodule/worktree has) is always skipped.
+* Version-control metadata is not a document either, so by default it is skipped too: the other
+  systems' directories (``.hg``, ``.svn``, ``.bzr``, ``_darcs``, ``.jj``, ``.pijul``, ``CVS``) and
+  their files (``.gitignore``, ``.gitattributes``, ``.gitmodules``, ``.hgignore``, ``.hgtags``, ...)
+  and other tools' ignore lists (any ``.*ignore`` file: ``.dockerignore``, ``.npmignore``, ...): an
+  imported ``.gitignore`` put lines like ``secret.txt`` into agents' contexts. Skipped files are
+  reported (reason ``vcs``); ``include_vcs=True`` (``pgcontext import --include-vcs``) walks them.
 * Symlinks are never followed: a link may leave the tree or loop.
 * Files that cannot be ingested as text are reported to ``on_skip`` with a reason and not yielded:
   over ``max_file_bytes`` (decided from the size, without reading), a NUL byte (binary: git's test
@@ -26,9 +32,19 @@ from typing import Final, Literal
 
 import pathspec
 
-SkipReason = Literal["too_large", "binary", "not_utf8", "unreadable", "not_regular", "symlink", "bad_name"]
+SkipReason = Literal["too_large", "binary", "not_utf8", "unreadable", "not_regular", "symlink", "bad_name", "vcs"]
 
 BINARY_SNIFF_BYTES: Final = 8192
+VCS_DIRS: Final = frozenset({".hg", ".svn", ".bzr", "_darcs", ".jj", ".pijul", "CVS"})
+"""Version-control directories skipped unless ``include_vcs`` (``.git`` is skipped always)."""
+VCS_FILES: Final = frozenset({".gitattributes", ".gitmodules", ".gitkeep", ".git-blame-ignore-revs", ".hgtags",
+                              ".hgsub", ".hgsubstate", ".hgsigs", ".boring"})
+"""Version-control files skipped unless ``include_vcs``, besides every ``.*ignore`` file."""
+
+
+def is_vcs_file(name: str) -> bool:
+    """A version-control file or an ignore list (``.gitignore``, ``.hgignore``, ``.dockerignore``, ...)."""
+    return name in VCS_FILES or (name.startswith(".") and name.endswith("ignore"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +80,10 @@ def walk_tree(
     *,
     max_file_bytes: int = 1_000_000,
     on_skip: Callable[[SkippedFile], None] | None = None,
+    include_vcs: bool = False,
 ) -> Iterator[WalkedFile]:
-    """Yield the ingestible text files under ``root`` in sorted path order (see the module doc)."""
+    """Yield the ingestible text files under ``root`` in sorted path order (see the module doc);
+    ``include_vcs``: also version-control directories (but ``.git``) and files, and ignore lists."""
     root = Path(root)
     if not root.is_dir():
         raise NotADirectoryError(str(root))
@@ -78,7 +96,7 @@ def walk_tree(
     exclude = _load_ignore_file(root / ".git" / "info" / "exclude", "")
     if exclude is not None:
         rules = (exclude,)
-    yield from _walk_dir(root, "", rules, max_file_bytes, skip)
+    yield from _walk_dir(root, "", rules, max_file_bytes, skip, include_vcs)
 
 
 def _walk_dir(
@@ -87,6 +105,7 @@ def _walk_dir(
     rules: tuple[_IgnoreFile, ...],
     max_file_bytes: int,
     skip: Callable[[str, SkipReason, str], None],
+    include_vcs: bool,
 ) -> Iterator[WalkedFile]:
     local = _load_ignore_file(directory / ".gitignore", rel_dir)
     if local is not None:
@@ -101,10 +120,13 @@ def _walk_dir(
     # "a.txt" < "a/b" because "." < "/".
     entries.sort(key=lambda pair: pair[0].name + "/" if pair[1] else pair[0].name)
     for entry, is_dir in entries:
-        if entry.name == ".git":
+        if entry.name == ".git" or (is_dir and not include_vcs and entry.name in VCS_DIRS):
             continue
         rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
         if _is_ignored(rules, rel, is_dir=is_dir):
+            continue
+        if not is_dir and not include_vcs and is_vcs_file(entry.name):
+            skip(rel, "vcs", "version-control metadata (--include-vcs imports it)")
             continue
         try:
             rel.encode("utf-8")
@@ -112,7 +134,7 @@ def _walk_dir(
             skip(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "bad_name", "")
             continue
         if is_dir:
-            yield from _walk_dir(Path(entry.path), rel, rules, max_file_bytes, skip)
+            yield from _walk_dir(Path(entry.path), rel, rules, max_file_bytes, skip, include_vcs)
             continue
         walked = _read_entry(entry, rel, max_file_bytes, skip)
         if walked is not None:

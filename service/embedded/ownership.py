@@ -15,6 +15,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+import structlog
+
+from service.files import write_atomically
+
+log = structlog.get_logger(__name__)
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -64,9 +71,7 @@ def read_pid_file(path: Path) -> ProcessId | None:
 
 
 def write_pid_file(path: Path, process: ProcessId) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{process.pid} {process.started}\n")
-    tmp.replace(path)
+    write_atomically(path, f"{process.pid} {process.started}\n")
 
 
 def live_owner(directory: Path) -> ProcessId | None:
@@ -85,16 +90,46 @@ def claim(directory: Path) -> None:
 def release(directory: Path) -> None:
     owner = read_pid_file(directory / "owner.pid")
     if owner is not None and owner.pid == os.getpid():
-        (directory / "owner.pid").unlink(missing_ok=True)
+        remove(directory / "owner.pid")
+
+
+def remove(path: Path) -> None:
+    """Remove a record; on a volume that went read-only it stays, naming a process that is gone (the
+    next start reads it as a dead owner), and stopping goes on."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("embedded_record_not_removed", path=str(path), error=str(exc))
 
 
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[None]:
-    """Serialize start / adopt / stop decisions of processes sharing one server directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "a") as handle:
+    """Serialize start / adopt / stop decisions of processes sharing one server directory.
+
+    On a volume that went read-only the lock file cannot be created or opened for writing; an existing
+    one is locked through a read-only descriptor (``flock`` needs no write access), and without one the
+    block runs unlocked: stopping a server must not depend on writing a file (a start fails anyway, at
+    its first write)."""
+    with contextlib.suppress(FileExistsError):  # on a read-only volume mkdir may say so, existing or not
+        directory.mkdir(parents=True, exist_ok=True)
+    handle = _open_lock(directory / ".lock")
+    if handle is None:
+        yield
+        return
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_lock(path: Path) -> IO[str] | None:
+    try:
+        return open(path, "a")
+    except OSError as exc:
+        try:
+            return open(path)
+        except OSError:
+            log.warning("embedded_lock_unavailable", path=str(path), error=str(exc))
+            return None

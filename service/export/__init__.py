@@ -1,5 +1,5 @@
 """Data-subject export: an agent's memories, directive and documents as a streamed NDJSON document."""
 
-from service.export.handlers import ExportController
+from service.export.handlers import ExportController, ImportController
 
-__all__ = ["ExportController"]
+__all__ = ["ExportController", "ImportController"]

@@ -1,11 +1,14 @@
-"""The NDJSON lines of an agent's export, read through an org-scoped transaction and a server-side cursor.
+"""The NDJSON lines of an agent's (or a whole org's) export, read through an org-scoped transaction and a
+server-side cursor.
 
 One read-only ``Database.tenant`` transaction holds the whole export, so row-level security scopes
 every line to the caller's org; rows come through a cursor ``_PREFETCH`` at a time and leave in
 chunks of about ``_CHUNK_BYTES``, so memory stays flat however many rows the agent has. Postgres
 renders each line (``to_jsonb``): the service only joins them.
 
-Lines, in order: ``export`` (org, agent, time), ``directive`` (if any), each ``document``, each
+Without an agent, the whole org: every agent's rows and the org-wide ones (agent null).
+
+Lines, in order: ``export`` (org, agent, time), ``directive`` (each, if any), each ``document``, each
 ``memory`` (with its key, valid time and supersession), each ``chunk``, each history ``event``, and
 last ``end`` with the counts. A stream without its ``end`` line is
 incomplete: if reading fails part-way, an ``error`` line is the last one.
@@ -81,7 +84,7 @@ class _ErrorLine(msgspec.Struct, tag_field="type", tag="error"):
     message: str
 
 
-async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
+async def export_lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGenerator[bytes, None]:
     """Yield the export as NDJSON byte chunks; the first chunk (the header line) comes once the
     transaction is open, so a caller can await it before answering 200 (or the error shape)."""
     SLOTS.claim(org_id)
@@ -93,7 +96,7 @@ async def export_lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenera
         SLOTS.release(org_id)
 
 
-async def _lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[bytes, None]:
+async def _lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGenerator[bytes, None]:
     counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0, "event": 0}
     settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
     started = False
@@ -104,11 +107,8 @@ async def _lines(db: Database, org_id: UUID, agent_id: str) -> AsyncGenerator[by
             yield header.encode() + b"\n"
             buffer: list[str] = []
             size = 0
-            directive = await tx.fetchval("export.directive", org_id, agent_id)
-            if directive is not None:
-                counts["directive"] = 1
-                buffer.append(directive)
-            for kind, name in (("document", "export.documents"), ("memory", "export.memories"),
+            for kind, name in (("directive", "export.directive"), ("document", "export.documents"),
+                               ("memory", "export.memories"),
                                ("chunk", "export.chunks"), ("event", "export.events")):
                 async for row in tx.conn.cursor(query(name), org_id, agent_id, prefetch=_PREFETCH):
                     counts[kind] += 1

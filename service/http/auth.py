@@ -11,6 +11,7 @@ from uuid import UUID
 
 from litestar import Request
 
+from service.auth.failures import FailedAuthLimiter
 from service.auth.keys import KeyCache, hash_key
 from service.errors import DeadlineExceeded, InvalidToken, ServiceUnavailable, Unauthorized
 from service.runtime import Services
@@ -58,8 +59,16 @@ async def authenticate(request: Request, services: Services) -> UUID:  # type: i
     assert isinstance(cache, KeyCache)
     org_id = cache.get(key_hash)
     if org_id is None:
+        failures = services.extras.get("auth_failures")
+        address = request.client.host if request.client is not None else ""
+        if isinstance(failures, FailedAuthLimiter):
+            refusal = failures.take(address)  # before the lookup: concurrent unknown keys are bounded too
+            if refusal is not None:
+                raise refusal
         org_id = await _lookup(services, key_hash, request)
         if org_id is None:
             raise InvalidToken("invalid or revoked API key")
+        if isinstance(failures, FailedAuthLimiter):
+            failures.give_back(address)
         cache.put(key_hash, org_id)
     return org_id

@@ -44,9 +44,10 @@ _NO_BODY: Any = object()
 async def before_request(request: Request[Any, Any, Any]) -> None:
     """Runs before a handler's parameters and body are decoded: authenticate first (an anonymous
     caller gets 401, whatever its body), refuse an org known to be short of the route's price (429,
-    before the body is read), bound the body's JSON nesting (400, not a decoder's
-    ``RecursionError``), take the request's full price (:mod:`service.tenancy.ratecost`: it reads the decoded
-    body) from its org's bucket (429), then check the body's JSON types."""
+    before the body is read, and while it is read once the bytes so far cost more than the org can
+    pay), bound the body's JSON nesting (400, not a decoder's ``RecursionError``), take the request's
+    full price (:mod:`service.tenancy.ratecost`: the bytes read, whatever ``Content-Length`` said or
+    did not say, and the decoded body) from its org's bucket (429), then check the body's JSON types."""
     limiter, org_id, cost, route = None, None, 0, ""
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:
         services = request.app.state.services
@@ -67,7 +68,11 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
     value: Any = _NO_BODY
     data = None
     if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
+        if limiter is not None and org_id is not None:
+            request.receive = limiter.metered(request.receive, org_id, request.method, route)
         body = await request.body()
+        if limiter is not None:
+            cost = limiter.cost(request.method, route, len(body))  # chunked bodies announce no length
         check_json_depth(body)
         data = request.route_handler.parsed_fn_signature.parameters.get("data")
         if body and (data is not None or limiter is not None):  # decoded only for a reader

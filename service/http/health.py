@@ -14,6 +14,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.plugins.prometheus import PrometheusController
 from litestar.response import Response
 
+from service.embedded.lifecycle import STATUS_FILE, read_status
 from service.errors import Unauthorized, forget_outcome
 from service.http.deps import ServicesDep
 
@@ -44,9 +45,12 @@ async def within(probe: Awaitable[object], timeout_s: float) -> None:
     task.result()
 
 
-@get("/readyz", summary="Postgres and Redis answer", tags=["health"])
+@get("/readyz", summary="Postgres and Redis answer, and the assembly path is warm", tags=["health"])
 async def readyz(services: ServicesDep) -> Response[Health]:
-    """200 when Postgres and Redis both answer within 1 s; else 503 with the failing check named."""
+    """200 when Postgres and Redis both answer within 1 s and the start's warm-up has completed
+    (``checks.warm``: the connections, prepared statements, model threads and code paths the first
+    assembly needs); else 503 with the failing check named (and, for an embedded server that is down,
+    ``postgres_server``/``redis_server`` saying why)."""
     async def check(name: str, probe: Awaitable[object]) -> tuple[str, str]:
         try:
             await within(probe, READY_TIMEOUT_S)
@@ -56,6 +60,13 @@ async def readyz(services: ServicesDep) -> Response[Health]:
 
     results = dict(await asyncio.gather(check("postgres", services.db.ping(READY_TIMEOUT_S)),
                                         check("redis", services.redis.ping())))
+    warm = services.warmup
+    if warm is not None:
+        results["warm"] = "ok" if warm.done else "warming" if not warm.failures else \
+            "incomplete: " + "; ".join(f"{step}: {why}" for step, why in warm.failures.items())[:300]
+    # An embedded server that is down under `serve`: why, and that it is being restarted.
+    down = read_status(services.settings.data_dir / STATUS_FILE)
+    results.update({f"{name}_server": why for name, why in down.items()})
     ready = all(v == "ok" for v in results.values())
     return Response(Health(status="ok" if ready else "unavailable", checks=results), status_code=200 if ready else 503)
 

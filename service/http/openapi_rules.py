@@ -104,6 +104,12 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
             "created_after", "created_before", "occurred_after", "occurred_before")},
         ("/v1/memories", "Idempotency-Key"): {"min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
         ("/v1/memories/{memory_id}", "memory_id"): {"format": "uuid"},
+        ("/v1/memories/{memory_id}/history", "memory_id"): {"format": "uuid"},
+        ("/v1/memories/{memory_id}/history", "limit"): {"maximum": settings.limits.max_page_size},
+        ("/v1/memories/{memory_id}/history", "cursor"): {"format": "pgcontext-history-cursor",
+                                                         "description": HISTORY_CURSOR},
+        ("/v1/memories/{memory_id}/history/{event_id}/undo", "memory_id"): {"format": "uuid"},
+        ("/v1/memories/{memory_id}/history/{event_id}/undo", "event_id"): {"format": "uuid"},
         ("/v1/agents/{agent_id}/directive", "agent_id"): agent,
         ("/v1/documents", "limit"): {"maximum": settings.documents.max_list_page},
         ("/v1/documents", "cursor"): {"format": "pgcontext-documents-cursor", "description": DOCUMENTS_CURSOR},
@@ -124,6 +130,8 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
 
 MEMORIES_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of `<created_at, RFC 3339>|<id>`, "
                           "the position after which the page starts.")
+HISTORY_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of the 16 bytes of the last "
+                         "event's id.")
 DOCUMENTS_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of the JSON list "
                            "`[collection, path]`, the position after which the page starts.")
 CONVERSATIONS_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of "

@@ -42,8 +42,8 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     429: "Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; "
          "retry after `Retry-After` seconds.",
     503: "A dependency is unavailable or the service is overloaded (`database_unavailable`, "
-         "`redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` "
-         "seconds when given.",
+         "`database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); "
+         "retry, after `Retry-After` seconds when given.",
     504: "The deadline passed before the answer was ready (`deadline_exceeded`, `client_disconnected`).",
 }
 

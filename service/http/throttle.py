@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from service.auth.failures import FailedAuthLimiter
 from service.auth.keys import KeyCache, hash_key
 from service.errors import TooManyRequests
 from service.http.edge import send_error
@@ -34,8 +35,9 @@ def rate_limit_edge(app: ASGIApp) -> ASGIApp:
     """Refuses, in the routed request's middleware (before dependency injection, the body or Redis),
     a ``/v1/`` request whose API key was resolved in the last seconds (:class:`service.auth.KeyCache`)
     and whose org is known to be unable to pay the route's price (:meth:`RateLimiter.refusal_if_short`)
-    or holds all its in-flight slots. Everything else (unknown keys, anything Redis must decide) goes
-    on to :func:`service.http.deps.before_request`."""
+    or holds all its in-flight slots, and one whose key is to be looked up from an address out of
+    unknown-key lookups (:class:`service.auth.failures.FailedAuthLimiter`). Everything else goes on to
+    :func:`service.http.deps.before_request`."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):  # type: ignore[comparison-overlap]
@@ -50,8 +52,7 @@ def rate_limit_edge(app: ASGIApp) -> ASGIApp:
 
 def _edge_refusal(scope: Scope) -> TooManyRequests | None:
     services = getattr(getattr(scope.get("app"), "state", None), "services", None)
-    limiter = getattr(services, "rate_limiter", None)
-    if not isinstance(limiter, RateLimiter) or not (limiter.enabled or limiter.settings.max_in_flight > 0):
+    if services is None:
         return None
     token, body_bytes = b"", 0
     for name, value in scope["headers"]:
@@ -60,11 +61,17 @@ def _edge_refusal(scope: Scope) -> TooManyRequests | None:
         elif name == b"content-length" and value.isdigit():
             body_bytes = int(value)
     scheme, _, key = token.partition(b" ")
-    cache = services.extras.get("key_cache")  # type: ignore[union-attr]
-    if scheme.lower() != b"bearer" or not isinstance(cache, KeyCache):
+    cache = services.extras.get("key_cache")
+    if scheme.lower() != b"bearer" or not key.strip() or not isinstance(cache, KeyCache):
         return None
     org_id = cache.get(hash_key(key.strip().decode("latin-1")))
     if org_id is None:
+        # A key to look up: not from an address that has sent too many unknown ones.
+        failures = services.extras.get("auth_failures")
+        client = scope.get("client")
+        return failures.refusal(client[0] if client else "") if isinstance(failures, FailedAuthLimiter) else None
+    limiter = getattr(services, "rate_limiter", None)
+    if not isinstance(limiter, RateLimiter) or not (limiter.enabled or limiter.settings.max_in_flight > 0):
         return None
     method = str(scope.get("method", "GET"))
     return limiter.in_flight_refusal(org_id) or limiter.refusal_if_short(

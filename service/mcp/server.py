@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import OrderedDict
+from contextvars import ContextVar
 from typing import Any
 
+import httpx
 from mcp.server import MCPServer
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from pgcontext_client import AsyncClient, PgcontextError, RetryPolicy, Unauthorized
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
 from service.mcp.tools import McpConfig, register
@@ -31,21 +35,65 @@ KEY_CACHE_S = 5.0
 """How long a key the service accepted is trusted without asking again (the service's own auth cache is
 ``PGCONTEXT_AUTH_CACHE_TTL_S``, default 5 s: a revoked key stops working here within about the same)."""
 
+CLIENT_ADDRESS: ContextVar[str | None] = ContextVar("pgcontext_mcp_client_address", default=None)
+"""The address of the HTTP request being served (set by :class:`ClientAddress`)."""
+
+MAX_CLIENTS = 256
+"""Keys the service accepted that keep a client here (least recently used dropped first)."""
+
 
 class Clients:
-    """One ``AsyncClient`` per API key (stdio: just the configured one), created on first use."""
+    """A client per API key the service accepted (stdio: just the configured one), in a bounded LRU.
 
-    def __init__(self, config: McpConfig, retry: RetryPolicy | None = None) -> None:
+    Every client sends through one shared connection pool (at most ``max_connections`` sockets to the
+    service), so a key's client is a few kB and holds no descriptor of its own: dropping one from the
+    LRU frees all it had. A token is checked with a throw-away client on the same pool; only a key
+    the service accepted is remembered, so strangers' tokens leave nothing behind."""
+
+    def __init__(self, config: McpConfig, retry: RetryPolicy | None = None, *, max_connections: int = 32) -> None:
         self.config = config
         self.retry = retry or RetryPolicy()
-        self._by_key: dict[str, AsyncClient] = {}
+        self.max_clients = max(1, config.max_clients)
+        self._pool = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=max_connections,
+                                                                  max_keepalive_connections=max_connections))
+        self._by_key: OrderedDict[str, AsyncClient] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def _new(self, key: str, forwarded_for: str | None = None) -> AsyncClient:
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json",
+                   "User-Agent": f"pgcontext-mcp/{__version__}"}
+        if forwarded_for:
+            headers["X-Forwarded-For"] = forwarded_for
+        http = httpx.AsyncClient(base_url=self.config.url.rstrip("/"), timeout=30.0, transport=self._pool,
+                                 headers=headers)
+        return AsyncClient(self.config.url, key, retry=self.retry, http=http)
 
     def get(self, key: str | None) -> AsyncClient:
+        """The client of a key already accepted (made for the configured key on first use)."""
         slot = key or ""
         client = self._by_key.get(slot)
         if client is None:
-            client = self._by_key[slot] = AsyncClient(self.config.url, key or "", retry=self.retry)
+            client = self._by_key[slot] = self._new(slot)
+            while len(self._by_key) > self.max_clients:
+                self._by_key.popitem(last=False)  # its sockets are the shared pool's: nothing to close
+        else:
+            self._by_key.move_to_end(slot)
         return client
+
+    async def accepts(self, key: str) -> bool:
+        """Whether the service takes ``key`` (a request with it; no state kept for it here). The HTTP
+        caller's address goes along (``X-Forwarded-For``, which the service's HTTP server takes from a
+        loopback peer): the service limits unknown keys per address, and a stranger flooding this
+        server must spend its own address's budget, not this server's."""
+        try:
+            await self._new(key, CLIENT_ADDRESS.get()).list_memories(limit=1)
+        except Unauthorized:
+            return False
+        except PgcontextError:
+            return False  # the service cannot vouch for the key right now: refuse rather than guess
+        return True
 
     async def for_call(self) -> AsyncClient:
         """The HTTP caller's key when there is one (streamable HTTP), else the configured key (stdio)."""
@@ -53,9 +101,8 @@ class Clients:
         return self.get(token.token if token is not None else self.config.api_key)
 
     async def aclose(self) -> None:
-        for client in self._by_key.values():
-            await client.aclose()
         self._by_key.clear()
+        await self._pool.aclose()
 
 
 class ServiceKeyVerifier:
@@ -63,20 +110,22 @@ class ServiceKeyVerifier:
 
     def __init__(self, clients: Clients) -> None:
         self.clients = clients
-        self._accepted: dict[str, float] = {}
+        self._accepted: OrderedDict[str, float] = OrderedDict()
+        """Digests of keys the service accepted lately, until when (as many as the clients kept)."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         if self._accepted.get(digest, 0.0) > now:
+            self._accepted.move_to_end(digest)
             return AccessToken(token=token, client_id=digest[:16], scopes=[])
-        try:
-            await self.clients.get(token).list_memories(limit=1)
-        except Unauthorized:
+        if not await self.clients.accepts(token):
+            self._accepted.pop(digest, None)
             return None
-        except PgcontextError:
-            return None  # the service cannot vouch for the key right now: refuse rather than guess
         self._accepted[digest] = now + KEY_CACHE_S
+        self._accepted.move_to_end(digest)
+        while len(self._accepted) > self.clients.max_clients:
+            self._accepted.popitem(last=False)
         return AccessToken(token=token, client_id=digest[:16], scopes=[])
 
 
@@ -97,7 +146,24 @@ def run_stdio(config: McpConfig) -> None:
     build_server(config, clients).run("stdio")
 
 
+class ClientAddress:
+    """Outermost middleware: the request's client address, for the token check (:meth:`Clients.accepts`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        reset = CLIENT_ADDRESS.set(client[0] if client else None)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CLIENT_ADDRESS.reset(reset)
+
+
 def http_app(config: McpConfig, *, host: str = "127.0.0.1") -> Starlette:
     """The streamable HTTP app: the MCP endpoint at ``/mcp``, behind the service's bearer keys."""
     clients = Clients(config)
-    return build_server(config, clients, http=True).streamable_http_app(host=host)
+    app = build_server(config, clients, http=True).streamable_http_app(host=host)
+    app.add_middleware(ClientAddress)
+    return app

@@ -17,7 +17,16 @@ from uuid import UUID
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pgcontext_client import AsyncClient, MemoryIn, Message, MessageIn, NotFound, PgcontextError, SearchFilters
+from pgcontext_client import (
+    AsyncClient,
+    MemoryIn,
+    Message,
+    MessageIn,
+    NotFound,
+    PgcontextError,
+    SearchFilters,
+    TransportError,
+)
 from pydantic import BaseModel, Field
 
 
@@ -33,6 +42,8 @@ class McpConfig:
     """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts)."""
     max_context_tokens: int | None = None
     """``assemble_context``'s default budget; unset: selective mode (the service sizes it from the query)."""
+    max_clients: int = 256
+    """Streamable HTTP: keys the service accepted that keep a client (least recently used dropped first)."""
 
 
 ClientFor = Callable[[], Awaitable[AsyncClient]]
@@ -92,8 +103,9 @@ rewritten, and become searchable (by `recall` and `assemble_context`). Give each
 RECALL = """Search this agent's long-term memories by meaning and keywords (hybrid search).
 
 Use it to look something up explicitly: "what do I know about the user's diet?", or to find a
-memory's id before forgetting it. Results are best first, each with its id, text, kind and when it
-happened. For everything relevant to answering a message within a token budget, prefer
+memory's id before forgetting it. Results are best first, each with its id, text, kind, when it
+happened and a `score` from 0 (no match) to 1 (a perfect match), comparable between calls.
+For everything relevant to answering a message within a token budget, prefer
 `assemble_context`."""
 
 ASSEMBLE = """Build the best context for answering a query: the agent's directive, its most useful
@@ -131,6 +143,8 @@ def service_errors() -> Iterator[None]:
     log line); anything else is a crash the SDK reports as such."""
     try:
         yield
+    except TransportError as exc:
+        raise ToolError(f"pgcontext could not be reached: {exc.message}") from exc
     except PgcontextError as exc:
         raise ToolError(f"pgcontext answered {exc.status} {exc.code}: {exc.message} "
                         f"(request id {exc.request_id})") from exc
@@ -147,6 +161,10 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         memories: Annotated[list[NewMemory] | None, Field(description="Several memories to store at once.")] = None,
         kind: Annotated[str | None, Field(description="Kind of `text` (e.g. preference, event).")] = None,
         importance: Annotated[float | None, Field(ge=0, le=1, description="Importance of `text`, 0-1.")] = None,
+        occurred_at: Annotated[datetime | None, Field(
+            description="When `text` happened or was said (ISO 8601 with timezone); default now.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description="Optional JSON object stored with `text`, for filtering later.")] = None,
     ) -> dict[str, Any]:
         try:
             batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
@@ -156,7 +174,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         except ValueError as exc:
             raise ToolError(f"supersedes takes memory ids (UUIDs, as `recall` returns them): {exc}") from exc
         if text is not None:
-            batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance))
+            batch.insert(0, MemoryIn(text=text, agent_id=agent, kind=kind, importance=importance,
+                                     occurred_at=occurred_at, metadata=metadata))
         if not batch:
             raise ToolError("give `text` (one memory) or `memories` (several)")
         with service_errors():
@@ -187,7 +206,7 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         with service_errors():
             found = await (await client_for()).search(query, limit=limit,
                                                       filters=SearchFilters(agent_id=agent, kinds=kinds))
-        return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": round(r.final_score, 4),
+        return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
                               "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None}
                              for r in found.results]}
 
@@ -209,7 +228,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                                                       max_context_tokens=budget, selective=selective,
                                                       conversation_id=conversation_id)
         return {"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()},
-                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level}
+                "context_tokens": ctx.budget.context_tokens, "degradation_level": ctx.degradation_level,
+                "degradation_reasons": ctx.degradation_reasons}
 
     @server.tool(description=FEEDBACK, annotations=writes)
     async def give_feedback(

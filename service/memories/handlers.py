@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
-from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from service.errors import BadRequest, NotFound
@@ -28,11 +28,14 @@ from service.memories.types import (
     MemoryPatch,
     PatchedMemory,
 )
-from service.memories.validation import check_agent_id, check_metadata
+from service.memories.validation import check_metadata
 
 AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
                                              description="The agent (1-200 letters, digits and _.:@-).")]
 """A required ``agent_id`` query parameter, validated (and described in the schema) like the body field."""
+AgentIdPath = Annotated[str, PathParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
+                                           description="The agent (1-200 letters, digits and _.:@-).")]
+"""An ``agent_id`` path parameter, validated like the body field."""
 
 
 DELETE_AGENT_DESCRIPTION = (
@@ -116,7 +119,6 @@ class MemoryController(Controller):
         if limit > services.settings.limits.max_page_size:
             raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
                              code="validation_error")
-        check_agent_id(agent_id)
         contains = None
         if metadata is not None:
             check_json_depth(metadata, field="metadata")
@@ -145,7 +147,6 @@ class MemoryController(Controller):
             description=DELETE_AGENT_DESCRIPTION)
     async def remove_agent(self, services: ServicesDep, org_id: OrgId,
                            agent_id: AgentIdQuery) -> DeletedAgentMemories:
-        check_agent_id(agent_id)
         return DeletedAgentMemories(agent_id=agent_id, deleted=await write.delete_agent(services, org_id, agent_id))
 
     @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, summary="Delete a memory",

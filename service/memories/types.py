@@ -10,9 +10,24 @@ import msgspec
 
 from service.memories.facts.types import FactKey, OnDuplicate, WrittenItem
 
-AGENT_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
+AGENT_ID_PATTERN = r"^(?!.*\n)[A-Za-z0-9_.:@-]+$"
+"""1-200 letters, digits and ``_.:@-``. The lookahead changes nothing for JSON Schema's regexes, where
+``$`` is the end of the string; msgspec (Python's ``re.search``) also takes ``$`` just before a final
+newline, which it refuses."""
 AGENT_ID_MAX_LENGTH = 200
-AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN)]
+AGENT_ID_RULE = "agent_id must be 1-200 characters of letters, digits and _.:@-"
+AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
+                                      description="1-200 letters, digits and _.:@-")]
+"""The one agent-id rule: every request field, query and path parameter and setting naming an agent."""
+
+
+def is_agent_id(value: str) -> bool:
+    """Whether ``value`` passes :data:`AgentId` (for ids that arrive outside a request body)."""
+    try:
+        msgspec.convert(value, AgentId)
+    except msgspec.ValidationError:
+        return False
+    return True
 KIND_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 Kind = Annotated[str, msgspec.Meta(pattern=KIND_PATTERN)]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]

@@ -35,13 +35,6 @@ def check_text_limits(text: str | None, limits: LimitSettings, *, field: str = "
                          details={"field": field})
 
 
-def check_agent_id(agent_id: str | None) -> None:
-    """The schema pattern ends in ``$``, which (Python ``re.search``) also accepts one trailing newline."""
-    if agent_id is not None and "\n" in agent_id:
-        raise BadRequest("agent_id must be 1-200 characters of letters, digits and _.:@-", code="validation_error",
-                         details={"field": "agent_id"})
-
-
 def check_kind(kind: str) -> None:
     if kind == MESSAGE_KIND:
         raise BadRequest(f"kind {MESSAGE_KIND!r} is reserved: append messages with POST "

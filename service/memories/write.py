@@ -27,7 +27,6 @@ from service.memories.types import (
     PatchedMemory,
 )
 from service.memories.validation import (
-    check_agent_id,
     check_embedding,
     check_kind,
     check_metadata,
@@ -71,7 +70,6 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> tuple[list[MemoryIn
         check_text(item.text, limits, field=where)
         check_text_limits(item.search_context, limits,
                           field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
-        check_agent_id(item.agent_id)
         check_kind(item.kind)
         check_metadata(item.metadata, limits)
         for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at),
@@ -153,8 +151,6 @@ def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:
 
 async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> PatchedMemory:
     limits = services.settings.limits
-    if isinstance(change.agent_id, str):
-        check_agent_id(change.agent_id)
     if isinstance(change.kind, str):
         check_kind(change.kind)
     embedding = None

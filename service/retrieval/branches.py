@@ -13,17 +13,22 @@ import numpy.typing as npt
 from pgvector import Vector
 
 from service.db import TenantTx
-from service.retrieval.filters import currency_args, filter_args
+from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit, hits_from_rows
 from service.retrieval.types import SearchFilters
 
-RowsScope = tuple[str, bool]
-"""(agent_id, include org-wide rows): the only rows a branch returns (after ranking the whole org as
-usual), with their scoring fields (context assembly's cold search)."""
+RowsScope = tuple[str, bool, bool]
+"""(agent_id, include org-wide rows, include org-wide document chunks): the only rows a branch returns
+(after ranking the whole org as usual), with their scoring fields (context assembly's cold search)."""
 
 
 def scope_args(scope: RowsScope | None) -> tuple[bool, str | None, bool]:
     return (False, None, False) if scope is None else (True, scope[0], scope[1])
+
+
+def scope_documents(scope: RowsScope | None) -> bool:
+    """Whether org-wide document chunks are in ``scope`` (always, unscoped)."""
+    return True if scope is None else scope[2]
 
 
 UNBOUNDED_PREFETCH = 1_000_000
@@ -46,7 +51,8 @@ async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limi
     # scored ids will pass, so every read posting is joined.
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
-                          *filter_args(filters), *scope_args(rows_scope), context_weight, *currency_args(filters))
+                          *filter_args(filters), *scope_args(rows_scope), context_weight, *source_args(filters),
+                          scope_documents(rows_scope), *currency_args(filters))
     return hits_from_rows(rows)
 
 
@@ -73,7 +79,8 @@ async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filter
     carrying their embedding and last access too."""
     await tx.set_local(hnsw_settings(limit=limit, ef_search=ef_search))
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
-                          *scope_args(rows_scope), *currency_args(filters))
+                          *scope_args(rows_scope), *source_args(filters), scope_documents(rows_scope),
+                          *currency_args(filters))
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)
 
 

@@ -37,7 +37,7 @@ from service.retrieval.modes_search import search_modes
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.query_embedding import QueryEmbedder
-from service.retrieval.run import SearchRun, fusion_depth
+from service.retrieval.run import SearchRun, StepTimeouts, fusion_depth
 from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import (
     Mode,
@@ -86,6 +86,7 @@ class RetrievalEngine:
 
     async def search_rows(self, org_id: UUID, request: SearchRequest, scope: branches.RowsScope, *,
                           budget_ms: float | None = None, postings_per_term: int | None = None,
+                          timeouts: StepTimeouts | None = None,
                           ) -> tuple[SearchResponse, dict[UUID, asyncpg.Record]]:
         """:meth:`search` narrowed to ``scope``, plus the branch rows of the hits by id with their
         scoring fields (agent_id, importance, usefulness, pinned, created_at, embedding,
@@ -95,8 +96,8 @@ class RetrievalEngine:
         those in ``scope`` — the agent's own and, if asked, org-wide ones — so out-of-scope rows
         never cross the wire; fusion then ranks the in-scope hits among themselves. Rows the
         branches did not return (e.g. ``modes`` hits) are simply absent. ``postings_per_term``
-        overrides the BM25 depth for this search."""
-        run = SearchRun(rows_scope=scope, postings_per_term=postings_per_term)
+        overrides the BM25 depth for this search, ``timeouts`` the engine's step deadlines."""
+        run = SearchRun(rows_scope=scope, postings_per_term=postings_per_term, timeouts=timeouts)
         response = await self._search(org_id, request, run, budget_ms)
         return response, run.rows
 
@@ -120,7 +121,8 @@ class RetrievalEngine:
             results, fusion_ms = await search_modes(self, org_id, request, ran, run)
         else:
             if request.strategy == "auto":
-                busy = self.embedder_busy(org_id) and self.cached_embedding(org_id, request.query) is None
+                busy = (self.embedder_busy(org_id, run.timeout_ms("embedding", self.settings))
+                        and self.cached_embedding(org_id, request.query) is None)
                 plan = choose(request.query, request.filters, embedder_available=self.embedder_available(org_id),
                               embedder_busy=busy)
                 if plan.reason in (EMBEDDER_DOWN, EMBEDDER_BUSY):
@@ -191,9 +193,9 @@ class RetrievalEngine:
         """The org's cached embedding of ``query``, if any (no LRU touch, not counted as a hit or miss)."""
         return self.queries.cached(org_id, query)
 
-    def embedder_busy(self, org_id: UUID) -> bool:
+    def embedder_busy(self, org_id: UUID, timeout_ms: int | None = None) -> bool:
         """One more query embedding would likely miss its deadline (:meth:`QueryEmbedder.busy`)."""
-        return self.queries.busy(org_id)
+        return self.queries.busy(org_id, timeout_ms)
 
     # -- steps -------------------------------------------------------------------------------------
 
@@ -202,7 +204,8 @@ class RetrievalEngine:
         started = time.perf_counter()
         cached = False
         try:
-            vector, cached = await self.queries.embed(org_id, query)
+            vector, cached = await self.queries.embed(
+                org_id, query, None if run is None else run.timeout_ms("embedding", self.settings))
         finally:
             if run is not None:
                 run.embedding_ms, run.embedding_cached = elapsed_ms(started), cached
@@ -211,7 +214,7 @@ class RetrievalEngine:
     async def _lexical(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun) -> list[Hit]:
         s = self.settings
         postings = run.postings_per_term or s.postings_per_term
-        return await self.branch("lexical", s.lexical_timeout_ms, org_id, run, lambda tx: branches.lexical_bm25(
+        return await self.branch("lexical", run.timeout_ms("lexical", s), org_id, run, lambda tx: branches.lexical_bm25(
             tx, request.query, request.filters, limit=limit, postings_per_term=postings,
             k1=s.bm25_k1, b=s.bm25_b, context_weight=s.search_context_weight, rows_scope=run.rows_scope),
             settings=branches.lexical_settings(request.filters))
@@ -261,7 +264,7 @@ class RetrievalEngine:
                                                 rows_scope=run.rows_scope)
 
         settings = None if ids is not None else branches.hnsw_settings(limit=limit, ef_search=ef_search)
-        return await self.branch("semantic", self.settings.semantic_timeout_ms, org_id, run, query, settings)
+        return await self.branch("semantic", run.timeout_ms("semantic", self.settings), org_id, run, query, settings)
 
     async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:

@@ -40,6 +40,12 @@ def filter_args(filters: SearchFilters) -> tuple[Any, ...]:
     )
 
 
+def source_args(filters: SearchFilters) -> tuple[Any, ...]:
+    """sources, collections: the filter arguments each branch query takes after its others
+    (``retrieval.lexical_bm25``, ``semantic_hnsw``, ``mode_filter``)."""
+    return (filters.sources, filters.collections)
+
+
 def currency_args(filters: SearchFilters) -> tuple[Any, ...]:
     """Which memories count, after every other argument of a branch query: valid at ``as_of`` when
     set; else all when ``include_superseded``; else the current ones only."""

@@ -21,6 +21,7 @@ from typing import Final
 from uuid import UUID
 
 from service.retrieval.hits import Hit
+from service.retrieval.score import hit_score
 from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import ResultFusion, SearchResult
 
@@ -69,6 +70,7 @@ def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
     hit = entry.hit
     return SearchResult(
         id=hit.id, text=hit.text, kind=hit.kind, source=hit.source, level=hit.level, breadcrumb=hit.breadcrumb,
+        score=hit_score(entry.lexical_score, entry.semantic_score),
         final_score=score, lexical_rank=entry.lexical_rank, semantic_rank=entry.semantic_rank,
         lexical_score=entry.lexical_score, semantic_score=entry.semantic_score, fusion_method=method,
         agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at, message=hit.message,

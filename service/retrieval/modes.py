@@ -9,10 +9,12 @@ parts: filter mapping, hit mapping, excerpts and the fusion.
 Filters apply to every mode. ``lexical`` and ``semantic`` take the request's filters as the strategy
 search does. The lookup modes (``exact``/``path``/``symbol``, :mod:`service.documents.lookup`) push
 down what their queries understand (``agent_id``, ``source_prefix``, ``levels``, a string
-``metadata.collection``) and every hit then passes the full filters (the branches' own filter
-arguments, plus expiry) in ``retrieval.mode_filter`` on the same connection; when some filter cannot be
-pushed down, the mode over-fetches (:data:`RESIDUAL_OVERFETCH`) so the post-filter still leaves enough.
-A ``kinds`` filter without ``document_chunk`` skips the lookup modes: they only return document chunks.
+``metadata.collection`` or a single ``collections`` entry) and every hit then passes the full
+filters (the branches' own filter arguments, plus expiry) in ``retrieval.mode_filter`` on the same
+connection; when some filter cannot be pushed down, the mode over-fetches
+(:data:`RESIDUAL_OVERFETCH`) so the post-filter still leaves enough. A ``kinds`` filter without
+``document_chunk`` (or ``sources`` without ``documents``) skips the lookup modes: they only return
+document chunks.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from service.documents.globs import compile_path
 from service.documents.languages import split_lines
 from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
 from service.retrieval import branches
-from service.retrieval.filters import currency_args, filter_args
+from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit
+from service.retrieval.score import hit_score
 from service.retrieval.types import MODES, MessageRef, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
 
 DOCUMENT_KIND: Final = "document_chunk"
@@ -99,13 +102,18 @@ def lookup_filters(filters: SearchFilters) -> tuple[LookupFilters | None, bool]:
     """
     if filters.kinds is not None and DOCUMENT_KIND not in filters.kinds:
         return None, False
+    if filters.sources is not None and "documents" not in filters.sources:
+        return None, False
     metadata = dict(filters.metadata or {})
     collection = metadata.pop("collection", None)
     if not isinstance(collection, str):
         if collection is not None:
             metadata["collection"] = collection
         collection = None
-    residual = bool(metadata) or any(
+    named = filters.collections
+    if named is not None and len(named) == 1 and collection is None:
+        collection, named = named[0], None  # one collection is pushed down; more are post-filtered
+    residual = bool(metadata) or named is not None or any(
         value is not None for value in (filters.created_after, filters.created_before, filters.occurred_after,
                                         filters.occurred_before))
     levels = tuple(filters.levels) if filters.levels is not None else None
@@ -127,7 +135,7 @@ async def run_lookup(tx: TenantTx, mode: LookupMode, request: SearchRequest, *, 
     if not hits:
         return []
     rows = await tx.fetch("retrieval.mode_filter", tx.org_id, [h.id for h in hits], *filter_args(request.filters),
-                          *currency_args(request.filters))
+                          *source_args(request.filters), *currency_args(request.filters))
     passing = {r["id"]: r for r in rows}
     kept = [h for h in hits if h.id in passing][:limit]
     return [from_lookup(h, mode, rank, passing[h.id]) for rank, h in enumerate(kept, start=1)]
@@ -219,6 +227,14 @@ def fuse(lists: Mapping[Mode, Sequence[ModeHit]], *, k: int, limit: int) -> list
     return [_result(found[i], scores[i]) for i in sorted(found, key=order)[:limit]]
 
 
+def _literal(hit: ModeHit) -> float:
+    """A literal mode's evidence for ``score``: an exact substring match is certain; symbol and path
+    matches score themselves in [0, 1]."""
+    if hit.mode == "exact":
+        return 1.0
+    return hit.score if hit.mode in ("symbol", "path") else 0.0
+
+
 def _result(found: list[ModeHit], score: float) -> SearchResult:
     best = _best(found)
     by_mode = {h.mode: h for h in found}
@@ -228,6 +244,8 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
     return SearchResult(
         id=best.id, text=best.text, kind=best.kind, source=best.source, level=best.level,
         breadcrumb=best.breadcrumb, final_score=score,
+        score=hit_score(None if lexical is None else lexical.score, None if semantic is None else semantic.score,
+                        literal=max((_literal(h) for h in found), default=0.0)),
         lexical_rank=None if lexical is None else lexical.rank,
         semantic_rank=None if semantic is None else semantic.rank,
         lexical_score=None if lexical is None else lexical.score,

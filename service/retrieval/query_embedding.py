@@ -79,22 +79,23 @@ class QueryEmbedder:
         """The org's cached embedding of ``query``, if any (no LRU touch, not counted as a hit or miss)."""
         return self.cache.peek(org_id, query[:EMBED_QUERY_CHARS])
 
-    def busy(self, org_id: UUID) -> bool:
+    def busy(self, org_id: UUID, timeout_ms: int | None = None) -> bool:
         """``embedder_max_in_flight`` query embeddings are already running or queued and this org has
         its share (that many itself, or at least one while the lane is full: an org with none in
         flight always gets one, so one org's burst never makes every other org's searches
         lexical-only), and recent ones took more than :data:`BUSY_SHARE` of the embedding deadline:
-        one more would likely miss it."""
+        one more would likely miss it (``timeout_ms``: the search's own embedding deadline)."""
         limit = self.settings.embedder_max_in_flight
         if limit <= 0:
             return False
         mine = self.lanes.query.load(org_id)
         full = mine >= limit or (mine > 0 and self.lanes.query.load() >= limit)
-        return full and self.latency.would_miss(self.settings.embedding_timeout_ms, BUSY_SHARE)
+        return full and self.latency.would_miss(timeout_ms or self.settings.embedding_timeout_ms, BUSY_SHARE)
 
-    async def embed(self, org_id: UUID, query: str) -> tuple[npt.NDArray[np.float32], bool]:
+    async def embed(self, org_id: UUID, query: str, timeout_ms: int | None = None
+                    ) -> tuple[npt.NDArray[np.float32], bool]:
         """The query's embedding and whether it came from the org's cache (else from the embedder,
-        under the embedding deadline; a failure raises :class:`BranchFailed`)."""
+        under ``timeout_ms``, default the embedding deadline; a failure raises :class:`BranchFailed`)."""
         started = time.perf_counter()
         query = query[:EMBED_QUERY_CHARS]
         cached = self.cache.get(org_id, query)
@@ -118,7 +119,7 @@ class QueryEmbedder:
             return np.ascontiguousarray(rows[0], dtype=np.float32)
 
         try:
-            vector = await guard("embedding", self.settings.embedding_timeout_ms, work)
+            vector = await guard("embedding", timeout_ms or self.settings.embedding_timeout_ms, work)
         except BranchFailed as exc:
             self.latency.observe(elapsed_ms(started))
             # The circuit opens on embedder failure: an error, or a timeout while the embedder is

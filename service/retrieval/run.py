@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 from uuid import UUID
 
 import asyncpg
 
 from service.retrieval import branches
 from service.retrieval.types import MAX_CANDIDATES, ModeMetrics, RetrievalReason
+from service.settings import RetrievalSettings
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeouts:
+    """One search's own step deadlines (ms) instead of the engine's settings: context assembly sizes
+    them to each assembly's cold budget, which a caller's deadline can lengthen."""
+
+    lexical_ms: int
+    embedding_ms: int
+    semantic_ms: int
 
 
 @dataclass(slots=True)
@@ -40,6 +52,15 @@ class SearchRun:
     """How hybrid fused its branches and why (``tuning.fusion`` ``auto``), appended to the response's reason."""
     reduction: RetrievalReason | None = None
     """The first reason the search ran less than planned (``retrieval.reason``; None: as planned)."""
+
+    timeouts: StepTimeouts | None = None
+    """This search's step deadlines (None: the engine's settings)."""
+
+    def timeout_ms(self, step: Literal["lexical", "embedding", "semantic"], settings: RetrievalSettings) -> int:
+        """The deadline of one step of this search."""
+        if self.timeouts is not None:
+            return int(getattr(self.timeouts, f"{step}_ms"))
+        return int(getattr(settings, f"{step}_timeout_ms"))
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline

@@ -168,6 +168,21 @@ class RecentLatency:
             self.backoff = min(self.backoff + 1, MAX_BACKOFF)
         return "miss"
 
+    def fits(self, budget_ms: float, share: float, now: float | None = None, waited_ms: float = 0.0) -> bool:
+        """Whether a full search fits what ``waited_ms`` left of ``budget_ms``, by the recent median,
+        without judging (no probe counted, no backoff changed): true unless ``min_samples`` fresh
+        samples say it would take more than ``share`` of it. For a budget longer than the ones the
+        window sheds for (a caller that gave more time), whose verdict must not move theirs."""
+        left_ms = budget_ms - waited_ms
+        if left_ms <= 0:
+            return False
+        if share <= 0 or len(self.samples) < self.min_samples:
+            return True
+        if self._stale(time.monotonic() if now is None else now):
+            return True
+        value = self.value
+        return value is None or value <= share * left_ms
+
     def would_miss(self, budget_ms: float, share: float, now: float | None = None) -> bool:
         """:meth:`judge` says reduce (``miss``, ``probing`` or ``late``)."""
         return self.judge(budget_ms, share, now) in SHEDS

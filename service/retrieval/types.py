@@ -8,6 +8,7 @@ from uuid import UUID
 
 import msgspec
 
+from service.documents.types import Collection
 from service.memories.types import AgentId, AwareDatetime, Kind
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
@@ -24,6 +25,18 @@ FusionMethod = Literal["auto", "rrf", "convex"]
 ResultFusion = Literal["zscore", "rrf", "convex", "cascade", "none"]
 """How a result's ``final_score`` was made: fused (zscore/rrf/convex), cascade (exact vector rank of
 lexical candidates) or none (a single branch's own score)."""
+
+Source = Literal["memories", "messages", "documents"]
+"""Where a memory comes from, for ``filters.sources``: ``documents`` are document chunks (kind
+``document_chunk``), ``messages`` conversation turns (kind ``message``), ``memories`` every other
+kind (facts, episodes, instructions, ...)."""
+SOURCE_KINDS: Final[dict[str, Source]] = {"document_chunk": "documents", "message": "messages"}
+"""The kinds that are not ``memories`` (every other kind is)."""
+
+
+def source_of(kind: str) -> Source:
+    return SOURCE_KINDS.get(kind, "memories")
+
 
 MAX_CANDIDATES: Final = 1000
 Candidates = Annotated[int, msgspec.Meta(ge=1, le=MAX_CANDIDATES)]
@@ -71,6 +84,13 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     source_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)] | None = None
     """Rows whose ``source_path`` starts with this (a literal prefix, no wildcards)."""
     levels: list[Annotated[int, msgspec.Meta(ge=0, le=2)]] | None = None
+    sources: Annotated[list[Source], msgspec.Meta(min_length=1, max_length=3)] | None = None
+    """Only these sources (absent: all three): ``memories`` (every kind but the next two),
+    ``messages`` (conversation turns, kind ``message``), ``documents`` (document chunks)."""
+    collections: Annotated[list[Collection], msgspec.Meta(min_length=1, max_length=50)] | None = None
+    """Document chunks only from these collections; other sources are not affected. Absent, a search
+    considers every collection; an assembly only the agent's own documents (org-wide ones only from
+    the collections it names: see ``POST /v1/context/assemble``)."""
     as_of: AwareDatetime | None = None
     """Only memories valid at this time (valid time: ``occurred_at`` at or before it, ``valid_until``
     after it), retired ones included: what was current then. Default: the current memories only."""
@@ -151,7 +171,12 @@ class SearchResult(msgspec.Struct, kw_only=True):
     source: str | None
     level: int | None
     breadcrumb: str | None
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls and fusion methods: the best
+    of its semantic evidence (cosine similarity), lexical evidence (BM25 saturated as ``bm25 / (bm25 + 10)``)
+    and, in ``modes`` search, a literal match (see docs/retrieval.md, "Scores")."""
     final_score: float
+    """The ranking score: the fusion's (its scale depends on the method), or the reranker's."""
     lexical_rank: int | None
     semantic_rank: int | None
     lexical_score: float | None

@@ -17,8 +17,19 @@ class AssemblySettings:
     ``deadline_ms - processing_reserve_ms``; ranking, packing and formatting use the reserve."""
     processing_reserve_ms: int = 6
     """Part of the wall kept for scoring, packing and formatting after the branches stop."""
-    directive_timeout_ms: int = 5
-    """Directive branch (Redis envelope, Postgres on a miss)."""
+    directive_timeout_ms: int = 0
+    """Directive branch (Redis envelope, Postgres on a miss); 0 = the whole retrieval wall. The
+    directive is part of every context: a few hundred bytes must not lose to a timer of a few ms
+    on a busy host (an assembly without it says so: ``degradation_reasons`` ``directive_missing``)."""
+    directive_fallback_ms: int = 5
+    """A Redis read of the directive that has not answered within this also asks Postgres, and the
+    first answer wins (a slow Redis costs the directive this much, not the wall)."""
+    max_deadline_ms: int = 1000
+    """Longest deadline a caller can ask for (``X-Timeout-Ms``, ``X-Deadline-Ms`` or the body's
+    ``timeout_ms``): a caller that can wait gets a longer wall and branch timeouts, up to this, so
+    its assembly runs the full planned retrieval where the default deadline would cut it short.
+    At most ``deadline_ms`` from a caller that gives no deadline; a shorter caller deadline
+    shortens the wall. Each such assembly holds an admission slot for as long as it runs."""
     hot_timeout_ms: int = 15
     """Hot branch (the agent's hot set in Redis, filled from Postgres on a miss). Counted from the
     assembly's start; the read itself (like the directive's) is sent when the request arrives, so one

@@ -1,9 +1,16 @@
-"""Reading ``PGCONTEXT_*`` values: typed, bounded, with one error type for what cannot be used."""
+"""Reading ``PGCONTEXT_*`` values: typed, bounded, with one error type for what cannot be used; and the
+marker of settings that hold a secret."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
+from typing import Any, Literal
+
+SecretKind = Literal["value", "dsn"]
+SECRET = "secret"
+"""Metadata key of a settings field that holds a secret (see :func:`secret`)."""
 
 
 class SettingsError(ValueError):
@@ -17,6 +24,22 @@ def usable_cpus() -> int:
     except (AttributeError, OSError):  # not on Linux
         return max(1, os.cpu_count() or 1)
 
+
+
+def secret(kind: SecretKind, default: Any = None) -> Any:
+    """A settings field that holds a secret, which ``pgcontext config`` masks: ``value`` (a password,
+    API key or token) whole, ``dsn`` (a URL or libpq DSN, or a tuple of them) only its password.
+    The names of settings say nothing about this: only this marker does."""
+    return dataclasses.field(default=default, metadata={SECRET: kind})
+
+
+def secret_kind(group: object, name: str) -> SecretKind | None:
+    """How the field ``name`` of the settings group ``group`` is masked (None: it holds no secret)."""
+    for f in dataclasses.fields(group):  # type: ignore[arg-type]
+        if f.name == name:
+            kind: SecretKind | None = f.metadata.get(SECRET)
+            return kind
+    raise AttributeError(f"{type(group).__name__} has no setting {name!r}")
 
 
 def env_str(env: Mapping[str, str], name: str) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.settings.env import secret
+
 
 @dataclass(frozen=True, slots=True)
 class FactSettings:
@@ -17,10 +19,10 @@ class FactSettings:
     """Most word pairs two near-duplicates may differ by, each a pair of synonyms."""
     dedup_candidates: int = 5
     """Nearest current memories (same org, agent, kind and key) checked per written text."""
-    consolidation_api_base: str | None = None
+    consolidation_api_base: str | None = secret("dsn")
     """OpenAI-compatible chat endpoint's base URL (``.../v1``) for model consolidation. Unset: off (the
     default); duplicates are then decided by the rules alone."""
-    consolidation_api_key: str | None = None
+    consolidation_api_key: str | None = secret("value")
     """Bearer token for the consolidation endpoint."""
     consolidation_model: str = "gpt-4o-mini"
     """Chat model the consolidation asks."""

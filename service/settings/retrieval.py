@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from service.settings.env import secret
+
 RerankProvider = Literal["none", "tei", "cohere", "jina"]
 RERANK_DEFAULT_API_BASE: dict[str, str] = {"cohere": "https://api.cohere.com/v2", "jina": "https://api.jina.ai/v1"}
 
@@ -17,9 +19,9 @@ class RerankSettings:
     """``none`` (off); ``tei``: Hugging Face text-embeddings-inference ``POST {api_base}/rerank`` with
     ``{"query", "texts"}`` -> ``[{"index", "score"}]``; ``cohere`` / ``jina``: ``POST {api_base}/rerank``
     with ``{"model", "query", "documents", "top_n"}`` -> ``{"results": [{"index", "relevance_score"}]}``."""
-    api_base: str | None = None
+    api_base: str | None = secret("dsn")
     """Base URL (``/rerank`` is appended). Required for ``tei``; defaults to Cohere's and Jina's public APIs."""
-    api_key: str | None = None
+    api_key: str | None = secret("value")
     """Bearer token sent as ``Authorization`` (none when unset)."""
     model: str | None = None
     """Model name sent to Cohere/Jina (e.g. ``rerank-v3.5``, ``jina-reranker-v2-base-multilingual``);

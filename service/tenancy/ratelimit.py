@@ -37,6 +37,7 @@ import time
 from uuid import UUID
 
 import structlog
+from litestar.types import Receive, ReceiveMessage
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
@@ -112,6 +113,27 @@ class RateLimiter:
     def cost(self, method: str, route: str, body_bytes: int = 0) -> int:
         """The price known before the body is read (:func:`service.tenancy.ratecost.base_cost`)."""
         return base_cost(self.settings, method, route, body_bytes)
+
+    def metered(self, receive: Receive, org_id: UUID, method: str, route: str) -> Receive:
+        """``receive`` that prices the body as it arrives: each time the bytes read so far reach another
+        ``body_bytes_per_token``, the 429 the org's bucket would answer for the price so far is raised
+        (:meth:`refusal_if_short`), so a body past what the org can pay is refused before the rest of
+        it is read, whether it came with a ``Content-Length`` or chunked."""
+        step = self.settings.body_bytes_per_token
+        read = 0
+
+        async def metered_receive() -> ReceiveMessage:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request" and step > 0:
+                before, read = read, read + len(message.get("body", b""))
+                if read // step > before // step:
+                    refusal = self.refusal_if_short(org_id, self.cost(method, route, read))
+                    if refusal is not None:
+                        raise refusal
+            return message
+
+        return metered_receive
 
     def at_most(self, org_id: UUID) -> float:
         """An upper bound on the tokens in the org's bucket right now (``burst`` if nothing is known)."""

@@ -35,6 +35,7 @@ from typing import Final
 
 import tiktoken
 
+from service.files import write_atomically
 from service.tenancy.orgscope import org_memo
 from service.text.model_families import ENCODINGS as ENCODINGS
 from service.text.model_families import UnknownModelError as UnknownModelError
@@ -75,7 +76,7 @@ def _bpe_cache_path(cache_dir: Path, encoding_name: str) -> Path:
 def seed_bpe_file(cache_dir: Path, encoding_name: str) -> Path:
     """Decompress the bundled BPE file for ``encoding_name`` into ``cache_dir`` unless already there.
 
-    The write goes through a temporary file and a rename so a crash or a concurrent process never
+    Written atomically (:func:`service.files.write_atomically`): a crash or a concurrent process never
     leaves a truncated file where tiktoken would look.
     """
     if encoding_name not in _BPE_URLS:
@@ -88,9 +89,7 @@ def seed_bpe_file(cache_dir: Path, encoding_name: str) -> Path:
     if hashlib.sha256(data).hexdigest() != _BPE_SHA256[encoding_name]:
         raise RuntimeError(f"bundled {encoding_name} BPE file does not match tiktoken's expected sha256")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(target)
+    write_atomically(target, data)
     return target
 
 

@@ -1,4 +1,5 @@
--- The agent's directive as one NDJSON line (no row: it has none).
-SELECT (jsonb_build_object('type', 'directive') || to_jsonb(d))::text
+-- The agent's directive (or, with a null agent, every directive of the org, by agent) as NDJSON lines (no row: none).
+SELECT (jsonb_build_object('type', 'directive') || to_jsonb(d))::text AS line
   FROM directives d
- WHERE d.org_id = $1 AND d.agent_id = $2
+ WHERE d.org_id = $1 AND ($2::text IS NULL OR d.agent_id = $2)
+ ORDER BY d.agent_id

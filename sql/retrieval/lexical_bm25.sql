@@ -4,7 +4,9 @@
 -- $17: for context assembly, which keeps only the rows of agent $18 (and org-wide ones when $19): of the best $5,
 -- return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
 -- $20: weight of search_context terms (BM25F: tf + $20 * ctx_tf, doc_len + $20 * ctx_len; migration 0008).
--- $21/$22: which memories count (service.retrieval.filters.currency_args): valid at $21 when set; else all when $22; else
+-- $21-$22: sources and collections filters; $23: with $17, whether org-wide document chunks are kept
+-- (service.retrieval.filters.source_args).
+-- $24/$25: which memories count (service.retrieval.filters.currency_args): valid at $24 when set; else all when $25; else
 -- the current ones (not superseded, valid time not ended).
 WITH q AS (
     SELECT lexeme AS term FROM unnest(to_tsvector('english', $2::text))
@@ -49,8 +51,11 @@ WITH q AS (
        AND ($14::smallint[] IS NULL OR m.level = ANY($14))
        AND ($15::timestamptz IS NULL OR m.occurred_at >= $15)
        AND ($16::timestamptz IS NULL OR m.occurred_at < $16)
-       AND CASE WHEN $21::timestamptz IS NOT NULL THEN m.occurred_at <= $21 AND (m.valid_until IS NULL OR m.valid_until > $21)
-                WHEN $22::bool THEN true
+       AND ($21::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
+                                    ELSE 'memories' END) = ANY($21))
+       AND ($22::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($22))
+       AND CASE WHEN $24::timestamptz IS NOT NULL THEN m.occurred_at <= $24 AND (m.valid_until IS NULL OR m.valid_until > $24)
+                WHEN $25::bool THEN true
                 ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END
      ORDER BY s.score DESC, m.id
      LIMIT $5
@@ -63,5 +68,6 @@ SELECT b.id, b.text, b.kind, b.source_path, b.line_start, b.line_end, b.level, b
        CASE WHEN $17::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = b.org_id AND a.memory_id = b.id) END AS last_accessed_at
   FROM best b
- WHERE NOT $17::bool OR b.agent_id = $18::text OR ($19::bool AND b.agent_id IS NULL)
+ WHERE NOT $17::bool OR b.agent_id = $18::text
+    OR ($19::bool AND b.agent_id IS NULL AND ($23::bool OR b.kind <> 'document_chunk'))
  ORDER BY b.score DESC, b.id

@@ -1,4 +1,4 @@
--- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics, $12/$13 the currency ones), with the fields results carry.
+-- Modes search: which lookup hits $2 are live rows passing the request's filters (the branches' filter arguments, same semantics: $3-$11, then sources and collections $12-$13, then $14/$15 the currency ones), with the fields results carry.
 SELECT m.id, m.agent_id, m.metadata, m.occurred_at, m.superseded_by, m.valid_until
   FROM memories m
  WHERE m.org_id = $1
@@ -13,6 +13,9 @@ SELECT m.id, m.agent_id, m.metadata, m.occurred_at, m.superseded_by, m.valid_unt
    AND ($9::smallint[] IS NULL OR m.level = ANY($9))
    AND ($10::timestamptz IS NULL OR m.occurred_at >= $10)
    AND ($11::timestamptz IS NULL OR m.occurred_at < $11)
-   AND CASE WHEN $12::timestamptz IS NOT NULL THEN m.occurred_at <= $12 AND (m.valid_until IS NULL OR m.valid_until > $12)
-       WHEN $13::bool THEN true
+   AND ($12::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
+                                ELSE 'memories' END) = ANY($12))
+   AND ($13::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($13))
+   AND CASE WHEN $14::timestamptz IS NOT NULL THEN m.occurred_at <= $14 AND (m.valid_until IS NULL OR m.valid_until > $14)
+       WHEN $15::bool THEN true
        ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END

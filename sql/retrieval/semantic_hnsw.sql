@@ -3,6 +3,10 @@
 -- their conversation for the results.
 -- $13: for context assembly, which keeps only the rows of agent $14 (and org-wide ones when $15): of the nearest
 -- $3, return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
+-- $16-$17: sources and collections filters; $18: with $13, whether org-wide document chunks are kept
+-- (service.retrieval.filters.source_args).
+-- $19/$20: which memories count (service.retrieval.filters.currency_args): valid at $19 when set; else all when $20;
+-- else the current ones (not superseded, valid time not ended).
 WITH nearest AS (
     SELECT m.id, m.text, m.kind, m.source_path, m.line_start, m.line_end, m.level, m.breadcrumb,
            1 - (m.embedding <=> $2::vector) AS score,
@@ -22,6 +26,9 @@ WITH nearest AS (
        AND ($10::smallint[] IS NULL OR m.level = ANY($10))
        AND ($11::timestamptz IS NULL OR m.occurred_at >= $11)
        AND ($12::timestamptz IS NULL OR m.occurred_at < $12)
+       AND ($16::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
+                                    ELSE 'memories' END) = ANY($16))
+       AND ($17::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($17))
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3
 )
@@ -33,7 +40,8 @@ SELECT n.id, n.text, n.kind, n.source_path, n.line_start, n.line_end, n.level, n
        CASE WHEN $13::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = n.org_id AND a.memory_id = n.id) END AS last_accessed_at
   FROM nearest n
- WHERE (NOT $13::bool OR n.agent_id = $14::text OR ($15::bool AND n.agent_id IS NULL))
-   AND CASE WHEN $16::timestamptz IS NOT NULL THEN n.occurred_at <= $16 AND (n.valid_until IS NULL OR n.valid_until > $16)
-            WHEN $17::bool THEN true
+ WHERE (NOT $13::bool OR n.agent_id = $14::text
+        OR ($15::bool AND n.agent_id IS NULL AND ($18::bool OR n.kind <> 'document_chunk')))
+   AND CASE WHEN $19::timestamptz IS NOT NULL THEN n.occurred_at <= $19 AND (n.valid_until IS NULL OR n.valid_until > $19)
+            WHEN $20::bool THEN true
             ELSE n.superseded_by IS NULL AND (n.valid_until IS NULL OR n.valid_until > now()) END

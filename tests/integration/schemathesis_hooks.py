@@ -26,5 +26,6 @@ schemathesis.openapi.format("pgcontext-memories-cursor", st.builds(
     lambda at, ident: _b64(f"{at.isoformat()}|{ident}".encode()),
     st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
     st.uuids()))
+schemathesis.openapi.format("pgcontext-history-cursor", st.builds(lambda ident: _b64(ident.bytes), st.uuids()))
 schemathesis.openapi.format("pgcontext-documents-cursor", st.builds(
     lambda collection, path: _b64(json.dumps([collection, path], ensure_ascii=False).encode()), _TEXT, _TEXT))

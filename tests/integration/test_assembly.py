@@ -95,7 +95,7 @@ def recount(settings: Settings, encoding: str, text: str) -> int:
 
 
 METRICS = {"budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",
-           "ranking_ms", "packing_ms", "formatting_ms", "total_ms", "candidates_evaluated", "queued_ms"}
+           "ranking_ms", "packing_ms", "formatting_ms", "total_ms", "candidates_evaluated", "queued_ms", "deadline_ms"}
 SCORES = {"relevance", "recency", "usefulness", "informativeness", "uniqueness", "composite"}
 
 
@@ -106,7 +106,7 @@ async def test_full_response(settings: Settings, endpoints: Endpoints, embedder:
         r = await assemble(client, tenant, recent_messages=messages)
         assert r.status_code == 200, r.text
         body = r.json()
-    assert body["degradation_level"] == "L0"
+    assert body["degradation_level"] == "L0" and body["degradation_reasons"] == []
     assert body["sources_available"] == ["directive", "hot", "cold"]
     assert {k: v["outcome"] for k, v in body["branches"].items()} == {"directive": "ok", "hot": "ok", "cold": "ok"}
     assert set(body["metrics"]) == METRICS and all(v >= 0 for v in body["metrics"].values())
@@ -222,7 +222,7 @@ async def test_every_strategy_feeds_ranking_from_the_search_rows(settings: Setti
             request = SearchRequest(query="espresso machine coffee", strategy=strategy, limit=10)
             unscoped = await engine.search(tenant.org_id, request)
             assert ids[5] in {str(r.id) for r in unscoped.results}, strategy  # it does match the query
-            for scope, owners in (((AGENT, True), {AGENT, None}), ((AGENT, False), {AGENT})):
+            for scope, owners in (((AGENT, True, True), {AGENT, None}), ((AGENT, False, False), {AGENT})):
                 response, rows = await engine.search_rows(tenant.org_id, request, scope)
                 assert response.results and {r.id for r in response.results} == set(rows), (strategy, scope)
                 assert {row["agent_id"] for row in rows.values()} <= owners, (strategy, scope)
@@ -291,6 +291,16 @@ async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: 
         assert r.status_code == 400
         r = await assemble(client, tenant, max_context_tokens=20, reserve_tokens=15)
         assert r.status_code == 422 and r.json()["error"]["code"] == "context_budget_too_small"
+        assert r.json()["error"]["message"].startswith("max_context_tokens 20 is too small: reserve_tokens is 15;")
+        # A first request that sets no reserve meets its default: the message says so, with the numbers.
+        r = await assemble(client, tenant, max_context_tokens=500)
+        error = r.json()["error"]
+        assert r.status_code == 422 and error["code"] == "context_budget_too_small"
+        assert "reserve_tokens defaults to 512" in error["message"], error["message"]
+        details = error["details"]
+        assert details["default_reserve_tokens"] == details["reserve_tokens"] == 512
+        assert details["needed_tokens"] == details["directive_tokens"] + 512 + details["overhead_tokens"] > 500
+        assert f"needs {details['needed_tokens']} o200k_base tokens" in error["message"]
         r = await assemble(client, tenant, headers={"X-Timeout-Ms": "soon"})
         assert r.status_code == 400
 
@@ -431,7 +441,8 @@ async def test_nested_document_chunks_are_packed_once(settings: Settings, endpoi
                               headers=tenant.headers)
         assert r.status_code == 200, r.text
         body = (await assemble(client, tenant, query="descale the espresso machine", max_context_tokens=4000,
-                               reserve_tokens=0, retrieval={"use_hot": False})).json()
+                               reserve_tokens=0, retrieval={"use_hot": False, "filters": {"collections": ["default"]}}
+                               )).json()
         spans = []
         for m in body["memories_used"]:
             row = (await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)).json()

@@ -17,9 +17,11 @@ from uuid import UUID
 
 import httpx
 import pytest
+from alembic.script import ScriptDirectory
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
+from service.db import migrate
 from service.embedded.postgres import free_port
 from service.embeddings import Embedder
 from service.runtime import Endpoints
@@ -87,13 +89,24 @@ async def test_orgs_and_keys(cli_db: str, app_dsn: str, redis_url: str, settings
         assert "revoked key" in revoked
         assert (await client.get("/v1/memories", headers=headers)).status_code == 401
     again = run(env, "keys", "revoke", key, ok=False)
-    assert again.returncode == 2 and "no such active key" in again.stderr
+    assert again.returncode == 2 and "no active key" in again.stderr
 
 
-def test_migrate_command(cli_db: str) -> None:
-    env = clean_env(PGCONTEXT_DATABASE_URL=cli_db)
-    result = run(env, "migrate")  # idempotent at head
-    assert result.returncode == 0 and "Traceback" not in result.stderr
+def test_migrate_says_from_which_revision_to_which(pg_server: str) -> None:
+    script = ScriptDirectory.from_config(migrate.alembic_config(""))  # type: ignore[arg-type]
+    head = script.get_current_head()
+    assert head is not None
+    before_head = script.get_revision(head).down_revision
+    assert isinstance(before_head, str)
+    with fresh_database(pg_server) as dsn:
+        env = clean_env(PGCONTEXT_DATABASE_URL=dsn)
+        steps = [(("migrate", "--revision", before_head), f"schema migrated from base (empty) to {before_head}"),
+                 (("migrate",), f"schema migrated from {before_head} to {head} (head)"),
+                 (("migrate",), f"schema already at head ({head})"),  # idempotent at head
+                 (("migrate", "--downgrade", before_head), f"schema migrated from {head} (head) to {before_head}")]
+        for args, line in steps:
+            result = run(env, *args)
+            assert (result.stdout, result.stderr) == (line + "\n", ""), args
 
 
 class Output:

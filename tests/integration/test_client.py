@@ -183,7 +183,7 @@ async def test_directives_assembly_and_documents_with_the_async_client(live_url:
 
         assert (await pg.health()).status == "ok"
         ready = await pg.ready()
-        assert ready.status == "ok" and ready.checks == {"postgres": "ok", "redis": "ok"}
+        assert ready.status == "ok" and ready.checks == {"postgres": "ok", "redis": "ok", "warm": "ok"}
         lines = [line async for line in pg.export(agent)]
         assert lines[-1]["type"] == "end" and lines[-1]["counts"]["memory"] == 2
 

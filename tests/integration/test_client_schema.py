@@ -47,6 +47,7 @@ def client_calls() -> dict[tuple[str, str], list[Call[Any]]]:
         ("POST", "/v1/memories/feedback"): [ep.feedback({ID: True})],
         ("POST", "/v1/memories/search"): [ep.search("q")],
         ("GET", "/v1/export"): [Call("GET", ep.EXPORT_PATH, None)],  # streamed NDJSON: Client.export
+        ("POST", "/v1/import"): [ep.import_lines([{"type": "end", "counts": {}}])],
         ("POST", "/v1/context/assemble"): [ep.assemble("a", "q", max_context_tokens=1000)],
         ("PUT", "/v1/agents/{agent_id}/directive"): [ep.put_directive("a", "c")],
         ("GET", "/v1/agents/{agent_id}/directive"): [ep.get_directive("a")],

@@ -295,6 +295,25 @@ async def export(w: World) -> None:
     for agent in (AGENT, A_ONLY):
         r = await w.as_b("GET", "/v1/export", params={"agent_id": agent})
         w.expect(r.status_code == 200, f"export {agent}: {r.status_code}")
+    r = await w.as_b("GET", "/v1/export")  # the whole org: B's
+    w.expect(r.status_code == 200 and r.text.count('"type": "memory"') + r.text.count('"type":"memory"') > 0,
+             f"B's org export: {r.status_code}")
+
+
+async def import_lines(w: World) -> None:
+    """B imports lines naming A's ids (a memory, events on A's memory undoing A's event, a directive of A's
+    agent): they become B's own rows; A's are untouched (the final snapshot). Runs last: B then holds
+    rows under A's ids."""
+    events = (await _ok(await w.client.get(f"/v1/memories/{w.a_ids[0]}/history", headers=w.a.headers)))["items"]
+    lines = [{"type": "memory", "id": w.a_ids[0], "text": "B's own note.", "agent_id": AGENT},
+             {"type": "event", "id": events[0]["id"], "memory_id": w.a_ids[0], "event": "undone",
+              "at": "2024-01-01T00:00:00Z", "undoes": events[0]["id"], "detail": {}},
+             {"type": "directive", "agent_id": A_ONLY, "content": "B's directive."}]
+    r = await w.as_b("POST", "/v1/import", json={"lines": lines})
+    w.expect(r.status_code == 200 and r.json()["imported"] == {"directive": 1, "memory": 1, "event": 1},
+             f"B's import: {r.text}")
+    r = await w.as_b("GET", f"/v1/memories/{w.a_ids[0]}")
+    w.expect(r.status_code == 200 and r.json()["text"] == "B's own note.", f"B's imported memory: {r.text}")
 
 
 async def history(w: World) -> None:
@@ -378,6 +397,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/memories/{memory_id}/history/{event_id}/undo"): undo,
     ("GET", "/v1/org/settings"): org_settings_get,
     ("PATCH", "/v1/org/settings"): org_settings_patch,
+    ("POST", "/v1/import"): import_lines,
     ("POST", "/v1/conversations/{conversation_id}/messages"): conversation_append,
     ("GET", "/v1/conversations/{conversation_id}/messages"): conversation_messages,
     ("GET", "/v1/conversations/{conversation_id}"): conversation_get,

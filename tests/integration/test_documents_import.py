@@ -1,8 +1,10 @@
 """``pgcontext import`` (the importer) against the in-process app: only changed files are sent,
-vanished files are deleted, .gitignore is honoured, another collection is left alone."""
+vanished files are deleted, .gitignore is honoured (and, as version-control metadata, not imported
+unless asked for), another collection is left alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +54,15 @@ async def test_import_sends_only_changes_deletes_vanished_files_and_honours_giti
     })
     options = ImportOptions(root=tmp_path, url="http://testserver.local", key=tenant.key, batch_files=2)
     first = await run_import(options, http=http, show_progress=False)
-    assert first.ok and first.sent == first.created == 5 and first.unchanged == 0 and first.deleted == 0
-    assert {(s.path, s.reason) for s in first.skipped} == {("image.png", "binary"), ("latin1.txt", "not_utf8")}
+    assert first.ok and first.sent == first.created == 4 and first.unchanged == 0 and first.deleted == 0
+    assert {(s.path, s.reason) for s in first.skipped} == {
+        ("image.png", "binary"), ("latin1.txt", "not_utf8"), (".gitignore", "vcs")}
     assert first.chunks > 5 and first.revision is not None
     server = await listing(http, tenant)
-    assert set(server) == {".gitignore", "src/app.py", "src/util.py", "docs/readme.md", "keep.log"}
+    assert set(server) == {"src/app.py", "src/util.py", "docs/readme.md", "keep.log"}
 
     again = await run_import(options, http=http, show_progress=False)
-    assert again.sent == 0 and again.unchanged == 5 and again.deleted == 0 and again.chunks == 0
+    assert again.sent == 0 and again.unchanged == 4 and again.deleted == 0 and again.chunks == 0
     assert again.revision is None  # nothing was written, so no new revision was reported
     r = await http.get("/v1/documents/index", headers=tenant.headers)
     assert r.json()["revision"] == first.revision
@@ -68,10 +71,12 @@ async def test_import_sends_only_changes_deletes_vanished_files_and_honours_giti
     (tmp_path / "docs/readme.md").unlink()
     write(tmp_path, {"src/new.py": "def new() -> int:\n    return 1\n"})
     third = await run_import(options, http=http, show_progress=False)
-    assert (third.created, third.updated, third.unchanged, third.deleted) == (1, 1, 3, 1)
+    assert (third.created, third.updated, third.unchanged, third.deleted) == (1, 1, 2, 1)
     assert third.deleted_paths == ["docs/readme.md"]
     after = await listing(http, tenant)
-    assert set(after) == {".gitignore", "src/app.py", "src/util.py", "src/new.py", "keep.log"}
+    assert set(after) == {"src/app.py", "src/util.py", "src/new.py", "keep.log"}
+    with_vcs = await run_import(dataclasses.replace(options, include_vcs=True), http=http, show_progress=False)
+    assert with_vcs.created == 1 and ".gitignore" in await listing(http, tenant)
     assert after["src/app.py"] == server["src/app.py"]
 
     console = Console(record=True, width=120)

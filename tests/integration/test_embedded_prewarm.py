@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from service.cli.main import _owner_dsn
+from service.cli.servers import owner_dsn
 from service.embedded.postgres import EmbeddedPostgres, default_shared_buffers_mb
 from service.settings import load_settings
 
@@ -89,7 +89,7 @@ def test_serve_sizes_the_embedded_servers_buffers(tmp_path: Path, env: dict[str,
                                                   expected: str | None) -> None:
     """What ``pgcontext serve`` and the CLI commands start: the setting, or an eighth of the memory."""
     settings = replace(load_settings(env), data_dir=tmp_path)
-    with _owner_dsn(settings) as dsn:
+    with owner_dsn(settings) as dsn:
         shown = str(asyncio.run(_fetchval(dsn, "SHOW shared_buffers")))
         in_mb = asyncio.run(_fetchval(dsn, "SELECT setting::bigint * 8 / 1024 FROM pg_settings "
                                            "WHERE name = 'shared_buffers'"))

@@ -105,8 +105,8 @@ def fmt(value: float) -> str:
     return f"{value:.3f}"
 
 
-def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_service: LiveService, seeded: Tenant,
-                                                       tmp_path: Path) -> None:
+def open_page(browser: Any) -> tuple[Any, Any, list[str]]:
+    """A fresh browser context and page, and the list the page's own errors land in."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     errors: list[str] = []
@@ -114,6 +114,12 @@ def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_servic
     # The browser logs every 4xx fetch ("Failed to load resource"); the page's own errors are what count.
     page.on("console", lambda msg: errors.append(msg.text)
             if msg.type == "error" and "Failed to load resource" not in msg.text else None)
+    return context, page, errors
+
+
+def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_service: LiveService, seeded: Tenant,
+                                                       tmp_path: Path) -> None:
+    context, page, errors = open_page(browser)
     try:
         response = page.goto(f"{live_service.base}/explain")
         assert response is not None and response.status == 200
@@ -220,6 +226,109 @@ def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_servic
     finally:
         fresh.close()
     assert (tmp_path / "explain.png").stat().st_size > 10_000
+
+
+FACTS_AGENT = "explain-concierge"
+
+
+def write_facts(live_service: LiveService, tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.post(f"{live_service.base}/v1/memories", json=body, headers=tenant.headers, timeout=60)
+    assert r.status_code == 201, r.text
+    item: dict[str, Any] = r.json()["items"][0]
+    return item
+
+
+def test_explain_page_shows_each_memorys_lifecycle_and_history(browser: Any, live_service: LiveService,
+                                                               seeded: Tenant) -> None:
+    """Valid time, the current/superseded marker, the key and how often a memory was seen, beside every
+    search result and assembly candidate, as the memory's record says; a row's history opens in the page."""
+    paris = write_facts(live_service, seeded, {"text": "The guest's home city is Paris.", "agent_id": FACTS_AGENT,
+                                               "key": "guest.city", "occurred_at": "2023-01-10T09:00:00Z"})
+    lisbon = write_facts(live_service, seeded, {"text": "The guest's home city is Lisbon.", "agent_id": FACTS_AGENT,
+                                                "key": "guest.city", "occurred_at": "2024-03-01T09:00:00Z"})
+    tea = write_facts(live_service, seeded, {"text": "The guest drinks jasmine tea at breakfast.",
+                                             "agent_id": FACTS_AGENT, "occurred_at": "2024-01-02T07:00:00Z"})
+    again = write_facts(live_service, seeded, {"text": "the guest drinks jasmine tea at breakfast",
+                                               "agent_id": FACTS_AGENT})
+    assert lisbon["status"] == "superseded" and again == {**again, "status": "merged", "id": tea["id"]}
+    records = {}
+    for item in (paris, lisbon, tea):
+        r = httpx.get(f"{live_service.base}/v1/memories/{item['id']}", headers=seeded.headers, timeout=30)
+        assert r.status_code == 200, r.text
+        records[item["id"]] = r.json()
+
+    context, page, errors = open_page(browser)
+    try:
+        page.goto(f"{live_service.base}/explain")
+        page.get_by_test_id("api-key").fill(seeded.key)
+        page.get_by_test_id("use-key").click()
+
+        # Search with retired memories included: every row says what its record says.
+        page.get_by_test_id("tab-search").click()
+        page.get_by_test_id("search-agent").fill(FACTS_AGENT)
+        page.get_by_test_id("search-query").fill("guest home city tea")
+        page.get_by_test_id("search-include-superseded").check()
+        with page.expect_response("**/v1/memories/search") as answered:
+            page.get_by_test_id("run-search").click()
+        assert answered.value.request.post_data_json["filters"] == {"agent_id": FACTS_AGENT,
+                                                                    "include_superseded": True}
+        found = answered.value.json()["results"]
+        assert {h["id"] for h in found} == set(records)
+        page.wait_for_selector("#results[data-facts-loaded=true]", state="attached")
+
+        def fact(row_id: str, part: str) -> str:
+            return str(page.locator(f'#results tr[data-id="{row_id}"] [data-fact={part}]').inner_text()).strip()
+
+        assert fact(paris["id"], "status") == f"superseded by {lisbon['id'][-8:]}"
+        assert fact(paris["id"], "valid") == "valid 2023-01-10 → 2024-03-01"
+        assert records[paris["id"]]["valid_until"].startswith("2024-03-01") and not records[paris["id"]]["current"]
+        assert fact(lisbon["id"], "status") == "current" and fact(lisbon["id"], "valid") == "valid 2024-03-01 → now"
+        assert fact(paris["id"], "key") == fact(lisbon["id"], "key") == "key guest.city"
+        assert page.locator(f'#results tr[data-id="{tea["id"]}"] [data-fact=key]').count() == 0
+        for memory_id, record in records.items():
+            assert fact(memory_id, "seen") == f"seen {record['seen_count']}×"
+        assert records[tea["id"]]["seen_count"] == 2
+
+        # A row's history: the events the API lists, in order.
+        page.locator(f'#results tr[data-id="{tea["id"]}"] [data-action=history]').click()
+        page.get_by_test_id("history").wait_for(state="visible")
+        r = httpx.get(f"{live_service.base}/v1/memories/{tea['id']}/history", headers=seeded.headers, timeout=30)
+        events = [e["event"] for e in r.json()["items"]]
+        assert events == ["created", "merged"]
+        page.wait_for_selector("#history-events tbody tr[data-event=merged]", state="attached")
+        assert page.get_by_test_id("history-id").inner_text() == tea["id"]
+        assert cell_texts(page, "#history-events td [data-field=event]") == events
+        assert "the guest drinks jasmine tea at breakfast" in page.locator(
+            "#history-events tr[data-event=merged] [data-field=detail]").inner_text()
+        page.get_by_test_id("history-close").click()
+        assert page.get_by_test_id("history").is_hidden()
+
+        # As of a past moment: the value current then.
+        page.get_by_test_id("search-include-superseded").uncheck()
+        page.get_by_test_id("search-as-of").fill("2023-06-01T00:00:00Z")
+        with page.expect_response("**/v1/memories/search") as answered:
+            page.get_by_test_id("run-search").click()
+        assert answered.value.request.post_data_json["filters"]["as_of"] == "2023-06-01T00:00:00Z"
+        assert [h["id"] for h in answered.value.json()["results"]] == [paris["id"]]
+        page.wait_for_selector(f'#results[data-facts-loaded=true] tr[data-id="{paris["id"]}"]', state="attached")
+
+        # An assembly's packed and dropped candidates carry the same cells (current memories only).
+        page.get_by_test_id("tab-assemble").click()
+        page.get_by_test_id("agent").fill(FACTS_AGENT)
+        page.get_by_test_id("query").fill("Where is the guest's home city?")
+        page.get_by_test_id("mode-fixed").check()
+        page.get_by_test_id("max-tokens").fill("2000")
+        with page.expect_response("**/v1/context/assemble") as answered:
+            page.get_by_test_id("run-assemble").click()
+        used = answered.value.json()["memories_used"]
+        assert lisbon["id"] in {m["id"] for m in used} <= {lisbon["id"], tea["id"]}
+        page.wait_for_selector("#used[data-facts-loaded=true]", state="attached")
+        assert cell_texts(page, "#used tbody [data-fact=status]") == ["current"] * len(used)
+        assert cell_texts(page, "#used tbody [data-fact=seen]") == [f"seen {records[m['id']]['seen_count']}×"
+                                                                      for m in used]
+        assert errors == [], errors
+    finally:
+        context.close()
 
 
 CHAT = [{"speaker": "Dana", "content": "Could the barista start my double espresso at 8:45 tomorrow?",

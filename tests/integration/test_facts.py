@@ -105,6 +105,27 @@ async def test_messages_are_never_merged(client: AsyncTestClient[Any], tenant: T
     assert r.status_code == 400 and r.json()["error"]["code"] == "reserved_kind", r.text
 
 
+async def test_messages_are_never_deduplicated_or_superseded(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """Conversation turns are events: whatever the org's policy, a message is written as a message of its
+    own, and a fact with the same words is not merged into one."""
+    chat, h = "/v1/conversations/lisbon/messages", tenant.headers
+    said = {"speaker": "Ann", "content": "I moved to Lisbon last week."}
+    r = await client.post(chat, json={"agent_id": "chat", "messages": [
+        said, said, {**said, "content": "i moved to lisbon last week"}]}, headers=h)
+    assert r.status_code == 201 and len({m["id"] for m in r.json()["messages"]}) == 3, r.text
+    first = r.json()["messages"][0]["id"]
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "reject"}, headers=h)
+    assert r.status_code == 200, r.text
+    r = await client.post(chat, json={"agent_id": "chat", "messages": [said]}, headers=h)
+    assert r.status_code == 201 and r.json()["messages"][0]["position"] == 4, r.text
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "merge"}, headers=h)
+    assert r.status_code == 200, r.text
+    fact = await write(client, tenant, {"text": said["content"], "agent_id": "chat"})
+    assert fact["items"][0]["status"] == "created" and fact["ids"][0] != first
+    r = await client.get(f"/v1/memories/{first}", headers=h)
+    assert r.status_code == 200 and r.json().get("superseded_by") is None, r.text
+
+
 async def test_org_default_policy(client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
     r = await client.get("/v1/org/settings", headers=tenant.headers)
     assert r.json()["on_duplicate"] == "merge"

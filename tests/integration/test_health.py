@@ -20,10 +20,10 @@ async def test_healthz(client: AsyncTestClient[Any]) -> None:
     assert r.json()["status"] == "ok"
 
 
-async def test_readyz_checks_postgres_and_redis(client: AsyncTestClient[Any]) -> None:
+async def test_readyz_checks_postgres_redis_and_the_warm_up(client: AsyncTestClient[Any]) -> None:
     r = await client.get("/readyz")
     assert r.status_code == 200, r.text
-    assert r.json() == {"status": "ok", "checks": {"postgres": "ok", "redis": "ok"}}
+    assert r.json() == {"status": "ok", "checks": {"postgres": "ok", "redis": "ok", "warm": "ok"}}
 
 
 async def test_openapi_schema_is_served(client: AsyncTestClient[Any]) -> None:

@@ -56,7 +56,8 @@ async def _semantic_plan(app_dsn: str, org: UUID) -> str:
             await conn.execute("SET LOCAL enable_sort = off; SET LOCAL hnsw.iterative_scan = relaxed_order")
             await conn.execute(f"PREPARE sem AS {query('retrieval.semantic_hnsw')}")
             filters = ", ".join(["NULL"] * 9)
-            call = f"EXECUTE sem('{org}', '{vec}', 5, {filters}, false, NULL, false)"
+            # then no rows scope ($13-$15), sources, collections, documents scope ($16-$18), currency ($19-$20)
+            call = f"EXECUTE sem('{org}', '{vec}', 5, {filters}, false, NULL, false, NULL, NULL, false, NULL, false)"
             for _ in range(5):
                 await conn.execute(call)
             return "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE) {call}"))

@@ -4,10 +4,13 @@ it (streamable HTTP), and every tool call goes through the Python client to a li
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -17,7 +20,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pgcontext_client import Client
+from pgcontext_client import Client, SearchFilters
 
 from service.cli import main as cli
 from service.embedded.postgres import free_port
@@ -60,7 +63,8 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
         assert tool.description and len(tool.description) > 100, tool.name  # written for a model
     assert "memories" in tools["remember"].input_schema["properties"]
 
-    one = await call(session, "remember", text="The user is allergic to peanuts.", kind="preference")
+    one = await call(session, "remember", text="The user is allergic to peanuts.", kind="preference",
+                     occurred_at="2023-06-02T12:00:00Z", metadata={"source": "intake form"})
     many = await call(session, "remember", memories=[
         {"text": "The user's daughter is called Ada.", "importance": 0.9},
         {"text": "The user moved to Lisbon in March 2024.", "kind": "event", "occurred_at": "2024-03-01T00:00:00Z",
@@ -71,6 +75,8 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     assert set(stored) == {"The user is allergic to peanuts.", "The user's daughter is called Ada.",
                            "The user moved to Lisbon in March 2024."}
     assert stored["The user is allergic to peanuts."].kind == "preference"
+    assert stored["The user is allergic to peanuts."].occurred_at.isoformat() == "2023-06-02T12:00:00+00:00"
+    assert stored["The user is allergic to peanuts."].metadata == {"source": "intake form"}
     assert stored["The user moved to Lisbon in March 2024."].occurred_at.year == 2024
     assert stored["The user moved to Lisbon in March 2024."].search_context == "Where does the user live now?"
     assert stored["The user is allergic to peanuts."].search_context is None
@@ -84,6 +90,11 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     recalled = await call(session, "recall", query="peanut allergy", limit=3)
     assert recalled["memories"][0]["text"] == "The user is allergic to peanuts."
     assert recalled["memories"][0]["id"] == one["ids"][0]
+    scores = [m["score"] for m in recalled["memories"]]  # the normalized score, not the fusion's
+    assert all(0.0 <= v <= 1.0 for v in scores) and scores[0] > 0.3
+    with Client(url, key) as pg:
+        hits = pg.search("peanut allergy", limit=3, filters=SearchFilters(agent_id=agent)).results
+    assert scores == [h.score for h in hits]
 
     assert await call(session, "get_directive") == {"version": 0, "content": None}
     assert (await call(session, "set_directive", content="Be warm and brief."))["version"] == 1
@@ -146,10 +157,17 @@ def test_stdio_needs_an_agent_and_a_key(settings: Settings, monkeypatch: pytest.
 
 
 @contextlib.contextmanager
-def mcp_http_server(service_url: str, agent: str) -> Iterator[str]:
+def mcp_http_server(service_url: str, agent: str, **env_extra: str) -> Iterator[str]:
     """``pgcontext mcp --http`` on a free port for ``agent``; yields its MCP endpoint URL."""
+    with mcp_http_process(service_url, agent, **env_extra) as (url, _pid):
+        yield url
+
+
+@contextlib.contextmanager
+def mcp_http_process(service_url: str, agent: str, **env_extra: str) -> Iterator[tuple[str, int]]:
+    """``pgcontext mcp --http`` on a free port for ``agent``; yields its MCP endpoint URL and pid."""
     port = free_port()
-    env = clean_env(PGCONTEXT_URL=service_url, PGCONTEXT_AGENT_ID=agent)
+    env = clean_env(PGCONTEXT_URL=service_url, PGCONTEXT_AGENT_ID=agent, **env_extra)
     proc = subprocess.Popen([*PGCONTEXT, "mcp", "--http", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/mcp"
@@ -163,7 +181,7 @@ def mcp_http_server(service_url: str, agent: str) -> Iterator[str]:
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        yield url
+        yield url, proc.pid
     finally:
         stop_process(proc, 30)
 
@@ -194,3 +212,57 @@ async def test_streamable_http_under_the_services_bearer_keys(mcp_http: tuple[st
         await session.initialize()
         assert (await call(session, "recall", query="peanut allergy"))["memories"] == []
         assert await call(session, "get_directive") == {"version": 0, "content": None}
+
+
+def _usage(pid: int) -> tuple[int, int]:
+    """(resident memory in kB, open descriptors) of a process."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_strangers_bearer_tokens_cost_the_http_server_nothing_that_stays(live_url: str, tenant: Tenant) -> None:
+    """Every token is checked with the service, but only one the service accepted gets state (a client,
+    kept in a bounded LRU): 500 random tokens, each answered 401, leave memory and descriptors where
+    50 left them, and a real key works the whole time."""
+    agent = f"mcp-{uuid4().hex[:8]}"
+    with mcp_http_process(live_url, agent, PGCONTEXT_MCP_MAX_CLIENTS="4") as (url, pid):
+        async with httpx.AsyncClient(timeout=30) as plain:
+            async def strangers(n: int) -> None:
+                for _ in range(n):
+                    r = await plain.post(url, json={}, headers={"Authorization": f"Bearer pgc_{uuid4().hex}"})
+                    assert r.status_code == 401
+
+            await strangers(50)
+            before = _usage(pid)
+            await strangers(500)
+            after = _usage(pid)
+        assert after[1] <= before[1] + 2, (before, after)  # descriptors
+        assert after[0] - before[0] < 20_000, (before, after)  # kB: ~0.8 MB a token would be 400 MB
+        headers = {"Authorization": f"Bearer {tenant.key}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+                streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            assert (await call(session, "get_directive")) == {"version": 0, "content": None}
+
+
+async def test_a_flood_of_strangers_tokens_does_not_lock_other_clients_out(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    """The service limits unknown keys per source address; the MCP server checks every token with the
+    service, so it passes its client's address on (``X-Forwarded-For``, which the service's HTTP server
+    takes from a loopback peer): a stranger flooding the MCP server exhausts its own address's budget,
+    not the MCP server's, and a real key from another address still gets in."""
+    server = dataclasses.replace(settings.server, auth_failure_burst=5, auth_failure_rate_per_s=0.001)
+    with live_service(dataclasses.replace(settings, server=server), endpoints, embedder) as service_url, \
+            mcp_http_server(service_url, f"mcp-{uuid4().hex[:8]}") as url:
+        transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(timeout=30, transport=transport) as stranger:
+            for _ in range(20):
+                r = await stranger.post(url, json={}, headers={"Authorization": f"Bearer pgc_{uuid4().hex}"})
+                assert r.status_code == 401
+        headers = {"Authorization": f"Bearer {tenant.key}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30,
+                                      transport=httpx2.AsyncHTTPTransport(local_address="127.0.0.3")) as http, \
+                streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            assert (await call(session, "get_directive")) == {"version": 0, "content": None}

@@ -131,6 +131,7 @@ EXPECTED_STATUSES = {
     ("/v1/memories/{memory_id}/history/{event_id}/undo", "post"): {200, 400, 401, 404, 409, 413, 422, 429, 503},
     ("/v1/org/settings", "get"): {200, 401, 429, 503},
     ("/v1/org/settings", "patch"): {200, 400, 401, 413, 429, 503},
+    ("/v1/import", "post"): {200, 400, 401, 409, 413, 422, 429, 503},
     ("/v1/conversations/{conversation_id}/messages", "post"): {201, 400, 401, 409, 413, 422, 429, 503},
     ("/v1/conversations/{conversation_id}/messages", "get"): {200, 400, 401, 404, 429, 503},
     ("/v1/conversations/{conversation_id}", "get"): {200, 400, 401, 404, 429, 503},

@@ -81,6 +81,19 @@ async def test_a_least_privilege_owner_migrates_and_manages(pg_server: str, owne
             assert owners == {role}
         finally:
             await conn.close()
+        # The owner owns the database: TEMPORARY went with the migration. The activity functions are
+        # the bootstrap superuser's: the migration warned, and the documented statements finish it.
+        privileges = ("SELECT has_database_privilege('pgcontext_app', current_database(), 'TEMPORARY'), "
+                      "has_function_privilege('pgcontext_app', 'pg_catalog.pg_stat_get_activity(integer)', "
+                      "'EXECUTE')")
+        conn = await asyncpg.connect(superuser_in_db)
+        try:
+            assert tuple(await conn.fetchrow(privileges)) == (False, True)
+            for statement in statements(sql_block("app-role-activity")):
+                await conn.execute(statement)
+            assert tuple(await conn.fetchrow(privileges)) == (False, False)
+        finally:
+            await conn.close()
         app = await asyncpg.connect(as_user(pg_server, migrate.APP_ROLE,
                                             migrate.derived_app_password(owner_dsn), database))
         try:

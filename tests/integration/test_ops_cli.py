@@ -1,4 +1,5 @@
-"""Operator commands run as a user runs them (a subprocess): ``orgs list``, ``keys list``, ``config``."""
+"""Operator commands run as a user runs them (a subprocess): ``orgs list``, ``keys list``, ``keys revoke``,
+``config``."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterator
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
 
 from service.auth import admin
+from service.auth.keys import display_prefix, hash_key, new_key
 from service.cli.config_reference import reference
 from service.db import migrate
+from service.db.queries import query
 from tests.integration.test_cli import clean_env, run
 from tests.servers import fresh_database
 
@@ -99,3 +103,61 @@ def test_config_shows_every_setting_with_secrets_masked() -> None:
     as_json = json.loads(run(env, "config", "--json").stdout)
     assert {row["env"] for row in as_json if row["env"]} == every
     assert not any(secret in json.dumps(as_json) for secret in secrets.values())
+
+
+
+async def add_key(conn: asyncpg.Connection, org: str, key: str) -> UUID:
+    """Store ``key`` for ``org`` as ``keys create`` would (a chosen key: two can share a display prefix)."""
+    return UUID(str(await conn.fetchval(query("admin.create_key"), await admin.org_id_by_name(conn, org),
+                                        hash_key(key), display_prefix(key), None)))
+
+
+async def revoked(conn: asyncpg.Connection, key_id: UUID) -> bool:
+    return bool(await conn.fetchval("SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = $1", key_id))
+
+
+async def test_revoke_by_key_id_key_or_the_display_prefix(owner_dsn: str) -> None:
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        orgs = [f"revoke-{uuid4().hex[:8]}" for _ in range(2)]
+        for org in orgs:
+            await admin.create_org(conn, org)
+        issued = [await admin.create_key(conn, orgs[0]) for _ in range(3)]
+        assert await admin.revoke_key(conn, issued[0].key[:10] + "…") == issued[0].key_id
+        assert await admin.revoke_key(conn, issued[1].key[:10]) == issued[1].key_id
+        assert await admin.revoke_key(conn, issued[2].key) == issued[2].key_id
+        with pytest.raises(admin.AdminError, match="no active key"):
+            await admin.revoke_key(conn, issued[0].key[:10])
+
+        # Two active keys, one per org, share a prefix: refused naming both, neither revoked.
+        shared = new_key()
+        ids = [await add_key(conn, orgs[1], shared), await add_key(conn, orgs[0], shared[:10] + new_key()[10:])]
+        with pytest.raises(admin.AdminError) as refused:
+            await admin.revoke_key(conn, shared[:10] + "…")
+        assert "key id" in str(refused.value) and all(str(i) in str(refused.value) for i in ids)
+        assert not await revoked(conn, ids[0]) and not await revoked(conn, ids[1])
+        assert await admin.revoke_key(conn, str(ids[0])) == ids[0]
+        assert await admin.revoke_key(conn, shared[:10]) == ids[1]  # the only active key left with it
+    finally:
+        await conn.close()
+
+
+def test_keys_revoke_takes_the_prefix_keys_list_shows(pg_server: str) -> None:
+    async def new_key(dsn: str) -> admin.IssuedKey:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await admin.create_org(conn, "epsilon")
+            return await admin.create_key(conn, "epsilon", "to revoke")
+        finally:
+            await conn.close()
+
+    with fresh_database(pg_server) as dsn:
+        env = clean_env(PGCONTEXT_DATABASE_URL=dsn)
+        migrate.upgrade(dsn)
+        issued = asyncio.run(new_key(dsn))
+        row = next(line.split() for line in run(env, "keys", "list", "--org", "epsilon").stdout.splitlines()
+                   if line.startswith(str(issued.key_id)))
+        out = run(env, "keys", "revoke", row[1])  # as copied from the table, ellipsis included
+        assert row[1] == issued.key[:10] + "…" and out.stdout.strip() == f"revoked key {issued.key_id}", out
+    usage = run(env, "keys", "revoke", "--help").stdout
+    assert "key id" in usage and "prefix" in usage and "keys list" in usage

@@ -336,8 +336,8 @@ async def test_hybrid_fuses_at_least_twice_the_limit_from_each_branch(
     db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
     try:
         engine = RetrievalEngine(db, embedder, settings.retrieval, max_limit=200)
-        response, rows = await engine.search_rows(
-            tenant.org_id, SearchRequest(query="project note item", strategy="hybrid", limit=60), ("someone", True))
+        request = SearchRequest(query="project note item", strategy="hybrid", limit=60)
+        response, rows = await engine.search_rows(tenant.org_id, request, ("someone", True, True))
         assert (response.metrics.lexical_candidates, response.metrics.semantic_candidates) == (60, 60)
         assert len(response.results) == 60 and set(rows) >= {r.id for r in response.results}
     finally:

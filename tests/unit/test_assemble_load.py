@@ -1,18 +1,21 @@
 """benchmarks/assemble_load.py's own parts: its CPU accounting (the service's main threads, i.e. event loops,
-apart from its other threads) and its settings for the services it starts."""
+apart from its other threads), its settings for the services it starts, its directive accounting and
+its busy neighbours."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from benchmarks._common import SERVICE_MAIN_THREADS, cpu_seconds_by_group
-from benchmarks.assemble_load import Level, service_env
+from benchmarks._common import SERVICE_MAIN_THREADS, cpu_seconds_by_group, noise
+from benchmarks.assemble_load import Level, _Assembled, directive_in_context, service_env
 
 # A stand-in "service" (its command line carries the needle): one thread spins, the main thread sleeps.
 SPIN_IN_A_THREAD = """
@@ -70,3 +73,40 @@ def test_service_env_takes_pgcontext_settings_only() -> None:
     for bad in ("PGCONTEXT_X", "PATH=/bin", "=1"):
         with pytest.raises(argparse.ArgumentTypeError):
             service_env(bad)
+
+
+def assembled(directive: object, reasons: list[str] | None = None) -> _Assembled:
+    body: dict[str, object] = {"degradation_level": "L0", "metrics": {"total_ms": 12.0}, "directive": directive,
+                               "branches": {"directive": {"outcome": "ok"}, "cold": {"outcome": "ok"}}}
+    if reasons is not None:
+        body["degradation_reasons"] = reasons
+    return msgspec.json.decode(msgspec.json.encode(body), type=_Assembled)
+
+
+def test_each_assembly_holds_its_directive_or_reports_it_missing() -> None:
+    level = Level("assemble", 4)
+    outcomes = [assembled({"content": "You are ...", "version": 1, "updated_at": "2026-12-01T00:00:00Z"}, []),
+                assembled(None, ["directive_missing", "hot_unavailable"]),
+                assembled(None, []),
+                assembled(None)]  # a service that does not report reasons: unreported
+    for out in outcomes:
+        level.directive_in_context[directive_in_context(out)] += 1
+    assert level.directive_in_context == {"present": 1, "reported": 1, "missing": 2}
+    assert level.directive_line() == ("present 1 (25.00%), reported missing 1 (25.00%), missing unreported 2")
+
+
+def session_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc (Linux)")
+def test_noise_runs_busy_processes_each_in_a_session_of_its_own_and_stops_them() -> None:
+    with noise(2) as pids:
+        assert len(pids) == 2
+        sessions = {session_of(pid) for pid in pids}
+        assert sessions == set(pids) and os.getsid(0) not in sessions  # each leads its own session
+        time.sleep(0.3)
+        busy = [float(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11]) for pid in pids]
+        assert all(ticks > 0 for ticks in busy)  # they spin (user CPU time)
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -48,16 +48,18 @@ def test_split_reports_what_it_leaves_out(tmp_path: Path) -> None:
     now = datetime.now(UTC)
     ids = [uuid4() for _ in range(3)]
     texts = ["I adopted a puppy.", "We went hiking.", "A fact, not a message."]
-    candidates = [Candidate(id=str(i), text=t, origin="cold", relevance=1.0, created_at=now)
+    candidates = [Candidate(id=str(i), text=t, origin="cold", relevance=1.0, score=0.5, created_at=now)
                   for i, t in zip(ids, texts, strict=True)]
     results = [SearchResult(id=i, text=t, kind="message" if n < 2 else "fact", source=None, level=None,
-                            breadcrumb=None, final_score=1.0, lexical_rank=1, semantic_rank=None, lexical_score=1.0,
-                            semantic_score=None, fusion_method="none", message=ref("c1", n + 1) if n < 2 else None)
+                            breadcrumb=None, score=0.5, final_score=1.0, lexical_rank=1, semantic_rank=None,
+                            lexical_score=1.0, semantic_score=None, fusion_method="none",
+                            message=ref("c1", n + 1) if n < 2 else None)
                for n, (i, t) in enumerate(zip(ids, texts, strict=True))]
     seen = InHistory.of(request(conversation_id="c1", recent_messages=[Message(role="user", content=texts[0])]), None)
     kept, dropped = split(candidates, results, seen, counter, explain=True)
     assert [c.id for c in kept] == [str(ids[1]), str(ids[2])]
-    assert [(d.id, d.reason, d.text, d.origin) for d in dropped] == [(ids[0], "in_history", texts[0], "cold")]
+    assert [(d.id, d.reason, d.text, d.origin, d.score) for d in dropped] == [
+        (ids[0], "in_history", texts[0], "cold", 0.5)]
     assert dropped[0].tokens == counter.count(f" {texts[0]}\n") and "recent_messages" in dropped[0].detail
     assert split(candidates, results, None, counter) == (candidates, [])
     assert isinstance(dropped[0].id, UUID)

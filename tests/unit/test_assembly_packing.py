@@ -274,6 +274,21 @@ def test_a_broader_chunk_goes_in_when_the_specific_one_does_not_fit(counter: Tok
     assert [(d.id, d.reason) for d in result.dropped] == [("chunk", "over_budget")]
 
 
+def test_a_chunk_takes_its_containers_place_only_if_it_matches_the_query_itself(counter: TokenCounter) -> None:
+    # The section matched; a chunk inside it that the search returned on weak similarity (relevance
+    # under half the section's) is more specific, but it is not what matched: the section goes in.
+    unrelated = chunk("unrelated", "a.py", 12, 14, 2, relevance=0.05)
+    cands = [chunk("section", "a.py", 10, 40, 1, relevance=1.0), unrelated]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["section"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("unrelated", "nested")]
+    # With a matching chunk inside too, that one goes in, though the unrelated one is smaller.
+    cands.append(chunk("matching", "a.py", 20, 30, 2, relevance=0.6))
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert result.chosen[0].id == "matching"
+    assert ("section", "nested") in [(d.id, d.reason) for d in result.dropped]
+
+
 def test_partly_overlapping_chunks_are_not_packed_twice(counter: TokenCounter) -> None:
     cands = [
         chunk("one", "a.md", 1, 40, 2, relevance=1.0),

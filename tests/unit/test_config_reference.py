@@ -151,9 +151,10 @@ def test_dsn_masking(value: str, masked: str) -> None:
     assert mask_dsn(value) == masked
 
 
-def test_secret_fields_are_masked_whatever_their_value() -> None:
-    assert display_value("api_key", "sk-123") == "****"
-    assert display_value("app_role_password", "x") == "****"
-    assert display_value("metrics_token", "t") == "****"
-    assert display_value("api_key", None) == ""
-    assert display_value("port", 8080) == "8080"
+def test_secrets_are_masked_by_their_marker_whatever_their_value() -> None:
+    assert display_value("sk-123", "value") == "****"
+    assert display_value("postgresql://u:pw@h/db", "value") == "****"
+    assert display_value(None, "value") == ""
+    assert display_value(("redis://:a@h/0", "redis://h/1"), "dsn") == "redis://:****@h/0,redis://h/1"
+    assert display_value("host=h password=abc", None) == "host=h password=abc"  # not a secret setting
+    assert display_value(8080) == "8080"

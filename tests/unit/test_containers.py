@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from pathlib import Path
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 import dockerfile
+import pytest
 import yaml
+from docker.utils.build import exclude_paths
 
 from service.settings import load_settings
 
@@ -159,16 +165,70 @@ def test_dockerfile_builds_a_wheel_and_installs_it_as_a_non_root_user() -> None:
     assert [c.value for c in runtime if c.cmd == "ENTRYPOINT"] == [("pgcontext",)]
 
 
-def test_dockerfile_copies_what_the_wheel_build_needs_and_dockerignore_keeps_the_rest_out() -> None:
+def dockerignore() -> list[str]:
+    return [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_dockerfile_copies_what_exists_and_dockerignore_keeps_the_rest_out() -> None:
     build = stages()[0]
     copied = [src for c in build if c.cmd == "COPY" for src in c.value[:-1]]
-    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")]
+    ignored = dockerignore()
     for src in copied:
         assert (ROOT / src).exists(), src
         assert not any(fnmatch.fnmatch(src, pattern) for pattern in ignored), src
-    assert {"pyproject.toml", "setup.py", "service", "sql", "migrations", "alembic.ini"} <= set(copied)
     assert {".venv", ".pgcontext", ".git", ".env", "build", "dist"} <= set(ignored)
+
+
+def build_stage_sources(target: Path) -> Path:
+    """Lay out in ``target`` exactly what the build stage's COPY lines put in its image (the build
+    context filtered by .dockerignore, with docker-py's matcher), and return its WORKDIR there."""
+    context = exclude_paths(str(ROOT), dockerignore())
+    workdir = PurePosixPath("/")
+    for command in stages()[0]:
+        if command.cmd == "WORKDIR":
+            workdir = workdir / command.value[0]
+        if command.cmd not in {"COPY", "ADD"}:
+            continue
+        assert command.cmd == "COPY" and not command.flags, command.original  # from the context only
+        *sources, dest = command.value
+        into = workdir / dest
+        for source in sources:
+            files = sorted(p for p in context if (p == source or p.startswith(f"{source}/")) and (ROOT / p).is_file())
+            assert files, f"{command.original}: nothing in the build context matches {source}"
+            for path in files:
+                if (ROOT / source).is_dir():
+                    inside = into / PurePosixPath(path).relative_to(source)
+                else:
+                    inside = into / PurePosixPath(path).name if dest.endswith("/") else into
+                out = target / inside.relative_to("/")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / path, out)
+    return target / workdir.relative_to("/")
+
+
+@pytest.mark.slow
+def test_the_build_stage_files_build_the_wheel(tmp_path: Path) -> None:
+    """``pip wheel .`` on exactly the files the Dockerfile's build stage copies (no Docker engine here:
+    the same files, the same command) succeeds, and the wheel carries the SQL, the migrations and the
+    client that ``pgcontext mcp`` imports."""
+    runs = [c.value[0] for c in stages()[0] if c.cmd == "RUN"]
+    assert any(re.search(r"pip wheel [^&]* \.(\s|$)", run) for run in runs), runs
+    source = build_stage_sources(tmp_path / "image")
+    built = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+                            "--no-build-isolation", "--wheel-dir", str(tmp_path / "wheels"), str(source)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "wheels").glob("pgcontext-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sql = {f"service/_sql/{p.relative_to(ROOT / 'sql')}" for p in (ROOT / "sql").rglob("*.sql")}
+    migrations = {f"service/_migrations/{p.relative_to(ROOT / 'migrations')}"
+                  for p in (ROOT / "migrations" / "versions").glob("*.py")}
+    client = {f"pgcontext_client/{p.relative_to(ROOT / 'client' / 'pgcontext_client')}"
+              for p in (ROOT / "client" / "pgcontext_client").rglob("*.py")}
+    assert sql and migrations and client
+    missing = (sql | migrations | client | {"service/_migrations/alembic.ini", "service/_migrations/env.py"}) - names
+    assert not missing, sorted(missing)
 
 
 def test_the_published_port_and_the_healthchecks_use_the_image_port() -> None:

@@ -35,3 +35,20 @@ def test_a_statement_postgres_cancelled_is_query_timeout() -> None:
 
 def test_other_exceptions_are_not_database_errors() -> None:
     assert translate(ValueError("x")) is None
+
+
+@pytest.mark.parametrize("sqlstate", [
+    "42501",  # insufficient_privilege: also what a read-only volume (EROFS) gives a write
+    "53100", "53200", "53300", "53400",  # insufficient resources: disk full, out of memory, connections
+    "58030", "58P01", "58000",  # system errors: I/O, undefined file
+    "25006",  # read_only_sql_transaction (a standby, default_transaction_read_only)
+    "57P01", "57P02", "57P03",  # the server shuts down, crashed, is starting
+    "XX000", "XX001", "XX002",  # internal error, data or index corrupted
+])
+def test_storage_and_permission_failures_are_503_with_retry_after_never_404(sqlstate: str) -> None:
+    error = asyncpg.PostgresError.new({"C": sqlstate, "M": "from the server"})
+    mapped = translate(error)
+    assert isinstance(mapped, ServiceUnavailable), (sqlstate, mapped)
+    assert mapped.status == 503 and mapped.retry_after_s is not None and mapped.retry_after_s >= 1
+    assert mapped.headers()["Retry-After"] == str(mapped.retry_after_s)
+    assert mapped.details["sqlstate"] == sqlstate

@@ -26,12 +26,16 @@ def test_plan_sends_new_and_changed_files_and_deletes_vanished_ones(tmp_path: Pa
     }
     p = plan(tmp_path, server, agent_id=None, embedder="m1", max_file_bytes=1000, delete=True)
     assert [f.path for f in p.send] == ["changed.py", "new.py"]
-    assert sorted(p.unchanged) == [".gitignore", "same.py"]
-    assert p.delete == ["gone.py"] and p.scanned == 4
-    assert [(s.path, s.reason) for s in p.skipped] == [("blob.bin", "binary")]
+    assert sorted(p.unchanged) == ["same.py"]
+    # .gitignore is version-control metadata: not imported by default, so a mirror deletes its old copy
+    assert p.delete == [".gitignore", "gone.py"] and p.scanned == 3
+    assert [(s.path, s.reason) for s in p.skipped] == [(".gitignore", "vcs"), ("blob.bin", "binary")]
+    with_vcs = plan(tmp_path, server, agent_id=None, embedder="m1", max_file_bytes=1000, delete=True,
+                    include_vcs=True)
+    assert sorted(with_vcs.unchanged) == [".gitignore", "same.py"] and with_vcs.delete == ["gone.py"]
     # another owner or another embedder makes an unchanged file worth sending again
     assert [f.path for f in plan(tmp_path, server, agent_id="bot", embedder="m1", max_file_bytes=1000,
-                                 delete=False).send] == [".gitignore", "changed.py", "new.py", "same.py"]
+                                 delete=False).send] == ["changed.py", "new.py", "same.py"]
     assert "same.py" in [f.path for f in plan(tmp_path, server, agent_id=None, embedder="m2", max_file_bytes=1000,
                                               delete=False).send]
     assert plan(tmp_path, server, agent_id=None, embedder="m1", max_file_bytes=1000, delete=False).delete == []
@@ -53,3 +57,4 @@ def test_cli_import_arguments() -> None:
         "repo", "main", "coder", True, True, "http://x:1", "k")
     defaults = build_parser().parse_args(["import", "."])
     assert defaults.collection == "default" and defaults.batch_files == 64 and not defaults.no_delete
+    assert not defaults.include_vcs and build_parser().parse_args(["import", ".", "--include-vcs"]).include_vcs

@@ -19,14 +19,15 @@ def write(root: Path, rel: str, data: str | bytes) -> None:
         path.write_bytes(data.encode("utf-8"))
 
 
-def walk(root: Path, **kwargs: int) -> tuple[list[WalkedFile], list[SkippedFile]]:
+def walk(root: Path, *, max_file_bytes: int = 1_000_000, include_vcs: bool = False
+         ) -> tuple[list[WalkedFile], list[SkippedFile]]:
     skipped: list[SkippedFile] = []
-    files = list(walk_tree(root, on_skip=skipped.append, **kwargs))
+    files = list(walk_tree(root, on_skip=skipped.append, max_file_bytes=max_file_bytes, include_vcs=include_vcs))
     return files, skipped
 
 
-def paths(root: Path) -> list[str]:
-    return [f.path for f in walk(root)[0]]
+def paths(root: Path, *, include_vcs: bool = False) -> list[str]:
+    return [f.path for f in walk(root, include_vcs=include_vcs)[0]]
 
 
 def test_root_gitignore_with_negation_and_directories(tmp_path: Path) -> None:
@@ -38,7 +39,7 @@ def test_root_gitignore_with_negation_and_directories(tmp_path: Path) -> None:
     write(tmp_path, "src/build/gen.py", "x\n")  # `build/` matches at any depth
     write(tmp_path, "only_root.txt", "x\n")
     write(tmp_path, "src/only_root.txt", "anchored pattern does not reach here\n")
-    assert paths(tmp_path) == [".gitignore", "app.py", "keep.log", "src/only_root.txt"]
+    assert paths(tmp_path) == ["app.py", "keep.log", "src/only_root.txt"]
 
 
 def test_nested_gitignore_overrides_and_is_relative(tmp_path: Path) -> None:
@@ -54,9 +55,7 @@ def test_nested_gitignore_overrides_and_is_relative(tmp_path: Path) -> None:
     write(tmp_path, "pkg/secret.txt", "ignored\n")
     write(tmp_path, "important.log", "the root file still ignores it here\n")
     assert paths(tmp_path) == [
-        ".gitignore",
         "generated.py",
-        "pkg/.gitignore",
         "pkg/important.log",
         "pkg/secret_ok.txt",
         "pkg/sub/local/y.py",
@@ -67,7 +66,7 @@ def test_file_under_ignored_directory_cannot_be_reincluded(tmp_path: Path) -> No
     write(tmp_path, ".gitignore", "vendor/\n!vendor/keep.py\n")
     write(tmp_path, "vendor/keep.py", "x\n")
     write(tmp_path, "vendor/.gitignore", "!keep.py\n")
-    assert paths(tmp_path) == [".gitignore"]
+    assert paths(tmp_path, include_vcs=True) == [".gitignore"]
 
 
 def test_git_dir_and_info_exclude(tmp_path: Path) -> None:
@@ -115,7 +114,7 @@ def test_content_is_exact_bytes(tmp_path: Path) -> None:
 def test_ignored_files_are_not_reported(tmp_path: Path) -> None:
     write(tmp_path, ".gitignore", "*.bin\n")
     write(tmp_path, "blob.bin", b"\x00\x01")
-    assert walk(tmp_path)[1] == []
+    assert walk(tmp_path, include_vcs=True)[1] == []
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
@@ -149,3 +148,23 @@ def test_is_lazy_and_deterministic(tmp_path: Path) -> None:
     assert first == paths(tmp_path) and len(first) == 30
     iterator = walk_tree(tmp_path)
     assert next(iterator).path == "d0/f0.md"
+
+
+def test_version_control_metadata_and_ignore_lists_are_skipped_unless_asked_for(tmp_path: Path) -> None:
+    write(tmp_path, ".gitignore", "secret.txt\n")
+    write(tmp_path, ".gitattributes", "*.py diff=python\n")
+    write(tmp_path, "web/.dockerignore", "node_modules\n")
+    write(tmp_path, ".hgignore", "syntax: glob\n*.pyc\n")
+    write(tmp_path, ".hg/hgrc", "[paths]\n")
+    write(tmp_path, ".svn/entries", "12\n")
+    write(tmp_path, ".git/HEAD", "ref: refs/heads/main\n")
+    write(tmp_path, "app.py", "def grind(self, size): return size\n")
+    write(tmp_path, "docs/ignore-me-not.md", "an ordinary file whose name mentions ignore\n")
+    files, skipped = walk(tmp_path)
+    assert [f.path for f in files] == ["app.py", "docs/ignore-me-not.md"]
+    assert sorted((s.path, s.reason) for s in skipped) == [
+        (".gitattributes", "vcs"), (".gitignore", "vcs"), (".hgignore", "vcs"), ("web/.dockerignore", "vcs")]
+    # Asked for, they are imported (and .gitignore still rules what is ignored); .git never is.
+    assert paths(tmp_path, include_vcs=True) == [
+        ".gitattributes", ".gitignore", ".hg/hgrc", ".hgignore", ".svn/entries", "app.py", "docs/ignore-me-not.md",
+        "web/.dockerignore"]

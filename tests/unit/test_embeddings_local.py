@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -16,10 +18,12 @@ from uuid import uuid4
 import numpy as np
 import numpy.typing as npt
 import pytest
+import structlog
 from safetensors.numpy import load_file
+from structlog.testing import capture_logs
 from tokenizers import Tokenizer
 
-from service.embeddings import EmbeddingError, LocalEmbedder, build_embedder
+from service.embeddings import EmbeddingError, LocalEmbedder, build_embedder, onnx_model
 from service.embeddings.lanes import EmbeddingLanes
 from service.embeddings.local import LONG_QUERY_CHARS, LONG_QUERY_NICE, QUERY_BATCH, QUERY_THREADS
 from service.embeddings.onnx_model import ModelFiles, bundled_model_files, ensure_model
@@ -271,6 +275,38 @@ def test_racing_builders_produce_one_identical_file(models: BuiltModels, tmp_pat
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted([models.fp32.name, models.int8.name])
     assert (tmp_path / "models" / models.fp32.name).read_bytes() == models.fp32.read_bytes()
     assert paths[0].read_bytes() == models.int8.read_bytes()
+
+
+def test_building_the_int8_model_logs_one_line_and_nothing_from_the_quantizer(
+        models: BuiltModels, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root logger at its most verbose (an app's logging config may set it so; Litestar's sets INFO),
+    a first start's quantisation (fp32 already cached) logs only our own line."""
+    # Another test may have configured structlog to drop debug events and cached the module's logger.
+    config = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    monkeypatch.setattr(onnx_model, "log", structlog.get_logger(onnx_model.__name__))
+    try:
+        _quantise_once(models, tmp_path, caplog, capfd)
+    finally:
+        structlog.configure(**config)
+
+
+def _quantise_once(models: BuiltModels, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                   capfd: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "models").mkdir()
+    shutil.copy2(models.fp32, tmp_path / "models" / models.fp32.name)
+    caplog.set_level(logging.DEBUG)
+    with capture_logs() as events:
+        path = ensure_model(tmp_path, quantize=True, files=models.files)
+    assert path.read_bytes() == models.int8.read_bytes()
+    assert [f"{r.levelname} {r.module}: {r.getMessage()}" for r in caplog.records] == []
+    assert capfd.readouterr().err == ""
+    assert [(e["event"], e["log_level"], e["built"], e["path"]) for e in events] == [
+        ("embedding_model_built", "debug", ["int8"], str(path))]
+    with capture_logs() as events:
+        assert ensure_model(tmp_path, quantize=True, files=models.files) == path
+    assert events == []  # cached: nothing built, nothing logged
 
 
 async def test_build_embedder_local_uses_cache(models: BuiltModels) -> None:

@@ -10,13 +10,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 from structlog.testing import capture_logs
 
-from service.embedded.lifecycle import Supervisor, stop_on_signals
+from service.embedded.lifecycle import Supervisor, read_status, stop_on_signals
 from service.embedded.postgres import free_port
 
 
@@ -101,6 +102,12 @@ class SleepingServer:
     def crashed(self) -> bool:
         return self.proc.poll() not in (None, 0)
 
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def down_reason(self) -> str:
+        return f"exited with status {self.proc.poll()}"
+
     def restart(self) -> None:
         if self.failures_to_come:
             self.failures_to_come -= 1
@@ -132,10 +139,9 @@ def test_supervisor_restarts_a_dead_server_and_backs_off_on_failures() -> None:
             server.proc.kill()
             wait_for(lambda: server.starts == 3)
         events = [e["event"] for e in logs]
-        assert events == ["embedded_sleeper_died", "embedded_sleeper_restarted",
+        assert events == ["embedded_sleeper_died", "embedded_sleeper_restarted",  # one "died" per outage
                           "embedded_sleeper_died", "embedded_sleeper_restart_failed",
-                          "embedded_sleeper_died", "embedded_sleeper_restart_failed",
-                          "embedded_sleeper_died", "embedded_sleeper_restarted"], events
+                          "embedded_sleeper_restart_failed", "embedded_sleeper_restarted"], events
         assert [e["retry_in_s"] for e in logs if "retry_in_s" in e] == [0.1, 0.2]
         # Left: no restart once the supervisor has stopped (serve then stops the servers itself).
         server.proc.kill()
@@ -158,3 +164,38 @@ def test_supervisor_leaves_a_cleanly_stopped_server_stopped() -> None:
         assert server.starts == 1 and logs == []
     finally:
         server.stop()
+
+
+def test_supervisor_restarts_a_server_that_exited_on_its_own_and_says_why_meanwhile(tmp_path: Path) -> None:
+    """A Postgres whose crash recovery fails (e.g. on a full disk) exits and removes its pid file, as a
+    clean stop does: a server gone while serve runs is started again whatever the reason, once a grace
+    has passed in which serve's own stop (systemd signalling every process) would have ended the
+    supervisor. Until it is back, the status file (/readyz reads it) names why."""
+    server = SleepingServer()
+    status = tmp_path / "supervisor.json"
+    try:
+        with capture_logs() as logs, Supervisor(interval_s=0.05, clean_exit_grace_s=0.3,
+                                                status_file=status) as supervisor:
+            supervisor.watch("sleeper", server)
+            server.failures_to_come = 2
+            server.proc.terminate()
+            assert server.proc.wait(10) == 0
+            wait_for(lambda: "sleeper" in read_status(status))
+            assert read_status(status)["sleeper"].startswith("down: exited with status 0")
+            wait_for(lambda: server.starts == 2)
+            wait_for(lambda: read_status(status) == {})
+        events = [(e["event"], e.get("reason")) for e in logs]
+        assert events == [("embedded_sleeper_died", "exited with status 0"),
+                          ("embedded_sleeper_restart_failed", "exited with status 0"),
+                          ("embedded_sleeper_restart_failed", "exited with status 0"),
+                          ("embedded_sleeper_restarted", None)], events
+        assert not status.exists()
+    finally:
+        server.stop()
+
+
+def test_the_status_of_a_supervisor_that_is_gone_is_not_read(tmp_path: Path) -> None:
+    """``kill -9`` of serve while a server was down leaves the file: it names a dead process."""
+    status = tmp_path / "supervisor.json"
+    status.write_text('{"pid": 999999999, "started": 1, "servers": {"postgres": "down: disk full"}}')
+    assert read_status(status) == {}

@@ -198,3 +198,17 @@ def test_time_waited_in_line_counts_against_the_budget() -> None:
     assert recent.judge(32.0, 0.8, now=13.0, waited_ms=6.0) == "probe"
     assert recent.judge(32.0, 0.8, now=13.0, waited_ms=7.0) == "late"
     assert recent.judge(32.0, 0.0, now=13.0, waited_ms=100.0) == "fits"  # share 0: never shed
+
+
+def test_a_longer_budget_fits_without_judging_the_window_for_the_shorter_ones() -> None:
+    # A caller that gave more time: its search runs in full while the median fits its own budget,
+    # and asking changes nothing for the default budget's requests (no probe counted, no backoff).
+    window = RecentLatency(stale_s=1.0)
+    for _ in range(3):
+        window.observe(60.0, now=1.0)
+    assert window.judge(34.0, 0.8, now=1.1) == "miss" and window.backoff == 1
+    assert window.fits(500.0, 0.8, now=1.1) and window.fits(500.0, 0.8, now=1.1, waited_ms=450.0) is False
+    assert window.backoff == 1 and window.probing == 0 and window.judged
+    assert not window.fits(60.0, 0.8, now=1.1)  # 60 > 48: too slow even for that budget
+    assert RecentLatency().fits(34.0, 0.8)  # no samples: nothing says it would miss
+    assert not RecentLatency().fits(34.0, 0.8, waited_ms=34.0)  # nothing left of the budget

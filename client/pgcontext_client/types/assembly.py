@@ -39,6 +39,10 @@ class AssembleRequest(In):
     """Count with this tiktoken encoding (``cl100k_base``, ``o200k_base``), trusted as exact."""
     explain: bool | None = None
     """Also return each dropped candidate's text, origin and scores."""
+    timeout_ms: int | None = None
+    """Your deadline in ms, for when you cannot send ``X-Timeout-Ms`` (``Client.assemble`` sends the
+    header); longer than the service's 40 ms it buys a longer wall, up to its maximum (1,000 ms by
+    default), so the full planned retrieval runs."""
     conversation_id: str | None = None
     """The conversation this call continues: its messages already in ``recent_messages`` are not packed."""
     history_turns: int | None = None
@@ -67,6 +71,8 @@ class MemoryUsed(msgspec.Struct, kw_only=True):
     tokens: int
     origin: str
     in_hot_and_cold: bool
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls."""
     scores: Scores
     justification: str
     occurred_at: datetime | None = None
@@ -79,6 +85,7 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     detail: str
     tokens: int
     composite: float
+    score: float
     text: str | None = None
     origin: str | None = None
     scores: Scores | None = None
@@ -133,6 +140,8 @@ class AssemblyMetrics(msgspec.Struct, kw_only=True):
     total_ms: float
     candidates_evaluated: int
     queued_ms: float = 0.0
+    deadline_ms: float = 0.0
+    """The deadline the assembly ran under: the service's, or yours up to its maximum."""
 
 
 class AssembledContext(msgspec.Struct, kw_only=True):
@@ -145,8 +154,24 @@ class AssembledContext(msgspec.Struct, kw_only=True):
     dropped: list[DroppedMemory]
     budget: Budget
     degradation_level: str
+    """L0: hot and cold memories both usable; L1: one of them; L2: neither."""
+    degradation_reasons: list[str]
+    """What the context lacks of what was planned (empty: complete): ``directive_missing``,
+    ``hot_unavailable``, ``cold_unavailable``, ``retrieval_reduced``."""
     sources_available: list[str]
     branches: Branches
     metrics: AssemblyMetrics
     retrieval: RetrievalReport
     """The cold search planned vs what ran, and why (``reason: planned`` when nothing was reduced)."""
+
+    @property
+    def directive_missing(self) -> bool:
+        """The agent's directive could not be read in time: this context may lack its standing
+        instructions (``directive`` is None). An agent without a directive is not missing one."""
+        return "directive_missing" in self.degradation_reasons
+
+    @property
+    def complete(self) -> bool:
+        """Nothing planned is missing: the directive (if the agent has one), both memory sources and
+        the full planned retrieval."""
+        return not self.degradation_reasons

@@ -76,6 +76,21 @@ class CreatedMemories(msgspec.Struct, kw_only=True):
     items: list[WrittenItem] = msgspec.field(default_factory=list)
 
 
+class CreatedMemory(CreatedMemories, kw_only=True):
+    """The answer to a single write (``Client.create_memory``): ``id`` and ``status`` of the one memory,
+    with ``ids`` and ``items`` as a batch has them."""
+
+    @property
+    def id(self) -> UUID:
+        """The memory holding the text: the new one, or the one it was merged into."""
+        return self.ids[0]
+
+    @property
+    def status(self) -> str:
+        """``created``, ``merged`` or ``superseded`` (see ``WrittenItem``)."""
+        return self.items[0].status if self.items else "created"
+
+
 class DeletedAgentMemories(msgspec.Struct, kw_only=True):
     agent_id: str
     deleted: int
@@ -154,6 +169,29 @@ class UndoResult(msgspec.Struct, kw_only=True):
     event: UUID
     restored: UUID | None = None
     reinstated: list[UUID] = msgspec.field(default_factory=list)
+
+
+class ImportIn(In):
+    lines: list[dict[str, Any]]
+
+
+class ImportCounts(msgspec.Struct, kw_only=True):
+    directive: int
+    memory: int
+    event: int
+
+
+class ImportSkipped(msgspec.Struct, kw_only=True):
+    document: int
+    chunk: int
+
+
+class ImportResult(msgspec.Struct, kw_only=True):
+    imported: ImportCounts
+    existing: ImportCounts
+    """Memories and events the org already held (same id): left as they were."""
+    skipped: ImportSkipped
+    """Lines an import does not restore (documents: mirror the files again)."""
 
 
 class OrgSettings(msgspec.Struct, kw_only=True):

@@ -28,6 +28,12 @@ class _Filters(In):
     occurred_before: datetime | None = None
     source_prefix: str | None = None
     levels: list[int] | None = None
+    sources: list[Literal["memories", "messages", "documents"]] | None = None
+    """Only these sources (default: all): ``memories`` (every kind but the next two), ``messages``
+    (conversation turns), ``documents`` (document chunks)."""
+    collections: list[str] | None = None
+    """Document chunks only from these collections. Search: absent = every collection; assembly:
+    absent = only the agent's own documents (org-wide ones only from collections you name)."""
     as_of: datetime | None = None
     """What was current then (valid time), retired memories included."""
     include_superseded: bool | None = None
@@ -80,7 +86,10 @@ class SearchResult(msgspec.Struct, kw_only=True):
     source: str | None
     level: int | None
     breadcrumb: str | None
+    score: float
+    """How strongly it matches the query, in [0, 1], comparable across calls and fusion methods."""
     final_score: float
+    """The ranking score (its scale depends on the fusion method)."""
     lexical_rank: int | None
     semantic_rank: int | None
     lexical_score: float | None

@@ -120,7 +120,7 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
       const found = await answered(() => client.search(query, { limit, filters: defined({ agent_id: agentId, kinds }) }));
       return {
         memories: found.results.map((r) => ({
-          id: r.id, text: r.text, kind: r.kind, score: Math.round(r.final_score * 10_000) / 10_000,
+          id: r.id, text: r.text, kind: r.kind, score: r.score,
           occurred_at: r.occurred_at ?? null,
         })),
       };
@@ -144,7 +144,7 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
       }));
       return {
         context: ctx.context, refs: ctx.refs, context_tokens: ctx.budget.context_tokens,
-        degradation_level: ctx.degradation_level,
+        degradation_level: ctx.degradation_level, degradation_reasons: ctx.degradation_reasons,
       };
     },
   });

@@ -157,7 +157,11 @@ export class Client {
   /**
    * The context for one model call: directive, hot and cold memories and history, packed into a token
    * budget. Give `max_context_tokens`, `selective: true` or both. `options.timeoutMs` is your deadline
-   * (`X-Timeout-Ms`): past it the service answers 504 (`DeadlineExceeded`), never a partial context.
+   * (`X-Timeout-Ms`), both ways: longer than the service's deadline (40 ms by default) it lengthens the
+   * service's wall, up to its `PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS` (1,000 by default), so the full
+   * planned retrieval runs when you can wait for it; past it the service answers 504
+   * (`DeadlineExceeded`), never a partial context. `degradation_reasons` lists what the context lacks
+   * of what was planned (`directive_missing`, ...; empty: complete).
    */
   assemble(agentId: string, text: string, fields: AssembleOptions = {}, options?: RequestOptions
   ): Promise<t.AssembledContext> {
@@ -255,6 +259,15 @@ export class Client {
 
   // --- health and export ------------------------------------------------------------------------
 
+  /**
+   * Import lines of an export (`export()`) into your org: memories with their history and supersession,
+   * directives. Ids are kept, so a retry writes nothing twice; send a long export in several calls
+   * (at most PGCONTEXT_MAX_BATCH memories each).
+   */
+  importLines(lines: readonly t.ExportLine[], options?: RequestOptions): Promise<t.ImportResult> {
+    return this.call({ method: "POST", path: "/v1/import", body: { lines }, repeatable: true, options });
+  }
+
   /** `/healthz`: the process is up. */
   health(options?: RequestOptions): Promise<t.Health> {
     return this.call({ method: "GET", path: "/healthz", repeatable: true, options });
@@ -268,8 +281,9 @@ export class Client {
   /**
    * Data-subject export: every line of the agent's NDJSON export as an object (`type` says which kind),
    * streamed; the last is `{ type: "end", ... }`. An export that broke off throws `TransportError`.
+   * Without `agentId` (`undefined`), the whole org's.
    */
-  async *export(agentId: string, options?: RequestOptions): AsyncGenerator<t.ExportLine, void, undefined> {
+  async *export(agentId?: string, options?: RequestOptions): AsyncGenerator<t.ExportLine, void, undefined> {
     const call: Call = { method: "GET", path: "/v1/export", query: query({ agent_id: agentId }), repeatable: true, options };
     const { response, untimed, done } = await this.transport.send(call);
     // The local per-try limit covers the answer's start; a long export then streams as long as it needs

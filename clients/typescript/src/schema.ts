@@ -28,7 +28,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Postgres and Redis answer */
+        /** Postgres and Redis answer, and the assembly path is warm */
         get: operations["ReadyzReadyz"];
         put?: never;
         post?: never;
@@ -266,12 +266,32 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Export an agent's memories, directive and documents (NDJSON)
-         * @description One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
+         * Export an agent's (or the org's) memories, directives and documents (NDJSON)
+         * @description Without `agent_id`, the whole org (every agent, and the memories of no agent). One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
          */
         get: operations["V1ExportExport"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import an export's lines into your org (memories, history, directives)
+         * @description Body: `{"lines": [...]}`, lines of an export (`GET /v1/export`, each NDJSON line as an object) in any order, an export split over as many requests as needed (at most PGCONTEXT_MAX_BATCH memories and 20,000 events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. Documents and chunks are `skipped` (mirror the files again). Each request is one transaction: all of it or nothing (409 `conflict` when a keyed memory would make a second current value of its key).
+         */
+        post: operations["V1ImportImportLines"];
         delete?: never;
         options?: never;
         head?: never;
@@ -357,6 +377,7 @@ export interface components {
         /** AppendIn */
         AppendIn: {
             messages: components["schemas"]["MessageIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
         };
         /** AppendOut */
@@ -378,6 +399,7 @@ export interface components {
         };
         /** AssembleRequest */
         AssembleRequest: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id: string;
             query: string & unknown;
             model: string;
@@ -391,6 +413,7 @@ export interface components {
             retrieval?: components["schemas"]["RetrievalOptions"];
             /** @default false */
             explain?: boolean;
+            timeout_ms?: number | null;
             conversation_id?: string | null;
             history_turns?: number | null;
         } | {
@@ -411,6 +434,7 @@ export interface components {
             budget: components["schemas"]["BudgetOut"];
             /** @enum {string} */
             degradation_level: "L0" | "L1" | "L2";
+            degradation_reasons: ("directive_missing" | "hot_unavailable" | "cold_unavailable" | "retrieval_reduced")[];
             sources_available: string[];
             branches: components["schemas"]["Branches"];
             metrics: components["schemas"]["Metrics"];
@@ -484,6 +508,12 @@ export interface components {
         ConversationPage: {
             items: components["schemas"]["ConversationOut"][];
             next_cursor: string | null;
+        };
+        /** Counts */
+        Counts: {
+            directive: number;
+            memory: number;
+            event: number;
         };
         /** CreatedMemories */
         CreatedMemories: {
@@ -566,6 +596,7 @@ export interface components {
             detail: string;
             tokens: number;
             composite: number;
+            score: number;
             text?: string | null;
             /** @enum {null|string} */
             origin?: "hot" | "cold" | null;
@@ -682,6 +713,12 @@ export interface components {
             built_at: string;
             items: components["schemas"]["HotMemoryOut"][];
         };
+        /** ImportResult */
+        ImportResult: {
+            imported: components["schemas"]["Counts"];
+            existing: components["schemas"]["Counts"];
+            skipped: components["schemas"]["Skipped"];
+        };
         /** IndexSummary */
         IndexSummary: {
             revision: number;
@@ -778,6 +815,7 @@ export interface components {
         /** MemoryPatch */
         MemoryPatch: {
             text?: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kind?: string;
             /** @description A JSON object: at most 16,384 bytes encoded (else 413), nested at most 32 levels with the body, no NUL in any key or string. */
@@ -802,6 +840,7 @@ export interface components {
             /** @enum {string} */
             origin: "hot" | "cold";
             in_hot_and_cold: boolean;
+            score: number;
             scores: components["schemas"]["Scores"];
             justification: string;
             occurred_at?: string | null;
@@ -872,6 +911,8 @@ export interface components {
             candidates_evaluated: number;
             /** @default 0 */
             queued_ms?: number;
+            /** @default 0 */
+            deadline_ms?: number;
         };
         /** ModeMetrics */
         ModeMetrics: {
@@ -988,6 +1029,7 @@ export interface components {
         };
         /** SearchFilters */
         SearchFilters: {
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             kinds?: string[] | null;
             metadata?: {
@@ -999,6 +1041,8 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            sources?: ("memories" | "messages" | "documents")[] | null;
+            collections?: string[] | null;
             as_of?: string | null;
             /** @default false */
             include_superseded?: boolean;
@@ -1059,6 +1103,7 @@ export interface components {
             source: string | null;
             level: number | null;
             breadcrumb: string | null;
+            score: number;
             final_score: number;
             lexical_rank: number | null;
             semantic_rank: number | null;
@@ -1117,6 +1162,11 @@ export interface components {
             chunks_missing_embedding: number;
             files_other_embedder: number;
         };
+        /** Skipped */
+        Skipped: {
+            document: number;
+            chunk: number;
+        };
         /** UndoIn */
         UndoIn: {
             reason?: string | null;
@@ -1151,6 +1201,7 @@ export interface components {
         /** MemoryIn */
         MemoryIn: {
             text: string & unknown;
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default fact */
             kind?: string;
@@ -1185,9 +1236,17 @@ export interface components {
         /** IngestRequest */
         IngestRequest: {
             files: components["schemas"]["FileIn"][];
+            /** @description 1-200 letters, digits and _.:@- */
             agent_id?: string | null;
             /** @default default */
             collection?: string;
+        };
+        /** ImportRequest */
+        ImportRequest: {
+            /** @description Lines of an export (`GET /v1/export`), in any order and as many requests as needed; `export` and `end` lines are optional. */
+            lines: {
+                [key: string]: unknown;
+            }[];
         };
         /** @description Any JSON value whose strings and keys hold no NUL character. */
         JsonValue: unknown;
@@ -1204,6 +1263,8 @@ export interface components {
             occurred_before?: string | null;
             source_prefix?: string | null;
             levels?: number[] | null;
+            sources?: ("memories" | "messages" | "documents")[] | null;
+            collections?: string[] | null;
             as_of?: string | null;
             /** @default false */
             include_superseded?: boolean;
@@ -1329,7 +1390,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1424,7 +1485,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1490,7 +1551,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1563,7 +1624,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1647,7 +1708,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1751,7 +1812,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1835,7 +1896,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1853,6 +1914,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1908,7 +1970,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -1926,6 +1988,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -1985,7 +2048,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2003,6 +2066,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The agent (1-200 letters, digits and _.:@-). */
                 agent_id: string;
             };
             cookie?: never;
@@ -2056,7 +2120,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2126,7 +2190,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2210,7 +2274,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2287,7 +2351,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2340,7 +2404,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2420,7 +2484,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2515,7 +2579,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2588,7 +2652,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2661,7 +2725,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2730,7 +2794,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2817,7 +2881,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2892,7 +2956,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2967,7 +3031,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -2982,9 +3046,9 @@ export interface operations {
     };
     V1ExportExport: {
         parameters: {
-            query: {
-                /** @description The agent (1-200 letters, digits and _.:@-). */
-                agent_id: string;
+            query?: {
+                /** @description The agent (1-200 letters, digits and _.:@-); omitted: the whole org (every agent and the org-wide memories). */
+                agent_id?: string | null;
             };
             header?: never;
             path?: never;
@@ -3033,7 +3097,100 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ImportImportLines: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImportRequest"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportResult"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3049,6 +3206,7 @@ export interface operations {
     V1MemoriesMemoryIdHistoryHistory: {
         parameters: {
             query?: {
+                /** @description `next_cursor` of the previous page: base64url (unpadded) of the 16 bytes of the last event's id. */
                 cursor?: string | null;
                 limit?: number;
             };
@@ -3110,7 +3268,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3215,7 +3373,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3268,7 +3426,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */
@@ -3343,7 +3501,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying (when the service is overloaded). */

@@ -56,6 +56,7 @@ export type DocumentPage = Schemas["DocumentPage"];
 export type DeletedDocuments = Schemas["DeleteResponse"];
 export type IndexSummary = Schemas["IndexSummary"];
 export type Health = Schemas["Health"];
+export type ImportResult = Schemas["ImportResult"];
 export type Appended = Schemas["AppendOut"];
 export type AppendedMessage = Schemas["AppendedMessage"];
 export type ConversationMessage = Schemas["MessageOut"];

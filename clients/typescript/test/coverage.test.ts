@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 
 import { describe, expect, test } from "vitest";
 
-import { Client } from "pgcontext";
+import { Client, type ExportLine } from "pgcontext";
 
 import type { operations } from "../src/schema.js";
 import { agent, apiKey, Recorder, url } from "./live.js";
@@ -43,6 +43,7 @@ const OPERATIONS: Record<keyof operations, { verb: string; path: string; method:
   V1MemoriesHotHotSet: { verb: "GET", path: "/v1/memories/hot", method: "hotSet" },
   V1MemoriesFeedbackFeedback: { verb: "POST", path: "/v1/memories/feedback", method: "feedback" },
   V1ExportExport: { verb: "GET", path: "/v1/export", method: "export" },
+  V1ImportImportLines: { verb: "POST", path: "/v1/import", method: "importLines" },
   V1ConversationsConversationIdMessagesAppendMessages: {
     verb: "POST", path: "/v1/conversations/{conversation_id}/messages", method: "appendMessages" },
   V1ConversationsConversationIdMessagesListMessages: {
@@ -96,11 +97,12 @@ describe("coverage of the OpenAPI schema", () => {
     await record("getMemory", () => pg.getMemory(id));
     await record("updateMemory", () => pg.updateMemory(id, { text: "y" }));
     await record("memoryHistory", () => pg.memoryHistory(id));
+    // (record() keeps the first request its callback sends: the merge to undo is made before.)
     const twin = await pg.createMemory("y", { agent_id: who });
     expect((twin.items ?? []).find((item) => item.status === "merged")?.id).toBe(id);
-    const events = (await pg.memoryHistory(id)).items;
-    const merge = events.find((event) => event.event === "merged");
-    expect(merge, JSON.stringify(events)).toBeDefined();
+    const history = (await pg.memoryHistory(id)).items;
+    const merge = history.find((event) => event.event === "merged");
+    expect(merge, JSON.stringify(history)).toBeDefined();
     await record("undoEvent", () => pg.undoEvent(id, merge?.id ?? ""));
     await record("orgSettings", () => pg.orgSettings());
     await record("setOrgSettings", () => pg.setOrgSettings({ on_duplicate: "merge" }));
@@ -111,7 +113,9 @@ describe("coverage of the OpenAPI schema", () => {
     await record("getDirective", () => pg.getDirective(who));
     await record("assemble", () => pg.assemble(who, "y", { max_context_tokens: 1000 }));
     await record("deleteDirective", () => pg.deleteDirective(who));
-    await record("export", async () => { for await (const line of pg.export(who)) expect(line.type).toBeTruthy(); });
+    const exported: ExportLine[] = [];
+    await record("export", async () => { for await (const line of pg.export(who)) exported.push(line); });
+    await record("importLines", async () => expect((await pg.importLines(exported)).existing.memory).toBeGreaterThan(0));
     await record("deleteMemory", () => pg.deleteMemory(id));
     await record("eraseAgent", () => pg.eraseAgent(who));
     await record("ingestDocuments", () => pg.ingestDocuments([{ path: "a.py", content: "x = 1\n" }], { collection }));

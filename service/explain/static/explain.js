@@ -89,6 +89,92 @@ async function loadAgents() {
   }
 }
 
+// -- facts: each memory's lifecycle, and its history -------------------------------------------------
+
+const FACT_LOOKUPS = 100; // memories looked up per rendering (GET /v1/memories/{id}), 6 at a time
+
+function day(value) {
+  return value ? String(value).slice(0, 10) : "now";
+}
+
+function factCell(id) {
+  return el("td", { className: "fact", "data-field": "fact", "data-fact-for": id });
+}
+
+function renderFact(cell, memory) {
+  const id = cell.dataset.factFor;
+  const parts = [];
+  if (!memory) {
+    parts.push(el("span", { className: "muted", "data-fact": "status", text: "—" }));
+  } else {
+    const ended = memory.valid_until && new Date(memory.valid_until) <= new Date();
+    const status = !memory.current ? "superseded" : ended ? "ended" : "current";
+    parts.push(el("span", { className: `fact-status fact-${status}`, "data-fact": "status",
+                            text: memory.superseded_by ? `superseded by ${memory.superseded_by.slice(-8)}` : status,
+                            title: memory.superseded_by || undefined }));
+    parts.push(el("span", { "data-fact": "valid",
+                            text: `valid ${day(memory.valid_from || memory.occurred_at)} → ${day(memory.valid_until)}` }));
+    if (memory.key) parts.push(el("span", { "data-fact": "key", text: `key ${memory.key}` }));
+    parts.push(el("span", { "data-fact": "seen", text: `seen ${memory.seen_count}×`,
+                            title: memory.last_seen_at ? `last ${memory.last_seen_at}` : undefined }));
+  }
+  const open = el("button", { type: "button", className: "link", "data-action": "history", text: "history" });
+  open.addEventListener("click", () => openHistory(id));
+  cell.replaceChildren(...parts, open);
+}
+
+async function fillFacts(table) {
+  // The assembly and search answers carry ids and scores; each memory's lifecycle comes from its record.
+  const cells = [...table.querySelectorAll("td[data-fact-for]")].slice(0, FACT_LOOKUPS);
+  const queue = [...cells];
+  const worker = async () => {
+    for (let cell = queue.shift(); cell; cell = queue.shift()) {
+      let memory = null;
+      try {
+        memory = await api("GET", `/v1/memories/${encodeURIComponent(cell.dataset.factFor)}`);
+      } catch (_) {
+        memory = null; // gone since, or not a memory of this org: shown as unknown
+      }
+      renderFact(cell, memory);
+    }
+  };
+  await Promise.all(Array.from({ length: 6 }, worker));
+  table.dataset.factsLoaded = "true";
+}
+
+function summarize(detail) {
+  const text = JSON.stringify(detail || {});
+  return text === "{}" ? "" : text.length > 400 ? `${text.slice(0, 400)}…` : text;
+}
+
+async function openHistory(id) {
+  $("history-id").textContent = id;
+  $("history-error").hidden = true;
+  $("history-events").replaceChildren();
+  $("history").hidden = false;
+  const events = [];
+  try {
+    let cursor = null;
+    do {
+      const page = await api("GET", `/v1/memories/${encodeURIComponent(id)}/history?limit=100`
+        + (cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""));
+      events.push(...page.items);
+      cursor = page.next_cursor;
+    } while (cursor && events.length < 1000);
+  } catch (error) {
+    showError($("history-error"), error);
+  }
+  table($("history-events"), ["#", "at", "event", "related", "undone by", "detail"],
+    events.map((e, i) => el("tr", { "data-event": e.event, "data-id": e.id },
+      el("td", { text: i + 1 }),
+      el("td", { text: e.at }),
+      el("td", {}, el("span", { className: `event event-${e.event}`, "data-field": "event", text: e.event })),
+      el("td", { text: fmt(e.related_id) }),
+      el("td", { text: fmt(e.undone_by) }),
+      el("td", { className: "why", "data-field": "detail", text: summarize(e.detail) }))));
+  $("history").scrollIntoView({ block: "nearest" });
+}
+
 // -- assemble --------------------------------------------------------------------------------------
 
 function assembleRequest() {
@@ -150,19 +236,21 @@ function renderAssembly(r) {
   $("totals").textContent = `${fmt(r.metrics.total_ms, 1)} ms · ${r.metrics.candidates_evaluated} candidates · `
     + `${r.memories_used.length} packed · ${r.dropped.length} dropped`;
 
-  table($("used"), ["#", "memory", "said", "origin", "tokens", ...SCORE_NAMES, "justification"],
+  table($("used"), ["#", "memory", "fact", "said", "origin", "tokens", ...SCORE_NAMES, "justification"],
     r.memories_used.map((m) => el("tr", { "data-id": m.id, "data-source": sourceOf(m) },
       el("td", { text: m.tag }),
       el("td", { className: "text", "data-field": "text", text: m.text }),
+      factCell(m.id),
       el("td", { className: "why", "data-field": "said", text: said(m.message) }),
       el("td", { text: m.origin + (m.in_hot_and_cold ? " + cold" : "") }),
       el("td", { className: "num", text: m.tokens }),
       ...scoreCells(m.scores),
       el("td", { className: "why", "data-field": "justification", text: m.justification }))));
 
-  table($("dropped"), ["memory", "said", "reason", "detail", "tokens", ...SCORE_NAMES],
+  table($("dropped"), ["memory", "fact", "said", "reason", "detail", "tokens", ...SCORE_NAMES],
     r.dropped.map((d) => el("tr", { "data-id": d.id, "data-source": sourceOf(d) },
       el("td", { className: "text", "data-field": "text", text: d.text ?? d.id }),
+      factCell(d.id),
       el("td", { className: "why", "data-field": "said", text: said(d.message) }),
       el("td", {}, el("span", { className: `reason reason-${d.reason}`, "data-field": "reason", text: d.reason })),
       el("td", { className: "why", text: d.detail }),
@@ -208,6 +296,8 @@ function renderAssembly(r) {
   $("context").textContent = r.context;
   applySources(document.querySelector("#assemble-result .sources"), $("used"), $("dropped"));
   $("assemble-result").hidden = false;
+  fillFacts($("used"));
+  fillFacts($("dropped"));
 }
 
 async function runAssemble(event) {
@@ -229,11 +319,13 @@ function renderSearch(r) {
     + (r.fallback_reason ? ` · fallback: ${r.fallback_reason}` : "")
     + ` · ${fmt(m.total_ms, 1)} ms (lexical ${fmt(m.lexical_ms, 1)}, semantic ${fmt(m.semantic_ms, 1)},`
     + ` fusion ${fmt(m.fusion_ms, 1)}) · candidates lexical ${fmt(m.lexical_candidates)}, semantic ${fmt(m.semantic_candidates)}`;
-  table($("results"), ["#", "memory", "said", "agent", "kind", "final score", "lexical rank", "lexical score",
+  table($("results"), ["#", "memory", "fact", "said", "agent", "kind", "final score", "lexical rank", "lexical score",
                        "semantic rank", "semantic score", "fusion"],
-    r.results.map((hit, i) => el("tr", { "data-id": hit.id, "data-source": sourceOf(hit) },
+    r.results.map((hit, i) => el("tr", { "data-id": hit.id, "data-current": String(hit.current !== false),
+                                         "data-source": sourceOf(hit) },
       el("td", { text: i + 1 }),
       el("td", { className: "text", "data-field": "text", text: hit.text }),
+      factCell(hit.id),
       el("td", { className: "why", "data-field": "said", text: said(hit.message) }),
       el("td", { text: fmt(hit.agent_id) }),
       el("td", { text: hit.kind }),
@@ -245,6 +337,7 @@ function renderSearch(r) {
       el("td", { text: hit.fusion_method }))));
   applySources(document.querySelector("#search-result .sources"), $("results"));
   $("search-result").hidden = false;
+  fillFacts($("results"));
 }
 
 async function runSearch(event) {
@@ -253,7 +346,11 @@ async function runSearch(event) {
   const agent = $("search-agent").value.trim();
   const body = { query: $("search-query").value, strategy: $("search-strategy").value,
                  limit: Number($("search-limit").value) };
-  if (agent) body.filters = { agent_id: agent };
+  const filters = {};
+  if (agent) filters.agent_id = agent;
+  if ($("search-include-superseded").checked) filters.include_superseded = true;
+  if ($("search-as-of").value.trim()) filters.as_of = $("search-as-of").value.trim();
+  if (Object.keys(filters).length) body.filters = filters;
   try {
     renderSearch(await api("POST", "/v1/memories/search", body));
   } catch (error) {
@@ -294,6 +391,7 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("assemble-form").addEventListener("submit", runAssemble);
   $("search-form").addEventListener("submit", runSearch);
+  $("history-close").addEventListener("click", () => { $("history").hidden = true; });
   showKeyState();
   if (apiKey()) loadAgents();
 });

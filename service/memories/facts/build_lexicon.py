@@ -19,6 +19,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from service.files import write_atomically
+
 TOP_SENSES = 3
 POS = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
 OUT = Path(__file__).with_name("synonyms.tsv.gz")
@@ -55,10 +57,10 @@ def main() -> None:
     wordnet = Path(sys.argv[1] if len(sys.argv) > 1 else "/usr/share/wordnet")
     lines = build(wordnet)
     data = ("\n".join(lines) + "\n").encode()
-    OUT.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))  # byte-identical rebuilds
+    write_atomically(OUT, gzip.compress(data, compresslevel=9, mtime=0))  # byte-identical rebuilds
     license_text = (wordnet / "data.noun").read_text(encoding="latin-1").split("\n")[:29]
     notice = [line.strip().partition(" ")[2].rstrip() for line in license_text if line.startswith("  ")]
-    OUT.with_name("synonyms.LICENSE").write_text("\n".join(notice) + "\n", encoding="utf-8")
+    write_atomically(OUT.with_name("synonyms.LICENSE"), "\n".join(notice) + "\n")
     print(f"{OUT}: {len(lines)} lines, {OUT.stat().st_size} bytes")
 
 

@@ -1,0 +1,104 @@
+"""``PgcontextChatMessageHistory``: a LangChain chat history that is a pgcontext conversation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+from uuid import uuid4
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from pgcontext_client import AsyncClient, Client, NotFound, endpoints
+from pgcontext_client.plans import Plan, arun, run
+from pgcontext_client.types import MessageIn, MessagePage
+
+ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+"""LangChain message types and the conversation roles they are stored with (others: no role)."""
+PAGE = 200
+
+
+def _text(message: BaseMessage) -> str:
+    text = str(message.text)  # a str subclass in langchain-core 1.x
+    return text if text.strip() else f"({message.type} message)"
+
+
+def _message_in(message: BaseMessage) -> MessageIn:
+    return MessageIn(content=_text(message), role=ROLES.get(message.type),  # type: ignore[arg-type]
+                     message_id=message.id or uuid4().hex,
+                     metadata={"langchain": message_to_dict(message)})
+
+
+class PgcontextChatMessageHistory(BaseChatMessageHistory):
+    """The messages of pgcontext conversation ``conversation_id`` (``/v1/conversations/{id}/messages``).
+
+    Each message is stored with its text (searchable, and what context assembly packs) and role, and the
+    LangChain message itself in ``metadata.langchain``, so it reads back as it was written (type, id,
+    tool calls). ``agent_id`` owns a conversation its first append creates. ``clear()`` deletes the
+    conversation. A message keeps its ``id`` as the conversation's ``message_id`` (a new one when it has
+    none), so a retried append writes nothing twice.
+    """
+
+    def __init__(self, conversation_id: str, *, agent_id: str | None = None, url: str | None = None,
+                 api_key: str | None = None, client: Client | None = None,
+                 aclient: AsyncClient | None = None) -> None:
+        self.conversation_id, self.agent_id = conversation_id, agent_id
+        self._url, self._api_key = url, api_key
+        self._client, self._aclient = client, aclient
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self._url, self._api_key)
+        return self._client
+
+    @property
+    def aclient(self) -> AsyncClient:
+        if self._aclient is None:
+            self._aclient = AsyncClient(self._url, self._api_key)
+        return self._aclient
+
+    def _read(self) -> Plan[list[BaseMessage]]:
+        stored: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page: MessagePage = yield endpoints.list_messages(self.conversation_id, limit=PAGE, cursor=cursor)
+            except NotFound:
+                return []
+            stored += [m.metadata.get("langchain") or {"type": _TYPES.get(m.role or "", "human"),
+                                                       "data": {"content": m.content}} for m in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                return messages_from_dict(stored)
+
+    def _append(self, messages: Sequence[BaseMessage]) -> Plan[None]:
+        if messages:
+            yield endpoints.append_messages(self.conversation_id, [_message_in(m) for m in messages],
+                                            agent_id=self.agent_id)
+
+    def _clear(self) -> Plan[None]:
+        with contextlib.suppress(NotFound):  # none yet: nothing to clear
+            yield endpoints.delete_conversation(self.conversation_id)
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        return run(self.client, self._read())
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return await arun(self.aclient, self._read())
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        run(self.client, self._append(messages))
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await arun(self.aclient, self._append(messages))
+
+    def clear(self) -> None:
+        run(self.client, self._clear())
+
+    async def aclear(self) -> None:
+        await arun(self.aclient, self._clear())
+
+
+_TYPES = {role: kind for kind, role in ROLES.items()}

@@ -1,0 +1,130 @@
+"""``PgcontextSession``: an Agents SDK session whose items are the messages of a pgcontext conversation."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, cast
+from uuid import uuid4
+
+from agents.items import TResponseInputItem
+from agents.memory.session_settings import SessionSettings
+from pgcontext_client import AsyncClient, NotFound
+from pgcontext_client.types import ConversationMessage, MessageIn
+from pgcontext_client.types.conversations import Role
+
+META = "openai_agents"
+PAGE = 200
+
+
+def _text(item: dict[str, Any]) -> str:
+    """What an item says, as the conversation's searchable text."""
+    content = item.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    elif item.get("type") == "function_call":
+        text = f"{item.get('name')}({item.get('arguments', '')})"
+    elif item.get("type") == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else json.dumps(output)
+    else:
+        text = ""
+    return text if text.strip() else f"({item.get('type', 'item')})"
+
+
+def _role(item: dict[str, Any]) -> Role | None:
+    role = item.get("role")
+    if role in ("user", "assistant", "system"):
+        return cast(Role, role)
+    if role == "developer":
+        return "system"
+    if item.get("type") == "function_call_output":
+        return "tool"
+    if item.get("type") in ("function_call", "reasoning"):
+        return "assistant"
+    return None
+
+
+def _message(item: TResponseInputItem) -> MessageIn:
+    data: dict[str, Any] = dict(item)
+    return MessageIn(content=_text(data), role=_role(data),
+                     message_id=uuid4().hex, metadata={META: data})
+
+
+def _item(message: ConversationMessage) -> TResponseInputItem:
+    stored = message.metadata.get(META)
+    if isinstance(stored, dict):
+        return stored  # type: ignore[return-value]
+    plain: dict[str, Any] = {"role": message.role if message.role in ("user", "assistant", "system") else "user",
+                             "content": message.content}
+    return plain  # type: ignore[return-value]  # an EasyInputMessageParam
+
+
+class PgcontextSession:
+    """The Agents SDK ``Session`` protocol over conversation ``session_id``: ``Runner.run(agent, input,
+    session=PgcontextSession("chat-1", agent_id="support"))`` keeps the run's items in pgcontext.
+
+    Each item is appended as a conversation message with its text and role (searchable, and what context
+    assembly packs) and the item itself in ``metadata.openai_agents``, which ``get_items`` returns.
+    ``agent_id`` owns a conversation its first append creates. ``pop_item`` rewrites the conversation
+    without its last message; ``clear_session`` deletes the conversation.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(self, session_id: str, *, agent_id: str | None = None, url: str | None = None,
+                 api_key: str | None = None, client: AsyncClient | None = None,
+                 session_settings: SessionSettings | None = None) -> None:
+        self.session_id, self.agent_id = session_id, agent_id
+        self.client = client or AsyncClient(url, api_key)
+        self.session_settings = session_settings
+
+    async def _messages(self) -> list[ConversationMessage]:
+        found: list[ConversationMessage] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page = await self.client.list_messages(self.session_id, limit=PAGE, cursor=cursor)
+            except NotFound:
+                return []
+            found += page.items
+            cursor = page.next_cursor
+            if cursor is None:
+                return found
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items in order; ``limit``: only the latest that many."""
+        messages = await self._messages()
+        if limit is not None:
+            messages = messages[-limit:] if limit > 0 else []
+        return [_item(m) for m in messages]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if items:
+            await self.client.append_messages(self.session_id, [_message(i) for i in items],
+                                              agent_id=self.agent_id)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """The last item, removed. The conversation API never removes one message, so this rewrites the
+        conversation without it: the other messages keep their ids, text, role and times, under new memory
+        ids; not atomic, so pop while no one else appends."""
+        messages = await self._messages()
+        if not messages:
+            return None
+        owner = (await self.client.get_conversation(self.session_id)).agent_id
+        await self.client.delete_conversation(self.session_id)
+        kept = [MessageIn(content=m.content, speaker=m.speaker, role=cast(Role | None, m.role),
+                          occurred_at=m.occurred_at, session_id=m.session_id, message_id=m.message_id,
+                          metadata=m.metadata) for m in messages[:-1]]
+        if kept:
+            await self.client.append_messages(self.session_id, kept, agent_id=owner)
+        return _item(messages[-1])
+
+    async def clear_session(self) -> None:
+        with contextlib.suppress(NotFound):  # none yet: nothing to clear
+            await self.client.delete_conversation(self.session_id)
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,60 @@
+"""``memory_tools``: remember, recall and assemble_context as Agents SDK function tools (like pgcontext's
+MCP server's), bound to one agent's memories."""
+
+from __future__ import annotations
+
+import json
+
+from agents import Tool, function_tool
+from pgcontext_client import AsyncClient, SearchFilters
+
+
+def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None = None,
+                 client: AsyncClient | None = None, model: str = "gpt-4o",
+                 max_context_tokens: int = 2000) -> list[Tool]:
+    """``remember``, ``recall`` and ``assemble_context`` over ``agent_id``'s memories. Which agent is
+    configuration, never a tool argument: the model reads and writes this agent's memory only. ``model``
+    and ``max_context_tokens``: how ``assemble_context`` counts and caps its context."""
+    pg = client or AsyncClient(url, api_key)
+
+    @function_tool
+    async def remember(text: str, kind: str | None = None, importance: float | None = None) -> str:
+        """Store a long-term memory, so later conversations can recall it. Write one self-contained
+        statement ("The user is allergic to peanuts."), not a transcript. A memory that repeats one
+        already stored is merged into it.
+
+        Args:
+            text: The fact, preference, event or instruction.
+            kind: A lowercase label such as fact, preference, event, task (default fact).
+            importance: 0-1; higher is kept in view more (default 0.5).
+        """
+        written = await pg.create_memory(text, agent_id=agent_id, kind=kind, importance=importance)
+        return json.dumps({"id": str(written.id), "status": written.status})
+
+    @function_tool
+    async def recall(query: str, limit: int = 5) -> str:
+        """Search your long-term memories by meaning and keywords. Results are best first, each with its
+        id, text, kind and a score from 0 (no match) to 1 (a perfect match).
+
+        Args:
+            query: What to look for, in natural language or keywords.
+            limit: How many memories at most (1-50).
+        """
+        found = await pg.search(query, limit=max(1, min(limit, 50)), filters=SearchFilters(agent_id=agent_id))
+        return json.dumps({"memories": [
+            {"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
+             "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None} for r in found.results]})
+
+    @function_tool
+    async def assemble_context(query: str) -> str:
+        """The best context for answering a message: your standing directive and the most useful memories,
+        ranked and packed into a token budget. Memories are numbered lines; `refs` maps each number to the
+        memory's id.
+
+        Args:
+            query: The message or question to answer.
+        """
+        ctx = await pg.assemble(agent_id, query, model=model, max_context_tokens=max_context_tokens)
+        return json.dumps({"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()}})
+
+    return [remember, recall, assemble_context]

@@ -1,0 +1,75 @@
+"""Where the CLI's servers come from: the configured Postgres and Redis, or the embedded ones under the
+data dir (started, attached to beside a running ``serve``, or adopted), and the database made ready to
+serve (migrated, the service role's DSN)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import asyncpg
+
+from service.db import guard
+from service.db import migrate as migrations
+from service.embedded.lifecycle import Supervisor
+from service.embedded.postgres import EmbeddedPostgres, default_shared_buffers_mb
+from service.embedded.redis_server import EmbeddedRedis
+from service.settings import Settings
+
+
+@contextlib.contextmanager
+def owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
+    """The configured owner DSN, or the embedded server's: started, attached to while the process that
+    started it runs (e.g. a CLI command beside `serve`), or adopted when that process was killed."""
+    if settings.database.url:
+        yield settings.database.url
+        return
+    buffers_mb = settings.database.embedded_shared_buffers_mb or default_shared_buffers_mb()
+    pg = EmbeddedPostgres(settings.data_dir / "postgres", shared_buffers=f"{buffers_mb}MB")
+    try:
+        pg.start()
+        if supervisor is not None:
+            supervisor.watch("postgres", pg)
+        yield pg.dsn()
+    finally:
+        pg.stop()
+
+
+@contextlib.contextmanager
+def redis_url(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
+    if settings.redis.url:
+        yield settings.redis.url
+        return
+    redis = EmbeddedRedis(settings.data_dir / "redis")
+    try:
+        redis.start()
+        if supervisor is not None:
+            supervisor.watch("redis", redis)
+        yield redis.url()
+    finally:
+        redis.stop()
+
+
+def prepare_database(settings: Settings, owner_dsn: str | None, *, migrate: bool = True) -> str:
+    """Migrate to head (``migrate=False``: refuse unless the schema is at head) and return the service
+    role's DSN (setting its password when derived)."""
+    if migrate:
+        assert owner_dsn is not None, "migrating needs the owner DSN"
+        migrations.upgrade(owner_dsn)
+    else:
+        guard.require_head(settings.database.app_url or str(owner_dsn))
+    if settings.database.app_url:
+        return settings.database.app_url
+    assert owner_dsn is not None, "no app DSN and no owner DSN to derive it from"
+    password = settings.database.app_role_password or migrations.derived_app_password(owner_dsn)
+    asyncio.run(migrations.set_app_password(owner_dsn, password))
+    return migrations.app_dsn(owner_dsn, password)
+
+
+async def with_owner(dsn: str, action: object) -> object:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await action(conn)  # type: ignore[operator]
+    finally:
+        await conn.close()

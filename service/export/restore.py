@@ -1,0 +1,233 @@
+"""``POST /v1/import``: the lines of an export (``GET /v1/export``) written back into the caller's org.
+
+Memories keep their ids (every key of the schema includes the org, so another org's ids never
+collide), so what refers to a memory -- ``superseded_by``, a history event's ``memory_id``,
+``related_id``, ``undoes`` and the ids inside its ``detail`` (a merge record's duplicate) -- stays
+right without rewriting, and an export can be sent in several requests in any order. A memory or an
+event the org already holds (the same id) is left as it is and counted ``existing``: a retried
+request writes nothing twice. Everything else of a request is written in one transaction, or
+nothing is.
+
+What comes back: a memory's columns as exported -- text, agent, kind, metadata, importance,
+usefulness and feedback, pin, expiry, record time (``created_at``, ``updated_at``), valid time
+(``occurred_at``, ``valid_until``), its ``key`` and supersession (``superseded_by``,
+``superseded_at``), reinforcement (``seen_count``, ``last_seen_at``, the occurred-at range) and
+access statistics -- and every history event. Vectors are not exported: the texts are embedded
+again by this service's embedder, and the normalized-text hash (the exact-duplicate lookup) is
+computed again. Lines written before the lifecycle fields existed import with their defaults (seen
+once, current, no key). ``directive`` lines replace the agent's directive (its version starts
+again). Documents and their chunks are not restored here (mirror the files again with
+``pgcontext import``): their lines are counted ``skipped``. An import bypasses duplicate detection
+and supersession: it restores a state that was consistent when exported, and the database still
+refuses two current memories of one key (409 ``conflict``, nothing written).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+import msgspec
+from pgvector import Vector
+
+from service.directives.store import DirectiveStore
+from service.errors import BadRequest, PayloadTooLarge, Unprocessable
+from service.memories.facts.normalize import hash_words, tokens
+from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey
+from service.memories.types import AgentId, AwareDatetime, Kind
+from service.memories.validation import check_kind, check_metadata, check_text
+from service.memories.write import embed_texts
+from service.runtime import Services
+
+FORMAT = 1
+"""The export format this service writes (and the newest it reads)."""
+MAX_EVENTS = 20_000
+"""History events per request (memories: ``PGCONTEXT_MAX_BATCH``); a longer export goes in several."""
+
+_Object = dict[str, Any]
+
+
+class ImportRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    lines: Annotated[list[_Object], msgspec.Meta(
+        min_length=1, description="Lines of an export (`GET /v1/export`), in any order and as many requests "
+                                  "as needed; `export` and `end` lines are optional.")]
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    directive: int
+    memory: int
+    event: int
+
+
+class Skipped(msgspec.Struct, kw_only=True):
+    document: int
+    chunk: int
+
+
+class ImportResult(msgspec.Struct, kw_only=True):
+    imported: Counts
+    """Rows written."""
+    existing: Counts
+    """Memories and events the org already held (same id): left as they were."""
+    skipped: Skipped
+    """Lines this import does not restore (documents: mirror the files again)."""
+
+
+class _Header(msgspec.Struct, tag_field="type", tag="export"):
+    format: int = 1
+
+
+class _End(msgspec.Struct, tag_field="type", tag="end"):
+    pass
+
+
+class _Error(msgspec.Struct, tag_field="type", tag="error"):
+    pass
+
+
+class _Document(msgspec.Struct, tag_field="type", tag="document"):
+    pass
+
+
+class _Chunk(msgspec.Struct, tag_field="type", tag="chunk"):
+    pass
+
+
+class _Directive(msgspec.Struct, tag_field="type", tag="directive"):
+    agent_id: AgentId
+    content: str
+
+
+class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
+    """What the import checks of a memory line (the rest goes to Postgres as exported)."""
+
+    id: UUID
+    text: str
+    agent_id: AgentId | None = None
+    kind: Kind = "fact"
+    key: FactKey | None = None
+    metadata: _Object = msgspec.field(default_factory=dict)
+    created_at: AwareDatetime | None = None
+    occurred_at: AwareDatetime | None = None
+    valid_until: AwareDatetime | None = None
+    superseded_by: UUID | None = None
+    superseded_at: AwareDatetime | None = None
+    seen_count: Annotated[int, msgspec.Meta(ge=1)] = 1
+    access_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    last_accessed_at: AwareDatetime | None = None
+
+
+class _Event(msgspec.Struct, tag_field="type", tag="event", kw_only=True):
+    id: UUID
+    memory_id: UUID
+    event: EventName
+    at: AwareDatetime
+    agent_id: AgentId | None = None
+    related_id: UUID | None = None
+    undoes: UUID | None = None
+    detail: _Object = msgspec.field(default_factory=dict)
+
+
+_Line = _Header | _End | _Error | _Document | _Chunk | _Directive | _Memory | _Event
+
+
+class _Parsed(msgspec.Struct):
+    memories: list[tuple[_Memory, _Object]] = msgspec.field(default_factory=list)
+    events: list[_Object] = msgspec.field(default_factory=list)
+    directives: dict[str, str] = msgspec.field(default_factory=dict)
+    skipped: Skipped = msgspec.field(default_factory=lambda: Skipped(document=0, chunk=0))
+
+
+def decode(body: bytes) -> ImportRequest:
+    try:
+        return msgspec.json.decode(body, type=ImportRequest)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"invalid import body: {exc}", code="validation_error") from exc
+    except msgspec.DecodeError as exc:
+        raise BadRequest("the body is not valid JSON", code="bad_json") from exc
+
+
+def _field(index: int) -> dict[str, str]:
+    return {"field": f"lines[{index}]"}
+
+
+def parse(request: ImportRequest, services: Services) -> _Parsed:
+    limits = services.settings.limits
+    out = _Parsed()
+    for index, raw in enumerate(request.lines):
+        try:
+            line = msgspec.convert(raw, _Line, strict=False)
+        except msgspec.ValidationError as exc:  # the body's schema holds any object: a line's own shape is 422
+            raise Unprocessable(f"lines[{index}] is not an export line: {exc}", code="invalid_line",
+                                details=_field(index)) from exc
+        if isinstance(line, _Header) and line.format > FORMAT:
+            raise Unprocessable(f"lines[{index}]: export format {line.format} is newer than this service reads "
+                                f"({FORMAT})", code="unsupported_format", details=_field(index))
+        if isinstance(line, _Error):
+            raise Unprocessable(f"lines[{index}]: the export broke off (an error line); export again",
+                                code="incomplete_export", details=_field(index))
+        if isinstance(line, _Document | _Chunk):
+            setattr(out.skipped, raw["type"], getattr(out.skipped, raw["type"]) + 1)
+        elif isinstance(line, _Directive):
+            if "\n" in line.agent_id or not line.content.strip() or len(line.content) > limits.max_directive_chars:
+                raise Unprocessable(f"lines[{index}]: the directive's agent_id is not valid, or its content is "
+                                    "empty or too long", code="validation_error", details=_field(index))
+            out.directives[line.agent_id] = line.content
+        elif isinstance(line, _Memory):
+            _check_memory(line, index, services)
+            out.memories.append((line, raw))
+        elif isinstance(line, _Event):
+            out.events.append(raw)
+    if len(out.memories) > limits.max_batch:
+        raise PayloadTooLarge(f"{len(out.memories)} memories in one request; the limit is {limits.max_batch} "
+                              "(PGCONTEXT_MAX_BATCH): send the export in several requests", code="batch_too_large")
+    if len(out.events) > MAX_EVENTS:
+        raise PayloadTooLarge(f"{len(out.events)} events in one request; the limit is {MAX_EVENTS}: send the "
+                              "export in several requests", code="batch_too_large")
+    return out
+
+
+def _check_memory(line: _Memory, index: int, services: Services) -> None:
+    limits = services.settings.limits
+    try:
+        check_text(line.text, limits)
+        if line.kind != MESSAGE_KIND:  # a conversation's message comes back as it was exported
+            check_kind(line.kind)
+        check_metadata(line.metadata, limits)
+    except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
+        raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code, details=_field(index)) from exc
+    if line.kind == MESSAGE_KIND and (line.superseded_by is not None or line.key is not None):
+        raise Unprocessable(f"lines[{index}]: messages are events: they take no key and are never superseded",
+                            code="validation_error", details=_field(index))
+
+
+async def restore(services: Services, org_id: UUID, request: ImportRequest) -> ImportResult:
+    parsed = parse(request, services)
+    memories = [m for m, _ in parsed.memories]
+    vectors = await embed_texts(services, org_id, [m.text for m in memories]) if memories else None
+    imported, existing = (Counts(directive=0, memory=0, event=0) for _ in range(2))
+    agents: set[str | None] = set()
+    async with services.db.tenant(org_id) as tx:
+        if memories:
+            assert vectors is not None
+            rows = await tx.fetch(
+                "export.import_memories", org_id, [line for _, line in parsed.memories], [Vector(v) for v in vectors],
+                [hash_words(tokens(m.text)) if m.kind != MESSAGE_KIND else None for m in memories])
+            written = {r["id"] for r in rows}
+            agents |= {r["agent_id"] for r in rows}
+            accessed = [m for m in memories if m.id in written and m.last_accessed_at is not None]
+            if accessed:
+                await tx.execute("export.import_access", org_id, [m.id for m in accessed],
+                                 [m.access_count for m in accessed], [m.last_accessed_at for m in accessed])
+            imported.memory, existing.memory = len(written), len(memories) - len(written)
+        if parsed.events:
+            imported.event = len(await tx.fetch("export.import_events", org_id, parsed.events))
+            existing.event = len(parsed.events) - imported.event
+    store = services.extras["directives"]
+    assert isinstance(store, DirectiveStore)
+    for agent_id, content in parsed.directives.items():
+        await store.put(org_id, agent_id, content)
+        imported.directive += 1
+    if agents:
+        await services.memories_changed(org_id, agents)
+    return ImportResult(imported=imported, existing=existing, skipped=parsed.skipped)

@@ -1,0 +1,150 @@
+"""``pgcontext_agents`` against a live service: an Agents SDK agent loop with a scripted stub model that stores
+and recalls memories through the tools and keeps its conversation in ``PgcontextSession``; the session
+protocol (limit, pop, clear, round trip of item types, tenant isolation) and the README example."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from agents import Agent, Model, ModelResponse, Runner
+from agents.memory import Session
+from agents.usage import Usage
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from pgcontext_agents import PgcontextSession, memory_tools
+from pgcontext_client import Client, SearchFilters
+
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.adapters import ROOT, run_readme
+from tests.integration.live import live_service
+
+pytestmark = pytest.mark.integration
+
+Step = Callable[[list[dict[str, Any]]], list[Any]]
+"""One model turn: from the items the model is given, what it answers."""
+
+
+class ScriptedModel(Model):
+    """A stub ``Model`` playing a script: each call answers with the next step (a tool call or a message),
+    and records the input it was given."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.steps, self.inputs = list(steps), []  # type: list[Step], list[list[dict[str, Any]]]
+
+    async def get_response(self, system_instructions: str | None, input: str | list[Any], *args: Any,
+                           **kwargs: Any) -> ModelResponse:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else [dict(i) for i in input]
+        self.inputs.append(items)
+        return ModelResponse(output=self.steps.pop(0)(items), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+def call(name: str, **arguments: Any) -> Step:
+    return lambda items: [ResponseFunctionToolCall(type="function_call", call_id=f"call-{uuid4().hex[:8]}",
+                                                   name=name, arguments=json.dumps(arguments))]
+
+
+def say(text: Callable[[list[dict[str, Any]]], str]) -> Step:
+    return lambda items: [ResponseOutputMessage(
+        id=f"msg-{uuid4().hex[:8]}", type="message", role="assistant", status="completed",
+        content=[ResponseOutputText(type="output_text", text=text(items), annotations=[])])]
+
+
+def last_tool_output(items: list[dict[str, Any]]) -> Any:
+    return json.loads(next(i["output"] for i in reversed(items) if i.get("type") == "function_call_output"))
+
+
+def fact(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best recalled memory that is a fact (the conversation's own messages are memories too)."""
+    return next(m for m in last_tool_output(items)["memories"] if m["kind"] == "fact")
+
+
+@pytest.fixture(scope="module")
+def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
+    with live_service(settings, endpoints, embedder) as url:
+        yield url
+
+
+async def test_an_agent_loop_remembers_and_recalls_through_the_tools_and_session(live_url: str,
+                                                                                tenant: Tenant) -> None:
+    agent_id, chat = f"oa-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    model = ScriptedModel([
+        call("remember", text="The user's sister is called Ines.", kind="fact", importance=0.8),
+        say(lambda items: f"Noted ({last_tool_output(items)['status']})."),
+        call("recall", query="what is the name of the user's sister?", limit=3),
+        say(lambda items: f"Your sister is {fact(items)['text'].split()[-1].rstrip('.')}."),
+        call("assemble_context", query="who is in the user's family?"),
+        say(lambda items: last_tool_output(items)["context"]),
+    ])
+    agent = Agent(name="assistant", instructions="Use your memory.", model=model,
+                  tools=memory_tools(agent_id, url=live_url, api_key=tenant.key))
+    session = PgcontextSession(chat, agent_id=agent_id, url=live_url, api_key=tenant.key)
+    assert isinstance(session, Session)  # the SDK's protocol
+
+    first = await Runner.run(agent, "My sister is called Ines.", session=session)
+    assert first.final_output == "Noted (created)."
+    with Client(live_url, tenant.key) as pg:
+        hits = pg.search("sister", filters=SearchFilters(agent_id=agent_id, kinds=["fact"])).results
+        assert [h.text for h in hits] == ["The user's sister is called Ines."]
+
+    second = await Runner.run(agent, "What's my sister's name?", session=session)
+    assert second.final_output == "Your sister is Ines."
+    recalled = fact(model.inputs[3])
+    assert 0.0 < recalled["score"] <= 1.0 and recalled["id"] == str(hits[0].id)
+    # the second run's model saw the first run's conversation, read back from the session
+    assert {"role": "user", "content": "My sister is called Ines."} in model.inputs[2]
+    assert any(i.get("type") == "function_call" and i.get("name") == "remember" for i in model.inputs[2])
+
+    third = await Runner.run(agent, "Who's in my family?", session=session)
+    assert "The user's sister is called Ines." in third.final_output
+
+    items = [dict(i) for i in await session.get_items()]
+    kinds = [i.get("type", "message") for i in items]
+    assert kinds.count("function_call") == 3 and kinds.count("function_call_output") == 3
+    assert [i["content"] for i in items if i.get("role") == "user"] == [
+        "My sister is called Ines.", "What's my sister's name?", "Who's in my family?"]
+    with Client(live_url, tenant.key) as pg:
+        stored = pg.list_messages(chat, limit=100).items
+        assert pg.get_conversation(chat).agent_id == agent_id
+    assert len(stored) == len(items) and {m.role for m in stored} == {"user", "assistant", "tool"}
+    assert any(m.role == "tool" and "Ines" in m.content for m in stored)  # searchable text, not just metadata
+    await session.close()
+
+
+async def test_the_session_protocol(live_url: str, tenant: Tenant, other_tenant: Tenant) -> None:
+    chat = f"chat-{uuid4().hex[:8]}"
+    session = PgcontextSession(chat, url=live_url, api_key=tenant.key)
+    assert await session.get_items() == [] and await session.pop_item() is None
+    await session.clear_session()  # nothing yet
+    items: list[Any] = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
+                        {"role": "user", "content": [{"type": "input_text", "text": "three"}]}]
+    await session.add_items(items[:2])
+    await session.add_items(items[2:])
+    assert await session.get_items() == items
+    assert await session.get_items(limit=2) == items[1:] and await session.get_items(limit=0) == []
+    theirs = PgcontextSession(chat, url=live_url, api_key=other_tenant.key)
+    assert await theirs.get_items() == [] and await theirs.pop_item() is None
+    await theirs.clear_session()
+    assert await session.pop_item() == items[2]
+    assert await session.get_items() == items[:2]
+    await session.add_items([{"role": "user", "content": "four"}])
+    assert [dict(i)["content"] for i in await session.get_items()] == ["one", "two", "four"]
+    await session.clear_session()
+    assert await session.get_items() == []
+    await session.close()
+    await theirs.close()
+
+
+def test_the_readme_example_runs(live_url: str, tenant: Tenant, tmp_path: Path) -> None:
+    out = run_readme(ROOT / "clients" / "openai-agents" / "README.md", live_url, tenant.key, tmp_path).splitlines()
+    assert out == ["['remember', 'recall', 'assemble_context']", "[{'role': 'assistant', 'content': 'Nice to know!'}]",
+                   "{'role': 'assistant', 'content': 'Nice to know!'}", "1"]

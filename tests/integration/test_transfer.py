@@ -1,0 +1,62 @@
+"""``pgcontext export`` / ``pgcontext restore`` (service.cli.transfer) against the in-process app: an org saved
+to a file and restored into a fresh org in several batches answers as the original; a broken-off file is
+refused; a second restore writes nothing twice."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from service.cli.main import build_parser
+from service.cli.transfer import TransferFailed, batches, export_to, restore_from
+from tests.conftest import Tenant
+from tests.integration.test_export_import import seed, views
+
+URL = "http://testserver.local"
+
+
+async def test_export_then_restore_in_batches(client: AsyncTestClient[Any], tenant: Tenant, tmp_path: Path,
+                                              make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    ids = await seed(client, tenant)
+    before = await views(client, tenant, ids)
+    out = io.BytesIO()
+    counts = await export_to(out, url=URL, key=tenant.key, http=client)
+    assert counts["memory"] == 12 and counts["directive"] == 1
+    saved = tmp_path / "org.ndjson"
+    saved.write_bytes(out.getvalue())
+
+    fresh = await make_tenant("restored")
+    totals = await restore_from(saved, url=URL, key=fresh.key, batch_memories=5, http=client)
+    assert totals.requests >= 3  # 12 memories, at most 5 per request
+    assert totals.imported["memory"] == 12 and totals.imported["event"] == counts["event"]
+    assert await views(client, fresh, ids) == before
+    again = await restore_from(saved, url=URL, key=fresh.key, http=client)
+    assert again.imported["memory"] == again.imported["event"] == 0 and again.existing["memory"] == 12
+
+    broken = tmp_path / "broken.ndjson"
+    broken.write_bytes(b"\n".join(out.getvalue().splitlines()[:-1]))
+    with pytest.raises(TransferFailed, match="not a complete export"):
+        await restore_from(broken, url=URL, key=fresh.key, http=client)
+    with pytest.raises(TransferFailed, match="401"):
+        await export_to(io.BytesIO(), url=URL, key="pgc_not-a-key", http=client)
+
+
+def test_batches_hold_the_limits() -> None:
+    lines: list[dict[str, Any]] = [{"type": "export"}, *({"type": "memory", "text": "x" * 50} for _ in range(7)),
+             *({"type": "event", "detail": {}} for _ in range(3)), {"type": "end"}]
+    sent = list(batches(lines, max_memories=3, max_bytes=10_000))
+    assert [sum(line["type"] == "memory" for line in b) for b in sent] == [3, 3, 1]
+    assert sum(len(b) for b in sent) == 10 and all(line["type"] not in ("export", "end") for b in sent for line in b)
+    assert all(len(b) == 1 for b in batches(lines, max_memories=100, max_bytes=10))
+
+
+def test_cli_arguments() -> None:
+    args = build_parser().parse_args(["export", "--agent-id", "alice", "--out", "a.ndjson"])
+    assert args.agent_id == "alice" and args.out == "a.ndjson" and args.func.__name__ == "cmd_export"
+    args = build_parser().parse_args(["restore", "a.ndjson", "--batch", "50"])
+    assert args.file == "a.ndjson" and args.batch == 50 and args.func.__name__ == "cmd_restore"
