@@ -17,6 +17,21 @@ def _dumps(event: object, **_: object) -> bytes:
     return _encoder.encode(event)
 
 
+class _OneLine(logging.Filter):
+    """A library's warning about an expected outage (asyncpg failing to restore its pool's floor while
+    Postgres is down) as one line naming the error, not a traceback on every retry."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            record.msg, record.args = f"{record.getMessage()}: {type(error).__name__}: {error}", None
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_ONE_LINE = _OneLine()
+
+
 def configure(level: str = "info", *, json: bool | None = None) -> None:
     """JSON lines are written as bytes, each line (newline included) in one write: with several
     worker processes sharing stderr, lines never interleave (structlog's PrintLogger writes the
@@ -41,3 +56,6 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
         logger_factory=factory,
         cache_logger_on_first_use=True,
     )
+    pool_log = logging.getLogger("asyncpg.pool")
+    if _ONE_LINE not in pool_log.filters:
+        pool_log.addFilter(_ONE_LINE)

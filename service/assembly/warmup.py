@@ -97,8 +97,10 @@ class Warmup:
             timings[name] = elapsed_ms(begun)
         self.state.failures = failures
         self.state.done = not failures
-        log.info("warmed_up" if not failures else "warm_up_incomplete", ms=elapsed_ms(started),
-                 steps=timings, failures=failures or None)
+        if failures:
+            log.warning("warm_up_incomplete", ms=elapsed_ms(started), steps=timings, failures=failures)
+        else:
+            log.debug("warmed_up", ms=elapsed_ms(started), steps=timings)
         return not failures
 
     def retry_in_background(self, timeout_s: float) -> None:

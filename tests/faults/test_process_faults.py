@@ -38,8 +38,10 @@ class Writer:
         self.statuses: Counter[int | str] = Counter()
 
     def body(self, i: int) -> dict[str, object]:
-        return {"memories": [{"text": f"{self.prefix} batch {i} item {j}", "agent_id": "writer"}
-                             for j in range(self.size)]}
+        # keep: a replay must be stopped by its Idempotency-Key, not hidden by merging duplicates; and fact
+        # writers of one agent would queue on its scope lock, so held writes could not all reach their INSERT
+        return {"on_duplicate": "keep", "memories": [{"text": f"{self.prefix} batch {i} item {j}", "agent_id": "writer"}
+                                                     for j in range(self.size)]}
 
     async def run(self, base: Callable[[], str], timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
