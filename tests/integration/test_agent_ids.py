@@ -66,12 +66,14 @@ ENDPOINTS: dict[str, Request] = {
 PATH_ENDPOINTS = {"directive put", "directive get", "directive delete"}
 
 
-@pytest.mark.parametrize("endpoint", sorted(ENDPOINTS))
-@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+# An empty segment or a '/' (even as %2F) in a path makes another path: no agent id reaches the route.
+CASES = [(endpoint, bad) for endpoint in sorted(ENDPOINTS) for bad in BAD_IDS
+         if not (endpoint in PATH_ENDPOINTS and (bad == "" or "/" in bad))]
+
+
+@pytest.mark.parametrize(("endpoint", "bad"), CASES, ids=repr)
 async def test_a_bad_agent_id_is_400_validation_error_everywhere(
         client: AsyncTestClient[Any], tenant: Tenant, owner_dsn: str, endpoint: str, bad: str) -> None:
-    if endpoint in PATH_ENDPOINTS and (bad == "" or "/" in bad):
-        pytest.skip("an empty segment or a '/' (even as %2F) makes another path: no agent id reaches the route")
     marker = f"agent-id-probe {endpoint} {bad!r}"
     r = await ENDPOINTS[endpoint](client, tenant, bad, marker)
     assert r.status_code == 400, (endpoint, bad, r.status_code, r.text)
