@@ -188,6 +188,22 @@ def test_a_database_from_before_the_portable_uuidv7_gets_it(pg_server: str) -> N
         assert version == 7 and defaults == {"pgcontext_uuidv7()"}
 
 
+async def no_older_snapshot(dsn: str) -> None:
+    """Wait (up to 60 s) until no other session of the database holds a snapshot: a VACUUM marks a page
+    all-visible only when its rows are older than every open snapshot, and a fresh database's catalogs
+    draw autovacuum's ANALYZE workers, whose snapshots can predate the rows just written."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(600):
+            if not await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                       "AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL"):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("another session kept a snapshot open in the test database for 60 s")
+    finally:
+        await conn.close()
+
+
 def test_the_occurred_at_rewrite_leaves_memories_vacuumed(pg_server: str) -> None:
     """0005 rewrites ``memories`` (its backfill): a rewritten table has an empty visibility map that
     autovacuum has no reason to fill, so index-only scans would read the heap for every row until
@@ -198,8 +214,9 @@ def test_the_occurred_at_rewrite_leaves_memories_vacuumed(pg_server: str) -> Non
         asyncio.run(execute_all(dsn, [
             "WITH o AS (INSERT INTO orgs (name) VALUES ('rewritten') RETURNING id) "
             "INSERT INTO memories (org_id, agent_id, text) "
-            "SELECT o.id, 'agent-' || (i % 5), 'memory number ' || i FROM o, generate_series(1, 3000) i",
-            "VACUUM memories"]))
+            "SELECT o.id, 'agent-' || (i % 5), 'memory number ' || i FROM o, generate_series(1, 3000) i"]))
+        asyncio.run(no_older_snapshot(dsn))
+        asyncio.run(execute_all(dsn, ["VACUUM memories"]))
 
         async def pages() -> tuple[int, int, int]:
             conn = await asyncpg.connect(dsn)
@@ -213,6 +230,7 @@ def test_the_occurred_at_rewrite_leaves_memories_vacuumed(pg_server: str) -> Non
 
         relpages, visible, before = asyncio.run(pages())
         assert relpages > 10 and visible == relpages
+        asyncio.run(no_older_snapshot(dsn))
         alembic(dsn, "upgrade", "0005")
         relpages, visible, after = asyncio.run(pages())
         assert after != before, "0005 is expected to rewrite the table (else this test pins nothing)"
