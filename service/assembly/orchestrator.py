@@ -96,7 +96,7 @@ from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.embeddings.lanes import lanes_of
-from service.errors import BadRequest, DeadlineExceeded
+from service.errors import BadRequest, DeadlineExceeded, Unprocessable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
@@ -148,8 +148,8 @@ class Orchestrator:
     def _validate(self, req: AssembleRequest) -> None:
         s = self.settings
         if req.max_context_tokens is None and not req.selective:
-            raise BadRequest("give max_context_tokens, selective: true, or both", code="validation_error",
-                             details={"field": "max_context_tokens"})
+            raise Unprocessable("give max_context_tokens, selective: true, or both", code="validation_error",
+                                details={"field": "max_context_tokens"})
         if (req.max_context_tokens or 0) > s.max_context_tokens or (req.reserve_tokens or 0) > s.max_context_tokens:
             raise BadRequest(f"token counts must be at most {s.max_context_tokens}", code="validation_error")
         if len(req.recent_messages) > s.max_messages:
@@ -160,11 +160,11 @@ class Orchestrator:
                 raise BadRequest(f"recent_messages[{i}] is longer than {s.max_message_chars} characters or holds NUL",
                                  code="validation_error", details={"field": f"recent_messages[{i}]"})
         if req.history_turns is not None and req.conversation_id is None:
-            raise BadRequest("history_turns needs conversation_id (the conversation whose last turns the model sees)",
-                             code="validation_error", details={"field": "history_turns"})
+            raise Unprocessable("history_turns needs conversation_id (the conversation whose last turns the model "
+                                "sees)", code="validation_error", details={"field": "history_turns"})
         if req.retrieval.filters.agent_id is not None:
-            raise BadRequest("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
-                             code="validation_error", details={"field": "retrieval.filters.agent_id"})
+            raise Unprocessable("retrieval.filters.agent_id is not allowed: the request's agent_id scopes the search",
+                                code="validation_error", details={"field": "retrieval.filters.agent_id"})
 
     # -- the pipeline ------------------------------------------------------------------------------
 

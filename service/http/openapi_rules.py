@@ -46,6 +46,8 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("MemoryPatch", "occurred_at"): {"pattern": OCCURRED_PATTERN},
         ("MemoryIn", "expires_at"): {"pattern": OCCURRED_PATTERN},
         ("MemoryPatch", "expires_at"): {"pattern": OCCURRED_PATTERN},
+        ("MemoryIn", "valid_until"): {"pattern": OCCURRED_PATTERN},
+        ("MemoryPatch", "valid_until"): {"pattern": OCCURRED_PATTERN},
         ("MemoryIn", "search_context"): _text(lim.max_text_chars, NO_NUL),
         ("MemoryPatch", "search_context"): _text(lim.max_text_chars, NO_NUL),
         ("MemoryIn", "embedding"): {"min_items": dim, "max_items": dim, "items": Schema(
@@ -101,7 +103,7 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/memories", "limit"): {"maximum": settings.limits.max_page_size},
         ("/v1/memories", "cursor"): {"format": "pgcontext-memories-cursor", "description": MEMORIES_CURSOR},
         **{("/v1/memories", name): {"format": "date-time"} for name in (
-            "created_after", "created_before", "occurred_after", "occurred_before")},
+            "created_after", "created_before", "occurred_after", "occurred_before", "as_of")},
         ("/v1/memories", "Idempotency-Key"): {"min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
         ("/v1/memories/{memory_id}", "memory_id"): {"format": "uuid"},
         ("/v1/memories/{memory_id}/history", "memory_id"): {"format": "uuid"},

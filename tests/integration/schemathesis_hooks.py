@@ -29,3 +29,9 @@ schemathesis.openapi.format("pgcontext-memories-cursor", st.builds(
 schemathesis.openapi.format("pgcontext-history-cursor", st.builds(lambda ident: _b64(ident.bytes), st.uuids()))
 schemathesis.openapi.format("pgcontext-documents-cursor", st.builds(
     lambda collection, path: _b64(json.dumps([collection, path], ensure_ascii=False).encode()), _TEXT, _TEXT))
+schemathesis.openapi.format("pgcontext-conversations-cursor", st.builds(
+    lambda at, ident: _b64(f"{at.isoformat()}|{ident}".encode()),
+    st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
+    st.from_regex(r"[A-Za-z0-9_.:@-]{1,40}", fullmatch=True)))
+schemathesis.openapi.format("pgcontext-messages-cursor", st.builds(
+    lambda position: _b64(str(position).encode()), st.integers(min_value=0, max_value=10**18 - 1)))

@@ -283,10 +283,11 @@ async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: 
         assert error["details"]["field"] == "model" and "qwen*" in error["details"]["accepted"]
         r = await assemble(client, tenant, model="deepseek-v3", encoding="p50k_base")
         assert r.status_code == 400
+        # Schema-valid fields that rule each other out (or the request's own agent_id) answer 422.
         r = await assemble(client, tenant, max_context_tokens=None)
-        assert r.status_code == 400 and r.json()["error"]["code"] == "validation_error"
+        assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error"
         r = await assemble(client, tenant, retrieval={"filters": {"agent_id": "someone-else"}})
-        assert r.status_code == 400
+        assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "retrieval.filters.agent_id"
         r = await assemble(client, tenant, query="  ")
         assert r.status_code == 400
         r = await assemble(client, tenant, max_context_tokens=20, reserve_tokens=15)

@@ -341,4 +341,4 @@ async def leaves_out_the_turns_the_model_already_sees(client: AsyncTestClient[An
     assert packed(await assemble(conversation_id="pets", history_turns=0)) >= set(ids)
     assert packed(await assemble(conversation_id="nothing-here", history_turns=3)) >= set(ids)
     r = await client.post("/v1/context/assemble", headers=tenant.headers, json={**base, "history_turns": 3})
-    assert_error(r, 400, "validation_error")
+    assert_error(r, 422, "validation_error")  # schema-valid fields that rule each other out

@@ -4,8 +4,10 @@ limits equal to what validation enforces, and a docs page that needs nothing but
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.embeddings import Embedder
+from service.memories.validation import OCCURRED_PATTERN
 from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
@@ -189,7 +192,8 @@ def test_the_cursor_and_json_parameters_say_what_they_hold(schema: Schema) -> No
     metadata = params["metadata"]["content"]["application/json"]["schema"]
     assert metadata["type"] == "object" and metadata["additionalProperties"] == {
         "$ref": "#/components/schemas/JsonValue"}
-    assert non_null(params["occurred_after"]["schema"])["format"] == "date-time"
+    for name in ("created_after", "created_before", "occurred_after", "occurred_before", "as_of"):
+        assert non_null(params[name]["schema"])["format"] == "date-time", name
     memory_id = schema["paths"]["/v1/memories/{memory_id}"]["get"]["parameters"][0]
     assert memory_id["schema"]["format"] == "uuid"
 
@@ -327,3 +331,26 @@ async def test_the_docs_page_loads_only_assets_the_service_serves(client: AsyncT
         assert "SwaggerUIBundle(" in r.text
     js = await client.get("/schema/assets/swagger-ui-bundle.js")
     assert "javascript" in js.headers["content-type"] and b"SwaggerUIBundle" in js.content
+
+
+async def test_every_memory_time_states_its_year_range(schema: Schema, client: AsyncTestClient[Any],
+                                                       tenant: Tenant) -> None:
+    """The years 1900-2199 that writes enforce are in the schema for every time a memory carries, so a
+    schema-valid time is never refused (and ``as_of=`` empty is no date-time)."""
+    for component in ("MemoryIn", "MemoryPatch"):
+        for name in ("occurred_at", "expires_at", "valid_until"):
+            prop = schema["components"]["schemas"][component]["properties"][name]
+            assert OCCURRED_PATTERN in json.dumps(prop), (component, name, prop)
+    r = await client.post("/v1/memories", json={"text": "far future", "valid_until": "2300-01-01T00:00:00Z"},
+                          headers=tenant.headers)
+    assert r.status_code == 400 and r.json()["error"]["details"]["field"] == "valid_until"
+    r = await client.get("/v1/memories", params={"as_of": ""}, headers=tenant.headers)
+    assert r.status_code == 400 and r.json()["error"]["details"]["field"] == "as_of"
+
+
+def test_every_format_of_the_service_has_a_fuzzing_strategy(schema: Schema) -> None:
+    """A format of the service's own (a cursor's encoding) that the fuzzer does not know is drawn as
+    any string, and a cursor no page could have issued is then reported as valid data refused."""
+    own = set(re.findall(r'"format": "(pgcontext-[a-z-]+)"', json.dumps(schema)))
+    hooks = (Path(__file__).with_name("schemathesis_hooks.py")).read_text()
+    assert own and {name for name in own if f'format("{name}"' not in hooks} == set()
