@@ -68,21 +68,36 @@ def _stop(task: asyncio.Future[Any]) -> None:
     task.add_done_callback(forget_outcome)
 
 
+class SlowPath:
+    """Set by a cache read when it goes to Postgres instead (a hot-set miss): its branch then waits
+    as long as the slow timeout it was adopted with, not the cache read's short one."""
+
+    __slots__ = ("taken",)
+
+    def __init__(self) -> None:
+        self.taken = False
+
+    def take(self) -> None:
+        self.taken = True
+
+
 class BranchTask(Generic[T]):
     """One branch; its :attr:`run` is set by :func:`settle`."""
 
-    __slots__ = ("began", "circuit", "deadline", "finished", "name", "run", "started", "task", "timeout_ms")
+    __slots__ = ("began", "circuit", "finished", "name", "run", "slow", "slow_timeout_ms", "started", "task",
+                 "timeout_ms")
 
     def __init__(self, name: str, timeout_ms: float, task: asyncio.Future[T] | None,
                  circuit: RedisCircuit | None = None, run: BranchRun[T] | None = None,
-                 began: float | None = None) -> None:
+                 began: float | None = None, slow: SlowPath | None = None, slow_timeout_ms: float = 0.0) -> None:
         self.name = name
         self.timeout_ms = timeout_ms
         self.circuit = circuit
         self.started = time.perf_counter()
         self.began = began
         """When the branch's work was started, if before the assembly (:class:`EarlyReads`)."""
-        self.deadline = self.started + timeout_ms / 1000
+        self.slow = slow
+        self.slow_timeout_ms = max(timeout_ms, slow_timeout_ms)
         self.finished: float | None = None
         self.task = task
         self.run = run
@@ -97,13 +112,24 @@ class BranchTask(Generic[T]):
         return cls(name, timeout_ms, asyncio.ensure_future(work()), circuit)
 
     @classmethod
-    def adopt(cls, name: str, timeout_ms: float, early: EarlyRead[T], circuit: RedisCircuit | None = None
-              ) -> BranchTask[T]:
-        """The branch for a read started before the assembly (timed from now, like any branch)."""
+    def adopt(cls, name: str, timeout_ms: float, early: EarlyRead[T], circuit: RedisCircuit | None = None,
+              slow_timeout_ms: float = 0.0) -> BranchTask[T]:
+        """The branch for a read started before the assembly (timed from now, like any branch); one
+        that takes its slow path (:class:`SlowPath`) is waited for up to ``slow_timeout_ms``."""
         if timeout_ms <= 0:
             return cls.skipped(name, "no time left before the deadline")
         early.adopted = True
-        return cls(name, timeout_ms, early.task, circuit, began=early.began)
+        return cls(name, timeout_ms, early.task, circuit, began=early.began, slow=early.slow,
+                   slow_timeout_ms=slow_timeout_ms)
+
+    def limit_ms(self) -> float:
+        """How long the assembly waits for this branch alone: its timeout, or its slow timeout once
+        its read has taken the slow path."""
+        return self.slow_timeout_ms if self.slow is not None and self.slow.taken else self.timeout_ms
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.limit_ms() / 1000
 
     @classmethod
     def skipped(cls, name: str, reason: str) -> BranchTask[T]:
@@ -132,9 +158,10 @@ class BranchTask(Generic[T]):
             return self.run
         task = self.task
         assert task is not None
+        limit = self.limit_ms()
         if not task.done():
             task.add_done_callback(forget_outcome)
-            return BranchRun("timeout", None, elapsed_ms(self.started), f"no answer within {self.timeout_ms:.0f} ms")
+            return BranchRun("timeout", None, elapsed_ms(self.started), f"no answer within {limit:.0f} ms")
         ms = max(0.0, elapsed_ms(self.started, self.finished))
         exc = task.exception()
         if isinstance(exc, BranchTimedOut):
@@ -145,8 +172,10 @@ class BranchTask(Generic[T]):
             log.warning("assembly_branch_failed", branch=self.name, error=repr(exc)[:300])
             return BranchRun("error", None, ms, f"{type(exc).__name__}: {str(exc)[:200]}")
         detail = None
-        if ms > self.timeout_ms:
-            detail = f"answered after its {self.timeout_ms:.0f} ms timeout, while another branch was still running"
+        if ms > limit:
+            detail = f"answered after its {limit:.0f} ms timeout, while another branch was still running"
+        elif ms > self.timeout_ms:
+            detail = f"read from Postgres (not cached): waited past its {self.timeout_ms:.0f} ms, up to {limit:.0f}"
         elif self.began is not None and (ahead := elapsed_ms(self.began, self.started)) >= EARLY_DETAIL_MS:
             detail = f"read while the request waited in line ({ahead:.1f} ms)"
         return BranchRun("ok", task.result(), ms, detail)
@@ -159,6 +188,7 @@ class EarlyRead(Generic[T]):
     task: asyncio.Future[T]
     began: float
     adopted: bool = False
+    slow: SlowPath | None = None
 
 
 class EarlyReads:
@@ -174,8 +204,8 @@ class EarlyReads:
     def __init__(self) -> None:
         self.reads: dict[str, EarlyRead[Any]] = {}
 
-    def start(self, name: str, work: Callable[[], Awaitable[T]]) -> None:
-        self.reads[name] = EarlyRead(asyncio.ensure_future(work()), time.perf_counter())
+    def start(self, name: str, work: Callable[[], Awaitable[T]], slow: SlowPath | None = None) -> None:
+        self.reads[name] = EarlyRead(asyncio.ensure_future(work()), time.perf_counter(), slow=slow)
 
     def get(self, name: str) -> EarlyRead[Any] | None:
         return self.reads.get(name)

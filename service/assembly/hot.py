@@ -260,10 +260,13 @@ class HotSetStore:
         self.epochs = epochs if epochs is not None else CacheEpochs(db)
         self._fills: SingleFlight[tuple[UUID, str, int, int, int | None], HotBlob] = SingleFlight()
 
-    async def get(self, org_id: UUID, agent_id: str) -> HotRead:
-        """The agent's hot set from Redis, or from Postgres on a miss (then cached). Raises RedisError."""
+    async def get(self, org_id: UUID, agent_id: str, on_miss: Callable[[], None] | None = None) -> HotRead:
+        """The agent's hot set from Redis, or from Postgres on a miss (then cached; ``on_miss`` is called
+        first, so an assembly can wait for the Postgres read). Raises RedisError."""
         # Together (an org's first read after a start waits for its epoch from Postgres); epoch None:
         # the org's cached sets are not trusted now.
+        if on_miss is not None and not self.epochs.fresh(org_id):
+            on_miss()
         epoch, (raw, generation, version) = await asyncio.gather(self.epochs.current(org_id), self.redis.mget(
             [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)]))
         gen, ver = int(generation or 0), int(version or 0)
@@ -271,6 +274,9 @@ class HotSetStore:
             blob = _decode(raw)
             if blob is not None and blob.generation == gen and blob.version == ver and blob.epoch == epoch:
                 return self._cached(org_id, agent_id, blob, gen, ver, epoch)
+        if on_miss is not None:
+            on_miss()
+        if epoch is not None:
             # A miss: the shared org-wide set is read only now, not carried along every hit.
             shared = _decode(await self.redis.get(hot_key(org_id, ORG_WIDE)))
             if (shared is not None and shared.generation == gen and shared.epoch == epoch

@@ -6,7 +6,8 @@ own deadline up to ``max_deadline_ms``: :mod:`service.assembly.deadline`), from 
 :mod:`service.assembly.admission`; the wait is ``metrics.queued_ms``)::
 
     t=0  directive ──(the whole wall)────────────┐
-         hot set   ──(hot_timeout_ms, ~15)───────┤   each branch: ok | timeout | error | skipped
+         hot set   ──(hot_timeout_ms, ~15; a miss ┤   each branch: ok | timeout | error | skipped
+                     read from Postgres: the wall)┤
          cold      ──(cold_timeout_ms, ≤ wall)───┤   wall = deadline_ms - processing_reserve_ms
          history counted, selective plan made ───┘   (CPU work overlaps the branches' I/O)
     then budget -> score -> pack -> format in the reserve; total_ms ≈ wall + a few ms.
@@ -69,7 +70,7 @@ import structlog
 
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
-from service.assembly.branches import BranchTask, EarlyReads, settle
+from service.assembly.branches import BranchTask, EarlyReads, SlowPath, settle
 from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget, too_small
 from service.assembly.candidates import hot_candidates
 from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
@@ -257,7 +258,8 @@ class Orchestrator:
         early = EarlyReads()
         early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
         if req.retrieval.use_hot and _current_only(req) and self.circuit.available():
-            early.start("hot", lambda: self.hot.get(org_id, req.agent_id))
+            slow = SlowPath()  # a miss reads Postgres: the assembly then waits for it up to the wall
+            early.start("hot", lambda: self.hot.get(org_id, req.agent_id, on_miss=slow.take), slow=slow)
         return early
 
     async def assemble_quietly(self, org_id: UUID, req: AssembleRequest, caller: CallerDeadline) -> AssembleResponse:
@@ -294,7 +296,7 @@ class Orchestrator:
             "directive", wall.directive_ms, directive_read)
         hot_branch: BranchTask[HotRead]
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
-            hot_branch = BranchTask.adopt("hot", wall.hot_ms, hot_read, self.circuit)
+            hot_branch = BranchTask.adopt("hot", wall.hot_ms, hot_read, self.circuit, slow_timeout_ms=wall.wall_ms)
         else:
             reason = ("disabled by the request" if not req.retrieval.use_hot
                       else "the hot set holds current memories; the request asked for as_of or include_superseded"

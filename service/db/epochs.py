@@ -53,6 +53,13 @@ class CacheEpochs:
         self._unrecorded: dict[UUID, asyncio.Task[None]] = {}
         """Orgs whose failed cache write is not yet recorded in Postgres (the bump is being retried)."""
 
+    def fresh(self, org_id: UUID) -> bool:
+        """Whether :meth:`current` answers from memory now, without waiting for Postgres."""
+        if org_id in self._unrecorded:
+            return True
+        known = self._known.get(org_id)
+        return known is not None and (time.monotonic() - known[1] < self.check_s or org_id in self._reads)
+
     async def current(self, org_id: UUID) -> int | None:
         """The org's epoch, as read at most ``check_s`` ago (see the module docstring); None: trust
         no cached entry of the org (a failed cache write is not recorded yet, or the epoch has never

@@ -32,7 +32,9 @@ class AssemblySettings:
     shortens the wall. Each such assembly holds an admission slot for as long as it runs."""
     hot_timeout_ms: int = 15
     """Hot branch (the agent's hot set in Redis, filled from Postgres on a miss). Counted from the
-    assembly's start; the read itself (like the directive's) is sent when the request arrives, so one
+    assembly's start; a miss (and an org's first read after a start) is read from Postgres and waited
+    for up to the wall, like the directive, instead of leaving the first assembly after each write or
+    restart without its hot set; the read itself (like the directive's) is sent when the request arrives, so one
     that waits in line is admitted with it done (``branches.hot.detail``: "read while the request
     waited in line")."""
     cold_timeout_ms: int = 0

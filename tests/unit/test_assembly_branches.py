@@ -8,7 +8,7 @@ import time
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, settle
+from service.assembly.branches import BranchTask, BranchTimedOut, EarlyReads, SlowPath, settle
 from service.assembly.hot import RedisCircuit
 
 
@@ -170,3 +170,34 @@ async def test_settle_leaves_no_reference_cycles() -> None:
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
+
+
+async def test_a_read_that_takes_its_slow_path_is_waited_for_up_to_its_slow_timeout() -> None:
+    """A hot set that missed Redis and is read from Postgres (its slow path) gets the wall, not the
+    cache read's short timeout; a read that stays on the cache path keeps the short one."""
+    async def miss(slow: SlowPath, ms: float) -> str:
+        await asyncio.sleep(0.002)  # the cache answered: not there
+        slow.take()
+        return await sleeper(ms, "from postgres")
+
+    early = EarlyReads()
+    slow = SlowPath()
+    early.start("hot", lambda: miss(slow, 60), slow=slow)
+    hot = BranchTask.adopt("hot", 15, early.reads["hot"], slow_timeout_ms=200)
+    cold = BranchTask.start("cold", 200, lambda: sleeper(5, "cold"))
+    await settle((hot, cold))
+    run = hot.result()
+    assert run.outcome == "ok" and run.value == "from postgres" and 55 <= run.ms < 200
+    assert "read from Postgres" in (run.detail or "") and "up to 200" in (run.detail or "")
+
+    early = EarlyReads()
+    stuck = SlowPath()
+    early.start("hot", lambda: sleeper(2000), slow=stuck)  # a cache read that never answers
+    hot = BranchTask.adopt("hot", 15, early.reads["hot"], slow_timeout_ms=200)
+    cold = BranchTask.start("cold", 200, lambda: sleeper(5, "cold"))
+    started = time.perf_counter()
+    await settle((hot, cold))
+    assert hot.result().outcome == "timeout" and (time.perf_counter() - started) * 1000 < 150
+    early.drop()
+    hot_task = early.reads["hot"].task
+    hot_task.cancel()
