@@ -9,6 +9,10 @@
   the cold search is quick, and never more than the cold branch when it is not. Without this,
   under load (event-loop lag of a few ms) most directives missed their 5 ms and hot sets their
   15 ms while the cold search was still running.
+* A cache read that has to go to Postgres instead (a hot-set miss: the first assembly after a write
+  to the agent's memories, or after a restart emptied Redis) says so (:class:`SlowPath`), and its
+  branch is then waited for up to the wall, as the directive's is: the short cache timeout bounds a
+  slow Redis, not the one read that fills the cache (at 15 ms it made those assemblies L1).
 * The cache branches (directive, hot) may start before the assembly does: their reads are sent when
   the request arrives (:class:`EarlyReads`), so a request waiting in line for admission has them in
   hand when it is admitted instead of queueing those round trips behind the event loop's other work
