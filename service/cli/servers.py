@@ -19,6 +19,18 @@ from service.settings import Settings
 
 
 @contextlib.contextmanager
+def _embedded(name: str, server: EmbeddedPostgres | EmbeddedRedis, supervisor: Supervisor | None) -> Iterator[None]:
+    """``server`` started (or attached to), watched by ``supervisor`` if there is one, stopped at the end."""
+    try:
+        server.start()
+        if supervisor is not None:
+            supervisor.watch(name, server)
+        yield
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
 def owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Iterator[str]:
     """The configured owner DSN, or the embedded server's: started, attached to while the process that
     started it runs (e.g. a CLI command beside `serve`), or adopted when that process was killed."""
@@ -27,13 +39,8 @@ def owner_dsn(settings: Settings, supervisor: Supervisor | None = None) -> Itera
         return
     buffers_mb = settings.database.embedded_shared_buffers_mb or default_shared_buffers_mb()
     pg = EmbeddedPostgres(settings.data_dir / "postgres", shared_buffers=f"{buffers_mb}MB")
-    try:
-        pg.start()
-        if supervisor is not None:
-            supervisor.watch("postgres", pg)
+    with _embedded("postgres", pg, supervisor):
         yield pg.dsn()
-    finally:
-        pg.stop()
 
 
 @contextlib.contextmanager
@@ -42,13 +49,8 @@ def redis_url(settings: Settings, supervisor: Supervisor | None = None) -> Itera
         yield settings.redis.url
         return
     redis = EmbeddedRedis(settings.data_dir / "redis")
-    try:
-        redis.start()
-        if supervisor is not None:
-            supervisor.watch("redis", redis)
+    with _embedded("redis", redis, supervisor):
         yield redis.url()
-    finally:
-        redis.stop()
 
 
 def prepare_database(settings: Settings, owner_dsn: str | None, *, migrate: bool = True) -> str:

@@ -1,5 +1,6 @@
 """A live service: ``pgcontext serve`` as a real process on a real port, against the session's
-Postgres and Redis (the docs' examples and the explain page's browser talk to it over HTTP)."""
+Postgres and Redis (the docs' examples and the explain page's browser talk to it over HTTP); and a
+connection as the service role, for the tests of what that role may do."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import asyncio
 import contextlib
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -74,3 +76,12 @@ def live_service(tmp_path_factory: pytest.TempPathFactory, settings: Settings, a
 def live_tenant(make_tenant: Callable[[str], Awaitable[Tenant]]) -> Tenant:
     """An org of its own for the live service's tests (created as the owner, outside any event loop)."""
     return asyncio.run(make_tenant("live"))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def app_conn(app_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(app_dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()

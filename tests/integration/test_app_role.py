@@ -5,21 +5,10 @@ each session could read the others' query text)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
 SECRET = "SELECT 'statement of another session' AS marker"
-
-
-@pytest.fixture
-async def app_conn(app_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(app_dsn)
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 async def test_no_temporary_tables(app_conn: asyncpg.Connection) -> None:

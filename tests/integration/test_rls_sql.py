@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -14,15 +13,6 @@ from tests.conftest import Tenant
 
 TENANT_TABLES = ["orgs", "memories", "directives", "idempotency_keys"]
 """Tables the service role may read (api_keys it may not read at all)."""
-
-
-@pytest.fixture
-async def app_conn(app_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(app_dsn)
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 @pytest.fixture
