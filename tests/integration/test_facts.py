@@ -78,6 +78,18 @@ async def test_scope_kind_and_policy(client: AsyncTestClient[Any], tenant: Tenan
     assert not [m for m in await list_all(client, tenant, agent_id="a") if m["text"] == "A new fact for the batch."]
 
 
+async def test_a_batch_spanning_scopes_merges_each_item_in_its_own(client: AsyncTestClient[Any],
+                                                                   tenant: Tenant) -> None:
+    fact, reworded = "The user bought a car.", "The user purchased a car."  # near, not the same words
+    scopes: list[dict[str, Any]] = [{"agent_id": "a"}, {"agent_id": "b"}, {}, {"agent_id": "a", "kind": "episode"}]
+    targets = [(await write(client, tenant, {"text": fact, **scope}))["ids"][0] for scope in scopes]
+    batch = [{"text": reworded, **scope} for scope in [scopes[1], scopes[0], {"agent_id": "c"}, scopes[3], scopes[2]]]
+    items = (await write(client, tenant, {"memories": batch}))["items"]
+    assert [i["status"] for i in items] == ["merged", "merged", "created", "merged", "merged"]
+    assert [items[k]["id"] for k in (1, 0, 4, 3)] == targets
+    assert all(items[k]["similarity"] < 1.0 for k in (0, 1, 3, 4))  # the vector probe's finds, not the hash's
+
+
 async def test_a_batch_holding_a_fact_twice_writes_it_once(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     body = {"memories": [{"text": "Maya moved to Lisbon in May.", "agent_id": "m"},
                          {"text": "Maya's sister is a nurse.", "agent_id": "m"},

@@ -1,7 +1,8 @@
 """Find, for each item of a write, the current memory it duplicates (exact or near), without a model.
 
 Exact: the normalized-text hash (``memories_current_text_hash``). Near: the ``dedup_candidates``
-nearest current memories of the same org, agent scope, kind and key (HNSW), each judged by
+nearest current memories of the same org, agent scope, kind and key (one query per scope of the write,
+so the planner sees the scope: a small one is read through its index, a big one walked in HNSW), each judged by
 :func:`service.memories.facts.similarity.compare` (cosine floor, then the words). Items of one batch are
 compared with the batch's earlier items too, so a batch holding a fact twice writes it once.
 Candidates close enough for the model but not merged by the rules are returned for consolidation.
@@ -105,19 +106,22 @@ async def find(tx: TenantTx, items: list[MemoryIn], embeddings: np.ndarray, word
     if not todo:
         return Findings(matches, near)
     await tx.set_local({"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": _EF_SEARCH})
-    rows = await tx.fetch(
-        "facts.near_candidates", tx.org_id, [items[i].agent_id for i in todo], [Vector(embeddings[i]) for i in todo],
-        [items[i].kind for i in todo], [items[i].key for i in todo], settings.dedup_candidates, list(exclude))
-    for row in sorted(rows, key=lambda r: (r["ord"], -r["cosine"])):
-        i = todo[row["ord"] - 1]
-        if matches[i] is not None:
-            continue
-        verdict = compare(words[i], tokens(row["text"]), float(row["cosine"]), limits)
-        if verdict.duplicate:
-            matches[i] = Match(float(row["cosine"]), verdict.lexical, verdict.reason, target=row["id"],
-                               target_text=row["text"])
-        else:
-            near[i].append(Candidate(row["id"], float(row["cosine"]), verdict.lexical, verdict.reason))
+    scopes: dict[tuple[str | None, str, str | None], list[int]] = {}
+    for i in todo:
+        scopes.setdefault(scope_of(items[i]), []).append(i)
+    for (agent_id, kind, key), members in scopes.items():
+        rows = await tx.fetch("facts.near_candidates", tx.org_id, [Vector(embeddings[i]) for i in members],
+                              agent_id, kind, key, settings.dedup_candidates, list(exclude))
+        for row in sorted(rows, key=lambda r: (r["ord"], -r["cosine"])):
+            i = members[row["ord"] - 1]
+            if matches[i] is not None:
+                continue
+            verdict = compare(words[i], tokens(row["text"]), float(row["cosine"]), limits)
+            if verdict.duplicate:
+                matches[i] = Match(float(row["cosine"]), verdict.lexical, verdict.reason, target=row["id"],
+                                   target_text=row["text"])
+            else:
+                near[i].append(Candidate(row["id"], float(row["cosine"]), verdict.lexical, verdict.reason))
     return Findings(matches, near)
 
 
