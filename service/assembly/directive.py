@@ -13,6 +13,11 @@ scheduling can beat, and it does not wait on Redis alone:
 
 A read from Postgres refreshes the envelope behind the answer, never before it: a slow Redis must
 not hold up the directive a second time.
+
+A read that has not answered by the wall (on a busy host the answer can wait for a core although
+Redis and Postgres are fine) is stood in for by the copy this process last read or wrote
+(:mod:`service.directives.last_known`), if it is recent enough: the context keeps the agent's
+instructions and says they are unconfirmed (``directive_unconfirmed``; ``source`` ``memory``).
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from uuid import UUID
 import msgspec
 from redis.exceptions import RedisError
 
+from service.assembly.branches import BranchRun
 from service.assembly.hot import RedisCircuit, SingleFlight
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.errors import forget_outcome
 
-DirectiveSource = Literal["cache", "postgres"]
+DirectiveSource = Literal["cache", "postgres", "memory"]
 
 
 class DirectiveRead:
@@ -60,6 +66,19 @@ class DirectiveRead:
         if hit is not None:
             return hit, "cache"
         return await self._postgres(org_id, agent_id), "postgres"
+
+    def stand_in(self, org_id: UUID, agent_id: str, run: BranchRun[tuple[DirectiveOut | None, DirectiveSource]],
+                 max_age_s: float) -> BranchRun[tuple[DirectiveOut | None, DirectiveSource]]:
+        """``run``, or for a read that gave no answer the last copy of the agent's directive this process
+        saw, if it is at most ``max_age_s`` old (the outcome stays what the read's was)."""
+        if run.outcome == "ok" or max_age_s <= 0:
+            return run
+        copy = self.store.last_known.get(org_id, agent_id, max_age_s)
+        if copy is None:
+            return run
+        said = f"{run.detail}; " if run.detail else ""
+        return BranchRun(run.outcome, (copy.directive, "memory"), run.ms,
+                         f"{said}used the copy this process read {copy.age_s():.1f} s ago")
 
     def _hit(self, cached: asyncio.Future[DirectiveOut | None]) -> DirectiveOut | None:
         """The envelope a finished Redis read found (None: a miss, or Redis failed)."""

@@ -40,13 +40,15 @@ full planned retrieval.
   branch just filled), or, without one, the share of the query's content words they contain.
 * **Directive** (:mod:`service.assembly.directive`): part of the contract, so its branch has the
   whole wall, and a Redis read that does not answer within ``directive_fallback_ms`` is raced by
-  Postgres.
+  Postgres; a read with no answer by the wall is stood in for by this process's last copy (at most
+  ``directive_last_known_s`` old: ``directive_unconfirmed``).
 * **Ladder.** L0: hot and cold both usable (ok, even if empty); L1: exactly one; L2: none — the
   block then holds the directive and history only. L3: the caller's deadline (``X-Deadline-Ms``,
   absolute Unix ms, ``X-Timeout-Ms``, relative, or the body's ``timeout_ms``) passed or the client
   went away: 504, no context at all. The level counts memory sources; ``degradation_reasons``
   lists everything else the context lacks of what was planned: ``directive_missing`` (the read did
-  not answer: ``directive`` is null, ``branches.directive`` says why), ``hot_unavailable``,
+  not answer and no recent copy stood in: ``directive`` is null, ``branches.directive`` says why),
+  ``directive_unconfirmed`` (the copy stood in), ``hot_unavailable``,
   ``cold_unavailable``, ``retrieval_reduced`` — in the response, the log line and
   ``pgcontext_assembly_degradations_total``.
 * **CPU work.** Scoring and packing take a few ms for typical candidate counts and run on the
@@ -75,7 +77,7 @@ from service.assembly.budget import HistoryCost, history_limit, measure_history,
 from service.assembly.candidates import hot_candidates
 from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
 from service.assembly.deadline import CallerDeadline, plan_wall
-from service.assembly.directive import DirectiveRead
+from service.assembly.directive import DirectiveRead, DirectiveSource
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
 from service.assembly.history import leave_out_history, read_last
@@ -292,7 +294,7 @@ class Orchestrator:
 
         directive_read, hot_read = early.get("directive"), early.get("hot")
         assert directive_read is not None, "assemble() starts the directive read"
-        directive_branch: BranchTask[tuple[DirectiveOut | None, str]] = BranchTask.adopt(
+        directive_branch: BranchTask[tuple[DirectiveOut | None, DirectiveSource]] = BranchTask.adopt(
             "directive", wall.directive_ms, directive_read)
         hot_branch: BranchTask[HotRead]
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
@@ -324,7 +326,9 @@ class Orchestrator:
         finally:
             for branch in branches:
                 branch.cancel()  # only does something when we are being cancelled or failed before settling
-        directive_run, hot_run, cold_run = directive_branch.result(), hot_branch.result(), cold_branch.result()
+        directive_run = self.directive.stand_in(org_id, req.agent_id, directive_branch.result(),
+                                                s.directive_last_known_s)
+        hot_run, cold_run = hot_branch.result(), cold_branch.result()
 
         directive = directive_run.value[0] if directive_run.value is not None else None
         query_vector = self.engine.cached_embedding(org_id, req.query)

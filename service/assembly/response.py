@@ -58,7 +58,7 @@ def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot
     """What the context lacks of what was planned (``AssembleResponse.degradation_reasons``)."""
     reasons: list[DegradationReason] = []
     if directive_run.outcome != "ok":
-        reasons.append("directive_missing")
+        reasons.append("directive_missing" if directive_run.value is None else "directive_unconfirmed")
     if hot_run.outcome != "ok" and req.retrieval.use_hot:  # a hot set the request turned off is not missing
         reasons.append("hot_unavailable")
     if cold_run.outcome != "ok":

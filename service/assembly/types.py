@@ -14,7 +14,8 @@ from service.retrieval.types import MessageRef, RetrievalReport, SearchFilters, 
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
-DegradationReason = Literal["directive_missing", "hot_unavailable", "cold_unavailable", "retrieval_reduced"]
+DegradationReason = Literal["directive_missing", "directive_unconfirmed", "hot_unavailable", "cold_unavailable",
+                            "retrieval_reduced"]
 """What an assembly's context lacks of what was planned (see ``AssembleResponse.degradation_reasons``)."""
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -176,7 +177,8 @@ class Branch(msgspec.Struct):
     count: int | None = None
     """Directive: 1/0; hot and cold: candidates returned."""
     source: str | None = None
-    """Directive and hot: ``cache`` or ``postgres``; cold: the search strategy used."""
+    """Directive and hot: ``cache`` or ``postgres`` (directive also ``memory``: this instance's last copy
+    stood in for a read that did not answer); cold: the search strategy used."""
 
 
 class Branches(msgspec.Struct):
@@ -218,7 +220,10 @@ class AssembleResponse(msgspec.Struct):
     """Everything this context lacks of what was planned, in this order (empty: complete):
     ``directive_missing`` (the agent's directive could not be read in time, so the context may lack
     its standing instructions: ``directive`` is null and ``branches.directive`` says why; an agent
-    that has no directive is not missing one), ``hot_unavailable`` (the hot set could not be read),
+    that has no directive is not missing one), ``directive_unconfirmed`` (the read did not answer in
+    time and the copy this instance last read, at most ``PGCONTEXT_ASSEMBLY_DIRECTIVE_LAST_KNOWN_S``
+    old, stands in: ``branches.directive.source`` is ``memory`` and its ``detail`` gives the age),
+    ``hot_unavailable`` (the hot set could not be read),
     ``cold_unavailable`` (the cold search gave no answer), ``retrieval_reduced`` (the cold search
     ran less than planned: ``retrieval.reason``)."""
     sources_available: list[str]

@@ -19,6 +19,7 @@ org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`servic
 from __future__ import annotations
 
 import asyncio
+import time
 from uuid import UUID
 
 import msgspec
@@ -28,6 +29,7 @@ from redis.exceptions import RedisError
 from service.db import Database
 from service.db.epochs import CacheEpochs
 from service.db.redisconn import RedisClient
+from service.directives.last_known import LastKnown
 from service.directives.types import DirectiveOut
 from service.tenancy.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
 
@@ -87,6 +89,8 @@ class DirectiveStore:
         self._untrack = redis.register_script(UNTRACK)
         self._caching: set[asyncio.Future[bool]] = set()
         """Envelope writes behind a read (``load(cache_behind=True)``)."""
+        self.last_known = LastKnown()
+        """Every directive this process reads or writes, for an assembly whose read does not answer."""
 
     def _keys(self, org_id: UUID, agent_id: str) -> list[str]:
         return [cache_key(org_id, agent_id), lru_key(org_id, DIRECTIVE_CACHE), sizes_key(org_id, DIRECTIVE_CACHE)]
@@ -119,13 +123,18 @@ class DirectiveStore:
     async def read_cached(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
         """The cached envelope if it is of the org's current cache epoch (raises RedisError when Redis
         is unreachable)."""
+        started = time.monotonic()
         # Together: an org's first read after a start waits for its epoch from Postgres, not for that
         # and then Redis. (Read after the GET, a newer epoch only turns the envelope into a miss.)
         epoch, raw = await asyncio.gather(self.epochs.current(org_id), self.redis.get(cache_key(org_id, agent_id)))
         if epoch is None or raw is None:
             return None
         envelope = msgspec.json.decode(raw, type=Envelope)
-        return envelope.directive() if envelope.epoch == epoch else None
+        if envelope.epoch != epoch:
+            return None
+        directive = envelope.directive()
+        self.last_known.remember(org_id, agent_id, directive, started)
+        return directive
 
     async def load(self, org_id: UUID, agent_id: str, *, cache_behind: bool = False) -> DirectiveOut | None:
         """The directive from Postgres, then cached. ``cache_behind``: the envelope is written after
@@ -145,12 +154,13 @@ class DirectiveStore:
 
     async def read_postgres(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
         """The directive as Postgres has it (no cache involved)."""
+        started = time.monotonic()
         async with self.db.tenant(org_id, readonly=True) as tx:
             row = await tx.fetchrow("directives.get", org_id, agent_id)
-        if row is None:
-            return None
-        return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
-                            updated_at=row["updated_at"])
+        directive = None if row is None else DirectiveOut(agent_id=row["agent_id"], content=row["content"],
+                                                          version=row["version"], updated_at=row["updated_at"])
+        self.last_known.remember(org_id, agent_id, directive, started)
+        return directive
 
     async def aclose(self) -> None:
         """Finish the envelope writes still under way (each bounded by the Redis socket timeout)."""
@@ -173,6 +183,7 @@ class DirectiveStore:
         assert row is not None
         directive = DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
                                  updated_at=row["updated_at"])
+        self.last_known.remember(org_id, agent_id, directive, time.monotonic())
         if not await self._cache(org_id, directive, epoch):
             await self.epochs.bump(org_id)  # the old envelope may still be in Redis: stop trusting it
         return directive
@@ -180,6 +191,7 @@ class DirectiveStore:
     async def delete(self, org_id: UUID, agent_id: str) -> bool:
         async with self.db.tenant(org_id) as tx:
             version = await tx.fetchval("directives.delete", org_id, agent_id)
+        self.last_known.remember(org_id, agent_id, None, time.monotonic())
         try:
             await self._untrack(keys=self._keys(org_id, agent_id), args=[agent_id])
         except RedisError as exc:

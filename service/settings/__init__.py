@@ -213,6 +213,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             processing_reserve_ms=env_int(env, "PGCONTEXT_ASSEMBLY_PROCESSING_RESERVE_MS", 6),
             directive_timeout_ms=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_TIMEOUT_MS", 0)),
             directive_fallback_ms=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_FALLBACK_MS", 5)),
+            directive_last_known_s=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_DIRECTIVE_LAST_KNOWN_S", 300)),
             max_deadline_ms=max(1, env_int(env, "PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS", 1000)),
             hot_timeout_ms=env_int(env, "PGCONTEXT_ASSEMBLY_HOT_TIMEOUT_MS", 15),
             cold_timeout_ms=env_int(env, "PGCONTEXT_ASSEMBLY_COLD_TIMEOUT_MS", 0),

@@ -24,6 +24,11 @@ class AssemblySettings:
     directive_fallback_ms: int = 5
     """A Redis read of the directive that has not answered within this also asks Postgres, and the
     first answer wins (a slow Redis costs the directive this much, not the wall)."""
+    directive_last_known_s: int = 300
+    """When the directive's read has not answered by the wall (a busy host: the answer waits for a core),
+    the assembly uses the copy this process last read or wrote for the agent, if it is at most this
+    old, and says so (``degradation_reasons``: ``directive_unconfirmed``). 0: never; the context then
+    goes without the directive (``directive_missing``)."""
     max_deadline_ms: int = 1000
     """Longest deadline a caller can ask for (``X-Timeout-Ms``, ``X-Deadline-Ms`` or the body's
     ``timeout_ms``): a caller that can wait gets a longer wall and branch timeouts, up to this, so

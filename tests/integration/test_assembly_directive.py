@@ -1,7 +1,8 @@
 """The directive is part of the assembly's contract: every context holds the agent's directive or
 says it is missing (``degradation_reasons``: ``directive_missing``, counted in Prometheus and in the
 ``context_assembled`` log line), and its read falls back from a Redis that does not answer to
-Postgres within the wall instead of losing to a timer.
+Postgres within the wall instead of losing to a timer; a read with no answer by the wall is stood in
+for by the instance's last copy, said to be unconfirmed.
 
 On real Postgres and Redis: a Redis that accepts connections and never answers is a socket server of
 this test's own, and a directive Postgres cannot answer in time is one whose table another session
@@ -15,7 +16,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
+import msgspec
 import structlog
+from pgcontext_client.types.assembly import AssembledContext
 
 from service.db import redisconn
 from service.embedded.postgres import free_port
@@ -73,8 +76,10 @@ async def test_a_directive_that_cannot_be_read_in_time_is_reported_missing(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
     # A short wall (300 ms) the directive's Postgres read cannot meet while its table is locked; the
     # hot set and the cold search answer as usual, so the level stays L0 and the reason says it.
+    # No last copy stands in (directive_last_known_s 0).
     async with assembly_client(settings, endpoints, embedder, **{**GENEROUS, "deadline_ms": 300,
-                                                                 "directive_timeout_ms": 0}) as client:
+                                                                 "directive_timeout_ms": 0,
+                                                                 "directive_last_known_s": 0}) as client:
         await seed(client, tenant)
         assert (await assemble(client, tenant)).json()["directive"] is not None  # warm: cache, pool, model
         await drop_cached_directive(endpoints, tenant)
@@ -93,6 +98,40 @@ async def test_a_directive_that_cannot_be_read_in_time_is_reported_missing(
         metric_sample(before, DEGRADATIONS, 'reason="directive_missing"') + 1
     line = next(e for e in logs if e["event"] == "context_assembled")
     assert line["degradation_reasons"] == body["degradation_reasons"] and line["directive"] == "timeout"
+
+
+async def test_the_last_copy_stands_in_for_a_read_with_no_answer_and_says_so(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:
+    # As above, with the default: the copy this instance last saw (here: the one it wrote) stands in.
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as elsewhere:  # another instance
+        await seed(elsewhere, other_tenant, directive="You are the other org's helper.")
+    async with assembly_client(settings, endpoints, embedder, **{**GENEROUS, "deadline_ms": 300}) as client:
+        await seed(client, tenant)
+        assert (await assemble(client, tenant)).json()["directive"] is not None  # warm: cache, pool, model
+        r = await client.put(f"/v1/agents/{AGENT}/directive", json={"content": "Answer in French."},
+                             headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        await drop_cached_directive(endpoints, tenant)
+        await drop_cached_directive(endpoints, other_tenant)
+        before = (await client.get("/metrics")).text
+        async with directives_locked(endpoints.owner_dsn):
+            mine_r, theirs_r = await assemble(client, tenant), await assemble(client, other_tenant)
+        after = (await client.get("/metrics")).text
+    mine, theirs = mine_r.json(), theirs_r.json()
+    as_client_sees = msgspec.json.decode(mine_r.content, type=AssembledContext)  # the Python client's flags
+    assert as_client_sees.directive_unconfirmed and not as_client_sees.directive_missing
+    assert msgspec.json.decode(theirs_r.content, type=AssembledContext).directive_missing
+    branch = mine["branches"]["directive"]
+    assert mine["directive"]["content"] == "Answer in French." and mine["directive"]["version"] == 2
+    assert "Answer in French." in mine["context"]
+    assert branch["outcome"] == "timeout" and branch["source"] == "memory" and branch["count"] == 1, branch
+    assert "used the copy this process read" in branch["detail"]
+    assert mine["degradation_reasons"] == ["directive_unconfirmed"]
+    assert metric_sample(after, DEGRADATIONS, 'reason="directive_unconfirmed"') == \
+        metric_sample(before, DEGRADATIONS, 'reason="directive_unconfirmed"') + 1
+    # Another org's agent of the same name has no copy of its own: its directive is missing, never mine.
+    assert theirs["directive"] is None and theirs["degradation_reasons"] == ["directive_missing"]
+    assert "French" not in theirs["context"]
 
 
 async def test_an_agent_without_a_directive_is_not_missing_one(

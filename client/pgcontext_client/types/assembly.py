@@ -157,7 +157,7 @@ class AssembledContext(msgspec.Struct, kw_only=True):
     """L0: hot and cold memories both usable; L1: one of them; L2: neither."""
     degradation_reasons: list[str]
     """What the context lacks of what was planned (empty: complete): ``directive_missing``,
-    ``hot_unavailable``, ``cold_unavailable``, ``retrieval_reduced``."""
+    ``directive_unconfirmed``, ``hot_unavailable``, ``cold_unavailable``, ``retrieval_reduced``."""
     sources_available: list[str]
     branches: Branches
     metrics: AssemblyMetrics
@@ -169,6 +169,12 @@ class AssembledContext(msgspec.Struct, kw_only=True):
         """The agent's directive could not be read in time: this context may lack its standing
         instructions (``directive`` is None). An agent without a directive is not missing one."""
         return "directive_missing" in self.degradation_reasons
+
+    @property
+    def directive_unconfirmed(self) -> bool:
+        """The directive's read did not answer in time and the service's last copy of it stands in
+        (at most ``PGCONTEXT_ASSEMBLY_DIRECTIVE_LAST_KNOWN_S`` old): present, possibly not the newest."""
+        return "directive_unconfirmed" in self.degradation_reasons
 
     @property
     def complete(self) -> bool:
