@@ -92,8 +92,9 @@ class Level:
     """Outcome of the directive branch (a directive that missed its branch is left out of the context)."""
     directive_in_context: Counter[str] = field(default_factory=Counter)
     """Every agent has a directive (:func:`ensure_directives`), so each assembly is ``present`` (the
-    response holds it), ``reported`` (absent, and ``degradation_reasons`` says ``directive_missing``)
-    or ``missing`` (absent and not reported: a broken contract)."""
+    response holds it; ``unconfirmed`` of those: the service's last copy stood in for a late read),
+    ``reported`` (absent, and ``degradation_reasons`` says ``directive_missing``) or ``missing``
+    (absent and not reported: a broken contract)."""
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
@@ -111,8 +112,9 @@ class Level:
     def directive_line(self) -> str:
         d = self.directive_in_context
         total = max(sum(d.values()), 1)
-        return (f"present {d['present']} ({100 * d['present'] / total:.2f}%), reported missing {d['reported']} "
-                f"({100 * d['reported'] / total:.2f}%), missing unreported {d['missing']}")
+        present = d["present"] + d["unconfirmed"]
+        return (f"present {present} ({100 * present / total:.2f}%; last copy {d['unconfirmed']}), reported missing "
+                f"{d['reported']} ({100 * d['reported'] / total:.2f}%), missing unreported {d['missing']}")
 
     def runs_line(self) -> str:
         """What the cold searches ran against what they planned, and the share that ran the plan."""
@@ -192,9 +194,9 @@ class _Assembled(msgspec.Struct):
 
 
 def directive_in_context(out: _Assembled) -> str:
-    """``present``, ``reported`` or ``missing`` (see :attr:`Level.directive_in_context`)."""
+    """``present``, ``unconfirmed``, ``reported`` or ``missing`` (see :attr:`Level.directive_in_context`)."""
     if out.directive is not None:
-        return "present"
+        return "unconfirmed" if "directive_unconfirmed" in out.degradation_reasons else "present"
     return "reported" if "directive_missing" in out.degradation_reasons else "missing"
 
 

@@ -85,14 +85,16 @@ def assembled(directive: object, reasons: list[str] | None = None) -> _Assembled
 
 def test_each_assembly_holds_its_directive_or_reports_it_missing() -> None:
     level = Level("assemble", 4)
-    outcomes = [assembled({"content": "You are ...", "version": 1, "updated_at": "2026-12-01T00:00:00Z"}, []),
+    held = {"content": "You are ...", "version": 1, "updated_at": "2026-12-01T00:00:00Z"}
+    outcomes = [assembled(held, []), assembled(held, ["directive_unconfirmed"]),
                 assembled(None, ["directive_missing", "hot_unavailable"]),
                 assembled(None, []),
                 assembled(None)]  # a service that does not report reasons: unreported
     for out in outcomes:
         level.directive_in_context[directive_in_context(out)] += 1
-    assert level.directive_in_context == {"present": 1, "reported": 1, "missing": 2}
-    assert level.directive_line() == ("present 1 (25.00%), reported missing 1 (25.00%), missing unreported 2")
+    assert level.directive_in_context == {"present": 1, "unconfirmed": 1, "reported": 1, "missing": 2}
+    assert level.directive_line() == ("present 2 (40.00%; last copy 1), reported missing 1 (20.00%), "
+                                      "missing unreported 2")
 
 
 def session_of(pid: int) -> int:
