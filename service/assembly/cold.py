@@ -1,7 +1,7 @@
 """The cold branch of an assembly: the retrieval engine's search, full or light, under the cold budget.
 
 The search runs on an engine of its own whose lexical, embedding and vector deadlines are derived
-from the cold budget (:func:`cold_retrieval_settings`). By default each branch ranks the org's best
+from the cold budget (:func:`cold_step_timeouts`). By default each branch ranks the org's best
 ``n * cold_overfetch`` rows and keeps the agent's own and org-wide ones among them, with their
 scoring fields (:meth:`ColdBranch.rows_for`); the ``n`` candidates kept follow the memory budget
 (:mod:`service.assembly.cold_limit`). A search goes light (lexical, fewer postings per term) only
@@ -41,11 +41,23 @@ COLD_REASONS: Final[dict[str, RetrievalReason]] = {"timeout": "cold_timeout", "e
 """``retrieval.reason`` of an assembly whose cold branch gave no answer, by its outcome."""
 
 
+VECTOR_QUERY_MS = 100
+"""Of a long cold budget (a caller's longer deadline), what the query's embedding leaves for the vector
+query after it; the embedding may take the rest. A short budget is split in halves."""
+
+
 def cold_step_timeouts(cold_ms: float) -> StepTimeouts:
-    """The search's inner deadlines for a cold budget of ``cold_ms`` (see the module docstring)."""
+    """The search's inner deadlines for a cold budget of ``cold_ms`` (see the module docstring).
+
+    The lexical query runs beside the embedding and has the whole budget. The embedding and the vector
+    query run one after the other: half each of a short budget; of a long one, the vector query keeps
+    :data:`VECTOR_QUERY_MS` and the embedding may take the rest. On a busy host the embedding is
+    the step that waits (for the model's thread, and the model's thread for a core): a caller that
+    gave 500 ms lost its full search to an embedding deadline of 245 ms while the vector query after
+    it needed a few ms."""
     inner = max(1, int(cold_ms) - COLD_MARGIN_MS)
     half = max(1, inner // 2)
-    return StepTimeouts(lexical_ms=inner, embedding_ms=half, semantic_ms=half)
+    return StepTimeouts(lexical_ms=inner, embedding_ms=max(half, inner - VECTOR_QUERY_MS), semantic_ms=half)
 
 
 def cold_retrieval_settings(base: RetrievalSettings, cold_ms: int) -> RetrievalSettings:

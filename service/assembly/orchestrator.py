@@ -27,7 +27,8 @@ full planned retrieval.
   15 ms behind a busy event loop were most of the L1 answers.
 * **Cold** (:mod:`service.assembly.cold`) is the retrieval engine's search on an engine of its own
   whose lexical, embedding and vector deadlines are derived from the cold budget (lexical ≈ the
-  budget, embedding and vector query half each), so the engine's own fallbacks (e.g. a slow
+  budget, embedding and vector query half each; of a caller's longer budget the vector query keeps
+  100 ms and the embedding may take the rest), so the engine's own fallbacks (e.g. a slow
   embedder -> lexical only) happen inside the cold budget instead of the whole branch timing out.
   The search API filters one agent exactly but cannot say "this agent or org-wide", so by default
   each branch ranks the org's best ``n * cold_overfetch`` rows and returns only the agent's own

@@ -264,7 +264,7 @@ class RetrievalEngine:
                                                 rows_scope=run.rows_scope)
 
         settings = None if ids is not None else branches.hnsw_settings(limit=limit, ef_search=ef_search)
-        return await self.branch("semantic", run.timeout_ms("semantic", self.settings), org_id, run, query, settings)
+        return await self.branch("semantic", run.left_ms("semantic", self.settings), org_id, run, query, settings)
 
     async def _semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun,
                         embedding: Awaitable[npt.NDArray[np.float32]] | None = None) -> list[Hit]:

@@ -62,6 +62,14 @@ class SearchRun:
             return int(getattr(self.timeouts, f"{step}_ms"))
         return int(getattr(settings, f"{step}_timeout_ms"))
 
+    def left_ms(self, step: Literal["lexical", "embedding", "semantic"], settings: RetrievalSettings) -> int:
+        """The step's deadline, cut to what is left of the search's own (a step that starts after
+        another, like the vector query after the embedding, must not outlast the search)."""
+        timeout = self.timeout_ms(step, settings)
+        if self.deadline is None:
+            return timeout
+        return max(1, min(timeout, int((self.deadline - time.perf_counter()) * 1000)))
+
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
