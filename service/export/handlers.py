@@ -30,7 +30,8 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
 
 EXPORT_DESCRIPTION = (
     "Without `agent_id`, the whole org (every agent, and the memories of no agent). "
-    "One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` "
+    "One JSON object per line, each with a `type`: `export` (org, agent, time), `settings` (the org's "
+    "defaults, in a whole-org export of an org that set them), `directive`, `document` "
     "(ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access "
     "statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired "
     "ones included), `event` (the history recorded "

@@ -16,10 +16,11 @@ access statistics -- and every history event. Vectors are not exported: the text
 again by this service's embedder, and the normalized-text hash (the exact-duplicate lookup) is
 computed again. Lines written before the lifecycle fields existed import with their defaults (seen
 once, current, no key). ``directive`` lines replace the agent's directive (its version starts
-again). Documents and their chunks are not restored here (mirror the files again with
-``pgcontext import``): their lines are counted ``skipped``. An import bypasses duplicate detection
-and supersession: it restores a state that was consistent when exported, and the database still
-refuses two current memories of one key (409 ``conflict``, nothing written).
+again); a ``settings`` line sets the org's defaults (``PATCH /v1/org/settings``). Documents and their
+chunks are not restored here (mirror the files again with ``pgcontext import``): their lines are
+counted ``skipped``. An import bypasses duplicate detection and supersession: it restores a state
+that was consistent when exported, and the database still refuses two current memories of one key
+(409 ``conflict``, nothing written).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pgvector import Vector
 from service.directives.store import DirectiveStore
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.facts.normalize import hash_words, tokens
-from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey
+from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
 from service.memories.validation import check_kind, check_metadata, check_text
 from service.memories.write import embed_texts
@@ -57,6 +58,8 @@ class Counts(msgspec.Struct, kw_only=True):
     directive: int
     memory: int
     event: int
+    settings: int = 0
+    """The org's defaults (a ``settings`` line): 1 when set by this request."""
 
 
 class Skipped(msgspec.Struct, kw_only=True):
@@ -91,6 +94,10 @@ class _Document(msgspec.Struct, tag_field="type", tag="document"):
 
 class _Chunk(msgspec.Struct, tag_field="type", tag="chunk"):
     pass
+
+
+class _Settings(msgspec.Struct, tag_field="type", tag="settings"):
+    on_duplicate: OnDuplicate
 
 
 class _Directive(msgspec.Struct, tag_field="type", tag="directive"):
@@ -128,13 +135,14 @@ class _Event(msgspec.Struct, tag_field="type", tag="event", kw_only=True):
     detail: _Object = msgspec.field(default_factory=dict)
 
 
-_Line = _Header | _End | _Error | _Document | _Chunk | _Directive | _Memory | _Event
+_Line = _Header | _End | _Error | _Document | _Chunk | _Settings | _Directive | _Memory | _Event
 
 
 class _Parsed(msgspec.Struct):
     memories: list[tuple[_Memory, _Object]] = msgspec.field(default_factory=list)
     events: list[_Object] = msgspec.field(default_factory=list)
     directives: dict[str, str] = msgspec.field(default_factory=dict)
+    settings: _Settings | None = None
     skipped: Skipped = msgspec.field(default_factory=lambda: Skipped(document=0, chunk=0))
 
 
@@ -168,6 +176,8 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
                                 code="incomplete_export", details=_field(index))
         if isinstance(line, _Document | _Chunk):
             setattr(out.skipped, raw["type"], getattr(out.skipped, raw["type"]) + 1)
+        elif isinstance(line, _Settings):
+            out.settings = line
         elif isinstance(line, _Directive):
             if "\n" in line.agent_id or not line.content.strip() or len(line.content) > limits.max_directive_chars:
                 raise Unprocessable(f"lines[{index}]: the directive's agent_id is not valid, or its content is "
@@ -223,6 +233,9 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
         if parsed.events:
             imported.event = len(await tx.fetch("export.import_events", org_id, parsed.events))
             existing.event = len(parsed.events) - imported.event
+        if parsed.settings is not None:
+            await tx.fetchrow("facts.org_settings_upsert", org_id, parsed.settings.on_duplicate)
+            imported.settings = 1
     store = services.extras["directives"]
     assert isinstance(store, DirectiveStore)
     for agent_id, content in parsed.directives.items():

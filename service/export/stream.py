@@ -8,7 +8,8 @@ renders each line (``to_jsonb``): the service only joins them.
 
 Without an agent, the whole org: every agent's rows and the org-wide ones (agent null).
 
-Lines, in order: ``export`` (org, agent, time), ``directive`` (each, if any), each ``document``, each
+Lines, in order: ``export`` (org, agent, time), ``settings`` (the org's defaults, in a whole-org export
+of an org that set them), ``directive`` (each, if any), each ``document``, each
 ``memory`` (with its key, valid time and supersession), each ``chunk``, each history ``event``, and
 last ``end`` with the counts. A stream without its ``end`` line is
 incomplete: if reading fails part-way, an ``error`` line is the last one.
@@ -105,6 +106,9 @@ async def _lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGener
             header: str = await tx.fetchval("export.header", org_id, agent_id)
             started = True
             yield header.encode() + b"\n"
+            org_defaults: str | None = await tx.fetchval("export.settings", org_id, agent_id)
+            if org_defaults is not None:
+                yield org_defaults.encode() + b"\n"
             buffer: list[str] = []
             size = 0
             for kind, name in (("directive", "export.directive"), ("document", "export.documents"),

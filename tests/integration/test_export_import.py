@@ -150,8 +150,29 @@ async def test_an_org_round_trips_with_its_history_and_supersession(
 
     # A retried import writes nothing twice.
     retried = await import_lines(client, fresh, lines)
-    assert retried["imported"] == {"directive": 1, "memory": 0, "event": 0}
+    assert retried["imported"] == {"directive": 1, "memory": 0, "event": 0, "settings": 0}
     assert retried["existing"]["memory"] == 12 and retried["existing"]["event"] == len(events)
+
+
+async def test_the_orgs_defaults_come_with_a_whole_org_export(client: AsyncTestClient[Any], tenant: Tenant,
+                                                              other_tenant: Tenant) -> None:
+    await write(client, tenant, {"text": "Maya's sister is a nurse.", "agent_id": AGENT})
+    r = await client.patch("/v1/org/settings", json={"on_duplicate": "reject"}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    lines = await export_org(client, tenant)
+    assert lines[1] == {"type": "settings", "on_duplicate": "reject", "updated_at": lines[1]["updated_at"]}
+    r = await client.get("/v1/export", params={"agent_id": AGENT}, headers=tenant.headers)
+    assert r.status_code == 200 and '"settings"' not in r.text  # an agent's export holds no org defaults
+    assert (await import_lines(client, other_tenant, lines))["imported"]["settings"] == 1
+    r = await client.get("/v1/org/settings", headers=other_tenant.headers)
+    assert r.status_code == 200 and r.json()["on_duplicate"] == "reject"
+    r = await client.post("/v1/memories", json={"text": "maya's sister is a nurse", "agent_id": AGENT},
+                          headers=other_tenant.headers)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate"
+    bad = [{"type": "settings", "on_duplicate": "sometimes"}]
+    await import_lines(client, other_tenant, bad, status=422)
+    r = await client.get("/v1/org/settings", headers=tenant.headers)
+    assert r.json()["on_duplicate"] == "reject"  # the source org is untouched
 
 
 async def test_lines_of_an_older_export_import(client: AsyncTestClient[Any], tenant: Tenant,

@@ -179,6 +179,8 @@ class ImportCounts(msgspec.Struct, kw_only=True):
     directive: int
     memory: int
     event: int
+    settings: int = 0
+    """The org's defaults (a ``settings`` line of a whole-org export): 1 when the request set them."""
 
 
 class ImportSkipped(msgspec.Struct, kw_only=True):

@@ -267,7 +267,7 @@ export interface paths {
         };
         /**
          * Export an agent's (or the org's) memories, directives and documents (NDJSON)
-         * @description Without `agent_id`, the whole org (every agent, and the memories of no agent). One JSON object per line, each with a `type`: `export` (org, agent, time), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
+         * @description Without `agent_id`, the whole org (every agent, and the memories of no agent). One JSON object per line, each with a `type`: `export` (org, agent, time), `settings` (the org's defaults, in a whole-org export of an org that set them), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor, never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
          */
         get: operations["V1ExportExport"];
         put?: never;
@@ -514,6 +514,8 @@ export interface components {
             directive: number;
             memory: number;
             event: number;
+            /** @default 0 */
+            settings?: number;
         };
         /** CreatedMemories */
         CreatedMemories: {
