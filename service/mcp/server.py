@@ -19,7 +19,7 @@ from mcp.server import MCPServer
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from pgcontext_client import AsyncClient, PgcontextError, RetryPolicy, Unauthorized
+from pgcontext_client import AsyncClient, PgcontextError, RateLimited, RetryPolicy, Unauthorized
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -37,6 +37,11 @@ KEY_CACHE_S = 5.0
 
 CLIENT_ADDRESS: ContextVar[str | None] = ContextVar("pgcontext_mcp_client_address", default=None)
 """The address of the HTTP request being served (set by :class:`ClientAddress`)."""
+
+CHECK_RETRY = RetryPolicy(attempts=2, statuses=frozenset({503}), max_retry_after_s=2.0)
+"""A token check's retries: none for a 429, one for a 503 (see :meth:`Clients.accepts`). A stranger's
+request waiting out Retry-After several times kept it open for seconds; a flood of them then held that
+many requests in this server."""
 
 MAX_CLIENTS = 256
 """Keys the service accepted that keep a client here (least recently used dropped first)."""
@@ -61,14 +66,14 @@ class Clients:
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def _new(self, key: str, forwarded_for: str | None = None) -> AsyncClient:
+    def _new(self, key: str, forwarded_for: str | None = None, retry: RetryPolicy | None = None) -> AsyncClient:
         headers = {"Authorization": f"Bearer {key}", "Accept": "application/json",
                    "User-Agent": f"pgcontext-mcp/{__version__}"}
         if forwarded_for:
             headers["X-Forwarded-For"] = forwarded_for
         http = httpx.AsyncClient(base_url=self.config.url.rstrip("/"), timeout=30.0, transport=self._pool,
                                  headers=headers)
-        return AsyncClient(self.config.url, key, retry=self.retry, http=http)
+        return AsyncClient(self.config.url, key, retry=retry or self.retry, http=http)
 
     def get(self, key: str | None) -> AsyncClient:
         """The client of a key already accepted (made for the configured key on first use)."""
@@ -86,11 +91,17 @@ class Clients:
         """Whether the service takes ``key`` (a request with it; no state kept for it here). The HTTP
         caller's address goes along (``X-Forwarded-For``, which the service's HTTP server takes from a
         loopback peer): the service limits unknown keys per address, and a stranger flooding this
-        server must spend its own address's budget, not this server's."""
+        server must spend its own address's budget, not this server's.
+
+        Answered at once: a 429 is not retried (``auth_rate_limited``: this address sent too many unknown
+        keys, refused without waiting out its ``Retry-After``; any other 429 is the key's own org over
+        its limit, so the key was accepted), and a 503 is tried once more, soon."""
         try:
-            await self._new(key, CLIENT_ADDRESS.get()).list_memories(limit=1)
+            await self._new(key, CLIENT_ADDRESS.get(), CHECK_RETRY).list_memories(limit=1)
         except Unauthorized:
             return False
+        except RateLimited as exc:
+            return bool(exc.code != "auth_rate_limited")
         except PgcontextError:
             return False  # the service cannot vouch for the key right now: refuse rather than guess
         return True

@@ -246,20 +246,33 @@ async def test_strangers_bearer_tokens_cost_the_http_server_nothing_that_stays(l
             assert (await call(session, "get_directive")) == {"version": 0, "content": None}
 
 
+def limited(metrics: str) -> float:
+    """``pgcontext_auth_rate_limited_total`` of a service's /metrics."""
+    line = next((x for x in metrics.splitlines() if x.startswith("pgcontext_auth_rate_limited_total ")), None)
+    return 0.0 if line is None else float(line.split()[1])
+
+
 async def test_a_flood_of_strangers_tokens_does_not_lock_other_clients_out(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
     """The service limits unknown keys per source address; the MCP server checks every token with the
     service, so it passes its client's address on (``X-Forwarded-For``, which the service's HTTP server
     takes from a loopback peer): a stranger flooding the MCP server exhausts its own address's budget,
-    not the MCP server's, and a real key from another address still gets in."""
-    server = dataclasses.replace(settings.server, auth_failure_burst=5, auth_failure_rate_per_s=0.001)
+    not the MCP server's, and a real key from another address still gets in. A check the service refuses
+    that way is answered at once: one 429 per stranger's request, not a retry after each Retry-After."""
+    server = dataclasses.replace(settings.server, auth_failure_burst=5, auth_failure_rate_per_s=0.05)
     with live_service(dataclasses.replace(settings, server=server), endpoints, embedder) as service_url, \
             mcp_http_server(service_url, f"mcp-{uuid4().hex[:8]}") as url:
         transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
         async with httpx.AsyncClient(timeout=30, transport=transport) as stranger:
+            before = limited((await stranger.get(f"{service_url}/metrics")).text)
             for _ in range(20):
+                sent = time.monotonic()
                 r = await stranger.post(url, json={}, headers={"Authorization": f"Bearer pgc_{uuid4().hex}"})
                 assert r.status_code == 401
+                # Not after waiting out the service's Retry-After (1 / 0.05 = 20 s) to ask again.
+                assert time.monotonic() - sent < 10, "the token check waited out a Retry-After"
+            refused = limited((await stranger.get(f"{service_url}/metrics")).text) - before
+        assert refused == 15, refused  # the burst's 5 were looked up; the rest refused once each
         headers = {"Authorization": f"Bearer {tenant.key}"}
         async with httpx2.AsyncClient(headers=headers, timeout=30,
                                       transport=httpx2.AsyncHTTPTransport(local_address="127.0.0.3")) as http, \
