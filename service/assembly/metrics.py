@@ -33,7 +33,7 @@ COLD_SEARCHES: Final = Counter(
 DEGRADATIONS: Final = Counter(
     "pgcontext_assembly_degradations",
     "Assemblies answered without part of what was planned, by the response's degradation_reasons: "
-    "directive_missing, hot_unavailable, cold_unavailable, retrieval_reduced", ["reason"])
+    "directive_missing, directive_unconfirmed, hot_unavailable, cold_unavailable, retrieval_reduced", ["reason"])
 NOT_ASSEMBLED: Final = Counter("pgcontext_assemblies_not_answered",
                                "Assemblies ended without a context: L3 (deadline, client gone) or refused "
                                "(overloaded)", ["reason"])
