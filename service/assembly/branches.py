@@ -56,6 +56,10 @@ class BranchRun(Generic[T]):
     ms: float
     detail: str | None = None
 
+    def stood_in(self, value: T, note: str) -> BranchRun[T]:
+        """This run of a branch that gave no answer, with ``value`` standing in for it (its outcome kept)."""
+        return BranchRun(self.outcome, value, self.ms, f"{self.detail}; {note}" if self.detail else note)
+
     def report(self, *, count: int | None = None, source: str | None = None) -> Branch:
         return Branch(outcome=self.outcome, ms=self.ms, detail=self.detail, count=count, source=source)
 

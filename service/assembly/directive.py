@@ -29,8 +29,8 @@ from uuid import UUID
 import msgspec
 from redis.exceptions import RedisError
 
-from service.assembly.branches import BranchRun
 from service.assembly.hot import RedisCircuit, SingleFlight
+from service.directives.last_known import Copy
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.errors import forget_outcome
@@ -67,18 +67,10 @@ class DirectiveRead:
             return hit, "cache"
         return await self._postgres(org_id, agent_id), "postgres"
 
-    def stand_in(self, org_id: UUID, agent_id: str, run: BranchRun[tuple[DirectiveOut | None, DirectiveSource]],
-                 max_age_s: float) -> BranchRun[tuple[DirectiveOut | None, DirectiveSource]]:
-        """``run``, or for a read that gave no answer the last copy of the agent's directive this process
-        saw, if it is at most ``max_age_s`` old (the outcome stays what the read's was)."""
-        if run.outcome == "ok" or max_age_s <= 0:
-            return run
-        copy = self.store.last_known.get(org_id, agent_id, max_age_s)
-        if copy is None:
-            return run
-        said = f"{run.detail}; " if run.detail else ""
-        return BranchRun(run.outcome, (copy.directive, "memory"), run.ms,
-                         f"{said}used the copy this process read {copy.age_s():.1f} s ago")
+    def last_copy(self, org_id: UUID, agent_id: str, max_age_s: float) -> Copy | None:
+        """The last copy of the agent's directive this process saw, if at most ``max_age_s`` old (0: none),
+        for a read that gave no answer."""
+        return self.store.last_known.get(org_id, agent_id, max_age_s) if max_age_s > 0 else None
 
     def _hit(self, cached: asyncio.Future[DirectiveOut | None]) -> DirectiveOut | None:
         """The envelope a finished Redis read found (None: a miss, or Redis failed)."""

@@ -327,9 +327,11 @@ class Orchestrator:
         finally:
             for branch in branches:
                 branch.cancel()  # only does something when we are being cancelled or failed before settling
-        directive_run = self.directive.stand_in(org_id, req.agent_id, directive_branch.result(),
-                                                s.directive_last_known_s)
-        hot_run, cold_run = hot_branch.result(), cold_branch.result()
+        directive_run, hot_run, cold_run = directive_branch.result(), hot_branch.result(), cold_branch.result()
+        if directive_run.outcome != "ok" and (copy := self.directive.last_copy(org_id, req.agent_id,
+                                                                               s.directive_last_known_s)):
+            directive_run = directive_run.stood_in((copy.directive, "memory"),
+                                                   f"used the copy this process read {copy.age_s():.1f} s ago")
 
         directive = directive_run.value[0] if directive_run.value is not None else None
         query_vector = self.engine.cached_embedding(org_id, req.query)
