@@ -263,11 +263,10 @@ class HotSetStore:
     async def get(self, org_id: UUID, agent_id: str, on_miss: Callable[[], None] | None = None) -> HotRead:
         """The agent's hot set from Redis, or from Postgres on a miss (then cached; ``on_miss`` is called
         first, so an assembly can wait for the Postgres read). Raises RedisError."""
-        # Together (an org's first read after a start waits for its epoch from Postgres); epoch None:
-        # the org's cached sets are not trusted now.
+        # Epoch None: the org's cached sets are not trusted now.
         if on_miss is not None and not self.epochs.fresh(org_id):
             on_miss()
-        epoch, (raw, generation, version) = await asyncio.gather(self.epochs.current(org_id), self.redis.mget(
+        epoch, (raw, generation, version) = await self.epochs.along(org_id, self.redis.mget(
             [hot_key(org_id, agent_id), generation_key(org_id), version_key(org_id, agent_id)]))
         gen, ver = int(generation or 0), int(version or 0)
         if epoch is not None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 from uuid import UUID
 
 import structlog
@@ -30,6 +32,7 @@ from prometheus_client import Counter
 from service.db.tenant import Database
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 EPOCH_READS = Counter("pgcontext_cache_epoch_reads", "Reads of an org's cache epoch from Postgres, by outcome",
                       ["outcome"])
@@ -83,6 +86,16 @@ class CacheEpochs:
             return read.result()
         log.warning("cache_epoch_unreadable", org_id=str(org_id), known=None if known is None else known[0])
         return None if known is None else known[0]
+
+    async def along(self, org_id: UUID, read: Awaitable[T]) -> tuple[int | None, T]:
+        """The org's epoch (:meth:`current`) and ``read``'s result. When the epoch answers from memory,
+        one after the other: no task, so no extra trip through the event loop, which behind a busy loop
+        cost a cache read ~12 ms at the median. Otherwise together: an org's first read after a start
+        waits for its epoch from Postgres, not for that and then the cache."""
+        if self.fresh(org_id):
+            return await self.current(org_id), await read
+        epoch, value = await asyncio.gather(self.current(org_id), read)
+        return epoch, value
 
     def _read(self, org_id: UUID) -> asyncio.Task[int]:
         read = self._reads.get(org_id)

@@ -124,9 +124,8 @@ class DirectiveStore:
         """The cached envelope if it is of the org's current cache epoch (raises RedisError when Redis
         is unreachable)."""
         started = time.monotonic()
-        # Together: an org's first read after a start waits for its epoch from Postgres, not for that
-        # and then Redis. (Read after the GET, a newer epoch only turns the envelope into a miss.)
-        epoch, raw = await asyncio.gather(self.epochs.current(org_id), self.redis.get(cache_key(org_id, agent_id)))
+        # (An epoch read after the GET, a newer one only turns the envelope into a miss.)
+        epoch, raw = await self.epochs.along(org_id, self.redis.get(cache_key(org_id, agent_id)))
         if epoch is None or raw is None:
             return None
         envelope = msgspec.json.decode(raw, type=Envelope)
