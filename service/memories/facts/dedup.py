@@ -26,7 +26,8 @@ from service.settings import FactSettings
 UPDATE_CUES = frozenset({"now", "anymore", "longer", "instead", "changed", "moved", "switched", "became",
                          "new", "currently", "updated", "stopped", "quit"})
 """Words of a free-text update ("now prefers medium roast", "no longer works there"): such a write is
-handed to the model at a lower similarity than other writes (``consolidation_band`` - 0.15)."""
+handed to the model at a lower similarity than other writes (``consolidation_band`` - ``UPDATE_BAND_DROP``)."""
+UPDATE_BAND_DROP = 0.15
 _EF_SEARCH = "40"
 
 
@@ -76,15 +77,24 @@ async def find(tx: TenantTx, items: list[MemoryIn], embeddings: np.ndarray, word
     """Duplicates of the items where ``check`` is true (``embeddings`` L2-normalised and ``words``
     their :func:`~service.memories.facts.normalize.tokens`, one per item)."""
     limits = thresholds(settings)
+    # The words are compared (~0.1 ms a pair) only where the cosine leaves a duplicate possible, or a
+    # candidate worth the model's look: a 64-item batch is 2,016 pairs and 512 candidates.
+    floor = limits.cosine
+    if settings.consolidation_enabled:
+        floor = min(floor, settings.consolidation_band - UPDATE_BAND_DROP)
     hashes = [hash_words(w) for w in words]
     matches: list[Match | None] = [None] * len(items)
     near: list[list[Candidate]] = [[] for _ in items]
+    cosines = embeddings @ embeddings.T if sum(check) > 1 else None
     for j in range(len(items)):  # earlier items of the same batch first
         if not check[j]:
             continue
         for i in range(j):
             if check[i] and scope_of(items[i]) == scope_of(items[j]):
-                cosine = float(np.dot(embeddings[i], embeddings[j]))
+                assert cosines is not None
+                cosine = float(cosines[i, j])
+                if hashes[i] != hashes[j] and cosine < limits.cosine:
+                    continue
                 verdict = compare(words[i], words[j], cosine, limits)
                 if hashes[i] == hashes[j] or verdict.duplicate:
                     matches[j] = Match(cosine, verdict.lexical, "exact" if hashes[i] == hashes[j] else verdict.reason,
@@ -114,7 +124,7 @@ async def find(tx: TenantTx, items: list[MemoryIn], embeddings: np.ndarray, word
                               agent_id, kind, key, settings.dedup_candidates, list(exclude))
         for row in sorted(rows, key=lambda r: (r["ord"], -r["cosine"])):
             i = members[row["ord"] - 1]
-            if matches[i] is not None:
+            if matches[i] is not None or row["cosine"] < floor:
                 continue
             verdict = compare(words[i], tokens(row["text"]), float(row["cosine"]), limits)
             if verdict.duplicate:
@@ -129,5 +139,5 @@ def for_consolidation(item: MemoryIn, candidates: list[Candidate], settings: Fac
     """The candidates worth a model's look: within ``consolidation_band`` (lower for an update's words)."""
     band = settings.consolidation_band
     if UPDATE_CUES.intersection(tokens(item.text)):
-        band -= 0.15
+        band -= UPDATE_BAND_DROP
     return [c for c in candidates if c.cosine >= band]
