@@ -30,7 +30,6 @@ import msgspec
 from redis.exceptions import RedisError
 
 from service.assembly.hot import RedisCircuit, SingleFlight
-from service.directives.last_known import Copy
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
 from service.errors import forget_outcome
@@ -66,11 +65,6 @@ class DirectiveRead:
         if hit is not None:
             return hit, "cache"
         return await self._postgres(org_id, agent_id), "postgres"
-
-    def last_copy(self, org_id: UUID, agent_id: str, max_age_s: float) -> Copy | None:
-        """The last copy of the agent's directive this process saw, if at most ``max_age_s`` old (0: none),
-        for a read that gave no answer."""
-        return self.store.last_known.get(org_id, agent_id, max_age_s) if max_age_s > 0 else None
 
     def _hit(self, cached: asyncio.Future[DirectiveOut | None]) -> DirectiveOut | None:
         """The envelope a finished Redis read found (None: a miss, or Redis failed)."""

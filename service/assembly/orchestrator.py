@@ -328,8 +328,8 @@ class Orchestrator:
             for branch in branches:
                 branch.cancel()  # only does something when we are being cancelled or failed before settling
         directive_run, hot_run, cold_run = directive_branch.result(), hot_branch.result(), cold_branch.result()
-        if directive_run.outcome != "ok" and (copy := self.directive.last_copy(org_id, req.agent_id,
-                                                                               s.directive_last_known_s)):
+        if directive_run.outcome != "ok" and (copy := self.directives.last_known.get(org_id, req.agent_id,
+                                                                                    s.directive_last_known_s)):
             directive_run = directive_run.stood_in((copy.directive, "memory"),
                                                    f"used the copy this process read {copy.age_s():.1f} s ago")
 

@@ -36,9 +36,18 @@ class Copy:
     """None: the agent had no directive."""
     stamp: float
     """``time.monotonic()`` when it was known current."""
+    size: int
+    """Bytes it counts against its org's bound."""
 
     def age_s(self) -> float:
         return time.monotonic() - self.stamp
+
+
+def _same(a: DirectiveOut | None, b: DirectiveOut | None) -> bool:
+    """The same directive (or the same absence): its version and write time, not its text, compared."""
+    if a is None or b is None:
+        return a is b
+    return a.version == b.version and a.updated_at == b.updated_at
 
 
 def _size(directive: DirectiveOut | None) -> int:
@@ -60,10 +69,16 @@ class LastKnown:
         self._orgs: OrderedDict[UUID, _Org] = OrderedDict()
 
     def remember(self, org_id: UUID, agent_id: str, directive: DirectiveOut | None, stamp: float) -> None:
-        """``directive`` was the agent's current one at ``stamp`` (``time.monotonic()``)."""
+        """``directive`` was the agent's current one at ``stamp`` (``time.monotonic()``). Called on every
+        directive read: the same version again only moves its stamp."""
         org = self._orgs.get(org_id)
         held = None if org is None else org.copies.get(agent_id)
         if held is not None and held.stamp > stamp:
+            return
+        if org is not None and held is not None and _same(held.directive, directive):
+            org.copies[agent_id] = Copy(held.directive, stamp, held.size)
+            org.copies.move_to_end(agent_id)
+            self._orgs.move_to_end(org_id)
             return
         size = _size(directive)
         if org is None:
@@ -74,16 +89,18 @@ class LastKnown:
                 self._orgs.popitem(last=False)
         self._orgs.move_to_end(org_id)
         if held is not None:
-            org.bytes -= _size(org.copies.pop(agent_id).directive)
+            org.bytes -= org.copies.pop(agent_id).size
         if size > self.org_bytes:
             return  # an older copy of it must not stand in for it either
-        org.copies[agent_id] = Copy(directive, stamp)
+        org.copies[agent_id] = Copy(directive, stamp, size)
         org.bytes += size
         while org.bytes > self.org_bytes:
-            org.bytes -= _size(org.copies.popitem(last=False)[1].directive)
+            org.bytes -= org.copies.popitem(last=False)[1].size
 
     def get(self, org_id: UUID, agent_id: str, max_age_s: float) -> Copy | None:
-        """The agent's copy if it is at most ``max_age_s`` old."""
+        """The agent's copy if it is at most ``max_age_s`` old (0: none)."""
+        if max_age_s <= 0:
+            return None
         org = self._orgs.get(org_id)
         held = None if org is None else org.copies.get(agent_id)
         if held is None or held.age_s() > max_age_s:

@@ -163,8 +163,9 @@ async def test_other_model_families_budget_a_share_of_the_window(settings: Setti
     assert (e["max_context_tokens"], e["reserve_tokens"], e["reasons"]) == (2000, 512, [])
 
 
-def metric_sample(text: str, name: str, labels: str) -> float:
-    line = next((x for x in text.splitlines() if x.startswith(f"{name}{{{labels}}} ")), None)
+def metric_sample(text: str, name: str, labels: str = "") -> float:
+    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+    line = next((x for x in text.splitlines() if x.startswith(prefix)), None)
     return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
 
 

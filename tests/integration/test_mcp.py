@@ -29,6 +29,7 @@ from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.live import live_service
+from tests.integration.test_assembly import metric_sample
 from tests.integration.test_cli import PGCONTEXT, clean_env
 from tests.processes import stop_process
 
@@ -246,10 +247,7 @@ async def test_strangers_bearer_tokens_cost_the_http_server_nothing_that_stays(l
             assert (await call(session, "get_directive")) == {"version": 0, "content": None}
 
 
-def limited(metrics: str) -> float:
-    """``pgcontext_auth_rate_limited_total`` of a service's /metrics."""
-    line = next((x for x in metrics.splitlines() if x.startswith("pgcontext_auth_rate_limited_total ")), None)
-    return 0.0 if line is None else float(line.split()[1])
+LIMITED = "pgcontext_auth_rate_limited_total"
 
 
 async def test_a_flood_of_strangers_tokens_does_not_lock_other_clients_out(
@@ -264,14 +262,14 @@ async def test_a_flood_of_strangers_tokens_does_not_lock_other_clients_out(
             mcp_http_server(service_url, f"mcp-{uuid4().hex[:8]}") as url:
         transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
         async with httpx.AsyncClient(timeout=30, transport=transport) as stranger:
-            before = limited((await stranger.get(f"{service_url}/metrics")).text)
+            before = metric_sample((await stranger.get(f"{service_url}/metrics")).text, LIMITED)
             for _ in range(20):
                 sent = time.monotonic()
                 r = await stranger.post(url, json={}, headers={"Authorization": f"Bearer pgc_{uuid4().hex}"})
                 assert r.status_code == 401
                 # Not after waiting out the service's Retry-After (1 / 0.05 = 20 s) to ask again.
                 assert time.monotonic() - sent < 10, "the token check waited out a Retry-After"
-            refused = limited((await stranger.get(f"{service_url}/metrics")).text) - before
+            refused = metric_sample((await stranger.get(f"{service_url}/metrics")).text, LIMITED) - before
         assert refused == 15, refused  # the burst's 5 were looked up; the rest refused once each
         headers = {"Authorization": f"Bearer {tenant.key}"}
         async with httpx2.AsyncClient(headers=headers, timeout=30,

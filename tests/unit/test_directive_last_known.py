@@ -64,3 +64,15 @@ def test_the_least_recently_used_org_goes_past_the_org_bound() -> None:
         known.remember(org, "helper", directive("d"), now)
     assert known.get(orgs[0], "helper", 60) is None
     assert all(known.get(org, "helper", 60) is not None for org in orgs[1:])
+
+
+def test_reading_the_same_version_again_renews_its_copy() -> None:
+    known = LastKnown()
+    now = time.monotonic()
+    held = directive("same", 3)
+    known.remember(A, "helper", held, now - 100)
+    assert known.get(A, "helper", 50) is None
+    known.remember(A, "helper", held, now)
+    copy = known.get(A, "helper", 50)
+    assert copy is not None and copy.directive == held
+    assert known.get(A, "helper", 0) is None  # 0: no copy is ever used

@@ -85,13 +85,12 @@ async def find(tx: TenantTx, items: list[MemoryIn], embeddings: np.ndarray, word
     hashes = [hash_words(w) for w in words]
     matches: list[Match | None] = [None] * len(items)
     near: list[list[Candidate]] = [[] for _ in items]
-    cosines = embeddings @ embeddings.T if sum(check) > 1 else None
+    cosines = embeddings @ embeddings.T
     for j in range(len(items)):  # earlier items of the same batch first
         if not check[j]:
             continue
         for i in range(j):
             if check[i] and scope_of(items[i]) == scope_of(items[j]):
-                assert cosines is not None
                 cosine = float(cosines[i, j])
                 if hashes[i] != hashes[j] and cosine < limits.cosine:
                     continue
