@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.embeddings.base import Embedder, EmbeddingError
-from service.embeddings.bert_graph import MINILM_L6
+from service.embeddings.bert_spec import MINILM_L6
 from service.embeddings.hosted import OpenAIEmbedder
 from service.embeddings.local import QUERY_THREADS, LocalEmbedder
 from service.embeddings.onnx_model import MODEL_NAME, bundled_model_files, ensure_model

@@ -12,8 +12,7 @@ turns into ``QAttention``. The graph therefore needs onnxruntime (``com.microsof
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,35 +20,18 @@ import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OPSET = 17
-"""17 is the first opset with ``LayerNormalization``; older runtimes can still load it."""
-MS_DOMAIN = "com.microsoft"
-"""onnxruntime's contrib operators (``Attention``), opset version 1."""
-IR_VERSION = 8
-"""Pinned so the serialised bytes do not change with the installed ``onnx`` version."""
+from service.embeddings.bert_spec import (
+    INPUT_NAMES,
+    IR_VERSION,
+    MINILM_L6,
+    MS_DOMAIN,
+    OPSET,
+    OUTPUT_NAME,
+    BertConfig,
+    FloatArray,
+)
 
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-OUTPUT_NAME = "sentence_embedding"
-
-
-@dataclass(frozen=True, slots=True)
-class BertConfig:
-    layers: int = 6
-    hidden: int = 384
-    heads: int = 12
-    intermediate: int = 1536
-    layer_norm_eps: float = 1e-12
-    vocab: int = 30522
-    max_positions: int = 512
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-
-MINILM_L6 = BertConfig()
-
-FloatArray = npt.NDArray[np.float32]
+__all__ = ["build_model"]
 
 
 class _Graph:
@@ -201,18 +183,3 @@ def _mean_pool_and_normalise(g: _Graph, hidden: str, mask: str, scalars: Mapping
     pooled = g.op("Div", summed, count)
     norm = g.op("Max", g.op("ReduceL2", pooled, axes=[1], keepdims=1), scalars["norm_eps"])
     return g.named_op(OUTPUT_NAME, "Div", pooled, norm)
-
-
-def input_feed(ids: Sequence[Sequence[int]]) -> dict[str, npt.NDArray[np.int64]]:
-    """Right-pad token id lists into the three graph inputs (single-segment, so token types are 0)."""
-    width = max((len(row) for row in ids), default=0)
-    input_ids = np.zeros((len(ids), width), dtype=np.int64)
-    attention_mask = np.zeros((len(ids), width), dtype=np.int64)
-    for i, row in enumerate(ids):
-        input_ids[i, : len(row)] = row
-        attention_mask[i, : len(row)] = 1
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "token_type_ids": np.zeros_like(input_ids),
-    }

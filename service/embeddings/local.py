@@ -18,7 +18,7 @@ import onnxruntime
 from tokenizers import Tokenizer
 
 from service.embeddings.base import EmbeddingError, check_texts
-from service.embeddings.bert_graph import MINILM_L6, OUTPUT_NAME, input_feed
+from service.embeddings.bert_spec import MINILM_L6, OUTPUT_NAME, input_feed
 
 MAX_TOKENS = 256
 """all-MiniLM-L6-v2 was trained on at most 256 word pieces ([CLS] and [SEP] included)."""

