@@ -5,6 +5,8 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 TS      = clients/typescript
 TS_STAMP = $(TS)/node_modules/.installed-stamp
+# Test processes (pytest-xdist; 0 = one process). Each has its own embedded Postgres and Redis.
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test faults fuzz lint docs ts-types bench-ingest bench-retrieval bench-assemble clean
@@ -35,7 +37,7 @@ run: $(STAMP) ## install, then serve on 127.0.0.1:8080 with embedded Postgres + 
 	$(BIN)/pgcontext serve
 
 test: $(STAMP) $(TS_STAMP) ## install, then run the whole test suite against real Postgres + Redis
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
 
 faults: $(STAMP) ## only the fault-injection suite (tests/faults: Postgres/Redis stopped, locked, killed; kill -9, SIGTERM)
 	$(BIN)/pytest -q -p no:cacheprovider tests/faults

@@ -326,35 +326,45 @@ def test_another_process_attaches_while_the_owner_lives_and_adopts_once_it_is_ki
 
 
 _HOLDING_TEST = """
+import os
 import time
 from pathlib import Path
 
-def test_holds_the_servers(pg_server: str, redis_url: str) -> None:
-    Path({marker!r}).write_text(pg_server + "\\n" + redis_url)
+import pytest
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_holds_the_servers(pg_server: str, redis_url: str, which: int) -> None:
+    Path({markers!r}, f"{{os.getpid()}}-{{which}}").write_text(pg_server + "\\n" + redis_url)
     time.sleep(300)
 """
 
 
-def test_sigterm_to_a_test_run_stops_its_servers(tmp_path: Path) -> None:
-    marker = tmp_path / "servers-up"
+@pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "two-workers"])
+def test_sigterm_to_a_test_run_stops_its_servers(tmp_path: Path, workers: int) -> None:
+    """A run's servers stop on SIGTERM to pytest, also when the run is spread over worker processes
+    (``make test`` runs two): each worker, holding servers of its own, is stopped as pytest is."""
+    markers = tmp_path / "servers-up"
+    markers.mkdir()
     test_file = tmp_path / "test_holding.py"
-    test_file.write_text(_HOLDING_TEST.format(marker=str(marker)))
+    test_file.write_text(_HOLDING_TEST.format(markers=str(markers)))
     basetemp = tmp_path / "run"
     env = {k: v for k, v in clean_env().items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    spread = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", *spread,
          "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), f"--basetemp={basetemp}", str(test_file)],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = Output(proc)
     try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
+        deadline = time.monotonic() + 90
+        while len(list(markers.iterdir())) < max(1, workers):
             assert proc.poll() is None, output.text()
             assert time.monotonic() < deadline, output.text()
             time.sleep(0.1)
         running = leftovers(basetemp)
-        assert any("postgres" in c for c in running.values()) and any("redis-server" in c for c in running.values()), \
-            running
+        servers = max(1, workers)
+        assert sum("postgres -D" in c for c in running.values()) == servers, running
+        assert sum("redis-server" in c for c in running.values()) == servers, running
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
     finally:
