@@ -40,9 +40,9 @@ full planned retrieval.
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold
   branch just filled), or, without one, the share of the query's content words they contain.
 * **Directive** (:mod:`service.assembly.directive`): part of the contract, so its branch has the
-  whole wall, and a Redis read that does not answer within ``directive_fallback_ms`` is raced by
-  Postgres; a read with no answer by the wall is stood in for by this process's last copy (at most
-  ``directive_last_known_s`` old: ``directive_unconfirmed``).
+  whole wall, and a Redis read that does not answer when recent ones had (at least
+  ``directive_fallback_ms``) is raced by Postgres; a read with no answer by the wall is stood in
+  for by this process's last copy (at most ``directive_last_known_s`` old: ``directive_unconfirmed``).
 * **Ladder.** L0: hot and cold both usable (ok, even if empty); L1: exactly one; L2: none — the
   block then holds the directive and history only. L3: the caller's deadline (``X-Deadline-Ms``,
   absolute Unix ms, ``X-Timeout-Ms``, relative, or the body's ``timeout_ms``) passed or the client

@@ -22,8 +22,9 @@ class AssemblySettings:
     directive is part of every context: a few hundred bytes must not lose to a timer of a few ms
     on a busy host (an assembly without it says so: ``degradation_reasons`` ``directive_missing``)."""
     directive_fallback_ms: int = 5
-    """A Redis read of the directive that has not answered within this also asks Postgres, and the
-    first answer wins (a slow Redis costs the directive this much, not the wall)."""
+    """A Redis read of the directive that has not answered within this, or within the 95th percentile
+    of the recent reads if longer (at most four times this), also asks Postgres, and the first answer
+    wins (a slow Redis costs the directive this much, not the wall)."""
     directive_last_known_s: int = 300
     """When the directive's read has not answered by the wall (a busy host: the answer waits for a core),
     the assembly uses the copy this process last read or wrote for the agent, if it is at most this
