@@ -5,9 +5,9 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 TS      = clients/typescript
 TS_STAMP = $(TS)/node_modules/.installed-stamp
-# Test processes (pytest-xdist; 0 = one process). Each has its own embedded Postgres and Redis. One by
-# default: with two on two cores the timing tests (restarts, faults) compete for the cores and can fail.
-TEST_WORKERS ?= 0
+# Test processes (pytest-xdist) for the tests not marked serial, each with its own embedded Postgres and
+# Redis; the serial ones (latency and degradation levels, processes killed mid-work) then run alone.
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test faults fuzz lint docs ts-types bench-ingest bench-retrieval bench-assemble clean
@@ -38,7 +38,8 @@ run: $(STAMP) ## install, then serve on 127.0.0.1:8080 with embedded Postgres + 
 	$(BIN)/pgcontext serve
 
 test: $(STAMP) $(TS_STAMP) ## install, then run the whole test suite against real Postgres + Redis
-	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not serial"
+	$(BIN)/pytest -q -p no:cacheprovider -p no:xdist -m serial
 
 faults: $(STAMP) ## only the fault-injection suite (tests/faults: Postgres/Redis stopped, locked, killed; kill -9, SIGTERM)
 	$(BIN)/pytest -q -p no:cacheprovider tests/faults

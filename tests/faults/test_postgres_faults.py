@@ -19,7 +19,7 @@ from tests.faults.conftest import Cluster, LoopErrors, resetting_with_active_tra
 from tests.faults.helpers import GENEROUS, assemble, client, seed
 from tests.integration.test_assembly import AGENT
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 ACQUIRE_MS = 1000
 STATEMENT_MS = 1500

@@ -22,7 +22,7 @@ from tests.conftest import Tenant
 from tests.faults.conftest import Cluster, ServeProcess, service, tuned
 from tests.faults.helpers import until
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 BATCH = 16
 RETRYABLE = {409, 503}

@@ -24,7 +24,7 @@ from tests.faults.conftest import Cache, service, tuned
 from tests.faults.helpers import GENEROUS, assemble, client, directive, hot_texts, seed
 from tests.integration.test_assembly import AGENT
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 CHECK_S = 1.0
 """``PGCONTEXT_REDIS_EPOCH_CHECK_S``: the bound on how long another instance may trust an older entry."""

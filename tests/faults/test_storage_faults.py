@@ -32,7 +32,7 @@ from tests.integration.test_lifecycle import Serve, assert_nothing_left, kill_al
 
 __all__ = ["migrated_pgdata"]  # the fixture, shared with the lifecycle tests
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 RECOVERY_S = 90
 """The longest a full disk may keep the service down once space is back."""

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import numpy as np
 import numpy.typing as npt
+import pytest
 import structlog
 import uvicorn
 
@@ -37,6 +38,8 @@ from tests.integration.test_assembly import (
     metric_sample,
     seed,
 )
+
+pytestmark = pytest.mark.serial
 
 SLOW_COLD: dict[str, Any] = {"branch_delay_ms": 2000}
 """Every search branch sleeps 2 s in Postgres: far past any cold budget used here."""

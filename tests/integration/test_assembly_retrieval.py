@@ -25,6 +25,8 @@ from tests.integration.test_assembly_faults import served
 from tests.integration.test_retrieval_report import SlowEmbedder, report
 from tests.integration.test_search_faults import RaisingEmbedder
 
+pytestmark = pytest.mark.serial
+
 
 async def test_as_planned_and_light_only_when_full_searches_would_miss_the_budget(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:

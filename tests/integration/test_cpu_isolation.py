@@ -20,7 +20,7 @@ from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_assembly_faults import served
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _long_history(seed: int, messages: int = 200, chars: int = 32_000) -> list[dict[str, str]]:

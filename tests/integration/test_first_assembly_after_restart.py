@@ -25,7 +25,7 @@ from service.settings import Settings
 from tests.integration.test_cli import copy_models
 from tests.integration.test_lifecycle import Serve, kill_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 RESTARTS = 10
 AGENT = "barista"

@@ -342,7 +342,7 @@ def test_holds_the_servers(pg_server: str, redis_url: str, which: int) -> None:
 @pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "two-workers"])
 def test_sigterm_to_a_test_run_stops_its_servers(tmp_path: Path, workers: int) -> None:
     """A run's servers stop on SIGTERM to pytest, also when the run is spread over worker processes
-    (``make test TEST_WORKERS=2``): each worker, holding servers of its own, is stopped as pytest is."""
+    (``make test`` runs most in two): each worker, holding servers of its own, is stopped as pytest is."""
     markers = tmp_path / "servers-up"
     markers.mkdir()
     test_file = tmp_path / "test_holding.py"

@@ -27,7 +27,7 @@ from tests.conftest import Tenant
 from tests.integration.test_cli import ROOT, Output, clean_env, copy_models, wait_until_answering
 from tests.processes import stop_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 WORDS = ["espresso", "grinder", "burr", "roast", "crema", "tamper", "portafilter", "kettle", "milk", "foam",
          "latte", "cortado", "ristretto", "bean", "origin", "acidity", "body", "aroma", "bloom", "pour", "filter",

@@ -29,6 +29,8 @@ from service.tenancy.ratelimit import FAIL_OPEN, RateLimiter, bucket_key
 from tests.conftest import Tenant
 from tests.integration.test_assembly_faults import served
 
+pytestmark = pytest.mark.serial
+
 
 @contextlib.asynccontextmanager
 async def limited_client(settings: Settings, endpoints: Endpoints, embedder: Embedder,

@@ -33,7 +33,7 @@ from tests.integration.test_assembly import AGENT, MEMORIES, assemble, seed
 from tests.integration.test_assembly_faults import served
 from tests.redis_cluster import LocalCluster, local_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 TIMEOUTS: dict[str, Any] = {"deadline_ms": 5000, "directive_timeout_ms": 2000, "hot_timeout_ms": 2000,
                             "cold_timeout_ms": 3000, "redis_retry_s": 0.2}

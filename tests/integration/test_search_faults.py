@@ -26,6 +26,8 @@ from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_search import TEXTS, seed
 
+pytestmark = pytest.mark.serial
+
 
 class RaisingEmbedder:
     """Embeds memories normally, fails every query embedding once ``broken`` is set."""
