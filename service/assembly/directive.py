@@ -5,7 +5,7 @@ does: every context holds it or says it is missing (``degradation_reasons``: ``d
 So its branch has the whole retrieval wall by default, not a timer of its own that a busy host's
 scheduling can beat, and it does not wait on Redis alone:
 
-* a cached envelope (of the org's current cache epoch) answers at once;
+* a cached envelope (of the org's current cache epoch; it may say the agent has none) answers at once;
 * a miss, or a Redis error, reads Postgres (one read per org and agent at a time, shared);
 * a Redis read that has not answered when a read usually has (:class:`HedgeAfter`: the 95th
   percentile of the recent ones, at least ``directive_fallback_ms`` and at most four times that) is
@@ -33,7 +33,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from service.assembly.hot import RedisCircuit, SingleFlight
-from service.directives.store import DirectiveStore
+from service.directives.store import MISS, DirectiveStore, Miss
 from service.directives.types import DirectiveOut
 from service.errors import forget_outcome
 
@@ -120,6 +120,7 @@ class DirectiveRead:
 
         timer = asyncio.get_running_loop().call_later(self.hedge.threshold_s, hedge)
         started = time.perf_counter()
+        hit: DirectiveOut | Miss | None
         try:
             hit = await self.store.read_cached(org_id, agent_id)
         except asyncio.CancelledError:
@@ -130,16 +131,16 @@ class DirectiveRead:
             return won[0], "postgres"
         except RedisError:
             self.circuit.failed()
-            hit = None
+            hit = MISS
         except msgspec.DecodeError:
-            hit = None  # an unreadable envelope is a miss: Postgres has the directive
+            hit = MISS  # an unreadable envelope is a miss: Postgres has the directive
         else:
             self.circuit.succeeded()
             self.hedge.observe(time.perf_counter() - started)
         finally:
             waiting[0] = False
             timer.cancel()
-        if hit is not None:
+        if not isinstance(hit, Miss):  # the directive, or that the agent has none
             for read in loading:
                 read.add_done_callback(forget_outcome)  # the shared load still refreshes the envelope
             return hit, "cache"

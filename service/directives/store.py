@@ -11,6 +11,9 @@ read or write it caches, and is used only while that is still the org's epoch. A
 step fails bumps the epoch, so when Redis comes back with the old envelope no instance serves it
 (an instance learns the new epoch within ``PGCONTEXT_REDIS_EPOCH_CHECK_S``; the writer's own at once).
 
+An agent without a directive has an envelope too (``absent``, version 0: any directive written later
+is newer), so that assembling for it reads Redis, not Postgres, every time.
+
 Envelopes are stored without a TTL, so a Redis run with ``maxmemory-policy volatile-lru`` (the
 embedded one; docs/operations.md for others) never evicts them under memory pressure; instead each
 org's envelopes are bounded (``RedisSettings.org_directive_bytes``, :mod:`service.tenancy.cachebound`).
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
+from typing import Final
 from uuid import UUID
 
 import msgspec
@@ -71,10 +76,22 @@ class Envelope(DirectiveOut, kw_only=True):
 
     epoch: int = -1
     """-1: an envelope from before epochs existed (never current)."""
+    absent: bool = False
+    """The agent had no directive (content empty, version 0)."""
 
-    def directive(self) -> DirectiveOut:
+    def directive(self) -> DirectiveOut | None:
+        if self.absent:
+            return None
         return DirectiveOut(agent_id=self.agent_id, content=self.content, version=self.version,
                             updated_at=self.updated_at)
+
+
+class Miss:
+    """:meth:`DirectiveStore.read_cached` found nothing current in Redis (not: "no directive")."""
+
+
+MISS: Final = Miss()
+_NEVER: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class DirectiveStore:
@@ -100,37 +117,47 @@ class DirectiveStore:
         Redis failed."""
         if epoch is None:
             return True
-        envelope = msgspec.json.encode(Envelope(agent_id=directive.agent_id, content=directive.content,
-                                                version=directive.version, updated_at=directive.updated_at,
-                                                epoch=epoch))
+        return await self._store(org_id, Envelope(agent_id=directive.agent_id, content=directive.content,
+                                                  version=directive.version, updated_at=directive.updated_at,
+                                                  epoch=epoch))
+
+    async def _cache_absent(self, org_id: UUID, agent_id: str, epoch: int | None) -> bool:
+        """Store that the agent has no directive (version 0: whatever is written later replaces it)."""
+        if epoch is None:
+            return True
+        return await self._store(org_id, Envelope(agent_id=agent_id, content="", version=0, updated_at=_NEVER,
+                                                  epoch=epoch, absent=True))
+
+    async def _store(self, org_id: UUID, entry: Envelope) -> bool:
+        envelope = msgspec.json.encode(entry)
         if len(envelope) > self.org_bytes:
             # Larger than the org's whole share: read from Postgres every time. An older envelope may
             # be cached: drop it (a failure to is a failed cache write like any other).
             try:
-                await self._untrack(keys=self._keys(org_id, directive.agent_id), args=[directive.agent_id])
+                await self._untrack(keys=self._keys(org_id, entry.agent_id), args=[entry.agent_id])
             except RedisError:
                 return False
             return True
         try:
-            await self._set_if_newer(keys=self._keys(org_id, directive.agent_id),
-                                     args=[envelope, directive.version, epoch, directive.agent_id, self.org_bytes,
+            await self._set_if_newer(keys=self._keys(org_id, entry.agent_id),
+                                     args=[envelope, entry.version, entry.epoch, entry.agent_id, self.org_bytes,
                                            cache_key(org_id, "")])
         except RedisError as exc:
             log.warning("directive_cache_write_failed", error=str(exc))
             return False
         return True
 
-    async def read_cached(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
-        """The cached envelope if it is of the org's current cache epoch (raises RedisError when Redis
-        is unreachable)."""
+    async def read_cached(self, org_id: UUID, agent_id: str) -> DirectiveOut | Miss | None:
+        """The cached envelope's directive (None: the agent has none) if it is of the org's current
+        cache epoch, else :data:`MISS` (raises RedisError when Redis is unreachable)."""
         started = time.monotonic()
         # (An epoch read after the GET, a newer one only turns the envelope into a miss.)
         epoch, raw = await self.epochs.along(org_id, self.redis.get(cache_key(org_id, agent_id)))
         if epoch is None or raw is None:
-            return None
+            return MISS
         envelope = msgspec.json.decode(raw, type=Envelope)
         if envelope.epoch != epoch:
-            return None
+            return MISS
         directive = envelope.directive()
         self.last_known.remember(org_id, agent_id, directive, started)
         return directive
@@ -141,14 +168,14 @@ class DirectiveStore:
         Postgres because it was slow)."""
         epoch = await self.epochs.current(org_id)  # before the read: a bump after it makes the stamp old
         directive = await self.read_postgres(org_id, agent_id)
-        if directive is None:
-            return None
+        caching = (self._cache(org_id, directive, epoch) if directive is not None
+                   else self._cache_absent(org_id, agent_id, epoch))
         if cache_behind:
-            task = asyncio.ensure_future(self._cache(org_id, directive, epoch))
+            task = asyncio.ensure_future(caching)
             self._caching.add(task)
             task.add_done_callback(self._caching.discard)
         else:
-            await self._cache(org_id, directive, epoch)
+            await caching
         return directive
 
     async def read_postgres(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
@@ -172,8 +199,8 @@ class DirectiveStore:
             cached = await self.read_cached(org_id, agent_id)
         except (RedisError, msgspec.DecodeError) as exc:
             log.warning("directive_cache_read_failed", error=str(exc))
-            cached = None
-        return cached if cached is not None else await self.load(org_id, agent_id)
+            cached = MISS
+        return await self.load(org_id, agent_id) if isinstance(cached, Miss) else cached
 
     async def put(self, org_id: UUID, agent_id: str, content: str) -> DirectiveOut:
         epoch = await self.epochs.current(org_id)

@@ -192,3 +192,26 @@ async def test_each_reason_is_counted_and_a_complete_context_has_none(
         body = (await assemble(client, tenant, query="the espresso machine on the third floor")).json()
     assert body["retrieval"]["reduced"] and body["retrieval"]["reason"] == "embedder_timeout", body["retrieval"]
     assert body["degradation_reasons"] == ["retrieval_reduced"] and body["degradation_level"] == "L0"
+
+
+async def test_that_an_agent_has_no_directive_is_cached_until_one_is_written(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    """Assembling for an agent without a directive reads Redis, not Postgres, after the first time; a
+    directive written later replaces that at once (it is newer), and so does deleting it again."""
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        await seed(client, tenant)
+        assert (await client.delete(f"/v1/agents/{AGENT}/directive", headers=tenant.headers)).status_code == 204
+        first = (await assemble(client, tenant)).json()["branches"]["directive"]
+        await asyncio.sleep(0.2)  # the envelope is written behind the answer
+        again = (await assemble(client, tenant)).json()
+        r = await client.put(f"/v1/agents/{AGENT}/directive", json={"content": "Be brief."}, headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        written = (await assemble(client, tenant)).json()
+        assert (await client.delete(f"/v1/agents/{AGENT}/directive", headers=tenant.headers)).status_code == 204
+        deleted = (await assemble(client, tenant)).json()
+        got = await client.get(f"/v1/agents/{AGENT}/directive", headers=tenant.headers)
+    assert first["source"] == "postgres" and first["count"] == 0, first
+    assert again["directive"] is None and again["degradation_reasons"] == []
+    assert again["branches"]["directive"]["source"] == "cache" and again["branches"]["directive"]["count"] == 0
+    assert written["directive"]["content"] == "Be brief." and written["branches"]["directive"]["source"] == "cache"
+    assert deleted["directive"] is None and got.status_code == 404
