@@ -58,7 +58,8 @@ def prepare_database(settings: Settings, owner_dsn: str | None, *, migrate: bool
     role's DSN (setting its password when derived)."""
     if migrate:
         assert owner_dsn is not None, "migrating needs the owner DSN"
-        migrations.upgrade(owner_dsn)
+        if not guard.at_head(owner_dsn):
+            migrations.upgrade(owner_dsn)
     else:
         guard.require_head(settings.database.app_url or str(owner_dsn))
     if settings.database.app_url:

@@ -16,7 +16,7 @@ import asyncio
 
 import asyncpg
 
-from service.db.migrate import APP_ROLE, alembic_config
+from service.db.migrate import APP_ROLE, alembic_config, file_head
 from service.db.queries import query
 
 MIN_SERVER_VERSION_NUM = 160000
@@ -126,6 +126,13 @@ def check_revision(current: str | None, heads: tuple[str, ...], known: set[str])
         state = f"is at revision {current}, which this pgcontext does not know (written by a newer version?)"
     raise SchemaNotCurrent(f"the database schema {state}; this pgcontext needs revision {required} (head): "
                            f"{HOW_TO_MIGRATE}")
+
+
+def at_head(dsn: str) -> bool:
+    """Whether the database is at this code's head revision, by one query (no Alembic): a start that
+    finds it so has nothing to migrate."""
+    head = file_head()
+    return head is not None and asyncio.run(recorded_revision(dsn)) == head
 
 
 def require_head(dsn: str) -> None:
