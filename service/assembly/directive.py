@@ -100,23 +100,24 @@ class DirectiveRead:
     async def _read(self, org_id: UUID, agent_id: str) -> tuple[DirectiveOut | None, DirectiveSource]:
         me = asyncio.current_task()
         assert me is not None
-        loading: list[asyncio.Future[DirectiveOut | None]] = []
-        won: list[DirectiveOut | None] = []
-        """The Postgres read's answer, when it came before the cache's."""
-        waiting = [True]
+        loading: asyncio.Future[DirectiveOut | None] | None = None
+        """The Postgres read the hedge started, if it did."""
+        beaten = False
+        """Postgres answered while the cache had not: its answer is ``loading``'s."""
+        waiting = True
         """Still waiting for Redis (the only wait that Postgres's answer may end)."""
 
-        def hedge() -> None:  # Redis is slow: ask Postgres too, and take whichever good answer comes first
-            read = self._postgres(org_id, agent_id)
-            loading.append(read)
-
-            def answered(read: asyncio.Future[DirectiveOut | None]) -> None:
-                if not waiting[0] or read.cancelled() or read.exception() is not None:
-                    return  # the cache answered first, or Postgres failed: the cache may still answer
-                won.append(read.result())
+        def answered(read: asyncio.Future[DirectiveOut | None]) -> None:
+            nonlocal beaten
+            if waiting and not read.cancelled() and read.exception() is None:
+                beaten = True
                 me.cancel()
+            # else the cache answered first, or Postgres failed: the cache may still answer
 
-            read.add_done_callback(answered)
+        def hedge() -> None:  # Redis is slow: ask Postgres too, and take whichever good answer comes first
+            nonlocal loading
+            loading = self._postgres(org_id, agent_id)
+            loading.add_done_callback(answered)
 
         timer = asyncio.get_running_loop().call_later(self.hedge.threshold_s, hedge)
         started = time.perf_counter()
@@ -124,11 +125,11 @@ class DirectiveRead:
         try:
             hit = await self.store.read_cached(org_id, agent_id)
         except asyncio.CancelledError:
-            if not won:
+            if not beaten or loading is None:
                 raise
             me.uncancel()
             self.hedge.observe(time.perf_counter() - started)  # at least this long
-            return won[0], "postgres"
+            return loading.result(), "postgres"
         except RedisError:
             self.circuit.failed()
             hit = MISS
@@ -138,13 +139,13 @@ class DirectiveRead:
             self.circuit.succeeded()
             self.hedge.observe(time.perf_counter() - started)
         finally:
-            waiting[0] = False
+            waiting = False
             timer.cancel()
         if not isinstance(hit, Miss):  # the directive, or that the agent has none
-            for read in loading:
-                read.add_done_callback(forget_outcome)  # the shared load still refreshes the envelope
+            if loading is not None:
+                loading.add_done_callback(forget_outcome)  # the shared load still refreshes the envelope
             return hit, "cache"
-        return await (loading[0] if loading else self._postgres(org_id, agent_id)), "postgres"
+        return await (loading if loading is not None else self._postgres(org_id, agent_id)), "postgres"
 
     def _postgres(self, org_id: UUID, agent_id: str) -> asyncio.Future[DirectiveOut | None]:
         """The shared read from Postgres: shielded, so a request that stops waiting leaves it to fill
