@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import MODEL, percentile  # noqa: E402
-from benchmarks.assemble_load import assemble_body  # noqa: E402
+from benchmarks.assembly_driver import assemble_body  # noqa: E402
 from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
     add_fresh_queries_flag,

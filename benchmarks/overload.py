@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import cpu_seconds_of, cpu_used, percentile, postmaster_pid, service_pid, tree_pids  # noqa: E402
-from benchmarks.assemble_load import assemble_body  # noqa: E402
+from benchmarks.assembly_driver import assemble_body  # noqa: E402
 from benchmarks.bench_org import add_fresh_queries_flag, load_queries, prepare_org, service  # noqa: E402
 from service.embedded.postgres import free_port  # noqa: E402
 

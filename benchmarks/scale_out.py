@@ -9,7 +9,7 @@ real ones, the vectors' meaning is not needed for load) through a first ``pgcont
 measures per-row storage (``pg_relation_size`` / ``pg_total_relation_size`` of ``memories``, its HNSW
 index and the BM25 postings, per memory), makes a streaming replica with ``pg_basebackup -R``
 (``tests/replica.py``) and runs, per concurrency level, ``POST /v1/context/assemble``
-(``benchmarks/assemble_load.py``'s requests and driver) against:
+(``benchmarks/assembly_driver.py``: assemble_load's requests and driver) against:
 
 * **one**: one service process, ``PGCONTEXT_READ_DATABASE_URLS`` unset (every read on the primary);
 * **two + replica**: two service processes (requests alternate between them), both with the replica
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import new_tenant, percentile, stop_service, wait_ready  # noqa: E402
-from benchmarks.assemble_load import Level, assemble_body, drive  # noqa: E402
+from benchmarks.assembly_driver import Level, assemble_body, drive  # noqa: E402
 from benchmarks.bench_org import (  # noqa: E402
     SCIFACT,
     add_fresh_queries_flag,

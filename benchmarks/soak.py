@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import postmaster_pid, rollup_kb, service_pid, status_kb, tree_pids  # noqa: E402
-from benchmarks.assemble_load import assemble_body  # noqa: E402
+from benchmarks.assembly_driver import assemble_body  # noqa: E402
 from benchmarks.bench_org import build_texts, load_queries, prepare_org, service  # noqa: E402
 from benchmarks.overload import add_same_run_args, deadline_env  # noqa: E402
 from service.embedded.postgres import free_port  # noqa: E402

@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from benchmarks._common import SERVICE_MAIN_THREADS, cpu_seconds_by_group, noise
-from benchmarks.assemble_load import Level, _Assembled, directive_in_context, service_env
+from benchmarks.assemble_load import service_env
+from benchmarks.assembly_driver import Level, _Assembled, directive_in_context
 
 # A stand-in "service" (its command line carries the needle): one thread spins, the main thread sleeps.
 SPIN_IN_A_THREAD = """
