@@ -23,6 +23,7 @@ from service.assembly.admission import Admission
 from service.assembly.branches import BranchTimedOut
 from service.assembly.candidates import ColdResult, cold_candidates
 from service.assembly.cold_limit import ColdLimit, memories_budget_bound
+from service.assembly.followup import search_query
 from service.assembly.intent import SelectiveBudget
 from service.assembly.types import AssembleRequest
 from service.errors import ServiceUnavailable
@@ -102,7 +103,8 @@ class ColdBranch:
             filters = opts.filters
         else:
             filters = msgspec.structs.replace(opts.filters, agent_id=req.agent_id)
-        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=self.rows_for(keep, req),
+        query = search_query(req.query, req.recent_messages)[0] if opts.complete_from_history else req.query
+        search = SearchRequest(query=query, strategy=opts.strategy, limit=self.rows_for(keep, req),
                                filters=filters, tuning=opts.tuning)
         self.engine.validate(search)  # bad input is the caller's 400, not a failed branch
         return search, keep

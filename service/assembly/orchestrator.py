@@ -334,10 +334,10 @@ class Orchestrator:
                                                    f"used the copy this process read {copy.age_s():.1f} s ago")
 
         directive = directive_run.value[0] if directive_run.value is not None else None
-        query_vector = self.engine.cached_embedding(org_id, req.query)
+        query_vector = self.engine.cached_embedding(org_id, search.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
-            candidates += hot_candidates(in_sources(hot_run.value, req.retrieval.filters.sources), req.query,
+            candidates += hot_candidates(in_sources(hot_run.value, req.retrieval.filters.sources), search.query,
                                          query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates

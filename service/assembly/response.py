@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import structlog
@@ -68,6 +68,10 @@ def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot
     return reasons
 
 
+COMPLETED_NOTE: Final = ("the query leans on the conversation: searched after the last user message of "
+                         "recent_messages (retrieval.complete_from_history)")
+
+
 def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut | None, level: Level,
                    sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
                    cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float,
@@ -122,7 +126,8 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
     if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
         search = cold_value.search
         rerank = None if search.rerank is None else f"rerank {search.rerank.outcome}: {search.rerank.detail}"
-        branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank)))
+        completed = None if search.query == req.query else COMPLETED_NOTE
+        branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank, completed)))
     formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
     metrics = Metrics(
         budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),

@@ -342,3 +342,41 @@ async def leaves_out_the_turns_the_model_already_sees(client: AsyncTestClient[An
     assert packed(await assemble(conversation_id="nothing-here", history_turns=3)) >= set(ids)
     r = await client.post("/v1/context/assemble", headers=tenant.headers, json={**base, "history_turns": 3})
     assert_error(r, 422, "validation_error")  # schema-valid fields that rule each other out
+
+
+async def test_a_follow_up_is_searched_after_the_name_it_leans_on(settings: Settings, endpoints: Endpoints,
+                                                                  embedder: Embedder, tenant: Tenant) -> None:
+    turns = [{"speaker": "Melanie", "content": "I paint pottery every Sunday, it calms me down."},
+             {"speaker": "Caroline", "content": "I paint landscapes of the lake on weekends."},
+             *({"speaker": "Melanie" if n % 2 else "Caroline", "content": f"Unrelated chat about the weather, day {n}."}
+               for n in range(8))]
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        out = await append(client, tenant, "painters", turns, agent_id="pal")
+        caroline = out["messages"][1]["id"]
+        base = {"agent_id": "pal", "query": "What does she paint?", "model": "gpt-4o", "max_context_tokens": 2000,
+                "recent_messages": [{"role": "user", "content": "Let us talk about Caroline."},
+                                    {"role": "assistant", "content": "Sure, what would you like to know?"},
+                                    {"role": "user", "content": "What does she paint?"}]}
+
+        async def assemble(query: str = "What does she paint?", **retrieval: Any) -> dict[str, Any]:
+            r = await client.post("/v1/context/assemble", headers=tenant.headers,
+                                  json={**base, "query": query, "retrieval": {"use_hot": False, **retrieval}})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert isinstance(body, dict)
+            return body
+
+        completed = await assemble()
+        # searched as "Caroline What does she paint?": her painting comes first (the speaker boost)
+        assert completed["memories_used"][0]["id"] == caroline, completed["memories_used"][:2]
+        assert "searched after the last user message" in completed["branches"]["cold"]["detail"]
+        assert "said by someone the query names" in completed["branches"]["cold"]["detail"]
+        # the context and history are the request's own: only the search changed
+        assert "Let us talk about Caroline." in completed["context"]
+        alone = await assemble(complete_from_history=False)
+        assert "searched after the last user message" not in alone["branches"]["cold"]["detail"]
+        assert "said by someone the query names" not in alone["branches"]["cold"]["detail"]
+        # a query with a name of its own is searched as it is: Melanie's painting first
+        named = await assemble("What does Melanie paint?")
+        assert "searched after the last user message" not in named["branches"]["cold"]["detail"]
+        assert named["memories_used"][0]["id"] == out["messages"][0]["id"]

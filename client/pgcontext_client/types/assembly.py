@@ -22,6 +22,9 @@ class RetrievalOptions(In):
     limit: int | None = None
     include_org_wide: bool | None = None
     use_hot: bool | None = None
+    complete_from_history: bool | None = None
+    """Search for a query that leans on the conversation ("what does she paint?") after the names in
+    the latest message of ``recent_messages`` (the service's default: true)."""
     filters: AssembleFilters | None = None
     tuning: SearchTuning | None = None
 

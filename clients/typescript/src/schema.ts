@@ -1007,6 +1007,8 @@ export interface components {
             include_org_wide?: boolean;
             /** @default true */
             use_hot?: boolean;
+            /** @default true */
+            complete_from_history?: boolean;
             filters?: components["schemas"]["AssembleFilters"];
             tuning?: components["schemas"]["SearchTuning"];
         };
