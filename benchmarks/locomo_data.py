@@ -166,3 +166,54 @@ async def append_group(client: Any, headers: dict[str, str], group: str, turns: 
         r.raise_for_status()
         by_memory.update(zip((m["id"] for m in r.json()["messages"]), (t.id for t in chunk), strict=True))
     return by_memory
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A question asked as a chat's follow-up: the person it names said before, a pronoun in the question."""
+
+    query: Query
+    recent_messages: list[dict[str, str]]
+
+
+_LEADS_SUBJECT = frozenset(["did", "does", "do", "is", "was", "has", "have", "had", "would", "will", "can", "could",
+                            "and", "when", "where", "how", "why", "what", "who"])
+
+
+def _pronouns(question: str, names: Sequence[str]) -> str:
+    """``question`` with ``names`` replaced by pronouns: ``X's`` -> ``their``, ``X and Y`` -> ``they``, and
+    ``X`` -> ``they`` where a subject stands (first, or after an auxiliary or question word), else ``them``."""
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    pair = re.compile(rf"\b(?:{alternatives})\s+and\s+(?:{alternatives})\b", re.IGNORECASE)
+    text = pair.sub("they", question)
+    text = re.sub(rf"\b(?:{alternatives})'s\b", "their", text, flags=re.IGNORECASE)
+
+    def one(m: re.Match[str]) -> str:
+        before = text[:m.start()].split()
+        return "they" if not before or before[-1].lower() in _LEADS_SUBJECT else "them"
+
+    return re.sub(rf"\b(?:{alternatives})\b", one, text, flags=re.IGNORECASE)
+
+
+def as_followups(queries: Sequence[Query], turns: Sequence[Turn]) -> list[FollowUp]:
+    """The questions that name one of their conversation's speakers, each asked after a user turn that
+    names them: the conversation's previous question naming the same people (``Tell me about X.``
+    for the first), then an assistant turn, then the question with the names as pronouns. The previous
+    question brings its own words too, as a real earlier turn would."""
+    speakers: dict[str, set[str]] = {}
+    for t in turns:
+        if isinstance(name := t.metadata.get("speaker"), str) and name.strip():
+            speakers.setdefault(t.group, set()).add(name)
+    out: list[FollowUp] = []
+    last_about: dict[tuple[str, frozenset[str]], str] = {}
+    for q in queries:
+        named = frozenset(n for n in speakers.get(q.group, ())
+                          if re.search(rf"\b{re.escape(n)}\b", q.text, re.IGNORECASE))
+        if not named:
+            continue
+        key = (q.group, named)
+        before = last_about.get(key) or f"Tell me about {' and '.join(sorted(named))}."
+        last_about[key] = q.text
+        out.append(FollowUp(Query(q.id, _pronouns(q.text, sorted(named)), q.group, q.category),
+                            [{"role": "user", "content": before}, {"role": "assistant", "content": "Let me look."}]))
+    return out

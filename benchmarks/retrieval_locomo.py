@@ -51,7 +51,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ from benchmarks._common import (
     recall_at,
     servers,
 )
-from benchmarks.locomo_data import Query, Turn, append_group, load_dir, load_group, with_context
+from benchmarks.locomo_data import Query, Turn, append_group, as_followups, load_dir, load_group, with_context
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine
 from service.settings import load_settings
@@ -211,7 +211,10 @@ async def forget_accesses(client: Any, owner_dsn: str, org_ids: Sequence[str]) -
 
 async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: dict[str, dict[str, int]],
                        orgs: dict[str, tuple[dict[str, str], dict[str, str]]], tokenizers: Tokenizers,
-                       use_hot: bool) -> str:
+                       use_hot: bool, history: dict[str, list[dict[str, str]]] | None = None,
+                       complete: bool = True, label: str | None = None) -> str:
+    """One assembly line; ``history``: each question's ``recent_messages`` (by question id), ``complete``:
+    ``retrieval.complete_from_history``."""
     evidence: dict[str, list[int]] = {}  # category -> [evidence turns in context, evidence turns]
     per_group: dict[str, list[int]] = {}  # conversation -> [evidence turns in context, evidence turns]
     context_tokens: list[int] = []
@@ -221,7 +224,9 @@ async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: 
     for q in queries:
         headers, by_memory = orgs[q.group]
         body = {"agent_id": AGENT, "query": q.text, "model": MODEL, "reserve_tokens": 0,
-                "retrieval": {"use_hot": use_hot}, **assembly_fields(name)}
+                "retrieval": {"use_hot": use_hot, "complete_from_history": complete}, **assembly_fields(name)}
+        if history is not None:
+            body["recent_messages"] = history[q.id]
         r = await client.post("/v1/context/assemble", headers=headers, json=body)
         r.raise_for_status()
         out = r.json()
@@ -244,7 +249,7 @@ async def run_assembly(client: Any, name: str, queries: Sequence[Query], qrels: 
     found_total, wanted_total = (sum(c[i] for c in evidence.values()) for i in (0, 1))
     mix = ", ".join(f"{k} {v}" for k, v in sorted(levels.items()))
     share = sum(tags) / max(sum(context_tokens), 1)
-    return (f"{name:<20} evidence_in_context={found_total / max(wanted_total, 1):.4f}  "
+    return (f"{label or name:<20} evidence_in_context={found_total / max(wanted_total, 1):.4f}  "
             f"by category: {cats}  by conversation: {convs}  mean_context_tokens={np.mean(context_tokens):.1f}  "
             f"tag_token_share={share:.4f}  p50={percentile(engine_ms, 50):.1f} ms (levels: {mix})")
 
@@ -297,6 +302,32 @@ async def main_async(args: argparse.Namespace) -> None:
             for name in args.assemblies:
                 await forget_accesses(client, owner_dsn, org_ids)
                 print(await run_assembly(client, name, queries, qrels, orgs, tokenizers, args.use_hot), flush=True)
+            if args.followups:
+                await run_followups(client, args, turns, queries, qrels, orgs, tokenizers,
+                                    lambda: forget_accesses(client, owner_dsn, org_ids))
+
+
+async def run_followups(client: Any, args: argparse.Namespace, turns: Sequence[Turn], queries: Sequence[Query],
+                        qrels: dict[str, dict[str, int]], orgs: dict[str, tuple[dict[str, str], dict[str, str]]],
+                        tokenizers: Tokenizers, forget: Callable[[], Awaitable[None]]) -> None:
+    """Per assembly line, the questions that name a speaker: as asked alone, as asked after the
+    follow-ups' history (they name someone, so nothing is completed: the history must not cost them),
+    and as follow-ups (:func:`as_followups`) with the query completed from the history (the default)
+    and not completed."""
+    followups = as_followups(queries, turns)
+    history = {f.query.id: f.recent_messages for f in followups}
+    asked = {q.id: q for q in queries}
+    print(f"# follow-ups: {len(followups)} of {len(queries)} questions name a speaker, asked after a user turn "
+          "that names them (the previous question about them), the names as pronouns", flush=True)
+    for name in args.assemblies:
+        named = [asked[f.query.id] for f in followups]
+        for label, ask, before, complete in ((f"{name} as asked", named, None, True),
+                                             (f"{name} after history", named, history, True),
+                                             (f"{name} follow-ups", [f.query for f in followups], history, True),
+                                             (f"{name} not completed", [f.query for f in followups], history, False)):
+            await forget()
+            print(await run_assembly(client, name, ask, qrels, orgs, tokenizers, args.use_hot, before, complete,
+                                     label), flush=True)
 
 
 def main() -> None:
@@ -315,6 +346,8 @@ def main() -> None:
     parser.add_argument("--context-turns", type=int, default=2,
                         help="--load memories: send this many preceding turns (same conversation and session) as "
                              "each turn's search_context; 0: none")
+    parser.add_argument("--followups", action="store_true",
+                        help="also ask the questions that name a speaker as a chat's follow-ups (see run_followups)")
     parser.add_argument("--plain", action="store_true",
                         help="--load memories: send only the text and occurred_at (no metadata, so no speaker)")
     args = parser.parse_args()
