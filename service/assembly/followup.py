@@ -9,8 +9,9 @@ boost (docs/retrieval.md "Speakers") sees no name. So a query with no name of it
   ``their``, ``theirs``), or
 * at most :data:`SHORT_TERMS` content words (``why?``, ``and then?``)
 
-is searched after the names (:func:`names_in`) of the latest earlier message of ``recent_messages``
-that has any, read from its last :data:`CONTEXT_CHARS` characters: "Caroline What does she paint?".
+is searched after the names (:func:`names_in`) of the latest of the last :data:`LOOK_BACK` messages of
+``recent_messages`` that has any, read from its last :data:`CONTEXT_CHARS` characters: "Caroline
+What does she paint?".
 A last message that is the query itself (clients often send the current turn in both) is skipped.
 Only the search changes: the context, the intent and the history the model sees are the request's
 own. The response's cold branch says when it happened, and ``retrieval.complete_from_history:
@@ -25,7 +26,7 @@ a 1,000-token context below not completing at all (0.728 against 0.775), its nam
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, Protocol
 
 from service.assembly.format import clean_text
@@ -39,10 +40,11 @@ CONTEXT_CHARS: Final = 300
 """Of the message a query is completed with, at most its last this many characters (cut at a word)."""
 
 
-class Said(Protocol):
-    @property
-    def role(self) -> str: ...
+LOOK_BACK: Final = 4
+"""Earlier messages read for names, latest first (besides a last one that is the query itself)."""
 
+
+class Said(Protocol):
     @property
     def content(self) -> str: ...
 
@@ -56,26 +58,41 @@ def _tail(text: str, limit: int) -> str:
 
 
 _NAME = re.compile(r"(?<![\w'’-])[A-Z][\w'’-]*")
-_SENTENCE_END = re.compile(r"(?:^|[.!?:;\n]\s*|[\"“(]\s*)$")
+_OPENS_SENTENCE = frozenset('.!?:;"“(')
+
+
+def _opens_sentence(text: str, at: int) -> bool:
+    """Whether the word at ``at`` opens a sentence: nothing before it but space, or a line break or
+    sentence punctuation right before it."""
+    j = at - 1
+    while j >= 0 and text[j].isspace():
+        if text[j] == "\n":
+            return True
+        j -= 1
+    return j < 0 or text[j] in _OPENS_SENTENCE
+
+
+def _names(text: str) -> Iterator[str]:
+    seen: set[str] = set()
+    for m in _NAME.finditer(text):
+        if _opens_sentence(text, m.start()):
+            continue
+        name = re.sub(r"['’]s$", "", m.group(0))
+        if name.lower() not in STOPWORDS and name != "I" and name not in seen:
+            seen.add(name)
+            yield name
 
 
 def names_in(text: str) -> list[str]:
     """Proper names in ``text``: capitalised words that do not open a sentence (and are not stopwords),
     without a possessive ``'s``, each once, in order."""
-    found: list[str] = []
-    for m in _NAME.finditer(text):
-        if _SENTENCE_END.search(text[:m.start()]):
-            continue
-        name = re.sub(r"['’]s$", "", m.group(0))
-        if name.lower() not in STOPWORDS and name != "I" and name not in found:
-            found.append(name)
-    return found
+    return list(_names(text))
 
 
 def needs_context(query: str) -> bool:
     """Whether ``query`` leans on what was said before it: no name of its own, and a pronoun or hardly
     any content words."""
-    if names_in(query):
+    if next(_names(query), None) is not None:
         return False
     said = set(words(query))
     return not ANAPHORS.isdisjoint(said) or len(content_words(said)) <= SHORT_TERMS
@@ -86,11 +103,12 @@ def search_query(query: str, recent: Sequence[Said]) -> tuple[str, str | None]:
     if not needs_context(query):
         return query, None
     asked = clean_text(query)
-    for message in reversed(recent):
+    earlier = list(recent[-(LOOK_BACK + 1):])
+    if earlier and clean_text(earlier[-1].content) == asked:
+        earlier.pop()
+    for message in reversed(earlier[-LOOK_BACK:]):
         said = clean_text(message.content)
-        if not said or said == asked:
-            continue
-        if names := names_in(_tail(" ".join(said.split()), CONTEXT_CHARS)):
+        if names := names_in(_tail(" ".join(said[-2 * CONTEXT_CHARS:].split()), CONTEXT_CHARS)):
             context = " ".join(names)
             return f"{context} {query}", context
     return query, None

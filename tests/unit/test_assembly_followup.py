@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.assembly.followup import CONTEXT_CHARS, names_in, needs_context, search_query
+from service.assembly.followup import CONTEXT_CHARS, LOOK_BACK, names_in, needs_context, search_query
 from service.assembly.types import Message
 
 
@@ -16,6 +16,7 @@ from service.assembly.types import Message
     ("I think so, and I agree", []),
     ("We met Gina and Gina again in Paris", ["Gina", "Paris"]),
     ("ask (Oscar) about it", []),
+    ("see you then\n  Maria will come", []),  # a line break opens a sentence too
 ])
 def test_names_are_the_capitalised_words_inside_a_sentence(text: str, names: list[str]) -> None:
     assert names_in(text) == names
@@ -61,3 +62,12 @@ def test_only_the_end_of_a_long_message_is_read() -> None:
     # the most recent message with a name decides
     older = [Message(role="user", content="Ask Maria."), Message(role="user", content="no names here")]
     assert search_query("What did she say?", older)[1] == "Maria"
+
+
+def test_only_the_last_few_messages_are_read() -> None:
+    names = [Message(role="user", content="Ask Maria.")]
+    quiet = [Message(role="assistant", content="ok")] * LOOK_BACK
+    asked = [Message(role="user", content="What did she say?")]
+    assert search_query("What did she say?", names + quiet[1:] + asked)[1] == "Maria"
+    assert search_query("What did she say?", names + quiet + asked)[1] is None
+    assert search_query("What did she say?", names + quiet) == ("What did she say?", None)
