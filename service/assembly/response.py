@@ -68,7 +68,7 @@ def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot
     return reasons
 
 
-COMPLETED_NOTE: Final = ("the query leans on the conversation: searched after the last user message of "
+COMPLETED_NOTE: Final = ("the query leans on the conversation: searched after the names {names} of "
                          "recent_messages (retrieval.complete_from_history)")
 
 
@@ -126,7 +126,8 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
     if cold_value is not None:  # why this strategy (e.g. auto went lexical after an embedder failure)
         search = cold_value.search
         rerank = None if search.rerank is None else f"rerank {search.rerank.outcome}: {search.rerank.detail}"
-        completed = None if search.query == req.query else COMPLETED_NOTE
+        names = search.query.removesuffix(f" {req.query}")
+        completed = None if search.query == req.query else COMPLETED_NOTE.format(names=repr(names))
         branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank, completed)))
     formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
     metrics = Metrics(

@@ -36,8 +36,9 @@ class RetrievalOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     use_hot: bool = True
     """Consider the agent's hot set (false: the hot branch is ``skipped``)."""
     complete_from_history: bool = True
-    """Search for a query that leans on the conversation (a third-person pronoun, or at most two content
-    words) after the last user message of ``recent_messages`` (:mod:`service.assembly.followup`)."""
+    """Search for a query that leans on the conversation (no name of its own, and a third-person pronoun or
+    at most two content words) after the names in the latest of the last four messages of
+    ``recent_messages`` that has any (:mod:`service.assembly.followup`)."""
     filters: SearchFilters = msgspec.field(default_factory=SearchFilters)
     tuning: SearchTuning = msgspec.field(default_factory=SearchTuning)
 

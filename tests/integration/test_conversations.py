@@ -369,14 +369,14 @@ async def test_a_follow_up_is_searched_after_the_name_it_leans_on(settings: Sett
         completed = await assemble()
         # searched as "Caroline What does she paint?": her painting comes first (the speaker boost)
         assert completed["memories_used"][0]["id"] == caroline, completed["memories_used"][:2]
-        assert "searched after the last user message" in completed["branches"]["cold"]["detail"]
+        assert "searched after the names 'Caroline'" in completed["branches"]["cold"]["detail"]
         assert "said by someone the query names" in completed["branches"]["cold"]["detail"]
         # the context and history are the request's own: only the search changed
         assert "Let us talk about Caroline." in completed["context"]
         alone = await assemble(complete_from_history=False)
-        assert "searched after the last user message" not in alone["branches"]["cold"]["detail"]
+        assert "searched after the names" not in alone["branches"]["cold"]["detail"]
         assert "said by someone the query names" not in alone["branches"]["cold"]["detail"]
         # a query with a name of its own is searched as it is: Melanie's painting first
         named = await assemble("What does Melanie paint?")
-        assert "searched after the last user message" not in named["branches"]["cold"]["detail"]
+        assert "searched after the names" not in named["branches"]["cold"]["detail"]
         assert named["memories_used"][0]["id"] == out["messages"][0]["id"]
