@@ -30,13 +30,31 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(os.environ.get("PGCONTEXT_TEST_CACHE", ROOT / ".pgcontext" / "test-cache"))
 
 
+_WORKERS: list[int] = []
+"""Process ids of this run's pytest-xdist workers (in the controller; empty in a worker or a run
+without workers)."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodeready(node: Any) -> None:
+    """Remember each xdist worker's process id, so that SIGTERM reaches it at once (see below)."""
+    _WORKERS.append(node.gateway._rinfo().pid)  # cached by xdist at the worker's setup
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """SIGTERM (a CI timeout, `kill`) ends the run as Ctrl-C does: pytest stops the current test and
     tears the session fixtures down, so the embedded servers they started are stopped too (by default
-    SIGTERM would end the process on the spot and leave them running)."""
+    SIGTERM would end the process on the spot and leave them running).
+
+    A run spread over xdist workers passes the signal on to each of them: left to xdist, a busy worker
+    is interrupted only by a SIGINT it sends itself after 5 s (which a process started with SIGINT
+    ignored, as a shell's background jobs are, never sees) and killed 5 s later, servers and all."""
 
     def interrupt(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the teardown short
+        for pid in _WORKERS:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, interrupt)

@@ -342,7 +342,9 @@ def test_holds_the_servers(pg_server: str, redis_url: str, which: int) -> None:
 @pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "two-workers"])
 def test_sigterm_to_a_test_run_stops_its_servers(tmp_path: Path, workers: int) -> None:
     """A run's servers stop on SIGTERM to pytest, also when the run is spread over worker processes
-    (``make test`` runs most in two): each worker, holding servers of its own, is stopped as pytest is."""
+    (``make test`` runs most in two): each worker, holding servers of its own, is stopped as pytest is.
+    The run starts as a shell's background job does, with SIGINT ignored, so no worker is stopped by
+    an interrupt of its own."""
     markers = tmp_path / "servers-up"
     markers.mkdir()
     test_file = tmp_path / "test_holding.py"
@@ -353,7 +355,8 @@ def test_sigterm_to_a_test_run_stops_its_servers(tmp_path: Path, workers: int) -
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", *spread,
          "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), f"--basetemp={basetemp}", str(test_file)],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     output = Output(proc)
     try:
         deadline = time.monotonic() + 90
