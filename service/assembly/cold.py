@@ -103,10 +103,13 @@ class ColdBranch:
             filters = opts.filters
         else:
             filters = msgspec.structs.replace(opts.filters, agent_id=req.agent_id)
-        query = search_query(req.query, req.recent_messages)[0] if opts.complete_from_history else req.query
-        search = SearchRequest(query=query, strategy=opts.strategy, limit=self.rows_for(keep, req),
+        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=self.rows_for(keep, req),
                                filters=filters, tuning=opts.tuning)
         self.engine.validate(search)  # bad input is the caller's 400, not a failed branch
+        if opts.complete_from_history:
+            query = search_query(req.query, req.recent_messages)[0]
+            if len(query) <= self.engine.settings.max_query_chars:  # names never make a valid query too long
+                search = msgspec.structs.replace(search, query=query)
         return search, keep
 
     def rows_for(self, keep: int, req: AssembleRequest) -> int:

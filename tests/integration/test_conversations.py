@@ -380,3 +380,6 @@ async def test_a_follow_up_is_searched_after_the_name_it_leans_on(settings: Sett
         named = await assemble("What does Melanie paint?")
         assert "searched after the names" not in named["branches"]["cold"]["detail"]
         assert named["memories_used"][0]["id"] == out["messages"][0]["id"]
+        # a follow-up as long as a query may be is searched as it is: the names would make it too long
+        longest = await assemble(("What does she paint? " * 400)[:settings.retrieval.max_query_chars])
+        assert "searched after the names" not in longest["branches"]["cold"]["detail"]
