@@ -24,7 +24,7 @@ class RetrievalOptions(In):
     use_hot: bool | None = None
     complete_from_history: bool | None = None
     """Search for a query that leans on the conversation ("what does she paint?") after the names in
-    the latest message of ``recent_messages`` (the service's default: true)."""
+    the latest of the last four messages of ``recent_messages`` that has any (the service's default: true)."""
     filters: AssembleFilters | None = None
     tuning: SearchTuning | None = None
 
