@@ -12,7 +12,8 @@ boost (docs/retrieval.md "Speakers") sees no name. So a query with no name of it
 is searched after the names (:func:`names_in`) of the latest of the last :data:`LOOK_BACK` messages of
 ``recent_messages`` that has any, read from its last :data:`CONTEXT_CHARS` characters: "Caroline
 What does she paint?".
-A last message that is the query itself (clients often send the current turn in both) is skipped.
+A last message that is the query itself (clients often send the current turn in both) is skipped, and
+a query that says one of those names in lower case ("what does caroline paint?") is searched as it is.
 Only the search changes: the context, the intent and the history the model sees are the request's
 own. The response's cold branch says when it happened, and ``retrieval.complete_from_history:
 false`` turns it off.
@@ -109,6 +110,8 @@ def search_query(query: str, recent: Sequence[Said]) -> tuple[str, str | None]:
     for message in reversed(earlier[-LOOK_BACK:]):
         said = clean_text(message.content)
         if names := names_in(_tail(" ".join(said[-2 * CONTEXT_CHARS:].split()), CONTEXT_CHARS)):
+            if not set(words(" ".join(names))).isdisjoint(words(query)):
+                return query, None  # it names one of them after all, in lower case: "what does caroline paint?"
             context = " ".join(names)
             return f"{context} {query}", context
     return query, None

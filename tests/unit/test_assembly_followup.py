@@ -50,6 +50,13 @@ def test_the_query_is_searched_after_the_names_the_conversation_just_used() -> N
     assert search_query("What does Gina dance?", recent) == ("What does Gina dance?", None)
 
 
+def test_a_query_that_names_someone_in_lower_case_is_searched_as_it_is() -> None:
+    recent = [Message(role="user", content="Did Caroline and Melanie go camping?")]
+    # not "Caroline Melanie what does caroline paint?": that would favour both speakers
+    assert search_query("what does caroline paint?", recent) == ("what does caroline paint?", None)
+    assert search_query("what does she paint?", recent)[1] == "Caroline Melanie"
+
+
 def test_without_names_before_it_the_query_is_searched_as_it_is() -> None:
     recent = [Message(role="user", content="tell me more"), Message(role="assistant", content="Sure.")]
     assert search_query("What did she say?", recent) == ("What did she say?", None)
