@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Final, Protocol
+from typing import Final
 
 from service.assembly.format import clean_text
 from service.assembly.terms import STOPWORDS, content_words, words
+from service.assembly.types import Message
 
 ANAPHORS: Final = frozenset(["he", "she", "they", "him", "her", "them", "his", "hers", "their", "theirs"])
 """Pronouns that point at someone named before: a query holding one is completed."""
@@ -39,15 +40,8 @@ SHORT_TERMS: Final = 2
 """A query with at most this many content words is completed."""
 CONTEXT_CHARS: Final = 300
 """Of the message a query is completed with, at most its last this many characters (cut at a word)."""
-
-
 LOOK_BACK: Final = 4
 """Earlier messages read for names, latest first (besides a last one that is the query itself)."""
-
-
-class Said(Protocol):
-    @property
-    def content(self) -> str: ...
 
 
 def _tail(text: str, limit: int) -> str:
@@ -99,7 +93,7 @@ def needs_context(query: str) -> bool:
     return not ANAPHORS.isdisjoint(said) or len(content_words(said)) <= SHORT_TERMS
 
 
-def search_query(query: str, recent: Sequence[Said]) -> tuple[str, str | None]:
+def search_query(query: str, recent: Sequence[Message]) -> tuple[str, str | None]:
     """The query the cold search runs, and the names it was completed with (None: the query as is)."""
     if not needs_context(query):
         return query, None
