@@ -3,7 +3,8 @@ orchestrator that runs its branches under one deadline, the hot set, feedback an
 
 from service.assembly.deadline import CallerDeadline
 from service.assembly.handlers import AssemblyController, FeedbackController, HotMemoryController, orchestrator_of
-from service.assembly.orchestrator import Orchestrator, build_orchestrator
+from service.assembly.orchestrator import Orchestrator
+from service.assembly.wiring import build_orchestrator
 
 __all__ = [
     "AssemblyController",

@@ -63,7 +63,6 @@ full planned retrieval.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -76,7 +75,7 @@ from service.assembly.admission import Admission
 from service.assembly.branches import BranchTask, EarlyReads, SlowPath, settle
 from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget, too_small
 from service.assembly.candidates import hot_candidates
-from service.assembly.cold import COLD_REASONS, ColdBranch, cold_retrieval_settings
+from service.assembly.cold import COLD_REASONS, ColdBranch
 from service.assembly.deadline import CallerDeadline, plan_wall
 from service.assembly.directive import DirectiveRead, DirectiveSource
 from service.assembly.feedback import AccessRecorder
@@ -99,12 +98,10 @@ from service.assembly.types import (
 from service.db import Database
 from service.directives.store import DirectiveStore
 from service.directives.types import DirectiveOut
-from service.embeddings.lanes import lanes_of
 from service.errors import BadRequest, DeadlineExceeded, Unprocessable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
-from service.runtime import Services
 from service.settings import AssemblySettings
 from service.tenancy.orgscope import in_thread, org_scope
 from service.text.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
@@ -377,34 +374,6 @@ class Orchestrator:
         await self.access.aclose()
         self._cpu.shutdown(wait=False, cancel_futures=True)
         self._history_cpu.shutdown(wait=False, cancel_futures=True)
-
-
-async def build_orchestrator(services: Services) -> Orchestrator:
-    """Wire assembly into a running app's services (called from ``build_services``)."""
-    settings = services.settings
-    s = settings.assembly
-    directives = services.extras["directives"]
-    assert isinstance(directives, DirectiveStore)
-    circuit = RedisCircuit(s.redis_retry_s)
-    cold_ms = s.cold_timeout_ms or (s.deadline_ms - s.processing_reserve_ms)
-    # An engine of its own: the HTTP search keeps its generous deadlines, assembly gets ones that fit.
-    engine = RetrievalEngine(services.db, services.embedder, cold_retrieval_settings(settings.retrieval, cold_ms),
-                             lanes=lanes_of(services),
-                             max_limit=settings.limits.max_page_size)
-    tokenizers = Tokenizers(s.tiktoken_dir or settings.data_dir / "tiktoken")
-    await asyncio.to_thread(tokenizers.preload)  # ~1 s per encoding on first use: not on a request
-    workers = settings.server.workers
-    if workers > 1:
-        # The thresholds are for the machine; each worker process sees only its share of the load.
-        def share(n: int) -> int:
-            return max(1, round(n / workers)) if n > 0 else 0
-
-        s = dataclasses.replace(s, max_in_flight=share(s.max_in_flight))
-    return Orchestrator(db=services.db, directives=directives,
-                        hot=HotSetStore(services.db, services.redis, s, circuit, directives.epochs,
-                                        services.settings.redis.org_hot_set_bytes), engine=engine,
-                        tokenizers=tokenizers, access=AccessRecorder(services.db, s.access_flush_s), settings=s,
-                        circuit=circuit)
 
 
 def _current_only(req: AssembleRequest) -> bool:
