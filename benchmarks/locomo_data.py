@@ -140,14 +140,18 @@ async def load_group(client: Any, headers: dict[str, str], turns: Sequence[Turn]
 SPEAKER_PREFIX = re.compile(r"^(?P<name>[^:\n]{1,100}): ")
 
 
-def as_message(turn: Turn) -> dict[str, Any]:
-    """A turn as a client appends it: the words as said, who said them, when, in which session."""
+def as_message(turn: Turn, user: str | None = None) -> dict[str, Any]:
+    """A turn as a client appends it: the words as said, who said them, when, in which session. With
+    ``user``, who said them is a role instead of a name: ``user`` for that speaker's turns, ``assistant``
+    for the others', as an agent's own chat is written."""
     speaker = turn.metadata.get("speaker")
     text = turn.text
     if (m := SPEAKER_PREFIX.match(text)) and (speaker is None or m.group("name") == speaker):
         speaker, text = m.group("name"), text[m.end():]
     message: dict[str, Any] = {"content": text, "message_id": turn.id}
-    if isinstance(speaker, str) and speaker.strip():
+    if user is not None:
+        message["role"] = "user" if speaker == user else "assistant"
+    elif isinstance(speaker, str) and speaker.strip():
         message["speaker"] = speaker
     if turn.occurred_at is not None:
         message["occurred_at"] = turn.occurred_at.isoformat()
@@ -156,13 +160,15 @@ def as_message(turn: Turn) -> dict[str, Any]:
     return message
 
 
-async def append_group(client: Any, headers: dict[str, str], group: str, turns: Sequence[Turn]) -> dict[str, str]:
-    """Append one conversation's turns through the conversation API; returns memory id -> turn id."""
+async def append_group(client: Any, headers: dict[str, str], group: str, turns: Sequence[Turn],
+                       user: str | None = None) -> dict[str, str]:
+    """Append one conversation's turns through the conversation API (``user``: see :func:`as_message`);
+    returns memory id -> turn id."""
     by_memory: dict[str, str] = {}
     for start in range(0, len(turns), BATCH):
         chunk = turns[start:start + BATCH]
         r = await client.post(f"/v1/conversations/{group}/messages", headers=headers,
-                              json={"messages": [as_message(t) for t in chunk]})
+                              json={"messages": [as_message(t, user) for t in chunk]})
         r.raise_for_status()
         by_memory.update(zip((m["id"] for m in r.json()["messages"]), (t.id for t in chunk), strict=True))
     return by_memory
@@ -200,10 +206,7 @@ def as_followups(queries: Sequence[Query], turns: Sequence[Turn]) -> list[Follow
     names them: the conversation's previous question naming the same people (``Tell me about X.``
     for the first), then an assistant turn, then the question with the names as pronouns. The previous
     question brings its own words too, as a real earlier turn would."""
-    speakers: dict[str, set[str]] = {}
-    for t in turns:
-        if isinstance(name := t.metadata.get("speaker"), str) and name.strip():
-            speakers.setdefault(t.group, set()).add(name)
+    speakers = speakers_of(turns)
     out: list[FollowUp] = []
     last_about: dict[tuple[str, frozenset[str]], str] = {}
     for q in queries:
@@ -216,4 +219,63 @@ def as_followups(queries: Sequence[Query], turns: Sequence[Turn]) -> list[Follow
         last_about[key] = q.text
         out.append(FollowUp(Query(q.id, _pronouns(q.text, sorted(named)), q.group, q.category),
                             [{"role": "user", "content": before}, {"role": "assistant", "content": "Let me look."}]))
+    return out
+
+
+def speakers_of(turns: Sequence[Turn]) -> dict[str, list[str]]:
+    """Each conversation's speakers (``metadata.speaker``), in the order they first speak."""
+    out: dict[str, list[str]] = {}
+    for t in turns:
+        names = out.setdefault(t.group, [])
+        if isinstance(name := t.metadata.get("speaker"), str) and name.strip() and name not in names:
+            names.append(name)
+    return out
+
+
+_AS_FIRST_PERSON = {"does": "do", "has": "have", "is": "am"}
+_THIRD_PERSON = {"he": "I", "she": "I", "him": "me", "his": "my", "himself": "myself", "herself": "myself"}
+
+
+def first_person(question: str, name: str) -> str:
+    """``question`` about ``name`` as that person asks it: ``name's`` -> ``my``, ``name`` -> ``I`` where a
+    subject stands (first, or after an auxiliary or question word; ``does``/``has``/``is`` before it
+    agree), else ``me``, and the third-person pronouns (which point at the one person named) likewise:
+    "What does Melanie do with her kids?" -> "What do I do with my kids?"."""
+    alt = re.escape(name)
+    text = re.sub(rf"\b{alt}'s\b", "my", question, flags=re.IGNORECASE)
+
+    def subject(before: str) -> bool:
+        words = before.split()
+        return not words or words[-1].lower() in _LEADS_SUBJECT
+
+    def one(m: re.Match[str]) -> str:
+        return "I" if subject(m.string[:m.start()]) else "me"
+
+    text = re.sub(rf"\b{alt}\b", one, text, flags=re.IGNORECASE)
+
+    def agree(m: re.Match[str]) -> str:
+        verb = _AS_FIRST_PERSON[m.group(1).lower()]
+        return (verb.capitalize() if m.group(1)[0].isupper() else verb) + m.group(2)
+
+    text = re.sub(r"\b(does|has|is)(\s+I)\b", agree, text, flags=re.IGNORECASE)
+
+    def pronoun(m: re.Match[str]) -> str:
+        word = m.group(0).lower()
+        if word == "her":  # possessive before a word, else the object
+            return "my" if re.match(r"\s+[A-Za-z]", m.string[m.end():]) else "me"
+        return _THIRD_PERSON[word]
+
+    return re.sub(r"\b(?:he|she|him|his|her|himself|herself)\b", pronoun, text, flags=re.IGNORECASE)
+
+
+def as_user_questions(queries: Sequence[Query], turns: Sequence[Turn]) -> list[tuple[Query, str]]:
+    """The questions that name exactly one of their conversation's speakers, asked by that speaker in
+    the first person (:func:`first_person`), each with the speaker: they are scored against the
+    conversation written with that speaker as ``user`` (:func:`as_message`)."""
+    speakers = speakers_of(turns)
+    out: list[tuple[Query, str]] = []
+    for q in queries:
+        named = [n for n in speakers.get(q.group, ()) if re.search(rf"\b{re.escape(n)}\b", q.text, re.IGNORECASE)]
+        if len(named) == 1:
+            out.append((Query(q.id, first_person(q.text, named[0]), q.group, q.category), named[0]))
     return out

@@ -69,7 +69,16 @@ from benchmarks._common import (
     recall_at,
     servers,
 )
-from benchmarks.locomo_data import Query, Turn, append_group, as_followups, load_dir, load_group, with_context
+from benchmarks.locomo_data import (
+    Query,
+    Turn,
+    append_group,
+    as_followups,
+    as_user_questions,
+    load_dir,
+    load_group,
+    with_context,
+)
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine
 from service.settings import load_settings
@@ -268,7 +277,17 @@ async def main_async(args: argparse.Namespace) -> None:
     dated = sum(t.occurred_at is not None for t in turns)
     print(f"# {root.name}: {len(turns)} turns in {len(groups)} conversations ({dated} with a parsed date), "
           f"{len(queries)} questions (categories {', '.join(args.categories) or 'all'})", flush=True)
-    print(bm25_reference(turns, queries, qrels), flush=True)
+    # (the org's name, its conversation, the speaker written as the user)
+    loads: list[tuple[str, str, str | None]] = [(group, group, None) for group in groups]
+    if args.as_user:
+        asked = as_user_questions(queries, turns)
+        queries = [Query(q.id, q.text, f"{q.group} as {name}", q.category) for q, name in asked]
+        loads = sorted({(q.group, q.group.split(" as ")[0], name) for q, (_, name) in zip(queries, asked, strict=True)})
+        print(f"# as the user: {len(queries)} questions name one speaker and are asked by them in the first person "
+              f"(\"What activities do I partake in?\"); each conversation written once per speaker, with that "
+              "speaker's turns as role user and the other's as assistant (no names)", flush=True)
+    else:
+        print(bm25_reference(turns, queries, qrels), flush=True)
     tokenizers = Tokenizers(settings.assembly.tiktoken_dir or settings.data_dir / "tiktoken")
     with servers(settings) as (owner_dsn, redis_url):
         async with app_client(settings, owner_dsn, redis_url) as client:
@@ -276,18 +295,19 @@ async def main_async(args: argparse.Namespace) -> None:
             orgs: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
             org_ids: list[str] = []
             started = time.perf_counter()
-            for group in groups:
-                org_id, headers = await new_tenant(owner_dsn, f"locomo-{group}-{time.time_ns()}")
+            for name, group, user in loads:
+                org_id, headers = await new_tenant(owner_dsn, f"locomo-{name}-{time.time_ns()}")
                 org_ids.append(org_id)
                 mine = [t for t in turns if t.group == group]
-                orgs[group] = (headers, await append_group(client, headers, group, mine)
-                               if args.load == "conversations" else
-                               await load_group(client, headers, mine, send_time, send_context, args.plain))
+                orgs[name] = (headers, await append_group(client, headers, group, mine, user)
+                              if args.load == "conversations" else
+                              await load_group(client, headers, mine, send_time, send_context, args.plain))
             tail = (f"assembly deadline {settings.assembly.deadline_ms} ms, hot set {'on' if args.use_hot else 'off'}")
             if args.load == "conversations":
                 print(f"# loaded through POST /v1/conversations/{{id}}/messages in "
                       f"{time.perf_counter() - started:.1f} s "
-                      f"(words, speaker, occurred_at, session; search context derived by the service from "
+                      f"(words, {'role' if args.as_user else 'speaker'}, occurred_at, session; search context "
+                      f"derived by the service from "
                       f"{settings.conversations.context_turns} turns before; {tail})", flush=True)
             else:
                 sent = ("not sent: the service does not take it" if not send_time[0] else
@@ -348,9 +368,14 @@ def main() -> None:
                              "each turn's search_context; 0: none")
     parser.add_argument("--followups", action="store_true",
                         help="also ask the questions that name a speaker as a chat's follow-ups (see run_followups)")
+    parser.add_argument("--as-user", action="store_true",
+                        help="ask the questions that name one speaker in the first person, against the conversation "
+                             "written with that speaker as role user and the other as assistant")
     parser.add_argument("--plain", action="store_true",
                         help="--load memories: send only the text and occurred_at (no metadata, so no speaker)")
     args = parser.parse_args()
+    if args.as_user and (args.load != "conversations" or args.followups):
+        parser.error("--as-user writes conversations (--load conversations) and asks no follow-ups")
     configure_logs("warning")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     asyncio.run(main_async(args))
