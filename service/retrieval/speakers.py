@@ -1,4 +1,5 @@
-"""Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion, and the semantic
+"""Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion (for the speakers a query
+names, and for the ``user`` of a chat when the query speaks in the first person), and the semantic
 branch's query without the speakers it names (docs/retrieval.md "Speakers").
 
 A memory's speaker is who said it: a conversation message's ``speaker`` column, else its
@@ -24,6 +25,11 @@ from service.retrieval.hits import Hit
 
 MAX_SPEAKER_CHARS: Final = 100
 """Longer metadata values are not taken for names."""
+FIRST_PERSON: Final = re.compile(r"(?<![\w'’.])(?:i|me|my|mine|myself|i['’](?:m|ve|d|ll))(?![\w'’]|\.\w)",
+                                 re.IGNORECASE)
+"""A first-person word: ``i.e.`` and words that merely hold one (``iPhone``, ``mind``) do not count."""
+USER_ROLE: Final = "user"
+"""The role of the messages a first-person query is about."""
 MAX_SPEAKERS: Final = 64
 """At most this many distinct speakers are matched against one query (the rest are not boosted)."""
 
@@ -39,7 +45,12 @@ class SpeakerBoost:
     turns far more often than the other speakers' turns that mention them (LoCoMo dev: 97% of the
     evidence of questions naming one speaker), yet to BM25 the name is a low-idf term every one of
     their turns shares, and to MiniLM a small part of one vector. The boost is in the fusion's own
-    unit, so it weighs as much as one standard deviation of either branch's candidate scores at 1.0."""
+    unit, so it weighs as much as one standard deviation of either branch's candidate scores at 1.0.
+
+    A chat written with roles rather than names has its asker too: a query in the first person ("What
+    did I say about my sister?") is about the conversation's user, and the messages of role ``user``
+    get the boost (LoCoMo dev asked by one speaker of their own turns written as ``user``, the other's
+    as ``assistant``: ``auto`` Recall@10 0.818 -> 0.854, as high as the same questions with names)."""
 
     key: str
     boost: float
@@ -65,11 +76,21 @@ class SpeakerBoost:
         return found
 
     def named(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
-        """The ids of the candidates whose speaker the query names as a whole word (case-insensitive)."""
+        """The ids of the candidates whose speaker the query names as a whole word (case-insensitive),
+        and, when the query speaks in the first person ("What did I say about my sister?"), the
+        messages of role ``user``: the one asking is the conversation's user."""
         patterns = self._patterns(query, hits)
-        if all(pattern is None for pattern in patterns.values()):
-            return set()  # the query names nobody (most queries): no second pass over the candidates
-        return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
+        named: set[UUID] = set()
+        if any(pattern is not None for pattern in patterns.values()):
+            named = {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
+        if self.asks_as_user(query):
+            named.update(h.id for h in hits if h.message is not None and h.message.role == USER_ROLE)
+        return named
+
+    def asks_as_user(self, query: str) -> bool:
+        """Whether ``query`` speaks in the first person (``I``, ``me``, ``my``, ``mine``, ``myself``,
+        ``I'm``, ...), so that the messages of role ``user`` are its asker's own."""
+        return self.active and FIRST_PERSON.search(query) is not None
 
     def _speaker(self, hit: Hit) -> str | None:
         if (spoken := hit.speaker) is not None:

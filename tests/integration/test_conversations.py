@@ -122,6 +122,33 @@ async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: A
     assert re.search(r"; [1-9]\d* messages \+0\.15 of their best neighbour's score", body["reason"]), body["reason"]
 
 
+async def test_a_first_person_query_ranks_up_the_users_own_messages(client: AsyncTestClient[Any],
+                                                                     tenant: Tenant) -> None:
+    # An agent's chat, written with roles: the user's turn says where the sister moved; the
+    # assistant's reply holds more of the question's words.
+    turns = [{"role": "user", "content": "My sister relocated to Oslo last spring."},
+             {"role": "assistant", "content": "Where did your sister move from? Sisters who move abroad often "
+                                              "move for work."},
+             *({"role": "user" if n % 2 else "assistant", "content": f"Where to put the couch after the move, day {n}."}
+               for n in range(8))]
+    out = await append(client, tenant, "sisters", turns)
+    query = {"query": "Where did my sister move?", "strategy": "auto", "limit": 5}
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={**query, "tuning": {"speaker_boost": 0}})
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["id"] == out["messages"][1]["id"]  # without the boost: the reply
+    r = await client.post("/v1/memories/search", headers=tenant.headers, json=query)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "or by the user, asked in the first person" in body["reason"], body["reason"]
+    assert body["results"][0]["id"] == out["messages"][0]["id"]
+    assert body["results"][0]["message"]["role"] == "user"
+    # asked about someone else, the user's turns are not favoured
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={**query, "query": "Where did your sister move?"})
+    assert "first person" not in r.json()["reason"]
+
+
 async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     batch = [{**t, "message_id": f"m{i}"} for i, t in enumerate(TURNS[:3])]
     first = await append(client, tenant, "idem", batch[:2])

@@ -147,6 +147,19 @@ def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -
                            ("Melanie's hobbies?", SpeakerBoost("", 1.0))):
         assert fusion.auto(lexical, semantic, rrf_k=60, limit=12, query=query, speaker=speaker) == (
             plain, plain_reason)
+    # A query in the first person: the messages of role user (the asker's own) get the boost.
+    mine = [Hit(id=h.id, text=h.text, kind="message", source=None, level=None, breadcrumb=None, score=h.score,
+                message=MessageRef(conversation_id="c", position=n, session_id=None, speaker=None,
+                                   role="user" if h.id in mel else "assistant", message_id=None))
+            for n, h in enumerate(lexical)]
+    by_vector = {h.id: h.score for h in semantic}
+    mine_semantic = [Hit(id=h.id, text=h.text, kind="message", source=None, level=None, breadcrumb=None,
+                         score=by_vector[h.id], message=h.message) for h in mine]
+    results, reason = fusion.auto(mine, mine_semantic, rrf_k=60, limit=12, query="What activities do I do?",
+                                  speaker=boost)
+    assert results[0].id == mel[0]
+    assert "; 6 candidates said by someone the query names (speaker or metadata.speaker) or by the user, asked " \
+           "in the first person +1 sd" in reason, reason
     few = lexical[:3]
     assert fusion.auto(few, semantic, rrf_k=60, limit=12, query="Melanie?", speaker=boost) == fusion.auto(
         few, semantic, rrf_k=60, limit=12)

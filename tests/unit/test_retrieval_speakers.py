@@ -59,6 +59,48 @@ def test_a_messages_speaker_column_is_who_said_it() -> None:
     assert boost.without_names("What does Caroline paint?", hits) == "What does paint?"
 
 
+def in_role(ident: UUID, role: str | None, speaker: str | None = None) -> Hit:
+    ref = MessageRef(conversation_id="c", position=1, session_id=None, speaker=speaker, role=role, message_id=None)
+    return Hit(id=ident, text="hello", kind="message", source=None, level=None, breadcrumb=None, score=1.0,
+               message=ref)
+
+
+@pytest.mark.parametrize(("query", "as_user"), [
+    ("What did I say about my sister?", True),
+    ("what is my dog called", True),
+    ("Where do I live?", True),
+    ("I'm looking for the recipe", True),
+    ("I’ve lost it", True),
+    ("Is the red one mine?", True),
+    ("Tell me again", True),
+    ("Remind myself", True),
+    ("Where does she live?", False),
+    ("What is AI?", False),
+    ("the iPhone model", False),  # a word that merely holds a first-person one
+    ("keep in mind the plan", False),
+    ("the plan, i.e. the budget", False),
+    ("Melanie's recipe", False),
+])
+def test_a_first_person_query_is_about_the_user_role(query: str, as_user: bool) -> None:
+    user, assistant, unassigned, plain = uuid4(), uuid4(), uuid4(), uuid4()
+    hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(unassigned, None),
+            spoken(plain, 1.0, "Melanie")]
+    boost = SpeakerBoost("speaker", 1.5)
+    assert boost.asks_as_user(query) is as_user
+    expected = {user} if as_user else set()
+    if "Melanie" in query:
+        expected.add(plain)
+    assert boost.named(query, hits) == expected
+    assert SpeakerBoost("speaker", 0.0).named(query, hits) == set()  # off with the boost
+    assert boost.without_names(query, hits) == (None if "Melanie" not in query else "recipe")
+
+
+def test_a_first_person_query_naming_someone_boosts_both() -> None:
+    user, named_ = uuid4(), uuid4()
+    hits = [in_role(user, "user", "Caroline"), in_role(named_, "assistant", "Melanie")]
+    assert SpeakerBoost("speaker", 1.5).named("What did I tell Melanie?", hits) == {user, named_}
+
+
 @pytest.mark.parametrize(("query", "topic"), [
     ("What activities does Melanie partake in?", "What activities does partake in?"),
     ("What is Melanie's favourite book?", "What is favourite book?"),
