@@ -28,10 +28,33 @@ MAX_SPEAKER_CHARS: Final = 100
 FIRST_PERSON: Final = re.compile(r"(?<![\w'’.])(?:i|me|my|mine|myself|i['’](?:m|ve|d|ll))(?![\w'’]|\.\w)",
                                  re.IGNORECASE)
 """A first-person word: ``i.e.`` and words that merely hold one (``iPhone``, ``mind``) do not count."""
+ADDRESSEE_VERBS: Final = frozenset(["tell", "show", "give", "remind", "help", "let", "send", "teach"])
+"""Asked as a request ("Tell me about X"), a ``me`` after one of these is who wants the answer, not
+what the query is about."""
+REQUEST_OPENERS: Final = frozenset(["you", "please", "pls"])
+"""Words a request's verb follows ("Can you tell me", "please show me")."""
+_WORD_BEFORE = re.compile(r"([\w'’]+)\W*$")
 USER_ROLE: Final = "user"
 """The role of the messages a first-person query is about."""
 MAX_SPEAKERS: Final = 64
 """At most this many distinct speakers are matched against one query (the rest are not boosted)."""
+
+
+def _addressed(query: str, word: re.Match[str]) -> bool:
+    """Whether the first-person ``word`` is a ``me`` that asks for the answer: after an
+    :data:`ADDRESSEE_VERBS` verb said as a request (opening the query, or after ``you`` or
+    ``please``: "Tell me", "Can you show me"), not as a question's verb ("What did she tell me?")."""
+    if word.group(0).lower() != "me":
+        return False
+    lead = query[max(0, word.start() - 64):word.start()]  # the two words before it are all it reads
+    verb = _WORD_BEFORE.search(lead)
+    if verb is None or verb.group(1).lower() not in ADDRESSEE_VERBS:
+        return False
+    before = _WORD_BEFORE.search(lead, 0, verb.start())
+    if before is None:
+        return True  # the verb opens the query
+    between = lead[before.end(1):verb.start()]
+    return before.group(1).lower() in REQUEST_OPENERS or re.search(r"[.,!?;:]", between) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +112,9 @@ class SpeakerBoost:
 
     def asks_as_user(self, query: str) -> bool:
         """Whether ``query`` speaks in the first person (``I``, ``me``, ``my``, ``mine``, ``myself``,
-        ``I'm``, ...), so that the messages of role ``user`` are its asker's own."""
-        return self.active and FIRST_PERSON.search(query) is not None
+        ``I'm``, ...), so that the messages of role ``user`` are its asker's own. A ``me`` that only
+        asks for the answer ("Tell me about pgvector", "show me the config") does not count."""
+        return self.active and any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query))
 
     def _speaker(self, hit: Hit) -> str | None:
         if (spoken := hit.speaker) is not None:

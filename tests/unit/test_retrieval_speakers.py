@@ -72,8 +72,15 @@ def in_role(ident: UUID, role: str | None, speaker: str | None = None) -> Hit:
     ("I'm looking for the recipe", True),
     ("I’ve lost it", True),
     ("Is the red one mine?", True),
-    ("Tell me again", True),
+    ("What did the counsellor tell me?", True),
     ("Remind myself", True),
+    ("Tell me about pgvector", False),  # a "me" that asks for the answer
+    ("Could you show me the config?", False),
+    ("remind me, what is the plan", False),
+    ("Okay, show me the config", False),
+    ("Please tell me about pgvector", False),
+    ("Remind me what my sister said", True),
+    ("Tell me what I said", True),
     ("Where does she live?", False),
     ("What is AI?", False),
     ("the iPhone model", False),  # a word that merely holds a first-person one
