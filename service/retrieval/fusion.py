@@ -176,9 +176,10 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
     :data:`ZSCORE_SEMANTIC_WEIGHT`) when both branches returned enough distinct scores to estimate
     their spread, else RRF (ranks need no spread). The reason names the choice and, for z-scores,
     how far each branch's best hit stands out of its candidates (its per-query say in the fusion).
-    With ``speaker``, the candidates whose speaker ``query`` names (and a first-person query's ``user``
-    messages) get its boost (z-scores only: a rank has no unit to add it in), and the reason says how
-    many."""
+    With ``speaker``, the candidates whose speaker ``query`` names get its boost, and when ``query``
+    speaks in the first person the messages of other roles than ``user`` lose it once their
+    neighbours' support is counted (an assistant's question still lends its support to the answer
+    after it). Z-scores only: a rank has no unit to add it in. The reason says how many."""
     lex, sem = _spread_or_problem("lexical", lexical), _spread_or_problem("semantic", semantic)
     if isinstance(lex, str) or isinstance(sem, str):
         problem = lex if isinstance(lex, str) else sem
@@ -193,12 +194,17 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
         assert speaker is not None
         for i in boosted:
             scores[i] += speaker.boost
-        asker = " or by the user, asked in the first person" if speaker.asks_as_user(query) else ""
         reason += (f"; {len(boosted)} candidates said by someone the query names "
-                   f"(speaker or metadata.{speaker.key}){asker} +{speaker.boost:g} sd")
+                   f"(speaker or metadata.{speaker.key}) +{speaker.boost:g} sd")
     supported = with_neighbours(entries, scores, NEIGHBOUR_WEIGHT)
     if supported:
         reason += f"; {supported} messages +{NEIGHBOUR_WEIGHT:g} of their best neighbour's score"
+    others = speaker.not_the_askers(query, [*lexical, *semantic]) if speaker is not None else set()
+    if others:
+        assert speaker is not None
+        for i in others:
+            scores[i] -= speaker.boost
+        reason += f"; asked in the first person: {len(others)} messages of other roles than user -{speaker.boost:g} sd"
     return _ranked(entries, scores, "zscore", limit), reason
 
 

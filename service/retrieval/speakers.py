@@ -1,5 +1,5 @@
 """Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion (for the speakers a query
-names, and for the ``user`` of a chat when the query speaks in the first person), and the semantic
+names, and against the other roles than ``user`` when it speaks in the first person), and the semantic
 branch's query without the speakers it names (docs/retrieval.md "Speakers").
 
 A memory's speaker is who said it: a conversation message's ``speaker`` column, else its
@@ -71,9 +71,8 @@ class SpeakerBoost:
     unit, so it weighs as much as one standard deviation of either branch's candidate scores at 1.0.
 
     A chat written with roles rather than names has its asker too: a query in the first person ("What
-    did I say about my sister?") is about the conversation's user, and the messages of role ``user``
-    get the boost (LoCoMo dev asked by one speaker of their own turns written as ``user``, the other's
-    as ``assistant``: ``auto`` Recall@10 0.818 -> 0.854, as high as the same questions with names)."""
+    did I say about my sister?") is about the conversation's user, and the messages of the other roles
+    lose the boost (:meth:`not_the_askers`)."""
 
     key: str
     boost: float
@@ -99,16 +98,22 @@ class SpeakerBoost:
         return found
 
     def named(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
-        """The ids of the candidates whose speaker the query names as a whole word (case-insensitive),
-        and, when the query speaks in the first person ("What did I say about my sister?"), the
-        messages of role ``user``: the one asking is the conversation's user."""
+        """The ids of the candidates whose speaker the query names as a whole word (case-insensitive)."""
         patterns = self._patterns(query, hits)
-        named: set[UUID] = set()
-        if any(pattern is not None for pattern in patterns.values()):
-            named = {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
-        if self.asks_as_user(query):
-            named.update(h.id for h in hits if h.message is not None and h.message.role == USER_ROLE)
-        return named
+        if all(pattern is None for pattern in patterns.values()):
+            return set()  # the query names nobody (most queries): no second pass over the candidates
+        return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
+
+    def not_the_askers(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
+        """When ``query`` speaks in the first person (:meth:`asks_as_user`), the ids of the messages of
+        another role than ``user`` (the assistant's, a tool's, ...): they are not its asker's own.
+        Lowering those, rather than raising the user's, ranks the user's turns above the rest of the
+        chat and leaves them where they were against facts and documents, which a "How do I ...?"
+        may well be asking for."""
+        if not self.asks_as_user(query):
+            return set()
+        return {h.id for h in hits
+                if h.message is not None and h.message.role is not None and h.message.role != USER_ROLE}
 
     def asks_as_user(self, query: str) -> bool:
         """Whether ``query`` speaks in the first person (``I``, ``me``, ``my``, ``mine``, ``myself``,

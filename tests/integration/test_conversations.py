@@ -140,7 +140,7 @@ async def test_a_first_person_query_ranks_up_the_users_own_messages(client: Asyn
     r = await client.post("/v1/memories/search", headers=tenant.headers, json=query)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert "or by the user, asked in the first person" in body["reason"], body["reason"]
+    assert "asked in the first person: " in body["reason"], body["reason"]
     assert body["results"][0]["id"] == out["messages"][0]["id"]
     assert body["results"][0]["message"]["role"] == "user"
     # asked about someone else, the user's turns are not favoured

@@ -147,7 +147,8 @@ def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -
                            ("Melanie's hobbies?", SpeakerBoost("", 1.0))):
         assert fusion.auto(lexical, semantic, rrf_k=60, limit=12, query=query, speaker=speaker) == (
             plain, plain_reason)
-    # A query in the first person: the messages of role user (the asker's own) get the boost.
+    # A query in the first person: the messages of other roles than user (not the asker's own) lose
+    # the boost, after their neighbours' support is counted.
     mine = [Hit(id=h.id, text=h.text, kind="message", source=None, level=None, breadcrumb=None, score=h.score,
                 message=MessageRef(conversation_id="c", position=n, session_id=None, speaker=None,
                                    role="user" if h.id in mel else "assistant", message_id=None))
@@ -158,8 +159,12 @@ def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -
     results, reason = fusion.auto(mine, mine_semantic, rrf_k=60, limit=12, query="What activities do I do?",
                                   speaker=boost)
     assert results[0].id == mel[0]
-    assert "; 6 candidates said by someone the query names (speaker or metadata.speaker) or by the user, asked " \
-           "in the first person +1 sd" in reason, reason
+    assert reason.endswith("; asked in the first person: 6 messages of other roles than user -1 sd"), reason
+    unlowered, _ = fusion.auto(mine, mine_semantic, rrf_k=60, limit=12, query="What activities do they do?",
+                               speaker=boost)
+    before = {r.id: r.final_score for r in unlowered}
+    assert {r.id: r.final_score for r in results} == {
+        i: pytest.approx(score - (1.0 if i in car else 0.0)) for i, score in before.items()}
     few = lexical[:3]
     assert fusion.auto(few, semantic, rrf_k=60, limit=12, query="Melanie?", speaker=boost) == fusion.auto(
         few, semantic, rrf_k=60, limit=12)

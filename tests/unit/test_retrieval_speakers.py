@@ -89,23 +89,25 @@ def in_role(ident: UUID, role: str | None, speaker: str | None = None) -> Hit:
     ("Melanie's recipe", False),
 ])
 def test_a_first_person_query_is_about_the_user_role(query: str, as_user: bool) -> None:
-    user, assistant, unassigned, plain = uuid4(), uuid4(), uuid4(), uuid4()
-    hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(unassigned, None),
+    user, assistant, tool, unassigned, plain = uuid4(), uuid4(), uuid4(), uuid4(), uuid4()
+    hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(tool, "tool"), in_role(unassigned, None),
             spoken(plain, 1.0, "Melanie")]
     boost = SpeakerBoost("speaker", 1.5)
     assert boost.asks_as_user(query) is as_user
-    expected = {user} if as_user else set()
-    if "Melanie" in query:
-        expected.add(plain)
-    assert boost.named(query, hits) == expected
-    assert SpeakerBoost("speaker", 0.0).named(query, hits) == set()  # off with the boost
+    # the other roles' messages are not the asker's; the user's, role-less messages and other memories
+    # keep their standing
+    assert boost.not_the_askers(query, hits) == ({assistant, tool} if as_user else set())
+    assert boost.named(query, hits) == ({plain} if "Melanie" in query else set())
+    assert SpeakerBoost("speaker", 0.0).not_the_askers(query, hits) == set()  # off with the boost
     assert boost.without_names(query, hits) == (None if "Melanie" not in query else "recipe")
 
 
-def test_a_first_person_query_naming_someone_boosts_both() -> None:
-    user, named_ = uuid4(), uuid4()
-    hits = [in_role(user, "user", "Caroline"), in_role(named_, "assistant", "Melanie")]
-    assert SpeakerBoost("speaker", 1.5).named("What did I tell Melanie?", hits) == {user, named_}
+def test_a_first_person_query_naming_someone() -> None:
+    mine, hers = uuid4(), uuid4()
+    hits = [in_role(mine, "user", "Caroline"), in_role(hers, "assistant", "Melanie")]
+    boost = SpeakerBoost("speaker", 1.5)
+    assert boost.named("What did I tell Melanie?", hits) == {hers}
+    assert boost.not_the_askers("What did I tell Melanie?", hits) == {hers}  # the two cancel out
 
 
 @pytest.mark.parametrize(("query", "topic"), [
