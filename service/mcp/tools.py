@@ -25,6 +25,7 @@ from pgcontext_client import (
     NotFound,
     PgcontextError,
     SearchFilters,
+    SearchTuning,
     TransportError,
 )
 from pydantic import BaseModel, Field
@@ -204,8 +205,11 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         kinds: Annotated[list[str] | None, Field(description="Only these kinds (e.g. [\"preference\"]).")] = None,
     ) -> dict[str, Any]:
         with service_errors():
+            # The model writes these queries: its "I" is not the user's (and not its own turns either:
+            # "what do I know about the user's diet?"), so the first person is ignored.
             found = await (await client_for()).search(query, limit=limit,
-                                                      filters=SearchFilters(agent_id=agent, kinds=kinds))
+                                                      filters=SearchFilters(agent_id=agent, kinds=kinds),
+                                                      tuning=SearchTuning(first_person=None))
         return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
                               "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None}
                              for r in found.results]}

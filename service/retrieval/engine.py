@@ -345,7 +345,7 @@ class RetrievalEngine:
     def _speaker_boost(self, tuning: SearchTuning) -> SpeakerBoost | None:
         """``auto`` fusion's speaker boost for this search (docs/retrieval.md "Speakers"), None when off."""
         boost = self.settings.speaker_boost if tuning.speaker_boost is None else tuning.speaker_boost
-        speaker = SpeakerBoost(self.settings.speaker_key, boost)
+        speaker = SpeakerBoost(self.settings.speaker_key, boost, tuning.first_person)
         return speaker if tuning.fusion == "auto" and speaker.active else None
 
     async def _speaker_semantic(self, org_id: UUID, request: SearchRequest, limit: int, run: SearchRun,

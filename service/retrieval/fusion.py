@@ -177,7 +177,7 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
     their spread, else RRF (ranks need no spread). The reason names the choice and, for z-scores,
     how far each branch's best hit stands out of its candidates (its per-query say in the fusion).
     With ``speaker``, the candidates whose speaker ``query`` names get its boost, and when ``query``
-    speaks in the first person the messages of other roles than ``user`` lose it once their
+    speaks in the first person the messages of other roles than its asker's lose it once their
     neighbours' support is counted (an assistant's question still lends its support to the answer
     after it). Z-scores only: a rank has no unit to add it in. The reason says how many."""
     lex, sem = _spread_or_problem("lexical", lexical), _spread_or_problem("semantic", semantic)
@@ -204,7 +204,8 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
         assert speaker is not None
         for i in others:
             scores[i] -= speaker.boost
-        reason += f"; asked in the first person: {len(others)} messages of other roles than user -{speaker.boost:g} sd"
+        reason += (f"; asked in the first person: {len(others)} messages of other roles than "
+                   f"{speaker.asker} -{speaker.boost:g} sd")
     return _ranked(entries, scores, "zscore", limit), reason
 
 

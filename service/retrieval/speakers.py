@@ -1,5 +1,5 @@
 """Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion (for the speakers a query
-names, and against the other roles than ``user`` when it speaks in the first person), and the semantic
+names, and against the other roles than the asker's when it speaks in the first person), and the semantic
 branch's query without the speakers it names (docs/retrieval.md "Speakers").
 
 A memory's speaker is who said it: a conversation message's ``speaker`` column, else its
@@ -35,7 +35,7 @@ REQUEST_OPENERS: Final = frozenset(["you", "please", "pls"])
 """Words a request's verb follows ("Can you tell me", "please show me")."""
 _WORD_BEFORE = re.compile(r"([\w'’]+)\W*$")
 USER_ROLE: Final = "user"
-"""The role of the messages a first-person query is about."""
+"""The role of the messages a first-person query is about, unless the request says otherwise."""
 MAX_SPEAKERS: Final = 64
 """At most this many distinct speakers are matched against one query (the rest are not boosted)."""
 
@@ -71,11 +71,13 @@ class SpeakerBoost:
     unit, so it weighs as much as one standard deviation of either branch's candidate scores at 1.0.
 
     A chat written with roles rather than names has its asker too: a query in the first person ("What
-    did I say about my sister?") is about the conversation's user, and the messages of the other roles
-    lose the boost (:meth:`not_the_askers`)."""
+    did I say about my sister?") is about the conversation's user (or, as the request says, about the
+    assistant), and the messages of the other roles lose the boost (:meth:`not_the_askers`)."""
 
     key: str
     boost: float
+    asker: str | None = USER_ROLE
+    """The role whose messages a first-person query is about (``tuning.first_person``); None: none."""
 
     @property
     def active(self) -> bool:
@@ -105,21 +107,22 @@ class SpeakerBoost:
         return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
 
     def not_the_askers(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
-        """When ``query`` speaks in the first person (:meth:`asks_as_user`), the ids of the messages of
-        another role than ``user`` (the assistant's, a tool's, ...): they are not its asker's own.
-        Lowering those, rather than raising the user's, ranks the user's turns above the rest of the
+        """When ``query`` speaks in the first person (:meth:`speaks_as_asker`), the ids of the messages
+        of another role than the asker's (by default the user's: the assistant's, a tool's, ...).
+        Lowering those, rather than raising the asker's, ranks the asker's turns above the rest of the
         chat and leaves them where they were against facts and documents, which a "How do I ...?"
         may well be asking for."""
-        if not self.asks_as_user(query):
+        if not self.speaks_as_asker(query):
             return set()
         return {h.id for h in hits
-                if h.message is not None and h.message.role is not None and h.message.role != USER_ROLE}
+                if h.message is not None and h.message.role is not None and h.message.role != self.asker}
 
-    def asks_as_user(self, query: str) -> bool:
+    def speaks_as_asker(self, query: str) -> bool:
         """Whether ``query`` speaks in the first person (``I``, ``me``, ``my``, ``mine``, ``myself``,
-        ``I'm``, ...), so that the messages of role ``user`` are its asker's own. A ``me`` that only
-        asks for the answer ("Tell me about pgvector", "show me the config") does not count."""
-        return self.active and any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query))
+        ``I'm``, ...) and whose messages that means is known (:attr:`asker`). A ``me`` that only asks
+        for the answer ("Tell me about pgvector", "show me the config") does not count."""
+        return (self.active and self.asker is not None
+                and any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query)))
 
     def _speaker(self, hit: Hit) -> str | None:
         if (spoken := hit.speaker) is not None:

@@ -147,6 +147,17 @@ async def test_a_first_person_query_ranks_up_the_users_own_messages(client: Asyn
     r = await client.post("/v1/memories/search", headers=tenant.headers,
                           json={**query, "query": "Where did your sister move?"})
     assert "first person" not in r.json()["reason"]
+    # the request says whose the first person is: nobody's, or the assistant's (the agent asking)
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={**query, "tuning": {"first_person": None}})
+    assert "first person" not in r.json()["reason"]
+    assert r.json()["results"][0]["id"] == out["messages"][1]["id"]
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={**query, "tuning": {"first_person": "assistant"}})
+    assert "messages of other roles than assistant" in r.json()["reason"], r.json()["reason"]
+    assert r.json()["results"][0]["id"] == out["messages"][1]["id"]
+    assert_error(await client.post("/v1/memories/search", headers=tenant.headers,
+                                   json={**query, "tuning": {"first_person": "tool"}}), 400, "validation_error")
 
 
 async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any], tenant: Tenant) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import httpx
 import httpx2
@@ -132,6 +132,16 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     seen = await call(session, "assemble_context", query="When is the user's trip to Kyoto?", max_context_tokens=1500,
                       recent_messages=turns[:1], conversation_id="trip")
     assert appended["messages"][0]["id"] not in seen["refs"].values()
+
+    # recall's queries are the model's own words: its "I" does not make the user's turns the answer
+    chat = [{"role": "assistant", "content": "The cherry blossoms peak in early April."},
+            *({"role": "user", "content": f"Blossoms photo {n} from the trip."} for n in range(6))]
+    said = await call(session, "append_messages", conversation_id="blossoms", messages=chat)
+    recalled = await call(session, "recall", query="What did I say about the cherry blossoms?", limit=3)
+    assert recalled["memories"][0]["id"] == said["messages"][0]["id"], (recalled, said)
+    with Client(url, key) as pg:  # the same words searched as a user's question rank the user's turns first
+        assert pg.search("What did I say about the cherry blossoms?", limit=3).results[0].id != UUID(
+            said["messages"][0]["id"])
 
     refused = await session.call_tool("set_directive", {"content": "   "})
     assert refused.is_error and "validation_error" in refused.content[0].text  # type: ignore[union-attr]

@@ -120,6 +120,26 @@ async def test_an_agent_loop_remembers_and_recalls_through_the_tools_and_session
     await session.close()
 
 
+async def test_recall_reads_the_models_first_person_as_nobodys(live_url: str, tenant: Tenant) -> None:
+    # The model writes recall's query: its "I" is not the user's, so the user's turns are not put first.
+    agent_id = f"oa-{uuid4().hex[:8]}"
+    chat = [{"role": "user", "content": "My sister relocated to Oslo last spring."},
+            {"role": "assistant", "content": "Where did your sister move from? Sisters who move abroad often "
+                                             "move for work."},
+            *({"role": "user" if n % 2 else "assistant", "content": f"Where to put the couch after the move, day {n}."}
+              for n in range(8))]
+    query = "Where did I note the user's sister would move?"
+    with Client(live_url, tenant.key) as pg:
+        said = pg.append_messages(f"chat-{uuid4().hex[:8]}", chat, agent_id=agent_id).messages[1].id
+        as_users = pg.search(query, limit=3, filters=SearchFilters(agent_id=agent_id)).results
+    assert as_users[0].id != said  # searched as if the user's words, the user's turn ranks first
+    model = ScriptedModel([call("recall", query=query, limit=3),
+                           say(lambda items: last_tool_output(items)["memories"][0]["id"])])
+    agent = Agent(name="assistant", instructions="Use your memory.", model=model,
+                  tools=memory_tools(agent_id, url=live_url, api_key=tenant.key))
+    assert (await Runner.run(agent, "Where did my sister go, did I say?")).final_output == str(said)
+
+
 async def test_the_session_protocol(live_url: str, tenant: Tenant, other_tenant: Tenant) -> None:
     chat = f"chat-{uuid4().hex[:8]}"
     session = PgcontextSession(chat, url=live_url, api_key=tenant.key)

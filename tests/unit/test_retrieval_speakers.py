@@ -93,13 +93,22 @@ def test_a_first_person_query_is_about_the_user_role(query: str, as_user: bool) 
     hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(tool, "tool"), in_role(unassigned, None),
             spoken(plain, 1.0, "Melanie")]
     boost = SpeakerBoost("speaker", 1.5)
-    assert boost.asks_as_user(query) is as_user
+    assert boost.speaks_as_asker(query) is as_user
     # the other roles' messages are not the asker's; the user's, role-less messages and other memories
     # keep their standing
     assert boost.not_the_askers(query, hits) == ({assistant, tool} if as_user else set())
     assert boost.named(query, hits) == ({plain} if "Melanie" in query else set())
     assert SpeakerBoost("speaker", 0.0).not_the_askers(query, hits) == set()  # off with the boost
     assert boost.without_names(query, hits) == (None if "Melanie" not in query else "recipe")
+
+
+def test_the_request_says_whose_the_first_person_is() -> None:
+    user, assistant, tool = uuid4(), uuid4(), uuid4()
+    hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(tool, "tool")]
+    query = "What did I promise to send?"
+    assert SpeakerBoost("speaker", 1.5, "assistant").not_the_askers(query, hits) == {user, tool}
+    ignored = SpeakerBoost("speaker", 1.5, None)
+    assert not ignored.speaks_as_asker(query) and ignored.not_the_askers(query, hits) == set()
 
 
 def test_a_first_person_query_naming_someone() -> None:

@@ -61,6 +61,9 @@ class SearchTuning(In):
     ef_search: int | None = None
     lookup_candidates: int | None = None
     speaker_boost: float | None = None
+    first_person: Literal["user", "assistant"] | None = "user"
+    """Whose messages a query in the first person is about (``assistant``: the agent asking about
+    itself; None: the first person is ignored)."""
 
 
 class SearchRequest(In):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from agents import Tool, function_tool
-from pgcontext_client import AsyncClient, SearchFilters
+from pgcontext_client import AsyncClient, SearchFilters, SearchTuning
 
 
 def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None = None,
@@ -40,7 +40,9 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
             query: What to look for, in natural language or keywords.
             limit: How many memories at most (1-50).
         """
-        found = await pg.search(query, limit=max(1, min(limit, 50)), filters=SearchFilters(agent_id=agent_id))
+        # The model's own words: its "I" is not the user's (first person ignored, as in the MCP server).
+        found = await pg.search(query, limit=max(1, min(limit, 50)), filters=SearchFilters(agent_id=agent_id),
+                                tuning=SearchTuning(first_person=None))
         return json.dumps({"memories": [
             {"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
              "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None} for r in found.results]})

@@ -1155,6 +1155,11 @@ export interface components {
             convex_alpha?: number;
             ef_search?: number | null;
             speaker_boost?: number | null;
+            /**
+             * @default user
+             * @enum {null|string}
+             */
+            first_person?: "user" | "assistant" | null;
             /** @default 50 */
             lookup_candidates?: number;
         };
