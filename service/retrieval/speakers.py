@@ -31,8 +31,15 @@ FIRST_PERSON: Final = re.compile(r"(?<![\w'’.])(?:i|me|my|mine|myself|i['’](
 ADDRESSEE_VERBS: Final = frozenset(["tell", "show", "give", "remind", "help", "let", "send", "teach"])
 """Asked as a request ("Tell me about X"), a ``me`` after one of these is who wants the answer, not
 what the query is about."""
-REQUEST_OPENERS: Final = frozenset(["you", "please", "pls"])
-"""Words a request's verb follows ("Can you tell me", "please show me")."""
+POLITE: Final = frozenset(["please", "pls"])
+"""Words a request may open with ("please show me", "Please, could you ...")."""
+SECOND_PERSON: Final = re.compile(r"(?<![\w'’])(?:you|your|yours|yourself|you['’](?:re|ve|d|ll))(?![\w'’])",
+                                  re.IGNORECASE)
+"""A second-person word: a query holding one outside a request ("What did you suggest for my birthday?")
+may be about the other side's words, so its first person is not taken as the asker's."""
+REQUEST_VERBS: Final = frozenset(["can", "could", "would", "will", "do"])
+"""A ``you`` right after one of these, opening the query, makes a request ("Can you remind me ...",
+"Do you know where my ..."): not what the query is about."""
 _WORD_BEFORE = re.compile(r"([\w'’]+)\W*$")
 USER_ROLE: Final = "user"
 """The role of the messages a first-person query is about, unless the request says otherwise."""
@@ -40,21 +47,40 @@ MAX_SPEAKERS: Final = 64
 """At most this many distinct speakers are matched against one query (the rest are not boosted)."""
 
 
-def _addressed(query: str, word: re.Match[str]) -> bool:
-    """Whether the first-person ``word`` is a ``me`` that asks for the answer: after an
-    :data:`ADDRESSEE_VERBS` verb said as a request (opening the query, or after ``you`` or
-    ``please``: "Tell me", "Can you show me"), not as a question's verb ("What did she tell me?")."""
-    if word.group(0).lower() != "me":
-        return False
-    lead = query[max(0, word.start() - 64):word.start()]  # the two words before it are all it reads
-    verb = _WORD_BEFORE.search(lead)
-    if verb is None or verb.group(1).lower() not in ADDRESSEE_VERBS:
-        return False
+def _said_as_request(lead: str, verb: re.Match[str], openers: frozenset[str]) -> bool:
+    """Whether ``verb`` (the last word of ``lead``) opens a request: it opens the query or a clause, or
+    follows one of ``openers``."""
     before = _WORD_BEFORE.search(lead, 0, verb.start())
     if before is None:
-        return True  # the verb opens the query
-    between = lead[before.end(1):verb.start()]
-    return before.group(1).lower() in REQUEST_OPENERS or re.search(r"[.,!?;:]", between) is not None
+        return True
+    return before.group(1).lower() in openers or re.search(r"[.,!?;:]", lead[before.end(1):verb.start()]) is not None
+
+
+def _word_before(query: str, word: re.Match[str]) -> tuple[str, re.Match[str] | None]:
+    """The 64 characters before ``word`` (two words back is all the checks read) and the last word in them."""
+    lead = query[max(0, word.start() - 64):word.start()]
+    return lead, _WORD_BEFORE.search(lead)
+
+
+def _addressed(query: str, word: re.Match[str]) -> bool:
+    """Whether the first-person ``word`` is a ``me`` that asks for the answer: after an
+    :data:`ADDRESSEE_VERBS` verb said as a request ("Tell me", "Can you show me", "please show me"),
+    not as a question's verb ("What did she tell me?")."""
+    if word.group(0).lower() != "me":
+        return False
+    lead, verb = _word_before(query, word)
+    return (verb is not None and verb.group(1).lower() in ADDRESSEE_VERBS
+            and _said_as_request(lead, verb, POLITE | {"you"}))
+
+
+def _asks_about_the_other_side(query: str) -> bool:
+    """Whether ``query`` holds a second-person word that does not open a request (see
+    :data:`SECOND_PERSON`, :data:`REQUEST_VERBS`)."""
+    for word in SECOND_PERSON.finditer(query):
+        lead, verb = _word_before(query, word)
+        if not (verb is not None and verb.group(1).lower() in REQUEST_VERBS and _said_as_request(lead, verb, POLITE)):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +146,12 @@ class SpeakerBoost:
     def speaks_as_asker(self, query: str) -> bool:
         """Whether ``query`` speaks in the first person (``I``, ``me``, ``my``, ``mine``, ``myself``,
         ``I'm``, ...) and whose messages that means is known (:attr:`asker`). A ``me`` that only asks
-        for the answer ("Tell me about pgvector", "show me the config") does not count."""
+        for the answer ("Tell me about pgvector", "show me the config") does not count, and a query
+        that also speaks to the other side ("What did you suggest for my birthday?") is not taken as
+        being about the asker's own messages."""
         return (self.active and self.asker is not None
-                and any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query)))
+                and any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query))
+                and not _asks_about_the_other_side(query))
 
     def _speaker(self, hit: Hit) -> str | None:
         if (spoken := hit.speaker) is not None:

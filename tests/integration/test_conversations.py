@@ -143,10 +143,10 @@ async def test_a_first_person_query_ranks_up_the_users_own_messages(client: Asyn
     assert "asked in the first person: " in body["reason"], body["reason"]
     assert body["results"][0]["id"] == out["messages"][0]["id"]
     assert body["results"][0]["message"]["role"] == "user"
-    # asked about someone else, the user's turns are not favoured
-    r = await client.post("/v1/memories/search", headers=tenant.headers,
-                          json={**query, "query": "Where did your sister move?"})
-    assert "first person" not in r.json()["reason"]
+    # asked about someone else, or about what the other side said, the user's turns are not favoured
+    for other in ("Where did your sister move?", "Where did you say my sister would move?"):
+        r = await client.post("/v1/memories/search", headers=tenant.headers, json={**query, "query": other})
+        assert "first person" not in r.json()["reason"], (other, r.json()["reason"])
     # the request says whose the first person is: nobody's, or the assistant's (the agent asking)
     r = await client.post("/v1/memories/search", headers=tenant.headers,
                           json={**query, "tuning": {"first_person": None}})

@@ -79,6 +79,13 @@ def in_role(ident: UUID, role: str | None, speaker: str | None = None) -> Hit:
     ("remind me, what is the plan", False),
     ("Okay, show me the config", False),
     ("Please tell me about pgvector", False),
+    ("What did you suggest for my birthday?", False),  # about the other side's words
+    ("Did you book my table?", False),
+    ("What is your view of my plan?", False),
+    ("Can you remind me what my sister said?", True),  # a request's "you"
+    ("Do you know where my keys are?", True),
+    ("Please, could you check my calendar?", True),
+    ("When is my youth center's show?", True),  # "youth" is not "you"
     ("Remind me what my sister said", True),
     ("Tell me what I said", True),
     ("Where does she live?", False),
