@@ -7,7 +7,8 @@ boost (docs/retrieval.md "Speakers") sees no name. So a query with no name of it
 
 * a third-person pronoun (``he``, ``she``, ``they``, ``him``, ``her``, ``them``, ``his``, ``hers``,
   ``their``, ``theirs``), or
-* at most :data:`SHORT_TERMS` content words (``why?``, ``and then?``)
+* at most :data:`SHORT_TERMS` content words (``why?``, ``and then?``), unless it speaks in the
+  first person ("What did I order?" is about the user, who needs no name)
 
 is searched after the names (:func:`names_in`) of the latest of the last :data:`LOOK_BACK` messages of
 ``recent_messages`` that has any, read from its last :data:`CONTEXT_CHARS` characters: "Caroline
@@ -33,6 +34,7 @@ from typing import Final
 from service.assembly.format import clean_text
 from service.assembly.terms import STOPWORDS, content_words, words
 from service.assembly.types import Message
+from service.retrieval.speakers import speaks_in_first_person
 
 ANAPHORS: Final = frozenset(["he", "she", "they", "him", "her", "them", "his", "hers", "their", "theirs"])
 """Pronouns that point at someone named before: a query holding one is completed."""
@@ -86,11 +88,14 @@ def names_in(text: str) -> list[str]:
 
 def needs_context(query: str) -> bool:
     """Whether ``query`` leans on what was said before it: no name of its own, and a pronoun or hardly
-    any content words."""
+    any content words. A short query in the first person ("What did I order?") is about its asker,
+    who needs no name: only a third-person pronoun makes it lean."""
     if next(_names(query), None) is not None:
         return False
     said = set(words(query))
-    return not ANAPHORS.isdisjoint(said) or len(content_words(said)) <= SHORT_TERMS
+    if not ANAPHORS.isdisjoint(said):
+        return True
+    return len(content_words(said)) <= SHORT_TERMS and not speaks_in_first_person(query)
 
 
 def search_query(query: str, recent: Sequence[Message]) -> tuple[str, str | None]:

@@ -83,6 +83,15 @@ def _asks_about_the_other_side(query: str) -> bool:
     return False
 
 
+def speaks_in_first_person(query: str) -> bool:
+    """Whether ``query`` is about its asker: a first-person word (``I``, ``me``, ``my``, ``mine``,
+    ``myself``, ``I'm``, ...; a ``me`` that only asks for the answer, as in "Tell me about pgvector",
+    does not count) and no second-person word outside a request ("What did you suggest for my
+    birthday?" may be asking for the other side's words)."""
+    return (any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query))
+            and not _asks_about_the_other_side(query))
+
+
 @dataclass(frozen=True, slots=True)
 class SpeakerBoost:
     """Memories said or written by someone the query names rank higher: ``boost`` standard deviations
@@ -144,14 +153,9 @@ class SpeakerBoost:
                 if h.message is not None and h.message.role is not None and h.message.role != self.asker}
 
     def speaks_as_asker(self, query: str) -> bool:
-        """Whether ``query`` speaks in the first person (``I``, ``me``, ``my``, ``mine``, ``myself``,
-        ``I'm``, ...) and whose messages that means is known (:attr:`asker`). A ``me`` that only asks
-        for the answer ("Tell me about pgvector", "show me the config") does not count, and a query
-        that also speaks to the other side ("What did you suggest for my birthday?") is not taken as
-        being about the asker's own messages."""
-        return (self.active and self.asker is not None
-                and any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query))
-                and not _asks_about_the_other_side(query))
+        """Whether ``query`` speaks in the first person (:func:`speaks_in_first_person`) and whose
+        messages that means is known (:attr:`asker`)."""
+        return self.active and self.asker is not None and speaks_in_first_person(query)
 
     def _speaker(self, hit: Hit) -> str | None:
         if (spoken := hit.speaker) is not None:

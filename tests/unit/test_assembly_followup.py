@@ -34,6 +34,10 @@ def test_a_possessive_is_the_name() -> None:
     ("What activities does Melanie partake in?", False),  # a name of its own
     ("What did Caroline and her friends do?", False),
     ("Which tricks did the puppy learn in the park?", False),  # stands alone
+    ("What did I order?", False),  # short, but about the asker: no name needed
+    ("and my sister?", False),
+    ("What did I tell her?", True),  # the pronoun still points back
+    ("Tell me why?", True),  # a "me" that asks for the answer is not the first person
 ])
 def test_a_query_leans_on_the_conversation_when_it_has_a_pronoun_or_almost_no_words(query: str, leans: bool) -> None:
     assert needs_context(query) is leans
