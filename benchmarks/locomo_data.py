@@ -186,6 +186,18 @@ _LEADS_SUBJECT = frozenset(["did", "does", "do", "is", "was", "has", "have", "ha
                             "and", "when", "where", "how", "why", "what", "who"])
 
 
+def _stands_as_subject(before: str) -> bool:
+    """Whether a word after ``before`` stands where a question's subject does: first, or after an
+    auxiliary or question word."""
+    words = before.split()
+    return not words or words[-1].lower() in _LEADS_SUBJECT
+
+
+def _named(q: Query, speakers: dict[str, list[str]]) -> list[str]:
+    """The speakers of ``q``'s conversation that ``q`` names (as words, any case)."""
+    return [n for n in speakers.get(q.group, ()) if re.search(rf"\b{re.escape(n)}\b", q.text, re.IGNORECASE)]
+
+
 def _pronouns(question: str, names: Sequence[str]) -> str:
     """``question`` with ``names`` replaced by pronouns: ``X's`` -> ``their``, ``X and Y`` -> ``they``, and
     ``X`` -> ``they`` where a subject stands (first, or after an auxiliary or question word), else ``them``."""
@@ -195,8 +207,7 @@ def _pronouns(question: str, names: Sequence[str]) -> str:
     text = re.sub(rf"\b(?:{alternatives})'s\b", "their", text, flags=re.IGNORECASE)
 
     def one(m: re.Match[str]) -> str:
-        before = text[:m.start()].split()
-        return "they" if not before or before[-1].lower() in _LEADS_SUBJECT else "them"
+        return "they" if _stands_as_subject(text[:m.start()]) else "them"
 
     return re.sub(rf"\b(?:{alternatives})\b", one, text, flags=re.IGNORECASE)
 
@@ -210,8 +221,7 @@ def as_followups(queries: Sequence[Query], turns: Sequence[Turn]) -> list[Follow
     out: list[FollowUp] = []
     last_about: dict[tuple[str, frozenset[str]], str] = {}
     for q in queries:
-        named = frozenset(n for n in speakers.get(q.group, ())
-                          if re.search(rf"\b{re.escape(n)}\b", q.text, re.IGNORECASE))
+        named = frozenset(_named(q, speakers))
         if not named:
             continue
         key = (q.group, named)
@@ -244,12 +254,8 @@ def first_person(question: str, name: str) -> str:
     alt = re.escape(name)
     text = re.sub(rf"\b{alt}'s\b", "my", question, flags=re.IGNORECASE)
 
-    def subject(before: str) -> bool:
-        words = before.split()
-        return not words or words[-1].lower() in _LEADS_SUBJECT
-
     def one(m: re.Match[str]) -> str:
-        return "I" if subject(m.string[:m.start()]) else "me"
+        return "I" if _stands_as_subject(m.string[:m.start()]) else "me"
 
     text = re.sub(rf"\b{alt}\b", one, text, flags=re.IGNORECASE)
 
@@ -275,7 +281,7 @@ def as_user_questions(queries: Sequence[Query], turns: Sequence[Turn]) -> list[t
     speakers = speakers_of(turns)
     out: list[tuple[Query, str]] = []
     for q in queries:
-        named = [n for n in speakers.get(q.group, ()) if re.search(rf"\b{re.escape(n)}\b", q.text, re.IGNORECASE)]
+        named = _named(q, speakers)
         if len(named) == 1:
             out.append((Query(q.id, first_person(q.text, named[0]), q.group, q.category), named[0]))
     return out

@@ -282,7 +282,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.as_user:
         asked = as_user_questions(queries, turns)
         queries = [Query(q.id, q.text, f"{q.group} as {name}", q.category) for q, name in asked]
-        loads = sorted({(q.group, q.group.split(" as ")[0], name) for q, (_, name) in zip(queries, asked, strict=True)})
+        loads = sorted({(f"{q.group} as {name}", q.group, name) for q, name in asked})
         print(f"# as the user: {len(queries)} questions name one speaker and are asked by them in the first person "
               f"(\"What activities do I partake in?\"); each conversation written once per speaker, with that "
               "speaker's turns as role user and the other's as assistant (no names)", flush=True)

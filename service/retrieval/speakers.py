@@ -33,6 +33,8 @@ ADDRESSEE_VERBS: Final = frozenset(["tell", "show", "give", "remind", "help", "l
 what the query is about."""
 POLITE: Final = frozenset(["please", "pls"])
 """Words a request may open with ("please show me", "Please, could you ...")."""
+_ADDRESSEE_OPENERS: Final = POLITE | {"you"}
+"""What an addressee verb may follow in a request ("Can you tell me", "please show me")."""
 SECOND_PERSON: Final = re.compile(r"(?<![\w'’])(?:you|your|yours|yourself|you['’](?:re|ve|d|ll))(?![\w'’])",
                                   re.IGNORECASE)
 """A second-person word: a query holding one outside a request ("What did you suggest for my birthday?")
@@ -70,7 +72,7 @@ def _addressed(query: str, word: re.Match[str]) -> bool:
         return False
     lead, verb = _word_before(query, word)
     return (verb is not None and verb.group(1).lower() in ADDRESSEE_VERBS
-            and _said_as_request(lead, verb, POLITE | {"you"}))
+            and _said_as_request(lead, verb, _ADDRESSEE_OPENERS))
 
 
 def _asks_about_the_other_side(query: str) -> bool:

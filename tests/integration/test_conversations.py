@@ -29,6 +29,15 @@ TURNS = [
 ]
 
 
+ROLE_CHAT = [{"role": "user", "content": "My sister relocated to Oslo last spring."},
+             {"role": "assistant", "content": "Where did your sister move from? Sisters who move abroad often "
+                                              "move for work."},
+             *({"role": "user" if n % 2 else "assistant", "content": f"Where to put the couch after the move, day {n}."}
+               for n in range(8))]
+"""An agent's chat, written with roles: the user's turn (first) says where the sister moved; the assistant's
+reply (second) holds more of the words of "Where did my sister move?"."""
+
+
 async def append(client: AsyncTestClient[Any], tenant: Tenant, conversation: str, messages: list[dict[str, Any]],
                  **extra: Any) -> dict[str, Any]:
     r = await client.post(f"/v1/conversations/{conversation}/messages", headers=tenant.headers,
@@ -124,14 +133,7 @@ async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: A
 
 async def test_a_first_person_query_ranks_up_the_users_own_messages(client: AsyncTestClient[Any],
                                                                      tenant: Tenant) -> None:
-    # An agent's chat, written with roles: the user's turn says where the sister moved; the
-    # assistant's reply holds more of the question's words.
-    turns = [{"role": "user", "content": "My sister relocated to Oslo last spring."},
-             {"role": "assistant", "content": "Where did your sister move from? Sisters who move abroad often "
-                                              "move for work."},
-             *({"role": "user" if n % 2 else "assistant", "content": f"Where to put the couch after the move, day {n}."}
-               for n in range(8))]
-    out = await append(client, tenant, "sisters", turns)
+    out = await append(client, tenant, "sisters", ROLE_CHAT)
     query = {"query": "Where did my sister move?", "strategy": "auto", "limit": 5}
     r = await client.post("/v1/memories/search", headers=tenant.headers,
                           json={**query, "tuning": {"speaker_boost": 0}})

@@ -24,6 +24,7 @@ from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.adapters import ROOT, run_readme
 from tests.integration.live import live_service
+from tests.integration.test_conversations import ROLE_CHAT
 
 pytestmark = pytest.mark.integration
 
@@ -123,14 +124,9 @@ async def test_an_agent_loop_remembers_and_recalls_through_the_tools_and_session
 async def test_recall_reads_the_models_first_person_as_nobodys(live_url: str, tenant: Tenant) -> None:
     # The model writes recall's query: its "I" is not the user's, so the user's turns are not put first.
     agent_id = f"oa-{uuid4().hex[:8]}"
-    chat = [{"role": "user", "content": "My sister relocated to Oslo last spring."},
-            {"role": "assistant", "content": "Where did your sister move from? Sisters who move abroad often "
-                                             "move for work."},
-            *({"role": "user" if n % 2 else "assistant", "content": f"Where to put the couch after the move, day {n}."}
-              for n in range(8))]
     query = "Where did I note the user's sister would move?"
     with Client(live_url, tenant.key) as pg:
-        said = pg.append_messages(f"chat-{uuid4().hex[:8]}", chat, agent_id=agent_id).messages[1].id
+        said = pg.append_messages(f"chat-{uuid4().hex[:8]}", ROLE_CHAT, agent_id=agent_id).messages[1].id
         as_users = pg.search(query, limit=3, filters=SearchFilters(agent_id=agent_id)).results
     assert as_users[0].id != said  # searched as if the user's words, the user's turn ranks first
     model = ScriptedModel([call("recall", query=query, limit=3),
