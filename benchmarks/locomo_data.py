@@ -242,46 +242,68 @@ def speakers_of(turns: Sequence[Turn]) -> dict[str, list[str]]:
     return out
 
 
-_AS_FIRST_PERSON = {"does": "do", "has": "have", "is": "am"}
-_THIRD_PERSON = {"he": "I", "she": "I", "him": "me", "his": "my", "himself": "myself", "herself": "myself"}
+@dataclass(frozen=True, slots=True)
+class Person:
+    """How a question about someone reads in a grammatical person: their name as subject and object,
+    ``name's``, the verbs that agree after the subject, and the third-person pronouns (which point at
+    the one person named)."""
+
+    subject: str
+    object: str
+    possessive: str
+    reflexive: str
+    agreement: dict[str, str]
 
 
-def first_person(question: str, name: str) -> str:
-    """``question`` about ``name`` as that person asks it: ``name's`` -> ``my``, ``name`` -> ``I`` where a
-    subject stands (first, or after an auxiliary or question word; ``does``/``has``/``is`` before it
-    agree), else ``me``, and the third-person pronouns (which point at the one person named) likewise:
-    "What does Melanie do with her kids?" -> "What do I do with my kids?"."""
+FIRST_PERSON = Person("I", "me", "my", "myself", {"does": "do", "has": "have", "is": "am"})
+SECOND_PERSON = Person("you", "you", "your", "yourself", {"does": "do", "has": "have", "is": "are", "was": "were"})
+
+
+def in_person(question: str, name: str, person: Person = FIRST_PERSON) -> str:
+    """``question`` about ``name`` asked in ``person`` (by them in the first person, to them in the
+    second): ``name's`` -> ``my``/``your``, ``name`` -> ``I``/``you`` where a subject stands (first, or after
+    an auxiliary or question word; ``does``/``has``/``is`` before it agree), else ``me``/``you``, and the
+    third-person pronouns likewise: "What does Melanie do with her kids?" -> "What do I do with my kids?"
+    / "What do you do with your kids?"."""
     alt = re.escape(name)
-    text = re.sub(rf"\b{alt}'s\b", "my", question, flags=re.IGNORECASE)
+    text = re.sub(rf"\b{alt}'s\b", person.possessive, question, flags=re.IGNORECASE)
 
     def one(m: re.Match[str]) -> str:
-        return "I" if _stands_as_subject(m.string[:m.start()]) else "me"
+        return person.subject if _stands_as_subject(m.string[:m.start()]) else person.object
 
     text = re.sub(rf"\b{alt}\b", one, text, flags=re.IGNORECASE)
 
     def agree(m: re.Match[str]) -> str:
-        verb = _AS_FIRST_PERSON[m.group(1).lower()]
+        verb = person.agreement[m.group(1).lower()]
         return (verb.capitalize() if m.group(1)[0].isupper() else verb) + m.group(2)
 
-    text = re.sub(r"\b(does|has|is)(\s+I)\b", agree, text, flags=re.IGNORECASE)
+    verbs = "|".join(person.agreement)
+    text = re.sub(rf"\b({verbs})(\s+{re.escape(person.subject)})\b", agree, text, flags=re.IGNORECASE)
+    pronouns = {"he": person.subject, "she": person.subject, "him": person.object, "his": person.possessive,
+                "himself": person.reflexive, "herself": person.reflexive}
 
     def pronoun(m: re.Match[str]) -> str:
         word = m.group(0).lower()
         if word == "her":  # possessive before a word, else the object
-            return "my" if re.match(r"\s+[A-Za-z]", m.string[m.end():]) else "me"
-        return _THIRD_PERSON[word]
+            return person.possessive if re.match(r"\s+[A-Za-z]", m.string[m.end():]) else person.object
+        return pronouns[word]
 
     return re.sub(r"\b(?:he|she|him|his|her|himself|herself)\b", pronoun, text, flags=re.IGNORECASE)
 
 
-def as_user_questions(queries: Sequence[Query], turns: Sequence[Turn]) -> list[tuple[Query, str]]:
-    """The questions that name exactly one of their conversation's speakers, asked by that speaker in
-    the first person (:func:`first_person`), each with the speaker: they are scored against the
-    conversation written with that speaker as ``user`` (:func:`as_message`)."""
+def as_user_questions(queries: Sequence[Query], turns: Sequence[Turn],
+                      person: Person = FIRST_PERSON) -> list[tuple[Query, str]]:
+    """The questions that name exactly one of their conversation's speakers, each with the speaker
+    written as ``user`` (:func:`as_message`) when it is scored: in the first person, asked by the speaker
+    named, who is the user; in the second, asked of the speaker named, who is the assistant (the other
+    speaker is the user)."""
     speakers = speakers_of(turns)
     out: list[tuple[Query, str]] = []
     for q in queries:
         named = _named(q, speakers)
-        if len(named) == 1:
-            out.append((Query(q.id, first_person(q.text, named[0]), q.group, q.category), named[0]))
+        if len(named) != 1:
+            continue
+        user = named[0] if person is FIRST_PERSON else next((n for n in speakers[q.group] if n != named[0]), None)
+        if user is not None:
+            out.append((Query(q.id, in_person(q.text, named[0], person), q.group, q.category), user))
     return out

@@ -70,6 +70,8 @@ from benchmarks._common import (
     servers,
 )
 from benchmarks.locomo_data import (
+    FIRST_PERSON,
+    SECOND_PERSON,
     Query,
     Turn,
     append_group,
@@ -279,13 +281,20 @@ async def main_async(args: argparse.Namespace) -> None:
           f"{len(queries)} questions (categories {', '.join(args.categories) or 'all'})", flush=True)
     # (the org's name, its conversation, the speaker written as the user)
     loads: list[tuple[str, str, str | None]] = [(group, group, None) for group in groups]
-    if args.as_user:
-        asked = as_user_questions(queries, turns)
+    if args.as_user or args.to_assistant:
+        person = SECOND_PERSON if args.to_assistant else FIRST_PERSON
+        asked = as_user_questions(queries, turns, person)
         queries = [Query(q.id, q.text, f"{q.group} as {name}", q.category) for q, name in asked]
         loads = sorted({(f"{q.group} as {name}", q.group, name) for q, name in asked})
-        print(f"# as the user: {len(queries)} questions name one speaker and are asked by them in the first person "
-              f"(\"What activities do I partake in?\"); each conversation written once per speaker, with that "
-              "speaker's turns as role user and the other's as assistant (no names)", flush=True)
+        if args.to_assistant:
+            print(f"# to the assistant: {len(queries)} questions name one speaker and are asked of them in the "
+                  "second person (\"What activities do you partake in?\"); each conversation written once per "
+                  "speaker, with that speaker's turns as role assistant and the other's as user (no names)",
+                  flush=True)
+        else:
+            print(f"# as the user: {len(queries)} questions name one speaker and are asked by them in the first "
+                  "person (\"What activities do I partake in?\"); each conversation written once per speaker, with "
+                  "that speaker's turns as role user and the other's as assistant (no names)", flush=True)
     else:
         print(bm25_reference(turns, queries, qrels), flush=True)
     tokenizers = Tokenizers(settings.assembly.tiktoken_dir or settings.data_dir / "tiktoken")
@@ -306,8 +315,8 @@ async def main_async(args: argparse.Namespace) -> None:
             if args.load == "conversations":
                 print(f"# loaded through POST /v1/conversations/{{id}}/messages in "
                       f"{time.perf_counter() - started:.1f} s "
-                      f"(words, {'role' if args.as_user else 'speaker'}, occurred_at, session; search context "
-                      f"derived by the service from "
+                      f"(words, {'role' if args.as_user or args.to_assistant else 'speaker'}, occurred_at, session; "
+                      f"search context derived by the service from "
                       f"{settings.conversations.context_turns} turns before; {tail})", flush=True)
             else:
                 sent = ("not sent: the service does not take it" if not send_time[0] else
@@ -371,11 +380,16 @@ def main() -> None:
     parser.add_argument("--as-user", action="store_true",
                         help="ask the questions that name one speaker in the first person, against the conversation "
                              "written with that speaker as role user and the other as assistant")
+    parser.add_argument("--to-assistant", action="store_true",
+                        help="ask the questions that name one speaker in the second person, against the conversation "
+                             "written with that speaker as role assistant and the other as user")
     parser.add_argument("--plain", action="store_true",
                         help="--load memories: send only the text and occurred_at (no metadata, so no speaker)")
     args = parser.parse_args()
-    if args.as_user and (args.load != "conversations" or args.followups):
-        parser.error("--as-user writes conversations (--load conversations) and asks no follow-ups")
+    if (args.as_user or args.to_assistant) and (args.load != "conversations" or args.followups):
+        parser.error("--as-user and --to-assistant write conversations (--load conversations) and ask no follow-ups")
+    if args.as_user and args.to_assistant:
+        parser.error("--as-user or --to-assistant, not both")
     configure_logs("warning")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     asyncio.run(main_async(args))
