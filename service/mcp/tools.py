@@ -206,7 +206,7 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
     ) -> dict[str, Any]:
         with service_errors():
             # The model writes these queries: its "I" is not the user's (and not its own turns either:
-            # "what do I know about the user's diet?"), so the first person is ignored.
+            # "what do I know about the user's diet?"), so the first and second person are ignored.
             found = await (await client_for()).search(query, limit=limit,
                                                       filters=SearchFilters(agent_id=agent, kinds=kinds),
                                                       tuning=SearchTuning(first_person=None))

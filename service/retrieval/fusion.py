@@ -177,9 +177,10 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
     their spread, else RRF (ranks need no spread). The reason names the choice and, for z-scores,
     how far each branch's best hit stands out of its candidates (its per-query say in the fusion).
     With ``speaker``, the candidates whose speaker ``query`` names get its boost, and when ``query``
-    speaks in the first person the messages of other roles than its asker's lose it once their
-    neighbours' support is counted (an assistant's question still lends its support to the answer
-    after it). Z-scores only: a rank has no unit to add it in. The reason says how many."""
+    speaks in the first person (or the second) the messages of other roles than its asker's (or the
+    other side's) lose it once their neighbours' support is counted (an assistant's question still
+    lends its support to the answer after it). Z-scores only: a rank has no unit to add it in. The
+    reason says how many."""
     lex, sem = _spread_or_problem("lexical", lexical), _spread_or_problem("semantic", semantic)
     if isinstance(lex, str) or isinstance(sem, str):
         problem = lex if isinstance(lex, str) else sem
@@ -199,13 +200,14 @@ def auto(lexical: Sequence[Hit], semantic: Sequence[Hit], *, rrf_k: int, limit: 
     supported = with_neighbours(entries, scores, NEIGHBOUR_WEIGHT)
     if supported:
         reason += f"; {supported} messages +{NEIGHBOUR_WEIGHT:g} of their best neighbour's score"
-    others = speaker.not_the_askers(query, [*lexical, *semantic]) if speaker is not None else set()
-    if others:
+    lowered = speaker.not_asked_about(query, [*lexical, *semantic]) if speaker is not None else None
+    if lowered is not None and lowered[2]:
         assert speaker is not None
+        person, role, others = lowered
         for i in others:
             scores[i] -= speaker.boost
-        reason += (f"; asked in the first person: {len(others)} messages of other roles than "
-                   f"{speaker.asker} -{speaker.boost:g} sd")
+        reason += (f"; asked in the {person} person: {len(others)} messages of other roles than "
+                   f"{role} -{speaker.boost:g} sd")
     return _ranked(entries, scores, "zscore", limit), reason
 
 

@@ -14,7 +14,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 from uuid import UUID
 
 import numpy as np
@@ -37,14 +37,26 @@ _ADDRESSEE_OPENERS: Final = POLITE | {"you"}
 """What an addressee verb may follow in a request ("Can you tell me", "please show me")."""
 SECOND_PERSON: Final = re.compile(r"(?<![\w'’])(?:you|your|yours|yourself|you['’](?:re|ve|d|ll))(?![\w'’])",
                                   re.IGNORECASE)
-"""A second-person word: a query holding one outside a request ("What did you suggest for my birthday?")
-may be about the other side's words, so its first person is not taken as the asker's."""
+"""A second-person word: a query holding one outside a request ("What did you suggest?") is about the
+other side's words."""
 REQUEST_VERBS: Final = frozenset(["can", "could", "would", "will", "do"])
 """A ``you`` right after one of these, opening the query, makes a request ("Can you remind me ...",
 "Do you know where my ..."): not what the query is about."""
+RECALL_VERBS: Final = frozenset(["know", "remember", "recall", "recollect"])
+"""A ``you`` before one of these asks what is remembered, not what the other side said: "What do you
+know about my diet?" is about the user's words."""
+SUBJECT_LEADS: Final = frozenset(["did", "does", "do", "am", "is", "was", "are", "were", "have", "has", "had", "will",
+                                  "would", "can", "could", "should", "shall", "may", "might", "must", "and", "what",
+                                  "when", "where", "who", "whom", "which", "why", "how", "that", "if", "as"])
+"""Words after which an ``I`` or a ``you`` is a clause's subject ("What did you suggest", "the book that I
+lent"), not an object ("What did I tell you")."""
+OBJECT_FORMS: Final = frozenset(["me", "my", "mine", "myself", "your", "yours", "yourself"])
 _WORD_BEFORE = re.compile(r"([\w'’]+)\W*$")
+_WORD_AFTER = re.compile(r"\s+(?:still\s+|even\s+)?(\w+)")
 USER_ROLE: Final = "user"
 """The role of the messages a first-person query is about, unless the request says otherwise."""
+OTHER_SIDE: Final = {"user": "assistant", "assistant": "user"}
+"""The role of the messages a second-person query is about, by the first person's role."""
 MAX_SPEAKERS: Final = 64
 """At most this many distinct speakers are matched against one query (the rest are not boosted)."""
 
@@ -75,23 +87,50 @@ def _addressed(query: str, word: re.Match[str]) -> bool:
             and _said_as_request(lead, verb, _ADDRESSEE_OPENERS))
 
 
-def _asks_about_the_other_side(query: str) -> bool:
-    """Whether ``query`` holds a second-person word that does not open a request (see
-    :data:`SECOND_PERSON`, :data:`REQUEST_VERBS`)."""
-    for word in SECOND_PERSON.finditer(query):
-        lead, verb = _word_before(query, word)
-        if not (verb is not None and verb.group(1).lower() in REQUEST_VERBS and _said_as_request(lead, verb, POLITE)):
-            return True
-    return False
+def _opens_request(query: str, word: re.Match[str]) -> bool:
+    """Whether the second-person ``word`` is the ``you`` of a request ("Can you remind me ...", "Do you
+    know where my ..."; see :data:`REQUEST_VERBS`) or asks what is remembered ("What do you know about
+    my ...?"; see :data:`RECALL_VERBS`)."""
+    after = _WORD_AFTER.match(query, word.end())
+    if after is not None and after.group(1).lower() in RECALL_VERBS:
+        return True
+    lead, verb = _word_before(query, word)
+    return verb is not None and verb.group(1).lower() in REQUEST_VERBS and _said_as_request(lead, verb, POLITE)
+
+
+def _stands_as_subject(query: str, word: re.Match[str]) -> bool:
+    """Whether ``word`` (an ``I`` or a ``you``, not a possessive or an object form) is a clause's subject:
+    it opens the query or a clause, or follows one of :data:`SUBJECT_LEADS`."""
+    if word.group(0).lower() in OBJECT_FORMS:
+        return False
+    lead, before = _word_before(query, word)
+    return (before is None or before.group(1).lower() in SUBJECT_LEADS
+            or re.search(r"[.,!?;:]", lead[before.end(1):]) is not None)
+
+
+def person_asked_about(query: str) -> Literal["first", "second"] | None:
+    """Whose words ``query`` is about, by the grammatical person it speaks in: ``first`` (its asker's)
+    for a first-person word (``I``, ``me``, ``my``, ``mine``, ``myself``, ``I'm``, ...; a ``me`` that only
+    asks for the answer, as in "Tell me about pgvector", does not count), ``second`` (the other side's)
+    for a second-person word outside a request ("What did you suggest?", but not "Can you remind me
+    ..."). A query holding both is about the one that stands as the subject ("What did you suggest for
+    my birthday?": second; "What did I tell you?": first), else about neither, as is a query holding
+    none."""
+    first = [m for m in FIRST_PERSON.finditer(query) if not _addressed(query, m)]
+    second = [m for m in SECOND_PERSON.finditer(query) if not _opens_request(query, m)]
+    if not second:
+        return "first" if first else None
+    if not first:
+        return "second"
+    for word in sorted([*first, *second], key=lambda m: m.start()):
+        if _stands_as_subject(query, word):
+            return "first" if word in first else "second"
+    return None
 
 
 def speaks_in_first_person(query: str) -> bool:
-    """Whether ``query`` is about its asker: a first-person word (``I``, ``me``, ``my``, ``mine``,
-    ``myself``, ``I'm``, ...; a ``me`` that only asks for the answer, as in "Tell me about pgvector",
-    does not count) and no second-person word outside a request ("What did you suggest for my
-    birthday?" may be asking for the other side's words)."""
-    return (any(not _addressed(query, m) for m in FIRST_PERSON.finditer(query))
-            and not _asks_about_the_other_side(query))
+    """Whether ``query`` is about its asker (:func:`person_asked_about`)."""
+    return person_asked_about(query) == "first"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +148,14 @@ class SpeakerBoost:
 
     A chat written with roles rather than names has its asker too: a query in the first person ("What
     did I say about my sister?") is about the conversation's user (or, as the request says, about the
-    assistant), and the messages of the other roles lose the boost (:meth:`not_the_askers`)."""
+    assistant), one in the second ("What did you suggest?") about the other side, and the messages of
+    the other roles lose the boost (:meth:`not_asked_about`)."""
 
     key: str
     boost: float
     asker: str | None = USER_ROLE
-    """The role whose messages a first-person query is about (``tuning.first_person``); None: none."""
+    """The role whose messages a first-person query is about (``tuning.first_person``; a second-person
+    one is about the other side's); None: neither."""
 
     @property
     def active(self) -> bool:
@@ -143,21 +184,29 @@ class SpeakerBoost:
             return set()  # the query names nobody (most queries): no second pass over the candidates
         return {h.id for h in hits if patterns.get(self._speaker(h) or "") is not None}
 
-    def not_the_askers(self, query: str, hits: Sequence[Hit]) -> set[UUID]:
-        """When ``query`` speaks in the first person (:meth:`speaks_as_asker`), the ids of the messages
-        of another role than the asker's (by default the user's: the assistant's, a tool's, ...).
-        Lowering those, rather than raising the asker's, ranks the asker's turns above the rest of the
-        chat and leaves them where they were against facts and documents, which a "How do I ...?"
-        may well be asking for."""
-        if not self.speaks_as_asker(query):
-            return set()
-        return {h.id for h in hits
-                if h.message is not None and h.message.role is not None and h.message.role != self.asker}
+    def asked_about(self, query: str) -> tuple[Literal["first", "second"], str] | None:
+        """The grammatical person ``query`` speaks in (:func:`person_asked_about`) and the role of the
+        messages that makes it about: the :attr:`asker`'s for the first, the other side's for the second;
+        None when it speaks in neither, or when whose messages that means is not known."""
+        if not self.active or self.asker is None:
+            return None
+        person = person_asked_about(query)
+        role = self.asker if person == "first" else OTHER_SIDE.get(self.asker) if person == "second" else None
+        return None if person is None or role is None else (person, role)
 
-    def speaks_as_asker(self, query: str) -> bool:
-        """Whether ``query`` speaks in the first person (:func:`speaks_in_first_person`) and whose
-        messages that means is known (:attr:`asker`)."""
-        return self.active and self.asker is not None and speaks_in_first_person(query)
+    def not_asked_about(self, query: str,
+                        hits: Sequence[Hit]) -> tuple[Literal["first", "second"], str, set[UUID]] | None:
+        """When ``query`` is about one role's messages (:meth:`asked_about`), the grammatical person, that
+        role and the ids of the messages of other roles (asked "What did I say ...?" by the user: the
+        assistant's, a tool's, ...); else None. Lowering those, rather than raising the role's, ranks
+        that role's turns above the rest of the chat and leaves them where they were against facts and
+        documents, which a "How do I ...?" may well be asking for."""
+        about = self.asked_about(query)
+        if about is None:
+            return None
+        person, role = about
+        return person, role, {h.id for h in hits
+                              if h.message is not None and h.message.role is not None and h.message.role != role}
 
     def _speaker(self, hit: Hit) -> str | None:
         if (spoken := hit.speaker) is not None:

@@ -126,10 +126,11 @@ class SearchTuning(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``auto`` fusion: standard deviations added to candidates whose speaker (``metadata.speaker``)
     the query names; 0 turns it off; unset uses the service default (1.5)."""
     first_person: Literal["user", "assistant"] | None = "user"
-    """``auto`` fusion: whose messages a query in the first person ("What did I say ...?") is about; the
-    messages of other roles lose ``speaker_boost``. ``user`` (default) when the query is the user's
-    words, ``assistant`` when the agent asks about itself, null when neither (the first person is
-    then ignored)."""
+    """``auto`` fusion: whose messages a query in the first person ("What did I say ...?") is about, a
+    query in the second person ("What did you suggest?") being about the other side's; the messages of
+    other roles lose ``speaker_boost``. ``user`` (default) when the query is the user's words,
+    ``assistant`` when the agent asks about itself, null when neither (both persons are then
+    ignored)."""
     lookup_candidates: Candidates = 50
     """``modes`` search: how many rows each of ``exact``/``path``/``symbol`` contributes to fusion."""
 

@@ -131,7 +131,7 @@ async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: A
     assert re.search(r"; [1-9]\d* messages \+0\.15 of their best neighbour's score", body["reason"]), body["reason"]
 
 
-async def test_a_first_person_query_ranks_up_the_users_own_messages(client: AsyncTestClient[Any],
+async def test_a_query_in_the_first_or_second_person_ranks_up_that_sides_messages(client: AsyncTestClient[Any],
                                                                      tenant: Tenant) -> None:
     out = await append(client, tenant, "sisters", ROLE_CHAT)
     query = {"query": "Where did my sister move?", "strategy": "auto", "limit": 5}
@@ -145,10 +145,16 @@ async def test_a_first_person_query_ranks_up_the_users_own_messages(client: Asyn
     assert "asked in the first person: " in body["reason"], body["reason"]
     assert body["results"][0]["id"] == out["messages"][0]["id"]
     assert body["results"][0]["message"]["role"] == "user"
-    # asked about someone else, or about what the other side said, the user's turns are not favoured
+    # asked about someone else, the user's turns are not favoured
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={**query, "query": "Where did her sister move?"})
+    assert "person" not in r.json()["reason"], r.json()["reason"]
+    # asked about what the other side said, the assistant's are
     for other in ("Where did your sister move?", "Where did you say my sister would move?"):
         r = await client.post("/v1/memories/search", headers=tenant.headers, json={**query, "query": other})
-        assert "first person" not in r.json()["reason"], (other, r.json()["reason"])
+        assert "asked in the second person: " in r.json()["reason"], (other, r.json()["reason"])
+        assert "messages of other roles than assistant" in r.json()["reason"], (other, r.json()["reason"])
+        assert r.json()["results"][0]["id"] == out["messages"][1]["id"], other
     # the request says whose the first person is: nobody's, or the assistant's (the agent asking)
     r = await client.post("/v1/memories/search", headers=tenant.headers,
                           json={**query, "tuning": {"first_person": None}})

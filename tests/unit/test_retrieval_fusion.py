@@ -165,6 +165,12 @@ def test_auto_fusion_ranks_up_the_candidates_said_by_someone_the_query_names() -
     before = {r.id: r.final_score for r in unlowered}
     assert {r.id: r.final_score for r in results} == {
         i: pytest.approx(score - (1.0 if i in car else 0.0)) for i, score in before.items()}
+    # In the second person, the other side's: the user's messages lose it.
+    results, reason = fusion.auto(mine, mine_semantic, rrf_k=60, limit=12, query="What activities do you do?",
+                                  speaker=boost)
+    assert reason.endswith("; asked in the second person: 6 messages of other roles than assistant -1 sd"), reason
+    assert {r.id: r.final_score for r in results} == {
+        i: pytest.approx(score - (1.0 if i in mel else 0.0)) for i, score in before.items()}
     few = lexical[:3]
     assert fusion.auto(few, semantic, rrf_k=60, limit=12, query="Melanie?", speaker=boost) == fusion.auto(
         few, semantic, rrf_k=60, limit=12)

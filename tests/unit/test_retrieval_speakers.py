@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from service.retrieval.hits import Hit
-from service.retrieval.speakers import MAX_SPEAKERS, SpeakerBoost, semantic_hits
+from service.retrieval.speakers import (
+    MAX_SPEAKERS,
+    SpeakerBoost,
+    person_asked_about,
+    semantic_hits,
+    speaks_in_first_person,
+)
 from service.retrieval.types import MessageRef
 
 A = uuid4()
@@ -65,57 +71,72 @@ def in_role(ident: UUID, role: str | None, speaker: str | None = None) -> Hit:
                message=ref)
 
 
-@pytest.mark.parametrize(("query", "as_user"), [
-    ("What did I say about my sister?", True),
-    ("what is my dog called", True),
-    ("Where do I live?", True),
-    ("I'm looking for the recipe", True),
-    ("I’ve lost it", True),
-    ("Is the red one mine?", True),
-    ("What did the counsellor tell me?", True),
-    ("Remind myself", True),
-    ("Tell me about pgvector", False),  # a "me" that asks for the answer
-    ("Could you show me the config?", False),
-    ("remind me, what is the plan", False),
-    ("Okay, show me the config", False),
-    ("Please tell me about pgvector", False),
-    ("What did you suggest for my birthday?", False),  # about the other side's words
-    ("Did you book my table?", False),
-    ("What is your view of my plan?", False),
-    ("Can you remind me what my sister said?", True),  # a request's "you"
-    ("Do you know where my keys are?", True),
-    ("Please, could you check my calendar?", True),
-    ("When is my youth center's show?", True),  # "youth" is not "you"
-    ("Remind me what my sister said", True),
-    ("Tell me what I said", True),
-    ("Where does she live?", False),
-    ("What is AI?", False),
-    ("the iPhone model", False),  # a word that merely holds a first-person one
-    ("keep in mind the plan", False),
-    ("the plan, i.e. the budget", False),
-    ("Melanie's recipe", False),
+@pytest.mark.parametrize(("query", "person"), [
+    ("What did I say about my sister?", "first"),
+    ("what is my dog called", "first"),
+    ("Where do I live?", "first"),
+    ("I'm looking for the recipe", "first"),
+    ("I’ve lost it", "first"),
+    ("Is the red one mine?", "first"),
+    ("What did the counsellor tell me?", "first"),
+    ("Remind myself", "first"),
+    ("Tell me about pgvector", None),  # a "me" that asks for the answer
+    ("Could you show me the config?", None),
+    ("remind me, what is the plan", None),
+    ("Okay, show me the config", None),
+    ("Please tell me about pgvector", None),
+    ("What did you suggest?", "second"),  # about the other side's words
+    ("What's your favourite colour?", "second"),
+    ("Tell me what you said", "second"),
+    ("What did you suggest for my birthday?", "second"),  # both: the subject decides
+    ("Did you book my table?", "second"),
+    ("What did I tell you about my sister?", "first"),
+    ("Where is the book that you lent me?", "second"),
+    ("What is your view of my plan?", None),  # both, neither the subject
+    ("Can you remind me what my sister said?", "first"),  # a request's "you"
+    ("Do you know where my keys are?", "first"),
+    ("What do you know about my diet?", "first"),  # what is remembered, not what the other side said
+    ("What do you still remember about me?", "first"),
+    ("What did you recall?", None),
+    ("Please, could you check my calendar?", "first"),
+    ("Could you tell me what I said?", "first"),
+    ("When is my youth center's show?", "first"),  # "youth" is not "you"
+    ("Remind me what my sister said", "first"),
+    ("Tell me what I said", "first"),
+    ("Where does she live?", None),
+    ("What is AI?", None),
+    ("the iPhone model", None),  # a word that merely holds a first-person one
+    ("keep in mind the plan", None),
+    ("the plan, i.e. the budget", None),
+    ("Melanie's recipe", None),
 ])
-def test_a_first_person_query_is_about_the_user_role(query: str, as_user: bool) -> None:
+def test_whose_messages_a_query_is_about(query: str, person: str | None) -> None:
     user, assistant, tool, unassigned, plain = uuid4(), uuid4(), uuid4(), uuid4(), uuid4()
     hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(tool, "tool"), in_role(unassigned, None),
             spoken(plain, 1.0, "Melanie")]
+    assert person_asked_about(query) == person
+    assert speaks_in_first_person(query) is (person == "first")
     boost = SpeakerBoost("speaker", 1.5)
-    assert boost.speaks_as_asker(query) is as_user
-    # the other roles' messages are not the asker's; the user's, role-less messages and other memories
-    # keep their standing
-    assert boost.not_the_askers(query, hits) == ({assistant, tool} if as_user else set())
+    # first person: the user's messages, second: the assistant's; the other roles' messages lose the
+    # boost, role-less messages and other memories keep their standing
+    lowered = {"first": ("user", {assistant, tool}), "second": ("assistant", {user, tool})}
+    assert boost.not_asked_about(query, hits) == (None if person is None else (person, *lowered[person]))
     assert boost.named(query, hits) == ({plain} if "Melanie" in query else set())
-    assert SpeakerBoost("speaker", 0.0).not_the_askers(query, hits) == set()  # off with the boost
+    assert SpeakerBoost("speaker", 0.0).not_asked_about(query, hits) is None  # off with the boost
     assert boost.without_names(query, hits) == (None if "Melanie" not in query else "recipe")
 
 
 def test_the_request_says_whose_the_first_person_is() -> None:
     user, assistant, tool = uuid4(), uuid4(), uuid4()
     hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(tool, "tool")]
-    query = "What did I promise to send?"
-    assert SpeakerBoost("speaker", 1.5, "assistant").not_the_askers(query, hits) == {user, tool}
+    asked_by_the_agent = SpeakerBoost("speaker", 1.5, "assistant")
+    assert asked_by_the_agent.not_asked_about("What did I promise to send?", hits) == (
+        "first", "assistant", {user, tool})
+    assert asked_by_the_agent.not_asked_about("What did you ask me to send?", hits) == (
+        "second", "user", {assistant, tool})
     ignored = SpeakerBoost("speaker", 1.5, None)
-    assert not ignored.speaks_as_asker(query) and ignored.not_the_askers(query, hits) == set()
+    for query in ("What did I promise to send?", "What did you ask me to send?"):
+        assert ignored.asked_about(query) is None and ignored.not_asked_about(query, hits) is None
 
 
 def test_a_first_person_query_naming_someone() -> None:
@@ -123,7 +144,7 @@ def test_a_first_person_query_naming_someone() -> None:
     hits = [in_role(mine, "user", "Caroline"), in_role(hers, "assistant", "Melanie")]
     boost = SpeakerBoost("speaker", 1.5)
     assert boost.named("What did I tell Melanie?", hits) == {hers}
-    assert boost.not_the_askers("What did I tell Melanie?", hits) == {hers}  # the two cancel out
+    assert boost.not_asked_about("What did I tell Melanie?", hits) == ("first", "user", {hers})  # they cancel out
 
 
 @pytest.mark.parametrize(("query", "topic"), [

@@ -62,8 +62,8 @@ class SearchTuning(In):
     lookup_candidates: int | None = None
     speaker_boost: float | None = None
     first_person: Literal["user", "assistant"] | None = "user"
-    """Whose messages a query in the first person is about (``assistant``: the agent asking about
-    itself; None: the first person is ignored)."""
+    """Whose messages a query in the first person is about, one in the second being about the other
+    side's (``assistant``: the agent asking about itself; None: both are ignored)."""
 
 
 class SearchRequest(In):

@@ -40,7 +40,7 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
             query: What to look for, in natural language or keywords.
             limit: How many memories at most (1-50).
         """
-        # The model's own words: its "I" is not the user's (first person ignored, as in the MCP server).
+        # The model's own words: its "I" is not the user's, nor its "you" the agent's (both ignored, as in MCP).
         found = await pg.search(query, limit=max(1, min(limit, 50)), filters=SearchFilters(agent_id=agent_id),
                                 tuning=SearchTuning(first_person=None))
         return json.dumps({"memories": [
