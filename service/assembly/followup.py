@@ -34,7 +34,7 @@ from typing import Final
 from service.assembly.format import clean_text
 from service.assembly.terms import STOPWORDS, content_words, words
 from service.assembly.types import Message
-from service.retrieval.speakers import speaks_in_first_person
+from service.retrieval.speakers import person_asked_about
 
 ANAPHORS: Final = frozenset(["he", "she", "they", "him", "her", "them", "his", "hers", "their", "theirs"])
 """Pronouns that point at someone named before: a query holding one is completed."""
@@ -88,14 +88,15 @@ def names_in(text: str) -> list[str]:
 
 def needs_context(query: str) -> bool:
     """Whether ``query`` leans on what was said before it: no name of its own, and a pronoun or hardly
-    any content words. A short query in the first person ("What did I order?") is about its asker,
-    who needs no name: only a third-person pronoun makes it lean."""
+    any content words. A short query in the first or second person ("What did I order?", "What did
+    you suggest?") is about one side of the chat, which needs no name: only a third-person pronoun
+    makes it lean."""
     if next(_names(query), None) is not None:
         return False
     said = set(words(query))
     if not ANAPHORS.isdisjoint(said):
         return True
-    return len(content_words(said)) <= SHORT_TERMS and not speaks_in_first_person(query)
+    return len(content_words(said)) <= SHORT_TERMS and person_asked_about(query) is None
 
 
 def search_query(query: str, recent: Sequence[Message]) -> tuple[str, str | None]:

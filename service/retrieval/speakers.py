@@ -128,11 +128,6 @@ def person_asked_about(query: str) -> Literal["first", "second"] | None:
     return None
 
 
-def speaks_in_first_person(query: str) -> bool:
-    """Whether ``query`` is about its asker (:func:`person_asked_about`)."""
-    return person_asked_about(query) == "first"
-
-
 @dataclass(frozen=True, slots=True)
 class SpeakerBoost:
     """Memories said or written by someone the query names rank higher: ``boost`` standard deviations

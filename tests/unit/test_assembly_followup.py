@@ -36,7 +36,9 @@ def test_a_possessive_is_the_name() -> None:
     ("Which tricks did the puppy learn in the park?", False),  # stands alone
     ("What did I order?", False),  # short, but about the asker: no name needed
     ("and my sister?", False),
+    ("What did you suggest?", False),  # about the other side
     ("What did I tell her?", True),  # the pronoun still points back
+    ("What did you tell her?", True),
     ("Tell me why?", True),  # a "me" that asks for the answer is not the first person
 ])
 def test_a_query_leans_on_the_conversation_when_it_has_a_pronoun_or_almost_no_words(query: str, leans: bool) -> None:

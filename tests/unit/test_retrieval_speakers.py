@@ -14,7 +14,6 @@ from service.retrieval.speakers import (
     SpeakerBoost,
     person_asked_about,
     semantic_hits,
-    speaks_in_first_person,
 )
 from service.retrieval.types import MessageRef
 
@@ -115,7 +114,6 @@ def test_whose_messages_a_query_is_about(query: str, person: str | None) -> None
     hits = [in_role(user, "user"), in_role(assistant, "assistant"), in_role(tool, "tool"), in_role(unassigned, None),
             spoken(plain, 1.0, "Melanie")]
     assert person_asked_about(query) == person
-    assert speaks_in_first_person(query) is (person == "first")
     boost = SpeakerBoost("speaker", 1.5)
     # first person: the user's messages, second: the assistant's; the other roles' messages lose the
     # boost, role-less messages and other memories keep their standing
