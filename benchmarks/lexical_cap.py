@@ -41,7 +41,8 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's packages
 
 from benchmarks._common import running_embedded_dsn  # noqa: E402
 from benchmarks.bench_org import SCIFACT, corpus_pieces, scifact_train  # noqa: E402
-from service.retrieval.branches import PREFETCH_MARGIN  # noqa: E402
+from service.retrieval.branches import PREFETCH_MARGIN, lexical_args  # noqa: E402
+from service.retrieval.types import SearchFilters  # noqa: E402
 from service.settings import load_settings  # noqa: E402
 
 EXACT = 1_000_000_000
@@ -71,10 +72,9 @@ BM25: Final = load_settings().retrieval
 
 async def rank(statement: asyncpg.prepared_stmt.PreparedStatement, org: UUID, query: str, cap: int,
                k: int) -> tuple[float, list[UUID]]:
-    filters = [None] * 9  # $8-$16: no filters
     started = time.perf_counter()
-    rows = await statement.fetch(org, query, cap, k + PREFETCH_MARGIN, k, BM25.bm25_k1, BM25.bm25_b, *filters,
-                                 False, None, False, BM25.search_context_weight)
+    rows = await statement.fetch(org, query, cap, k + PREFETCH_MARGIN, k, BM25.bm25_k1, BM25.bm25_b,
+                                 *lexical_args(SearchFilters(), None, BM25.search_context_weight))  # no filters
     return (time.perf_counter() - started) * 1000, [r["id"] for r in rows]
 
 

@@ -55,7 +55,7 @@ from service.db import Database, create_pool
 from service.embedded.postgres import EmbeddedPostgres
 from service.logs import configure as configure_logs
 from service.retrieval import RetrievalEngine, maintenance
-from service.retrieval.filters import filter_args
+from service.retrieval.branches import semantic_args
 from service.retrieval.types import SearchFilters, SearchRequest, SearchTuning
 from service.settings import Settings, load_settings
 
@@ -250,8 +250,7 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
                     truth_ids = {r["id"] for r in await owner.fetch(exact_sql, org, Vector(vec), args.limit)}
                     t = time.perf_counter()
                     got = await owner.fetch(named("retrieval.semantic_hnsw"), org, Vector(vec), args.limit,
-                                            None, None, None, None, None, None, None, None, None,
-                                            False, None, False)
+                                            *semantic_args(SearchFilters(), None))
                     ms_global.append((time.perf_counter() - t) * 1000)
                     rec_global.append(len({r["id"] for r in got} & truth_ids) / max(len(truth_ids), 1))
             finally:
@@ -272,8 +271,9 @@ async def measure(owner_dsn: str, app_dsn: str, args: argparse.Namespace, settin
                 await conn.execute("SELECT set_config('pgcontext.org_id', $1, true)", str(org))
                 await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 100")
                 await conn.execute(f"PREPARE sem AS {named('retrieval.semantic_hnsw')}")
-                nulls = ", ".join(["NULL"] * len(filter_args(SearchFilters())))  # no filters
-                call = f"EXECUTE sem('{org}', '{literal}', {args.limit}, {nulls}, false, NULL, false)"
+                # no filters: every further argument is a NULL or a boolean
+                rest = ", ".join("NULL" if a is None else str(a).lower() for a in semantic_args(SearchFilters(), None))
+                call = f"EXECUTE sem('{org}', '{literal}', {args.limit}, {rest})"
                 for _ in range(5):
                     await conn.execute(call)
                 plan = [r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS) {call}")]

@@ -9,10 +9,11 @@ from uuid import UUID
 import msgspec
 
 from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime
+from service.retrieval.types import CONVERSATION_ID_MAX_LENGTH, ConversationId
 
 ID_PATTERN: Final = AGENT_ID_PATTERN
-ID_MAX_LENGTH: Final = 200
-Ident = Annotated[str, msgspec.Meta(min_length=1, max_length=ID_MAX_LENGTH, pattern=ID_PATTERN)]
+ID_MAX_LENGTH: Final = CONVERSATION_ID_MAX_LENGTH
+Ident = ConversationId
 """A conversation, session or message id: 1-200 letters, digits and ``_.:@-``."""
 Role = Literal["user", "assistant", "system", "tool"]
 SPEAKER_MAX_LENGTH: Final = 200

@@ -6,6 +6,7 @@ the transaction's ``statement_timeout`` is the branch deadline, so Postgres stop
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy.typing as npt
 from pgvector import Vector
 
 from service.db import TenantTx
-from service.retrieval.filters import currency_args, filter_args, source_args
+from service.retrieval.filters import conversation_args, currency_args, filter_args, source_args
 from service.retrieval.hits import Hit, hits_from_rows
 from service.retrieval.types import SearchFilters
 
@@ -29,6 +30,19 @@ def scope_args(scope: RowsScope | None) -> tuple[bool, str | None, bool]:
 def scope_documents(scope: RowsScope | None) -> bool:
     """Whether org-wide document chunks are in ``scope`` (always, unscoped)."""
     return True if scope is None else scope[2]
+
+
+def lexical_args(filters: SearchFilters, rows_scope: RowsScope | None, context_weight: float) -> tuple[Any, ...]:
+    """The arguments of ``retrieval.lexical_bm25`` from ``$8`` on (after the org, the query, the postings
+    per term, the prefetch, the limit, k1 and b)."""
+    return (*filter_args(filters), *scope_args(rows_scope), context_weight, *source_args(filters),
+            scope_documents(rows_scope), *currency_args(filters), *conversation_args(filters))
+
+
+def semantic_args(filters: SearchFilters, rows_scope: RowsScope | None) -> tuple[Any, ...]:
+    """The arguments of ``retrieval.semantic_hnsw`` from ``$4`` on (after the org, the vector and the limit)."""
+    return (*filter_args(filters), *scope_args(rows_scope), *source_args(filters), scope_documents(rows_scope),
+            *currency_args(filters), *conversation_args(filters))
 
 
 UNBOUNDED_PREFETCH = 1_000_000
@@ -51,8 +65,7 @@ async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limi
     # scored ids will pass, so every read posting is joined.
     prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
-                          *filter_args(filters), *scope_args(rows_scope), context_weight, *source_args(filters),
-                          scope_documents(rows_scope), *currency_args(filters))
+                          *lexical_args(filters, rows_scope, context_weight))
     return hits_from_rows(rows)
 
 
@@ -78,9 +91,8 @@ async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filter
     With ``rows_scope`` only those of the nearest ``limit`` that are that agent's (or org-wide),
     carrying their embedding and last access too."""
     await tx.set_local(hnsw_settings(limit=limit, ef_search=ef_search))
-    rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit, *filter_args(filters),
-                          *scope_args(rows_scope), *source_args(filters), scope_documents(rows_scope),
-                          *currency_args(filters))
+    rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit,
+                          *semantic_args(filters, rows_scope))
     return sorted(hits_from_rows(rows), key=lambda h: -h.score)
 
 

@@ -47,6 +47,12 @@ def source_args(filters: SearchFilters) -> tuple[Any, ...]:
 
 
 def currency_args(filters: SearchFilters) -> tuple[Any, ...]:
-    """Which memories count, after every other argument of a branch query: valid at ``as_of`` when
+    """Which memories count, after the source arguments of a branch query: valid at ``as_of`` when
     set; else all when ``include_superseded``; else the current ones only."""
     return filters.as_of, filters.include_superseded
+
+
+def conversation_args(filters: SearchFilters) -> tuple[Any, ...]:
+    """The conversations whose messages may be found, the last argument of the lexical and semantic
+    queries (lookups find document chunks only)."""
+    return (filters.conversations,)

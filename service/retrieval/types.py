@@ -9,7 +9,7 @@ from uuid import UUID
 import msgspec
 
 from service.documents.types import Collection
-from service.memories.types import AgentId, AwareDatetime, Kind
+from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime, Kind
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical", "modes"]
@@ -26,6 +26,11 @@ ResultFusion = Literal["zscore", "rrf", "convex", "cascade", "none"]
 """How a result's ``final_score`` was made: fused (zscore/rrf/convex), cascade (exact vector rank of
 lexical candidates) or none (a single branch's own score)."""
 
+CONVERSATION_ID_MAX_LENGTH: Final = 200
+ConversationId = Annotated[str, msgspec.Meta(min_length=1, max_length=CONVERSATION_ID_MAX_LENGTH,
+                                             pattern=AGENT_ID_PATTERN)]
+"""A conversation's id as the caller gave it (``POST /v1/conversations/{id}/messages``): 1-200 letters,
+digits and ``_.:@-``; session and message ids follow the same rule."""
 Source = Literal["memories", "messages", "documents"]
 """Where a memory comes from, for ``filters.sources``: ``documents`` are document chunks (kind
 ``document_chunk``), ``messages`` conversation turns (kind ``message``), ``memories`` every other
@@ -91,6 +96,9 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Document chunks only from these collections; other sources are not affected. Absent, a search
     considers every collection; an assembly only the agent's own documents (org-wide ones only from
     the collections it names: see ``POST /v1/context/assemble``)."""
+    conversations: Annotated[list[ConversationId], msgspec.Meta(min_length=1, max_length=50)] | None = None
+    """Conversation messages only from these conversations; other sources are not affected (with
+    ``sources: ["messages"]``, those conversations' messages only)."""
     as_of: AwareDatetime | None = None
     """Only memories valid at this time (valid time: ``occurred_at`` at or before it, ``valid_until``
     after it), retired ones included: what was current then. Default: the current memories only."""

@@ -8,6 +8,7 @@
 -- (service.retrieval.filters.source_args).
 -- $24/$25: which memories count (service.retrieval.filters.currency_args): valid at $24 when set; else all when $25; else
 -- the current ones (not superseded, valid time not ended).
+-- $26: conversations filter (service.retrieval.filters.conversation_args): messages only from these.
 WITH q AS (
     SELECT lexeme AS term FROM unnest(to_tsvector('english', $2::text))
 ), stats AS (
@@ -54,6 +55,7 @@ WITH q AS (
        AND ($21::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
                                     ELSE 'memories' END) = ANY($21))
        AND ($22::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($22))
+       AND ($26::text[] IS NULL OR m.kind <> 'message' OR m.conversation_id = ANY($26))
        AND CASE WHEN $24::timestamptz IS NOT NULL THEN m.occurred_at <= $24 AND (m.valid_until IS NULL OR m.valid_until > $24)
                 WHEN $25::bool THEN true
                 ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END

@@ -7,6 +7,7 @@
 -- (service.retrieval.filters.source_args).
 -- $19/$20: which memories count (service.retrieval.filters.currency_args): valid at $19 when set; else all when $20;
 -- else the current ones (not superseded, valid time not ended).
+-- $21: conversations filter (service.retrieval.filters.conversation_args): messages only from these.
 WITH nearest AS (
     SELECT m.id, m.text, m.kind, m.source_path, m.line_start, m.line_end, m.level, m.breadcrumb,
            1 - (m.embedding <=> $2::vector) AS score,
@@ -29,6 +30,7 @@ WITH nearest AS (
        AND ($16::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
                                     ELSE 'memories' END) = ANY($16))
        AND ($17::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($17))
+       AND ($21::text[] IS NULL OR m.kind <> 'message' OR m.conversation_id = ANY($21))
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3
 )

@@ -16,6 +16,8 @@ from pgvector.asyncpg import register_vector
 from service.db import migrate
 from service.db.queries import query
 from service.retrieval import maintenance
+from service.retrieval.branches import semantic_args
+from service.retrieval.types import SearchFilters
 from tests.integration.test_cli import clean_env, run
 from tests.servers import fresh_database
 
@@ -55,9 +57,9 @@ async def _semantic_plan(app_dsn: str, org: UUID) -> str:
             # sees which HNSW index the planner would pick (the partial one must be provable from org_id = $1).
             await conn.execute("SET LOCAL enable_sort = off; SET LOCAL hnsw.iterative_scan = relaxed_order")
             await conn.execute(f"PREPARE sem AS {query('retrieval.semantic_hnsw')}")
-            filters = ", ".join(["NULL"] * 9)
-            # then no rows scope ($13-$15), sources, collections, documents scope ($16-$18), currency ($19-$20)
-            call = f"EXECUTE sem('{org}', '{vec}', 5, {filters}, false, NULL, false, NULL, NULL, false, NULL, false)"
+            # no filters, no rows scope: every further argument is a NULL or a boolean
+            rest = ", ".join("NULL" if a is None else str(a).lower() for a in semantic_args(SearchFilters(), None))
+            call = f"EXECUTE sem('{org}', '{vec}', 5, {rest})"
             for _ in range(5):
                 await conn.execute(call)
             return "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE) {call}"))

@@ -1,6 +1,7 @@
 """Sources the caller chooses, on real Postgres and Redis: ``filters.sources`` (memories, messages,
-documents) and ``filters.collections`` in search (every strategy and the modes search) and in
-assembly, where org-wide documents enter a context only from the collections the request names.
+documents), ``filters.collections`` and ``filters.conversations`` in search (every strategy and the
+modes search) and in assembly, where org-wide documents enter a context only from the collections the
+request names.
 """
 
 from __future__ import annotations
@@ -105,11 +106,41 @@ async def test_an_assembly_takes_org_wide_documents_only_from_the_collections_it
         assert ids["fact"] not in used and ids["message"] in used and "def grind" in " ".join(texts)
 
 
+async def test_messages_only_from_the_conversations_named(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        ids = await seed(client, tenant)
+        decaf = {"agent_id": AGENT, "messages": [{"role": "user", "content": "grind the decaf espresso beans coarser"}]}
+        r = await client.post("/v1/conversations/decaf/messages", headers=tenant.headers, json=decaf)
+        assert r.status_code == 201, r.text
+        other = r.json()["messages"][0]["id"]
+        # another org's conversation of the same id is not this org's
+        r = await client.post("/v1/conversations/espresso/messages", headers=other_tenant.headers, json=decaf)
+        assert r.status_code == 201, r.text
+        theirs = r.json()["messages"][0]["id"]
+        for strategy in ("lexical", "semantic", "hybrid", "lexical_first", "auto"):
+            only = {r["id"] for r in await found(client, tenant, strategy=strategy,
+                                                 filters={"conversations": ["espresso"]})}
+            assert ids["message"] in only and other not in only and theirs not in only, strategy
+            assert ids["fact"] in only, strategy  # other sources are not affected
+            turns = await found(client, tenant, strategy=strategy,
+                                filters={"sources": ["messages"], "conversations": ["decaf", "espresso"]})
+            assert {r["id"] for r in turns} == {ids["message"], other}, strategy
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": AGENT, "query": "how should I grind the espresso beans?", "model": "gpt-4o",
+            "max_context_tokens": 4000, "retrieval": {"filters": {"conversations": ["decaf"]}}})
+        assert r.status_code == 200, r.text
+        used = {m["id"] for m in r.json()["memories_used"]}
+        assert other in used and ids["message"] not in used and ids["fact"] in used
+
+
 async def test_bad_sources_and_collections_are_400(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
         bad: list[dict[str, Any]] = [{"sources": []}, {"sources": ["files"]}, {"collections": []},
-                                     {"collections": ["no spaces allowed"]}, {"collections": ["x"] * 51}]
+                                     {"collections": ["no spaces allowed"]}, {"collections": ["x"] * 51},
+                                     {"conversations": []}, {"conversations": ["no spaces allowed"]},
+                                     {"conversations": ["x" * 201]}, {"conversations": ["x"] * 51}]
         for filters in bad:
             r = await client.post("/v1/memories/search", headers=tenant.headers,
                                   json={"query": "espresso", "filters": filters})

@@ -34,6 +34,8 @@ class _Filters(In):
     collections: list[str] | None = None
     """Document chunks only from these collections. Search: absent = every collection; assembly:
     absent = only the agent's own documents (org-wide ones only from collections you name)."""
+    conversations: list[str] | None = None
+    """Conversation messages only from these conversations (other sources are not affected)."""
     as_of: datetime | None = None
     """What was current then (valid time), retired memories included."""
     include_superseded: bool | None = None

@@ -1047,6 +1047,7 @@ export interface components {
             levels?: number[] | null;
             sources?: ("memories" | "messages" | "documents")[] | null;
             collections?: string[] | null;
+            conversations?: string[] | null;
             as_of?: string | null;
             /** @default false */
             include_superseded?: boolean;
@@ -1274,6 +1275,7 @@ export interface components {
             levels?: number[] | null;
             sources?: ("memories" | "messages" | "documents")[] | null;
             collections?: string[] | null;
+            conversations?: string[] | null;
             as_of?: string | null;
             /** @default false */
             include_superseded?: boolean;
