@@ -136,6 +136,32 @@ async def test_recall_reads_the_models_first_person_as_nobodys(live_url: str, te
     assert (await Runner.run(agent, "Where did my sister go, did I say?")).final_output == str(said)
 
 
+async def test_the_tools_keep_to_the_conversations_named(live_url: str, tenant: Tenant) -> None:
+    # One agent, two people: with conversations=[theirs], recall and assemble_context find only that chat.
+    agent_id = f"oa-{uuid4().hex[:8]}"
+    ines, noor = f"chat-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    with Client(live_url, tenant.key) as pg:
+        mine = pg.append_messages(ines, [{"role": "user", "content": "My sister moved to Oslo."}],
+                                  agent_id=agent_id).messages[0].id
+        other = pg.append_messages(noor, [{"role": "user", "content": "My sister moved to Lisbon."}],
+                                   agent_id=agent_id).messages[0].id
+    query = "Where did the sister move?"
+    model = ScriptedModel([call("recall", query=query, limit=5), call("assemble_context", query=query),
+                           say(lambda items: "done")])
+    agent = Agent(name="assistant", instructions="Use your memory.", model=model,
+                  tools=memory_tools(agent_id, url=live_url, api_key=tenant.key, conversations=[ines]))
+    await Runner.run(agent, query)
+    assert [m["id"] for m in last_tool_output(model.inputs[1])["memories"]] == [str(mine)]
+    context = last_tool_output(model.inputs[2])["context"]
+    assert "Oslo" in context and "Lisbon" not in context
+    # without the option, both chats
+    model = ScriptedModel([call("recall", query=query, limit=5), say(lambda items: "done")])
+    agent = Agent(name="assistant", instructions="Use your memory.", model=model,
+                  tools=memory_tools(agent_id, url=live_url, api_key=tenant.key))
+    await Runner.run(agent, query)
+    assert {m["id"] for m in last_tool_output(model.inputs[1])["memories"]} == {str(mine), str(other)}
+
+
 async def test_the_session_protocol(live_url: str, tenant: Tenant, other_tenant: Tenant) -> None:
     chat = f"chat-{uuid4().hex[:8]}"
     session = PgcontextSession(chat, url=live_url, api_key=tenant.key)

@@ -4,18 +4,23 @@ MCP server's), bound to one agent's memories."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from agents import Tool, function_tool
-from pgcontext_client import AsyncClient, SearchFilters, SearchTuning
+from pgcontext_client import AssembleFilters, AsyncClient, SearchFilters, SearchTuning
+from pgcontext_client.types import RetrievalOptions
 
 
 def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None = None,
                  client: AsyncClient | None = None, model: str = "gpt-4o",
-                 max_context_tokens: int = 2000) -> list[Tool]:
+                 max_context_tokens: int = 2000, conversations: Sequence[str] | None = None) -> list[Tool]:
     """``remember``, ``recall`` and ``assemble_context`` over ``agent_id``'s memories. Which agent is
     configuration, never a tool argument: the model reads and writes this agent's memory only. ``model``
-    and ``max_context_tokens``: how ``assemble_context`` counts and caps its context."""
+    and ``max_context_tokens``: how ``assemble_context`` counts and caps its context. ``conversations``:
+    the only conversations whose messages ``recall`` and ``assemble_context`` may find (the session's,
+    for an agent that talks with many people); the agent's other memories as always."""
     pg = client or AsyncClient(url, api_key)
+    chats = None if conversations is None else list(conversations)
 
     @function_tool
     async def remember(text: str, kind: str | None = None, importance: float | None = None) -> str:
@@ -41,7 +46,8 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
             limit: How many memories at most (1-50).
         """
         # The model's own words: its "I" is not the user's, nor its "you" the agent's (both ignored, as in MCP).
-        found = await pg.search(query, limit=max(1, min(limit, 50)), filters=SearchFilters(agent_id=agent_id),
+        found = await pg.search(query, limit=max(1, min(limit, 50)),
+                                filters=SearchFilters(agent_id=agent_id, conversations=chats),
                                 tuning=SearchTuning(first_person=None))
         return json.dumps({"memories": [
             {"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
@@ -56,7 +62,9 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
         Args:
             query: The message or question to answer.
         """
-        ctx = await pg.assemble(agent_id, query, model=model, max_context_tokens=max_context_tokens)
+        ctx = await pg.assemble(agent_id, query, model=model, max_context_tokens=max_context_tokens,
+                                retrieval=None if chats is None else RetrievalOptions(
+                                    filters=AssembleFilters(conversations=chats)))
         return json.dumps({"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()}})
 
     return [remember, recall, assemble_context]
