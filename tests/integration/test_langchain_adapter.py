@@ -100,6 +100,25 @@ async def test_assemble_mode_documents(live_url: str, tenant: Tenant) -> None:
         PgcontextRetriever(url=live_url, api_key=tenant.key, mode="assemble").invoke("x")
 
 
+async def test_both_modes_keep_to_the_conversations_named(live_url: str, tenant: Tenant) -> None:
+    agent = f"lc-{uuid4().hex[:8]}"
+    seed(live_url, tenant.key, agent)
+    ines, noor = f"chat-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    with Client(live_url, tenant.key) as pg:
+        mine = str(pg.append_messages(ines, [{"role": "user", "content": "My sister loves peanut butter."}],
+                                      agent_id=agent).messages[0].id)
+        other = str(pg.append_messages(noor, [{"role": "user", "content": "My brother hates peanut butter."}],
+                                       agent_id=agent).messages[0].id)
+    for mode in ("search", "assemble"):
+        kept = PgcontextRetriever(url=live_url, api_key=tenant.key, agent_id=agent, mode=mode, k=10,
+                                  conversations=[ines])
+        found = {d.metadata["id"] for d in await kept.ainvoke("who likes peanut butter?")}
+        assert mine in found and other not in found, mode
+        assert found - {mine}, mode  # the agent's facts as always
+    every = PgcontextRetriever(url=live_url, api_key=tenant.key, agent_id=agent, k=10)
+    assert {mine, other} <= {d.metadata["id"] for d in every.invoke("who likes peanut butter?")}
+
+
 def test_a_retrieval_chain_hands_the_model_the_retrieved_facts(live_url: str, tenant: Tenant) -> None:
     agent = f"lc-{uuid4().hex[:8]}"
     seed(live_url, tenant.key, agent)

@@ -7,9 +7,9 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pgcontext_client import AsyncClient, Client, SearchFilters, endpoints
+from pgcontext_client import AssembleFilters, AsyncClient, Client, SearchFilters, endpoints
 from pgcontext_client.plans import Plan, arun, run
-from pgcontext_client.types import AssembledContext, SearchResponse
+from pgcontext_client.types import AssembledContext, RetrievalOptions, SearchResponse
 from pydantic import ConfigDict, Field, PrivateAttr
 
 
@@ -17,11 +17,13 @@ class PgcontextRetriever(BaseRetriever):
     """Memories (and document chunks) relevant to a query, as LangChain ``Document``s.
 
     ``mode="search"`` (default): the best ``k`` hits of hybrid search (``POST /v1/memories/search``),
-    ``agent_id``/``kinds``/``metadata`` narrowing it. ``mode="assemble"``: the memories context assembly
-    packs for the query into ``max_context_tokens`` (``POST /v1/context/assemble``; ``k`` caps them), in
-    packing order. Each document's ``metadata`` has the memory ``id``, its ``score`` (0-1, comparable
-    across calls) and ``kind``, ``agent_id``, ``occurred_at``; assembled ones also ``tag`` and ``origin``.
-    ``invoke(query, k=3)`` overrides ``k`` for one call.
+    ``agent_id``/``kinds``/``metadata``/``conversations`` narrowing it. ``mode="assemble"``: the memories
+    context assembly packs for the query into ``max_context_tokens`` (``POST /v1/context/assemble``; ``k``
+    caps them), in packing order. Each document's ``metadata`` has the memory ``id``, its ``score`` (0-1,
+    comparable across calls) and ``kind``, ``agent_id``, ``occurred_at``; assembled ones also ``tag`` and
+    ``origin``.
+    ``invoke(query, k=3)`` overrides ``k`` for one call. ``conversations``, in both modes: conversation
+    messages only from these conversations (one person's chat, for an agent that talks with many).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -33,6 +35,7 @@ class PgcontextRetriever(BaseRetriever):
     k: int = 4
     kinds: list[str] | None = None
     metadata: dict[str, Any] | None = None
+    conversations: list[str] | None = None
     model: str = "gpt-4o"
     """``assemble``: whose tokenizer counts the budget."""
     max_context_tokens: int = 2000
@@ -55,15 +58,17 @@ class PgcontextRetriever(BaseRetriever):
         limit = self.k if k is None else k
         if self.mode == "search":
             found: SearchResponse = yield endpoints.search(query, limit=limit, filters=SearchFilters(
-                agent_id=self.agent_id, kinds=self.kinds, metadata=self.metadata))
+                agent_id=self.agent_id, kinds=self.kinds, metadata=self.metadata, conversations=self.conversations))
             return [Document(page_content=r.text, id=str(r.id), metadata={
                 "id": str(r.id), "score": r.score, "kind": r.kind, "agent_id": r.agent_id,
                 "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None, **r.metadata})
                 for r in found.results]
         if self.agent_id is None:
             raise ValueError("mode='assemble' needs agent_id (whose memories and directive to assemble)")
+        chats = None if self.conversations is None else RetrievalOptions(
+            filters=AssembleFilters(conversations=self.conversations))
         ctx: AssembledContext = yield endpoints.assemble(self.agent_id, query, model=self.model,
-                                                         max_context_tokens=self.max_context_tokens)
+                                                         max_context_tokens=self.max_context_tokens, retrieval=chats)
         return [Document(page_content=m.text, id=str(m.id), metadata={
             "id": str(m.id), "score": m.score, "tag": m.tag, "origin": m.origin,
             "occurred_at": m.occurred_at.isoformat() if m.occurred_at else None})
