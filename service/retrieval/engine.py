@@ -28,9 +28,8 @@ import structlog
 from service.db import Database, TenantTx
 from service.embeddings import Embedder
 from service.embeddings.lanes import EmbeddingLanes
-from service.errors import BadRequest, ServiceUnavailable
+from service.errors import ServiceUnavailable
 from service.retrieval import branches, fusion, modes, rerank, speakers
-from service.retrieval.filters import check_time_ranges
 from service.retrieval.guard import BranchFailed, guard, unavailable
 from service.retrieval.hits import Hit
 from service.retrieval.modes_search import search_modes
@@ -49,6 +48,7 @@ from service.retrieval.types import (
     SearchTuning,
     UsedStrategy,
 )
+from service.retrieval.validation import check_search
 from service.settings import EmbeddingSettings, RetrievalSettings
 from service.timing import elapsed_ms
 
@@ -155,31 +155,8 @@ class RetrievalEngine:
         )
 
     def validate(self, request: SearchRequest) -> None:
-        query = request.query
-        if not query.strip():
-            raise BadRequest("query must not be empty", code="validation_error", details={"field": "query"})
-        if len(query) > self.settings.max_query_chars:
-            raise BadRequest(f"query is {len(query)} characters; the limit is {self.settings.max_query_chars}",
-                             code="validation_error", details={"field": "query"})
-        if "\x00" in query:
-            raise BadRequest("query must not contain NUL characters", code="validation_error",
-                             details={"field": "query"})
-        if request.limit > self.max_limit:
-            raise BadRequest(f"limit must be at most {self.max_limit}", code="validation_error",
-                             details={"field": "limit"})
-        f = request.filters
-        check_time_ranges(f)
-        if f.metadata is not None and b"\\u0000" in msgspec.json.encode(f.metadata):
-            raise BadRequest("filters.metadata must not contain NUL characters", code="validation_error")
-        if request.modes == []:
-            raise BadRequest("modes must not be an empty list (omit it for the strategy search, or use \"all\")",
-                             code="validation_error", details={"field": "modes"})
-        if request.modes is not None and request.strategy != "auto":
-            raise BadRequest("modes and strategy are exclusive: a modes search fuses the named modes itself",
-                             code="validation_error", details={"field": "strategy"})
-        if f.kinds == [] or f.levels == []:
-            raise BadRequest("filters.kinds and filters.levels must not be empty lists (omit them instead)",
-                             code="validation_error", details={"field": "filters"})
+        """400 for what the request's schema cannot say (:func:`~service.retrieval.validation.check_search`)."""
+        check_search(request, max_query_chars=self.settings.max_query_chars, max_limit=self.max_limit)
 
     @property
     def cache(self) -> QueryEmbeddingCache:
