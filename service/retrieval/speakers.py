@@ -42,6 +42,12 @@ other side's words."""
 REQUEST_VERBS: Final = frozenset(["can", "could", "would", "will", "do"])
 """A ``you`` right after one of these, opening the query, makes a request ("Can you remind me ...",
 "Do you know where my ..."): not what the query is about."""
+MODAL_VERBS: Final = frozenset(["can", "could", "would", "will", "should", "shall", "might", "may"])
+"""A ``you`` after one of these asks for something (a request, a hypothetical), wherever it stands."""
+OPINION_VERBS: Final = frozenset(["think", "recommend", "suggest", "advise", "propose", "reckon"])
+"""Said now ("What do you recommend?"), a ``you`` before one of these asks for new words; said before
+("What did you recommend?", after one of :data:`PAST_AUXILIARIES`), it asks for the other side's."""
+PAST_AUXILIARIES: Final = frozenset(["did", "didn't", "have", "had", "haven't", "hadn't"])
 RECALL_VERBS: Final = frozenset(["know", "remember", "recall", "recollect"])
 """A ``you`` before one of these asks what is remembered, not what the other side said: "What do you
 know about my diet?" is about the user's words."""
@@ -88,14 +94,22 @@ def _addressed(query: str, word: re.Match[str]) -> bool:
 
 
 def _opens_request(query: str, word: re.Match[str]) -> bool:
-    """Whether the second-person ``word`` is the ``you`` of a request ("Can you remind me ...", "Do you
-    know where my ..."; see :data:`REQUEST_VERBS`) or asks what is remembered ("What do you know about
-    my ...?"; see :data:`RECALL_VERBS`)."""
+    """Whether the second-person ``word`` asks for something rather than about the other side's words:
+    the ``you`` of a request ("Can you remind me ...", "Do you know where my ..."; see
+    :data:`REQUEST_VERBS`), of a modal anywhere ("What would you recommend for my trip?"; see
+    :data:`MODAL_VERBS`), before a verb asking what is remembered ("What do you know about my ...?";
+    see :data:`RECALL_VERBS`) or for an opinion now ("What do you think of my plan?", but not "What did
+    you suggest?"; see :data:`OPINION_VERBS`)."""
     after = _WORD_AFTER.match(query, word.end())
-    if after is not None and after.group(1).lower() in RECALL_VERBS:
+    following = after.group(1).lower() if after is not None else ""
+    if following in RECALL_VERBS:
         return True
     lead, verb = _word_before(query, word)
-    return verb is not None and verb.group(1).lower() in REQUEST_VERBS and _said_as_request(lead, verb, POLITE)
+    before = verb.group(1).lower() if verb is not None else ""
+    asks = before in MODAL_VERBS or (following in OPINION_VERBS and before not in PAST_AUXILIARIES)
+    if asks and word.group(0).lower() == "you":  # not "What would your plan be?"
+        return True
+    return verb is not None and before in REQUEST_VERBS and _said_as_request(lead, verb, POLITE)
 
 
 def _stands_as_subject(query: str, word: re.Match[str]) -> bool:

@@ -84,12 +84,19 @@ def in_role(ident: UUID, role: str | None, speaker: str | None = None) -> Hit:
     ("remind me, what is the plan", None),
     ("Okay, show me the config", None),
     ("Please tell me about pgvector", None),
-    ("What did you suggest?", "second"),  # about the other side's words
+    ("What did you say?", "second"),  # about the other side's words
     ("What's your favourite colour?", "second"),
     ("Tell me what you said", "second"),
     ("What did you suggest for my birthday?", "second"),  # both: the subject decides
     ("Did you book my table?", "second"),
     ("What did I tell you about my sister?", "first"),
+    ("What would you recommend for my trip?", "first"),  # a modal's "you" asks for something
+    ("What do you think of my plan?", "first"),  # an opinion now, not words said before
+    ("What do you suggest?", None),
+    ("What did you suggest?", "second"),
+    ("Why didn't you recommend it?", "second"),
+    ("What would your plan be?", "second"),  # the modal's subject is not "you"
+    ("Can you tell me what you said about my sister?", "second"),
     ("Where is the book that you lent me?", "second"),
     ("What is your view of my plan?", None),  # both, neither the subject
     ("Can you remind me what my sister said?", "first"),  # a request's "you"
