@@ -21,10 +21,9 @@ class PgcontextRetriever(BaseRetriever):
     context assembly packs for the query into ``max_context_tokens`` (``POST /v1/context/assemble``; ``k``
     caps them), in packing order. Each document's ``metadata`` has the memory ``id``, its ``score`` (0-1,
     comparable across calls) and ``kind``, ``agent_id``, ``occurred_at``; assembled ones also ``tag`` and
-    ``origin``.
-    ``invoke(query, k=3)`` overrides ``k`` for one call. ``conversations``, in both modes: conversation
-    messages only from these conversations (one person's chat, for an agent that talks with many).
-    """
+    ``origin``. ``invoke(query, k=3)`` overrides ``k`` for one call. ``conversations``, in both modes:
+    conversation messages only from these conversations (one person's chat, for an agent that talks with
+    many)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
