@@ -34,189 +34,39 @@ The decision has four steps, each recorded in :attr:`SelectiveBudget.reasons`:
    stacking), the result never exceeds the tier's ceiling, and reductions (``brief``, ``summary``)
    never go below ``SelectiveRules.floor_tokens``.
 
-Everything is data in :class:`SelectiveRules`; pass a modified copy to change tiers, cues or
-multiplier rules.
+Everything is data in :class:`~service.assembly.intent_rules.SelectiveRules` (re-exported here); pass a
+modified copy to change tiers, cues or multiplier rules.
 """
 
 from __future__ import annotations
 
-import enum
-import functools
 import itertools
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from service.assembly.intent_rules import (
+    COMPLEXITY_ORDER,
+    DEFAULT_SELECTIVE_RULES,
+    DEFAULT_TIERS,
+    INTENT_ORDER,
+    MAX_PHRASE_WORDS,
+    Complexity,
+    Intent,
+    MultiplierRule,
+    SelectiveRules,
+    Tier,
+    normalise_phrase,
+    phrase_words,
+)
 from service.tenancy.orgscope import org_memo
 
-
-class Intent(enum.StrEnum):
-    FACTUAL = "factual"
-    CONCEPTUAL = "conceptual"
-    DETAILED = "detailed"
-    COMPLEX = "complex"
-
-
-class Complexity(enum.StrEnum):
-    SIMPLE = "simple"
-    MODERATE = "moderate"
-    COMPLEX = "complex"
-    VERY_COMPLEX = "very_complex"
-
-
-INTENT_ORDER: Final[tuple[Intent, ...]] = tuple(Intent)
-COMPLEXITY_ORDER: Final[tuple[Complexity, ...]] = tuple(Complexity)
-
-
-_PHRASE_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
-_MAX_PHRASE_WORDS: Final = 4
-
-
-def _phrase_words(text: str) -> list[str]:
-    # "step-by-step", "Root_Cause" and "tl;dr" must meet "step by step", "root cause", "tl dr".
-    return _PHRASE_WORD.findall(text.lower().replace("’", "'"))
-
-
-@functools.lru_cache(maxsize=4096)
-def _normalise(phrase: str) -> str:
-    return " ".join(_phrase_words(phrase))
-
-
-def _check_phrase(phrase: str) -> None:
-    if not 1 <= len(_normalise(phrase).split()) <= _MAX_PHRASE_WORDS:
-        raise ValueError(f"cue or keyword {phrase!r} must have 1 to {_MAX_PHRASE_WORDS} words")
-
-
-@dataclass(frozen=True, slots=True)
-class Tier:
-    name: str
-    min_tokens: int
-    max_tokens: int
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_tokens <= self.max_tokens:
-            raise ValueError(f"tier {self.name!r}: need 0 < min_tokens <= max_tokens")
-
-
-@dataclass(frozen=True, slots=True)
-class MultiplierRule:
-    """Scale the budget by ``multiplier`` when ``keyword`` (one to four words, matched as whole
-    words; case, ``-`` and ``_`` do not matter) occurs in the query."""
-
-    keyword: str
-    multiplier: float
-    category: str = "custom"
-
-    def __post_init__(self) -> None:
-        if self.multiplier <= 0:
-            raise ValueError(f"multiplier for {self.keyword!r} must be positive")
-        _check_phrase(self.keyword)
-
-
-DEFAULT_TIERS: Final[tuple[Tier, ...]] = (
-    Tier("minimal", 50, 100),
-    Tier("standard", 500, 1000),
-    Tier("large", 2000, 3000),
-    Tier("comprehensive", 5000, 8000),
-)
-
-
-def _phrases(listing: str) -> tuple[str, ...]:
-    """Comma-separated phrases; keeps the tables below one readable block each."""
-    return tuple(p.strip() for p in listing.split(",") if p.strip())
-
-
-DEFAULT_INTENT_CUES: Final[tuple[tuple[Intent, tuple[str, ...]], ...]] = (
-    (
-        Intent.FACTUAL,
-        _phrases(
-            "what is, what's, what are, what was, what were, what did, what does, what do, who is, who, when, "
-            "where, which, define, definition, meaning, "
-            "how many, how much, how long, how often, is there, list"
-        ),
-    ),
-    (
-        Intent.CONCEPTUAL,
-        _phrases(
-            "how does, how do, how is, how can, explain, why, understand, describe, what happens, "
-            "overview, purpose, concept, example"
-        ),
-    ),
-    (
-        Intent.DETAILED,
-        _phrases(
-            "compare, compared to, compared with, comparison, analyze, analyse, analysis, difference, "
-            "differences, difference between, differences between, differ, "
-            "versus, vs, trade off, trade offs, tradeoff, tradeoffs, pros and cons, contrast, "
-            "evaluate, assess, walk through"
-        ),
-    ),
-    (
-        Intent.COMPLEX,
-        _phrases(
-            "design, build, architecture, architect, implement, plan, strategy, migrate, migration, "
-            "refactor, end to end, roadmap, system"
-        ),
-    ),
-)
-
-
-def _rules(multiplier: float, category: str, listing: str) -> tuple[MultiplierRule, ...]:
-    return tuple(MultiplierRule(k, multiplier, category) for k in _phrases(listing))
-
-
-DEFAULT_MULTIPLIERS: Final[tuple[MultiplierRule, ...]] = (
-    *_rules(2.0, "critical", "critical, emergency, urgent, production incident, outage, data loss"),
-    *_rules(1.5, "domain", "financial, compliance, legal, security, medical, regulatory, audit"),
-    *_rules(1.5, "scope", "comprehensive, exhaustive, everything, in depth"),
-    *_rules(1.3, "scope", "detailed, all, step by step, thorough, full"),
-    *_rules(1.2, "analysis", "debug, troubleshoot, analyze, investigate, root cause, diagnose"),
-    *_rules(0.6, "brevity", "summary, summarize, summarise, overview"),
-    *_rules(0.5, "brevity", "brief, briefly, quick, short, tl dr, tldr"),
-)
-
-
-DEFAULT_TEMPORAL_CUES: Final[tuple[str, ...]] = _phrases(
-    "when, what time, what date, what day, what year, what month, which year, which day, which month, "
-    "how long, how long ago, since when, how recently, ago"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SelectiveRules:
-    tiers: tuple[Tier, ...] = DEFAULT_TIERS
-    """Four tiers, least to most tokens."""
-    intent_tiers: tuple[int, int, int, int] = (1, 1, 2, 3)
-    """Index into ``tiers`` for each :class:`Intent`, in its order (factual, conceptual, detailed, complex)."""
-    intent_cues: tuple[tuple[Intent, tuple[str, ...]], ...] = DEFAULT_INTENT_CUES
-    temporal_cues: tuple[str, ...] = DEFAULT_TEMPORAL_CUES
-    multipliers: tuple[MultiplierRule, ...] = DEFAULT_MULTIPLIERS
-    floor_tokens: int = 50
-    """Lowest budget a reducing multiplier can reach."""
-
-    def __post_init__(self) -> None:
-        if len(self.tiers) != len(INTENT_ORDER):
-            raise ValueError(f"need exactly {len(INTENT_ORDER)} tiers, got {len(self.tiers)}")
-        if self.floor_tokens <= 0:
-            raise ValueError("floor_tokens must be positive")
-        if len(self.intent_tiers) != len(INTENT_ORDER) or not all(0 <= t < len(self.tiers) for t in self.intent_tiers):
-            raise ValueError(f"intent_tiers needs one tier index per intent, each below {len(self.tiers)}")
-        for cue in self.temporal_cues:
-            _check_phrase(cue)
-        for _, cues in self.intent_cues:
-            for cue in cues:
-                _check_phrase(cue)
-
-    def with_multipliers(self, *rules: MultiplierRule) -> SelectiveRules:
-        """A copy with extra rules; a rule for an existing keyword replaces it."""
-        keywords = {_normalise(r.keyword) for r in rules}
-        kept = tuple(r for r in self.multipliers if _normalise(r.keyword) not in keywords)
-        return SelectiveRules(self.tiers, self.intent_tiers, self.intent_cues, self.temporal_cues, kept + rules,
-                              self.floor_tokens)
-
-
-DEFAULT_SELECTIVE_RULES: Final = SelectiveRules()
+__all__ = [
+    "DEFAULT_SELECTIVE_RULES", "DEFAULT_TIERS", "Complexity", "ComplexityAssessment", "Intent", "MultiplierRule",
+    "SelectiveBudget", "SelectiveRules", "Tier", "assess_complexity", "classify_intent", "pick_multiplier",
+    "plan_selective_budget",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +128,8 @@ _CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][\w-]+")
 def _phrases_in(query: str) -> frozenset[str]:
     """Every run of one to four consecutive words: a cue matches by set lookup, as whole words.
     Cached (per org: :mod:`service.tenancy.orgscope`): one plan asks three times for the same query's."""
-    ws = _phrase_words(query)
-    return frozenset(" ".join(ws[i : i + n]) for n in range(1, _MAX_PHRASE_WORDS + 1) for i in range(len(ws) - n + 1))
+    ws = phrase_words(query)
+    return frozenset(" ".join(ws[i : i + n]) for n in range(1, MAX_PHRASE_WORDS + 1) for i in range(len(ws) - n + 1))
 
 
 def _piecewise(x: float, points: tuple[tuple[float, float], ...]) -> float:
@@ -316,12 +166,12 @@ def classify_intent(
     ``None`` when no cue matches; the caller then derives the intent from complexity.
     """
     phrases = _phrases_in(query)
-    opening = " ".join(_phrase_words(query)[:_MAX_PHRASE_WORDS]) + " "
+    opening = " ".join(phrase_words(query)[:MAX_PHRASE_WORDS]) + " "
     best: tuple[float, int, Intent | None, tuple[str, ...]] = (0.0, -1, None, ())
     for intent, cues in rules.intent_cues:
-        matched = tuple(c for c in cues if _normalise(c) in phrases)
+        matched = tuple(c for c in cues if normalise_phrase(c) in phrases)
         # A cue that opens the query (the question word) weighs one word more.
-        weight = sum(len(_normalise(c).split()) + (1 if opening.startswith(_normalise(c) + " ") else 0)
+        weight = sum(len(normalise_phrase(c).split()) + (1 if opening.startswith(normalise_phrase(c) + " ") else 0)
                      for c in matched)
         # Ties go to the more demanding intent: under-serving a hard question costs more.
         key = (float(weight), INTENT_ORDER.index(intent))
@@ -333,7 +183,7 @@ def classify_intent(
 def pick_multiplier(query: str, rules: SelectiveRules = DEFAULT_SELECTIVE_RULES) -> tuple[float, str | None]:
     """The highest multiplier among matching rules, with its keyword; ``(1.0, None)`` if none."""
     phrases = _phrases_in(query)
-    matches = [r for r in rules.multipliers if _normalise(r.keyword) in phrases]
+    matches = [r for r in rules.multipliers if normalise_phrase(r.keyword) in phrases]
     if not matches:
         return 1.0, None
     top = max(matches, key=lambda r: r.multiplier)
@@ -358,7 +208,7 @@ def plan_selective_budget(query: str, rules: SelectiveRules = DEFAULT_SELECTIVE_
         intent = found
         reasons.append(f"intent {intent} (cues: {', '.join(repr(c) for c in cues)})")
 
-    temporal = any(_normalise(c) in _phrases_in(query) for c in rules.temporal_cues)
+    temporal = any(normalise_phrase(c) in _phrases_in(query) for c in rules.temporal_cues)
     if temporal:
         reasons.append("temporal: asks for a time, so memories show their event dates")
     intent_tier = rules.intent_tiers[INTENT_ORDER.index(intent)]
