@@ -291,7 +291,7 @@ def in_person(question: str, name: str, person: Person = FIRST_PERSON) -> str:
     return re.sub(r"\b(?:he|she|him|his|her|himself|herself)\b", pronoun, text, flags=re.IGNORECASE)
 
 
-def as_user_questions(queries: Sequence[Query], turns: Sequence[Turn],
+def one_speaker_questions(queries: Sequence[Query], turns: Sequence[Turn],
                       person: Person = FIRST_PERSON) -> list[tuple[Query, str]]:
     """The questions that name exactly one of their conversation's speakers, each with the speaker
     written as ``user`` (:func:`as_message`) when it is scored: in the first person, asked by the speaker

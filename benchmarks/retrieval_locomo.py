@@ -76,9 +76,10 @@ from benchmarks.locomo_data import (
     Turn,
     append_group,
     as_followups,
-    as_user_questions,
+    in_person,
     load_dir,
     load_group,
+    one_speaker_questions,
     with_context,
 )
 from service.logs import configure as configure_logs
@@ -281,20 +282,17 @@ async def main_async(args: argparse.Namespace) -> None:
           f"{len(queries)} questions (categories {', '.join(args.categories) or 'all'})", flush=True)
     # (the org's name, its conversation, the speaker written as the user)
     loads: list[tuple[str, str, str | None]] = [(group, group, None) for group in groups]
-    if args.as_user or args.to_assistant:
-        person = SECOND_PERSON if args.to_assistant else FIRST_PERSON
-        asked = as_user_questions(queries, turns, person)
+    person = SECOND_PERSON if args.to_assistant else FIRST_PERSON if args.as_user else None
+    if person is not None:
+        asked = one_speaker_questions(queries, turns, person)
         queries = [Query(q.id, q.text, f"{q.group} as {name}", q.category) for q, name in asked]
         loads = sorted({(f"{q.group} as {name}", q.group, name) for q, name in asked})
-        if args.to_assistant:
-            print(f"# to the assistant: {len(queries)} questions name one speaker and are asked of them in the "
-                  "second person (\"What activities do you partake in?\"); each conversation written once per "
-                  "speaker, with that speaker's turns as role assistant and the other's as user (no names)",
-                  flush=True)
-        else:
-            print(f"# as the user: {len(queries)} questions name one speaker and are asked by them in the first "
-                  "person (\"What activities do I partake in?\"); each conversation written once per speaker, with "
-                  "that speaker's turns as role user and the other's as assistant (no names)", flush=True)
+        role, other, how = (("assistant", "user", "of them in the second person") if person is SECOND_PERSON else
+                            ("user", "assistant", "by them in the first person"))
+        example = in_person("What activities does Melanie partake in?", "Melanie", person)
+        print(f"# as the {role}: {len(queries)} questions name one speaker and are asked {how} (\"{example}\"); "
+              f"each conversation written once per speaker, with that speaker's turns as role {role} and the "
+              f"other's as {other} (no names)", flush=True)
     else:
         print(bm25_reference(turns, queries, qrels), flush=True)
     tokenizers = Tokenizers(settings.assembly.tiktoken_dir or settings.data_dir / "tiktoken")
@@ -315,7 +313,7 @@ async def main_async(args: argparse.Namespace) -> None:
             if args.load == "conversations":
                 print(f"# loaded through POST /v1/conversations/{{id}}/messages in "
                       f"{time.perf_counter() - started:.1f} s "
-                      f"(words, {'role' if args.as_user or args.to_assistant else 'speaker'}, occurred_at, session; "
+                      f"(words, {'speaker' if person is None else 'role'}, occurred_at, session; "
                       f"search context derived by the service from "
                       f"{settings.conversations.context_turns} turns before; {tail})", flush=True)
             else:

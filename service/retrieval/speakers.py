@@ -1,6 +1,7 @@
 """Who said a memory, in hybrid search: the speaker boost of ``auto`` fusion (for the speakers a query
-names, and against the other roles than the asker's when it speaks in the first person), and the semantic
-branch's query without the speakers it names (docs/retrieval.md "Speakers").
+names, and against the other roles than the asker's when it speaks in the first person, than the other
+side's in the second), and the semantic branch's query without the speakers it names (docs/retrieval.md
+"Speakers").
 
 A memory's speaker is who said it: a conversation message's ``speaker`` column, else its
 ``metadata[key]`` (``PGCONTEXT_RETRIEVAL_SPEAKER_KEY``, default ``speaker``), e.g. ``"Melanie"`` on
@@ -67,18 +68,29 @@ MAX_SPEAKERS: Final = 64
 """At most this many distinct speakers are matched against one query (the rest are not boosted)."""
 
 
+def _leads(lead: str, end: int, words: frozenset[str]) -> bool:
+    """Whether what stands at ``end`` of ``lead`` opens the query or a clause (nothing or punctuation
+    before it), or follows one of ``words``."""
+    before = _WORD_BEFORE.search(lead, 0, end)
+    if before is None:
+        return True
+    return before.group(1).lower() in words or re.search(r"[.,!?;:]", lead[before.end(1):end]) is not None
+
+
 def _said_as_request(lead: str, verb: re.Match[str], openers: frozenset[str]) -> bool:
     """Whether ``verb`` (the last word of ``lead``) opens a request: it opens the query or a clause, or
     follows one of ``openers``."""
-    before = _WORD_BEFORE.search(lead, 0, verb.start())
-    if before is None:
-        return True
-    return before.group(1).lower() in openers or re.search(r"[.,!?;:]", lead[before.end(1):verb.start()]) is not None
+    return _leads(lead, verb.start(), openers)
+
+
+def _lead(query: str, word: re.Match[str]) -> str:
+    """The 64 characters before ``word``: two words back is all the checks read."""
+    return query[max(0, word.start() - 64):word.start()]
 
 
 def _word_before(query: str, word: re.Match[str]) -> tuple[str, re.Match[str] | None]:
-    """The 64 characters before ``word`` (two words back is all the checks read) and the last word in them."""
-    lead = query[max(0, word.start() - 64):word.start()]
+    """:func:`_lead` and the last word in it."""
+    lead = _lead(query, word)
     return lead, _WORD_BEFORE.search(lead)
 
 
@@ -117,9 +129,8 @@ def _stands_as_subject(query: str, word: re.Match[str]) -> bool:
     it opens the query or a clause, or follows one of :data:`SUBJECT_LEADS`."""
     if word.group(0).lower() in OBJECT_FORMS:
         return False
-    lead, before = _word_before(query, word)
-    return (before is None or before.group(1).lower() in SUBJECT_LEADS
-            or re.search(r"[.,!?;:]", lead[before.end(1):]) is not None)
+    lead = _lead(query, word)
+    return _leads(lead, len(lead), SUBJECT_LEADS)
 
 
 def person_asked_about(query: str) -> Literal["first", "second"] | None:

@@ -11,8 +11,8 @@ from benchmarks.locomo_data import (
     Query,
     Turn,
     as_message,
-    as_user_questions,
     in_person,
+    one_speaker_questions,
 )
 
 
@@ -51,8 +51,8 @@ def test_the_conversation_as_the_users_chat_has_roles_not_names() -> None:
     questions = [Query("q1", "What does Caroline paint?", "conv", "4"),
                  Query("q2", "Did Caroline and Melanie meet?", "conv", "1"),  # both named: not asked
                  Query("q3", "What is the weather?", "conv", "4")]  # nobody named: not asked
-    assert as_user_questions(questions, [mine, theirs]) == [(Query("q1", "What do I paint?", "conv", "4"),
+    assert one_speaker_questions(questions, [mine, theirs]) == [(Query("q1", "What do I paint?", "conv", "4"),
                                                              "Caroline")]
     # asked of Caroline, the assistant: Melanie is the user
-    assert as_user_questions(questions, [mine, theirs], SECOND_PERSON) == [
+    assert one_speaker_questions(questions, [mine, theirs], SECOND_PERSON) == [
         (Query("q1", "What do you paint?", "conv", "4"), "Melanie")]
