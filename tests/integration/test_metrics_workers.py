@@ -45,6 +45,19 @@ def per_worker(metrics_dir: Path, scratch: Path) -> dict[str, float]:
     return counts
 
 
+def settled(metrics_dir: Path, scratch: Path, sent: int, wait_s: float = 2.0) -> dict[str, float]:
+    """:func:`per_worker` once the counts reach ``sent``, or as they stand after ``wait_s``: a worker
+    counts a request when its response has gone out, so the last one may land a moment after the
+    client has read it."""
+    deadline = time.monotonic() + wait_s
+    for attempt in range(1_000):
+        split = per_worker(metrics_dir, scratch / str(attempt))
+        if sum(split.values()) >= sent or time.monotonic() > deadline:
+            return split
+        time.sleep(0.02)
+    return split
+
+
 def test_metrics_sum_every_worker(tmp_path: Path, settings: Settings, app_dsn: str, redis_url: str) -> None:
     data_dir = tmp_path / "data"
     stale = data_dir / "metrics" / "999999999"  # a previous run's directory (no such pid): removed at start
@@ -60,7 +73,7 @@ def test_metrics_sum_every_worker(tmp_path: Path, settings: Settings, app_dsn: s
             for _ in range(40):
                 assert httpx.get(f"{live.base}/healthz", headers={"Connection": "close"}).status_code == 200
             sent += 40
-            split = per_worker(metrics_dir, tmp_path / f"scratch-{sent}")
+            split = settled(metrics_dir, tmp_path / f"scratch-{sent}", sent)
             if len([c for c in split.values() if c > 0]) == 2:
                 break
         assert len([c for c in split.values() if c > 0]) == 2, f"one worker served every request: {split}"
