@@ -28,6 +28,7 @@ from pgcontext_client import (
     SearchTuning,
     TransportError,
 )
+from pgcontext_client.types import SearchResult
 from pydantic import BaseModel, Field
 
 
@@ -151,6 +152,16 @@ def service_errors() -> Iterator[None]:
                         f"(request id {exc.request_id})") from exc
 
 
+def _recalled(r: SearchResult) -> dict[str, Any]:
+    """One ``recall`` result; a conversation's turn also says where it was said and by whom."""
+    out: dict[str, Any] = {"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
+                           "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None}
+    if r.message is not None:
+        out["conversation_id"] = r.message.conversation_id
+        out["said_by"] = r.message.speaker or r.message.role
+    return out
+
+
 def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -> None:
     agent = config.agent_id
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
@@ -203,16 +214,18 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
         limit: Annotated[int, Field(ge=1, le=50, description="How many memories at most.")] = 5,
         kinds: Annotated[list[str] | None, Field(description="Only these kinds (e.g. [\"preference\"]).")] = None,
+        conversations: Annotated[list[str] | None, Field(
+            description="Only the turns of these conversations (as given to `append_messages`); other memories "
+                        "still match.")] = None,
     ) -> dict[str, Any]:
         with service_errors():
             # The model writes these queries: its "I" is not the user's (and not its own turns either:
             # "what do I know about the user's diet?"), so the first and second person are ignored.
             found = await (await client_for()).search(query, limit=limit,
-                                                      filters=SearchFilters(agent_id=agent, kinds=kinds),
+                                                      filters=SearchFilters(agent_id=agent, kinds=kinds,
+                                                                            conversations=conversations),
                                                       tuning=SearchTuning(first_person=None))
-        return {"memories": [{"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
-                              "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None}
-                             for r in found.results]}
+        return {"memories": [_recalled(r) for r in found.results]}
 
     @server.tool(description=ASSEMBLE, annotations=reads)
     async def assemble_context(

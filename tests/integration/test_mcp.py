@@ -139,6 +139,15 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     said = await call(session, "append_messages", conversation_id="blossoms", messages=chat)
     recalled = await call(session, "recall", query="What did I say about the cherry blossoms?", limit=3)
     assert recalled["memories"][0]["id"] == said["messages"][0]["id"], (recalled, said)
+    # only one conversation's turns: the other's blossoms are left out, a turn says where and by whom
+    scoped = await call(session, "recall", query="cherry blossoms", limit=5, conversations=["trip"])
+    turns_found = [m for m in scoped["memories"] if m["kind"] == "message"]
+    assert turns_found and {m["conversation_id"] for m in turns_found} == {"trip"}, scoped
+    best = {k: v for k, v in turns_found[0].items() if k not in ("score", "occurred_at")}
+    assert best == {"id": appended["messages"][1]["id"], "text": turns[1]["content"], "kind": "message",
+                    "conversation_id": "trip", "said_by": "assistant"}
+    empty = await session.call_tool("recall", {"query": "cherry blossoms", "conversations": []})
+    assert empty.is_error and "validation_error" in empty.content[0].text  # type: ignore[union-attr]
     with Client(url, key) as pg:  # the same words searched as a user's question rank the user's turns first
         assert pg.search("What did I say about the cherry blossoms?", limit=3).results[0].id != UUID(
             said["messages"][0]["id"])
