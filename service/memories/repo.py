@@ -15,6 +15,7 @@ from pgvector import Vector
 
 from service.db import TenantTx
 from service.errors import BadRequest
+from service.memories.facts.types import is_current
 from service.memories.types import MemoryIn, MemoryOut, MemoryPatch
 
 
@@ -28,7 +29,8 @@ def to_out(row: asyncpg.Record) -> MemoryOut:
         line_start=row["line_start"], line_end=row["line_end"], section_title=row["section_title"],
         breadcrumb=row["breadcrumb"], level=row["level"],
         key=row["key"], valid_from=row["occurred_at"], valid_until=row["valid_until"],
-        current=row["superseded_by"] is None, superseded_by=row["superseded_by"], superseded_at=row["superseded_at"],
+        current=is_current(row["superseded_by"], row["valid_until"]), superseded_by=row["superseded_by"],
+        superseded_at=row["superseded_at"],
         seen_count=row["seen_count"], last_seen_at=row["last_seen_at"] or row["created_at"],
         first_occurred_at=row["first_occurred_at"] or row["occurred_at"],
         last_occurred_at=row["last_occurred_at"] or row["occurred_at"],

@@ -74,7 +74,7 @@ def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
         final_score=score, lexical_rank=entry.lexical_rank, semantic_rank=entry.semantic_rank,
         lexical_score=entry.lexical_score, semantic_score=entry.semantic_score, fusion_method=method,
         agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at, message=hit.message,
-        current=hit.superseded_by is None, superseded_by=hit.superseded_by, valid_until=hit.valid_until,
+        current=hit.current, superseded_by=hit.superseded_by, valid_until=hit.valid_until,
     )
 
 

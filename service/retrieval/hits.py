@@ -9,6 +9,7 @@ from uuid import UUID
 
 import asyncpg
 
+from service.memories.facts.types import is_current
 from service.retrieval.types import MessageRef
 
 
@@ -30,6 +31,10 @@ class Hit:
     valid_until: datetime | None = None
     message: MessageRef | None = None
     """A conversation's message: its place in the conversation and who said it."""
+
+    @property
+    def current(self) -> bool:
+        return is_current(self.superseded_by, self.valid_until)
 
     @property
     def speaker(self) -> str | None:

@@ -34,6 +34,7 @@ from service.documents import lookup
 from service.documents.globs import compile_path
 from service.documents.languages import split_lines
 from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
+from service.memories.facts.types import is_current
 from service.retrieval import branches
 from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit
@@ -251,8 +252,9 @@ def _result(found: list[ModeHit], score: float) -> SearchResult:
         lexical_score=None if lexical is None else lexical.score,
         semantic_score=None if semantic is None else semantic.score,
         fusion_method="rrf", agent_id=best.agent_id, metadata=best.metadata, occurred_at=best.occurred_at,
-        current=best.superseded_by is None, superseded_by=best.superseded_by, valid_until=best.valid_until,
-        message=best.message, path=best.source, line_start=spanned.line_start, line_end=spanned.line_end,
+        current=is_current(best.superseded_by, best.valid_until), superseded_by=best.superseded_by,
+        valid_until=best.valid_until, message=best.message, path=best.source, line_start=spanned.line_start,
+        line_end=spanned.line_end,
         excerpt=literal.excerpt, excerpt_line_start=literal.excerpt_line_start,
         excerpt_line_end=literal.excerpt_line_end, mode=best.mode,
         modes=[ModeRank(mode=h.mode, rank=h.rank, score=h.score)

@@ -80,13 +80,22 @@ async def test_explicit_supersedes(client: AsyncTestClient[Any], tenant: Tenant,
 
 
 async def test_valid_until_ends_a_fact(client: AsyncTestClient[Any], tenant: Tenant) -> None:
-    offer = (await write(client, tenant, {"text": "The spring sale gives 20% off.", "agent_id": "shop",
-                                          "occurred_at": "2024-03-01T00:00:00Z",
-                                          "valid_until": "2024-04-01T00:00:00Z"}))["ids"][0]
+    written = await write(client, tenant, {"text": "The spring sale gives 20% off.", "agent_id": "shop",
+                                           "occurred_at": "2024-03-01T00:00:00Z", "valid_until": "2024-04-01T00:00:00Z"})
+    offer = written["ids"][0]
+    assert written["items"][0]["current"] is False, written
     assert await list_all(client, tenant, agent_id="shop") == []
+    # its valid time has ended: not current, wherever it is read
+    r = await client.get(f"/v1/memories/{offer}", headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["current"] is False
+    [retired] = await list_all(client, tenant, agent_id="shop", include_superseded="true")
+    assert retired["id"] == offer and retired["current"] is False
+    r = await client.post("/v1/memories/search", json={"query": "spring sale", "filters": {
+        "agent_id": "shop", "include_superseded": True}}, headers=tenant.headers)
+    assert [(x["id"], x["current"]) for x in r.json()["results"]] == [(offer, False)], r.json()
     assert [m["id"] for m in await list_all(client, tenant, agent_id="shop", as_of="2024-03-15T00:00:00Z")] == [offer]
     r = await client.patch(f"/v1/memories/{offer}", json={"valid_until": None}, headers=tenant.headers)
-    assert r.status_code == 200 and r.json()["valid_until"] is None
+    assert r.status_code == 200 and r.json()["valid_until"] is None and r.json()["current"] is True
     assert [m["id"] for m in await list_all(client, tenant, agent_id="shop")] == [offer]
     r = await client.patch(f"/v1/memories/{offer}", json={"valid_until": "2020-01-01T00:00:00Z"},
                            headers=tenant.headers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -22,6 +22,11 @@ EventName = Literal["created", "updated", "merged", "superseded", "undone", "del
 UNDOABLE: frozenset[str] = frozenset({"merged", "consolidated"})
 
 
+def is_current(superseded_by: UUID | None, valid_until: datetime | None, now: datetime | None = None) -> bool:
+    """Whether a memory holds now: not retired by a newer one and its valid time not ended."""
+    return superseded_by is None and (valid_until is None or valid_until > (now or datetime.now(UTC)))
+
+
 class WrittenItem(msgspec.Struct, kw_only=True):
     """What one item of a create request did."""
 
@@ -34,8 +39,8 @@ class WrittenItem(msgspec.Struct, kw_only=True):
     superseded: list[UUID] = msgspec.field(default_factory=list)
     """Memories this item retired (explicit ``supersedes`` or an older value of its ``key``)."""
     current: bool = True
-    """False when the item arrived late: a newer value of its key already held, so it was stored as
-    history (``superseded_by`` that value) and retired nothing."""
+    """False when the item arrived late (a newer value of its key already held, so it was stored as
+    history, ``superseded_by`` that value, and retired nothing) or its ``valid_until`` has passed."""
     superseded_by: UUID | None = None
     similarity: float | None = None
     """``merged``: the embedding cosine to the memory it was merged into."""

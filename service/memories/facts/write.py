@@ -24,7 +24,7 @@ from service.memories import repo
 from service.memories.facts import dedup
 from service.memories.facts.history import Events, snapshot
 from service.memories.facts.normalize import hash_words, tokens
-from service.memories.facts.types import MESSAGE_KIND, OnDuplicate, WrittenItem
+from service.memories.facts.types import MESSAGE_KIND, OnDuplicate, WrittenItem, is_current
 from service.memories.types import MemoryIn
 from service.settings import FactSettings
 
@@ -119,7 +119,8 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
                                 [None] * len(plain), occurred=[p.occurred_at for p in plain])
         for plan in plain:
             gone = retired.get(plan.index, [])
-            outcomes[plan.index] = WrittenItem(id=plan.id, status="superseded" if gone else "created", superseded=gone)
+            outcomes[plan.index] = WrittenItem(id=plan.id, status="superseded" if gone else "created", superseded=gone,
+                                               current=is_current(None, items[plan.index].valid_until))
     for plan in plans:
         item = items[plan.index]
         if plan.merged_into is None:
@@ -241,7 +242,8 @@ async def _write_keyed(tx: TenantTx, item: MemoryIn, plan: Plan, embeddings: np.
     if successor is not None:
         return WrittenItem(id=plan.id, status="superseded" if retired else "created", superseded=retired,
                            current=False, superseded_by=successor["id"])
-    return WrittenItem(id=plan.id, status="superseded" if retired else "created", superseded=retired)
+    return WrittenItem(id=plan.id, status="superseded" if retired else "created", superseded=retired,
+                       current=is_current(None, valid_until))
 
 
 def _with_valid_until(item: MemoryIn, valid_until: datetime | None) -> MemoryIn:
