@@ -28,7 +28,7 @@ from service.memories.types import (
     MemoryPatch,
     PatchedMemory,
 )
-from service.memories.validation import check_metadata
+from service.memories.validation import check_metadata, check_time_range
 
 AgentIdQuery = Annotated[str, QueryParameter(min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
                                              description="The agent (1-200 letters, digits and _.:@-).")]
@@ -48,7 +48,7 @@ DELETE_AGENT_DESCRIPTION = (
 
 
 def _timestamp(name: str, value: str | None) -> datetime | None:
-    """An RFC 3339 timestamp, strictly (a bare number is not one); ``occurred_*`` with a timezone."""
+    """An RFC 3339 timestamp with its timezone, strictly (a bare number is not one)."""
     if value is None:
         return None
     try:
@@ -56,7 +56,7 @@ def _timestamp(name: str, value: str | None) -> datetime | None:
     except msgspec.ValidationError as exc:
         raise BadRequest(f"{name} must be an RFC 3339 timestamp, e.g. 2024-05-01T14:30:00Z", code="validation_error",
                          details={"field": name}) from exc
-    if (name.startswith("occurred") or name == "as_of") and parsed.tzinfo is None:
+    if parsed.tzinfo is None:
         raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                          code="validation_error", details={"field": name})
     return parsed
@@ -101,9 +101,9 @@ class MemoryController(Controller):
         metadata: Annotated[
             str | None, QueryParameter(description="JSON object; rows whose metadata contains it")] = None,
         created_after: Annotated[str | None, QueryParameter(
-            description="Inclusive lower bound on created_at (RFC 3339)")] = None,
+            description="Inclusive lower bound on created_at (RFC 3339 with timezone)")] = None,
         created_before: Annotated[str | None, QueryParameter(
-            description="Exclusive upper bound on created_at (RFC 3339)")] = None,
+            description="Exclusive upper bound on created_at (RFC 3339 with timezone)")] = None,
         occurred_after: Annotated[str | None, QueryParameter(
             description="Inclusive lower bound on occurred_at (RFC 3339 with timezone)")] = None,
         occurred_before: Annotated[str | None, QueryParameter(
@@ -132,6 +132,8 @@ class MemoryController(Controller):
         times = {name: _timestamp(name, value) for name, value in (
             ("created_after", created_after), ("created_before", created_before),
             ("occurred_after", occurred_after), ("occurred_before", occurred_before), ("as_of", as_of))}
+        for name in ("created", "occurred"):
+            check_time_range(times[f"{name}_after"], times[f"{name}_before"], name, field=f"{name}_after")
         items, next_cursor = await services.db.read(org_id, lambda tx: repo.list_page(
             tx, agent_id=agent_id, kind=kind, metadata=contains, cursor=cursor, limit=limit,
             include_superseded=include_superseded, **times))

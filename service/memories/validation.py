@@ -9,7 +9,7 @@ from typing import Any, Final
 import msgspec
 import numpy as np
 
-from service.errors import BadRequest, PayloadTooLarge
+from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.types import DOCUMENT_CHUNK_KIND, MESSAGE_KIND
 from service.settings import LimitSettings
 
@@ -97,3 +97,11 @@ def check_occurred_at(value: datetime, *, field: str = "occurred_at") -> None:
         raise BadRequest(f"{field} must be from {OCCURRED_MIN:%Y-%m-%d} up to (not including) "
                          f"{OCCURRED_MAX:%Y-%m-%d}, got {value.isoformat()}",
                          code="validation_error", details={"field": field})
+
+
+def check_time_range(after: datetime | None, before: datetime | None, name: str, *, field: str) -> None:
+    """422 for an empty time range (``{name}_after`` not before ``{name}_before``): well-formed fields that
+    no JSON schema can relate to each other, so not a 400 (which means "does not match the schema")."""
+    if after is not None and before is not None and after >= before:
+        raise Unprocessable(f"{name}_after must be before {name}_before", code="validation_error",
+                            details={"field": field})

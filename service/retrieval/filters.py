@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.errors import Unprocessable
+from service.memories.validation import check_time_range
 from service.retrieval.types import SearchFilters
 
 
@@ -15,13 +15,10 @@ def like_prefix(prefix: str) -> str:
 
 
 def check_time_ranges(filters: SearchFilters) -> None:
-    """422 for an empty time range (``*_after`` not before ``*_before``): well-formed fields that no
-    JSON schema can relate to each other, so not a 400 (which means "does not match the schema")."""
+    """422 for an empty time range (:func:`check_time_range`)."""
     for name in ("created", "occurred"):
-        after, before = getattr(filters, f"{name}_after"), getattr(filters, f"{name}_before")
-        if after is not None and before is not None and after >= before:
-            raise Unprocessable(f"filters.{name}_after must be before filters.{name}_before",
-                             code="validation_error", details={"field": "filters"})
+        check_time_range(getattr(filters, f"{name}_after"), getattr(filters, f"{name}_before"),
+                         f"filters.{name}", field="filters")
 
 
 def filter_args(filters: SearchFilters) -> tuple[Any, ...]:

@@ -78,9 +78,9 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kinds: list[Kind] | None = None
     metadata: dict[str, Any] | None = None
     """Rows whose metadata contains this object (jsonb ``@>``)."""
-    created_after: datetime | None = None
-    """Inclusive lower bound on ``created_at``."""
-    created_before: datetime | None = None
+    created_after: AwareDatetime | None = None
+    """Inclusive lower bound on ``created_at`` (RFC 3339 with timezone)."""
+    created_before: AwareDatetime | None = None
     """Exclusive upper bound on ``created_at``."""
     occurred_after: AwareDatetime | None = None
     """Inclusive lower bound on ``occurred_at`` (when the memory's event happened; RFC 3339 with timezone)."""

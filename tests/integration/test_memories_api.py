@@ -344,7 +344,30 @@ BAD_READS: list[tuple[str, str, dict[str, Any], str]] = [
     ("limit huge", "/v1/memories", {"limit": 10**9}, "validation_error"),
     ("limit not a number", "/v1/memories", {"limit": "ten"}, "validation_error"),
     ("created_after not a date", "/v1/memories", {"created_after": "yesterday"}, "validation_error"),
+    ("created_after without a timezone", "/v1/memories", {"created_after": "2026-01-01T00:00:00"},
+     "validation_error"),
+    ("created_before without a timezone", "/v1/memories", {"created_before": "2026-01-01T00:00:00"},
+     "validation_error"),
 ]
+
+
+@pytest.mark.parametrize("name", ["created", "occurred"])
+async def test_empty_time_range_in_a_list_is_a_422(client: AsyncTestClient[Any], tenant: Tenant, name: str) -> None:
+    """As in search: well-formed bounds that no memory can meet."""
+    for after, before in (("2027-01-01T00:00:00Z", "2026-01-01T00:00:00Z"), ("2026-01-01T00:00:00Z",) * 2):
+        r = await client.get("/v1/memories", params={f"{name}_after": after, f"{name}_before": before},
+                             headers=tenant.headers)
+        err = assert_error(r, 422, "validation_error")
+        assert err["message"] == f"{name}_after must be before {name}_before"
+
+
+async def test_created_filters_in_search_need_a_timezone(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """A naive time would be read in the server's zone; one naive bound and one aware could not be compared."""
+    for filters in ({"created_after": "2026-01-01T00:00:00"},
+                    {"created_after": "2026-01-01T00:00:00", "created_before": "2027-01-01T00:00:00Z"}):
+        r = await client.post("/v1/memories/search", json={"query": "coffee", "filters": filters},
+                              headers=tenant.headers)
+        assert_error(r, 400, "validation_error")
 
 
 @pytest.mark.parametrize(("path", "params", "code"), [(p, q, c) for _, p, q, c in BAD_READS],
