@@ -186,9 +186,13 @@ def _check_valid_time(before: Any, change: MemoryPatch) -> None:
 
 
 async def delete(services: Services, org_id: UUID, memory_id: UUID, *, erase: bool = False) -> None:
-    """Delete a memory; its history records the deletion, or with ``erase`` goes with it."""
+    """Delete a memory; its history records the deletion, or with ``erase`` goes with it. ``erase`` of a
+    memory deleted before removes the history it left (404 when there is none either)."""
     async with services.db.tenant(org_id) as tx:
-        _changeable(await repo.current(tx, memory_id), memory_id)
+        row = await repo.current(tx, memory_id)
+        if row is None and erase and await tx.fetchval("facts.erase_history", tx.org_id, [memory_id], None):
+            return
+        _changeable(row, memory_id)
         found, agent_id = await repo.delete(tx, memory_id)
         if found:
             await fact_patch.deleted(tx, memory_id, agent_id, erase=erase)

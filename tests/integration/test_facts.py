@@ -218,6 +218,12 @@ async def test_history_of_deleted_and_erased_memories(client: AsyncTestClient[An
     assert events[1]["detail"]["changes"] == {"importance": 0.9}
     assert (await client.delete(f"/v1/memories/{b}?erase=true", headers=tenant.headers)).status_code == 204
     assert (await client.get(f"/v1/memories/{b}/history", headers=tenant.headers)).status_code == 404
+    # a memory deleted before can still be erased: its history goes, once
+    (c,) = (await write(client, tenant, {"text": "Rosa lives in Porto.", "agent_id": "q"}))["ids"]
+    assert (await client.delete(f"/v1/memories/{c}", headers=tenant.headers)).status_code == 204
+    assert (await client.delete(f"/v1/memories/{c}?erase=true", headers=tenant.headers)).status_code == 204
+    assert (await client.get(f"/v1/memories/{c}/history", headers=tenant.headers)).status_code == 404
+    assert (await client.delete(f"/v1/memories/{c}?erase=true", headers=tenant.headers)).status_code == 404
     r = await client.delete("/v1/memories", params={"agent_id": "r"}, headers=tenant.headers)
     assert r.status_code == 200
     assert (await client.get(f"/v1/memories/{a}/history", headers=tenant.headers)).status_code == 404
@@ -233,6 +239,10 @@ async def test_another_orgs_history_and_undo_answer_404(client: AsyncTestClient[
     r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", json={},
                           headers=other_tenant.headers)
     assert r.status_code == 404
+    assert (await client.delete(f"/v1/memories/{kept}", headers=tenant.headers)).status_code == 204
+    r = await client.delete(f"/v1/memories/{kept}?erase=true", headers=other_tenant.headers)
+    assert r.status_code == 404  # another org cannot erase the history a deleted memory left
+    assert [e["event"] for e in await history(client, tenant, kept)][-1] == "deleted"
     assert (await history(client, tenant, kept))[-1]["undone_by"] is None
     # the other org writing the same text merges into nothing of ours
     theirs = (await write(client, other_tenant, {"text": "Ivan speaks Czech.", "agent_id": "i"}))["items"][0]
