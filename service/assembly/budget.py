@@ -16,7 +16,8 @@
   ``overflow`` says by how much they do not.
 
 Selective mode takes the memory budget from :func:`~service.assembly.intent.plan_selective_budget`
-and, when ``max_context_tokens`` is also given, caps it by what fits there.
+and, when ``max_context_tokens`` is also given, caps it by what fits there (the last step of its
+explanation, :meth:`Budget.cap_reason`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ class Budget:
 
     def with_memories_tokens(self, memories_tokens: int) -> Budget:
         return dataclasses.replace(self, memories_tokens=memories_tokens)
+
+    def cap_reason(self) -> str | None:
+        """The step of ``budget.reasons`` in which ``max_context_tokens`` held a selective budget
+        below its plan (None: it did not, or the budget is not selective)."""
+        planned = None if self.selective is None else self.selective.final_tokens
+        if planned is None or self.total is None or self.memories_available >= planned:
+            return None
+        return (f"max_context_tokens {self.total}: {planned} -> {self.memories_available}, what is left after the "
+                f"directive ({self.directive}), the history ({self.history}), the reserve ({self.reserve}) and "
+                f"the envelope ({self.overhead})")
 
     @property
     def context_limit(self) -> int | None:

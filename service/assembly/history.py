@@ -5,8 +5,12 @@ An assembly for a turn of conversation ``conversation_id`` carries the recent tu
 also finds those turns among its memories. Packing them again spends the budget on words the model
 has just read. With ``conversation_id`` on the request, that conversation's messages are left out:
 
-* those whose words are a recent message's (its ``content`` equal to the message's words, or to
-  ``speaker: words`` as a history line writes them; whitespace runs compared as one space);
+* those whose words are those of a recent message the context's history section holds (its
+  ``content`` equal to the message's words, or to ``speaker: words`` as a history line writes them;
+  whitespace runs compared as one space). Only the messages the budget keeps there count: the
+  oldest ones trimmed out to fit the window (``budget.history_messages_dropped``) are not in the
+  model's view, so their conversation messages are packed like any other memory — or the fact
+  they hold would end up in neither section;
 * with ``history_turns: K``, its last ``K`` messages, for a caller that sends the recent turns to
   the model itself (positions after the conversation's ``message_count - K``, read concurrently with
   the branches).
@@ -56,17 +60,19 @@ class InHistory:
 
     conversation_id: str
     history: frozenset[str]
-    """The recent messages' words, whitespace-normalised."""
+    """The words of the recent messages the history section holds, whitespace-normalised."""
     after: int | None
     """Messages after this position are among the last ``history_turns``; None: not asked, or the
     conversation's length could not be read in time."""
 
     @staticmethod
-    def of(req: AssembleRequest, last: int | None) -> InHistory | None:
+    def of(req: AssembleRequest, shown: Iterable[tuple[str, str]], last: int | None) -> InHistory | None:
+        """``shown``: the recent messages (role, content) the history section holds, the newest the
+        budget kept (:func:`~service.assembly.budget.plan_budget`); ``last``: :func:`read_last`."""
         if req.conversation_id is None:
             return None
         after = None if last is None or req.history_turns is None else max(0, last - req.history_turns)
-        return InHistory(req.conversation_id, frozenset(_words(m.content) for m in req.recent_messages), after)
+        return InHistory(req.conversation_id, frozenset(_words(content) for _, content in shown), after)
 
     def why(self, message: MessageRef | None, text: str) -> str | None:
         """Why this memory is in the model's history already (None: it is not)."""
@@ -121,13 +127,14 @@ async def bounded(read: asyncio.Future[int | None], seconds: float) -> int | Non
         return None
 
 
-async def leave_out_history(req: AssembleRequest, candidates: list[Candidate], cold: ColdResult | None,
-                            last_read: asyncio.Future[int | None] | None, counter: TokenCounter,
-                            seconds: float) -> tuple[list[Candidate], list[DroppedMemory]]:
+async def leave_out_history(req: AssembleRequest, shown: Sequence[tuple[str, str]], candidates: list[Candidate],
+                            cold: ColdResult | None, last_read: asyncio.Future[int | None] | None,
+                            counter: TokenCounter, seconds: float) -> tuple[list[Candidate], list[DroppedMemory]]:
     """The candidates to rank and those in the model's history already (none without
-    ``conversation_id``); ``last_read`` (:func:`read_last`) is waited for at most ``seconds``."""
+    ``conversation_id``): ``shown`` is the history the budget kept (see :meth:`InHistory.of`);
+    ``last_read`` (:func:`read_last`) is waited for at most ``seconds``."""
     if req.conversation_id is None:
         return candidates, []
     last = None if last_read is None else await bounded(last_read, seconds)
-    return split(candidates, cold.search.results if cold is not None else (), InHistory.of(req, last), counter,
-                 explain=req.explain)
+    return split(candidates, cold.search.results if cold is not None else (), InHistory.of(req, shown, last),
+                 counter, explain=req.explain)

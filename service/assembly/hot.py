@@ -158,11 +158,16 @@ class HotRead:
     built_at: datetime
 
 
-def in_sources(read: HotRead, sources: Sequence[Source] | None) -> HotRead:
-    """The hot set's items of ``sources`` (an assembly's ``retrieval.filters.sources``; None: all)."""
-    if sources is None:
+def in_scope(read: HotRead, sources: Sequence[Source] | None, *, org_wide: bool = True) -> HotRead:
+    """The hot set's items an assembly may use: those of ``sources`` (its ``retrieval.filters.sources``;
+    None: all), and the org-wide ones (``agent_id`` null) only with ``org_wide`` (its
+    ``retrieval.include_org_wide``). A set holds the agent's own memories and the org-wide ones, and
+    is cached so for every request: the scope is applied to what is read, never to what is cached."""
+    if sources is None and org_wide:
         return read
-    return dataclasses.replace(read, items=[item for item in read.items if source_of(item.kind) in sources])
+    return dataclasses.replace(read, items=[
+        item for item in read.items
+        if (sources is None or source_of(item.kind) in sources) and (org_wide or item.agent_id is not None)])
 
 
 def as_array(vector: object) -> npt.NDArray[np.float32] | None:

@@ -10,7 +10,8 @@ own deadline up to ``max_deadline_ms``: :mod:`service.assembly.deadline`), from 
                      read from Postgres: the wall)┤
          cold      ──(cold_timeout_ms, ≤ wall)───┤   wall = deadline_ms - processing_reserve_ms
          history counted, selective plan made ───┘   (CPU work overlaps the branches' I/O)
-    then budget -> score -> pack -> format in the reserve; total_ms ≈ wall + a few ms.
+    then budget -> leave out what the history holds -> score -> pack -> format in the reserve;
+    total_ms ≈ wall + a few ms.
 
 A caller's deadline longer than ``PGCONTEXT_DEADLINE_MS`` lengthens the wall and the hot and cold
 timeouts in proportion (and the cold search's own step deadlines): a caller that can wait gets the
@@ -73,7 +74,7 @@ import structlog
 from service.assembly import metrics as assembly_metrics
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchTask, EarlyReads, SlowPath, settle
-from service.assembly.budget import HistoryCost, history_limit, measure_history, plan_budget, too_small
+from service.assembly.budget import Budget, HistoryCost, history_limit, measure_history, plan_budget, too_small
 from service.assembly.candidates import hot_candidates
 from service.assembly.cold import COLD_REASONS, ColdBranch
 from service.assembly.deadline import CallerDeadline, plan_wall
@@ -81,7 +82,7 @@ from service.assembly.directive import DirectiveRead, DirectiveSource
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
 from service.assembly.history import leave_out_history, read_last
-from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, in_sources
+from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, in_scope
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import pack
 from service.assembly.response import Ranked, build_response, log_assembled
@@ -169,17 +170,23 @@ class Orchestrator:
 
     # -- the pipeline ------------------------------------------------------------------------------
 
-    def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
-                          directive: str | None, history: list[tuple[str, str]], measured: HistoryCost,
-                          req: AssembleRequest, reserve: int, window: int | None) -> Ranked:
-        started = time.perf_counter()
+    def _budget(self, req: AssembleRequest, sel: SelectiveBudget, counter: TokenCounter, directive: str | None,
+                history: list[tuple[str, str]], measured: HistoryCost, reserve: int,
+                window: int | None) -> tuple[Budget, tuple[tuple[str, str], ...]]:
+        """The budget and the recent messages the history section keeps (the newest that fit); 422
+        when the directive, the reserve and the envelope alone overflow the window."""
         budget, kept = plan_budget(counter, directive=directive, history=history, reserve_tokens=reserve,
                                    max_context_tokens=window,
                                    selective=sel if req.selective else None, measured=measured)
         if budget.overflow > 0:
             raise too_small(budget, window, counter, asked=(req.max_context_tokens, req.reserve_tokens),
                             default_reserve=self.settings.default_reserve_tokens)
-        budgeted = time.perf_counter()
+        return budget, kept
+
+    def _rank_pack_format(self, candidates: list[Candidate], sel: SelectiveBudget, counter: TokenCounter,
+                          directive: str | None, budget: Budget, kept: tuple[tuple[str, str], ...],
+                          measured: HistoryCost) -> Ranked:
+        started = time.perf_counter()
         scored = score_candidates(candidates, intent=sel.intent, counter=counter, rules=self.scoring,
                                   show_dates=sel.temporal)
         ranked = time.perf_counter()
@@ -192,8 +199,8 @@ class Orchestrator:
         context_tokens = (counter.count(format_directive(directive)) + result.tokens_used
                           + measured.section(len(kept)))
         done = time.perf_counter()
-        return Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, budgeted),
-                      elapsed_ms(budgeted, ranked), elapsed_ms(ranked, packed), elapsed_ms(packed, done))
+        return Ranked(scored, result, budget, context, context_tokens, elapsed_ms(started, ranked),
+                      elapsed_ms(ranked, packed), elapsed_ms(packed, done))
 
     def _plan_budget(self, query: str, planned: SelectiveBudget | None) -> asyncio.Future[SelectiveBudget]:
         """Intent and complexity of the query (unless ``planned`` already): on the event loop when
@@ -334,14 +341,19 @@ class Orchestrator:
         query_vector = self.engine.cached_embedding(org_id, search.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
-            candidates += hot_candidates(in_sources(hot_run.value, req.retrieval.filters.sources), search.query,
-                                         query_vector)
+            scoped = in_scope(hot_run.value, req.retrieval.filters.sources, org_wide=req.retrieval.include_org_wide)
+            candidates += hot_candidates(scoped, search.query, query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
-        candidates, in_history = await leave_out_history(req, candidates, cold_run.value, last_read, counter,
-                                                         wall.wall_ms / 1000 - (time.perf_counter() - started))
         directive_text = directive.content if directive is not None else None
-        work = (candidates, sel, counter, directive_text, history, measured, req, reserve, window)
+        budgeting = time.perf_counter()
+        # The history is trimmed to fit before candidates are left out as in it: a turn trimmed out of
+        # the history section is not in the model's view, so it is a candidate like any other memory.
+        budget, kept = self._budget(req, sel, counter, directive_text, history, measured, reserve, window)
+        budget_ms = budget_pre_ms + elapsed_ms(budgeting)
+        candidates, in_history = await leave_out_history(req, kept, candidates, cold_run.value, last_read, counter,
+                                                         wall.wall_ms / 1000 - (time.perf_counter() - started))
+        work = (candidates, sel, counter, directive_text, budget, kept, measured)
         if len(candidates) > s.inline_cpu_candidates:
             ranked = await in_thread(self._cpu, self._rank_pack_format, *work)
         else:
@@ -360,7 +372,7 @@ class Orchestrator:
         level: Level = "L0" if len(usable) == 2 else "L1" if usable else "L2"
         sources = (["directive"] if directive_run.outcome == "ok" else []) + usable
         response = build_response(req, ranked, directive, level, sources, directive_run, hot_run, cold_run,
-                                  budget_pre_ms, started, counting, sel, retrieval, in_history)
+                                  budget_ms, started, counting, sel, retrieval, in_history)
         response.metrics.queued_ms, response.metrics.deadline_ms = queued_ms, round(wall.deadline_ms, 3)
         if not quiet:
             self.access.record(org_id, [m.id for m in response.memories_used])

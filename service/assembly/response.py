@@ -47,7 +47,6 @@ class Ranked:
     budget: Budget
     context: str
     context_tokens: int
-    budget_ms: float
     ranking_ms: float
     packing_ms: float
     formatting_ms: float
@@ -74,11 +73,12 @@ COMPLETED_NOTE: Final = ("the query leans on the conversation: searched after th
 
 def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut | None, level: Level,
                    sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
-                   cold_run: BranchRun[ColdResult], budget_pre_ms: float, started: float,
+                   cold_run: BranchRun[ColdResult], budget_ms: float, started: float,
                    counting: tuple[TokenCounter, ModelTokens], sel: SelectiveBudget,
                    retrieval: RetrievalReport, in_history: list[DroppedMemory]) -> AssembleResponse:
     """The response body: memories used and dropped (with their scores; ``in_history``: those left out
-    before ranking, :mod:`service.assembly.history`), budget, branches, metrics."""
+    before ranking, :mod:`service.assembly.history`), budget, branches, metrics. ``budget_ms``: the
+    budget's calculation, all of it (before and after the branches)."""
     shaping = time.perf_counter()
     counter, model = counting
     margin = model.reason()
@@ -112,7 +112,7 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
         context_tokens=ranked.context_tokens, history_messages=b.history_messages,
         history_messages_dropped=b.history_dropped, intent=str(sel.intent), complexity=str(sel.complexity),
         tier=b.tier, multiplier=b.multiplier, encoding=counter.encoding_name,
-        reasons=(list(sel.reasons) if req.selective else []) + ([margin] if margin else []),
+        reasons=(list(sel.reasons) if req.selective else []) + [r for r in (b.cap_reason(), margin) if r],
         model_family=model.family, safety_factor=model.safety_factor,
     )
     branches = Branches(
@@ -131,7 +131,7 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
         branches.cold.detail = "; ".join(filter(None, (search.reason, search.fallback_reason, rerank, completed)))
     formatting_ms = ranked.formatting_ms + elapsed_ms(shaping)
     metrics = Metrics(
-        budget_calculation_ms=round(budget_pre_ms + ranked.budget_ms, 3),
+        budget_calculation_ms=round(budget_ms, 3),
         directive_load_ms=directive_run.ms, hot_memory_retrieval_ms=hot_run.ms,
         cold_memory_retrieval_ms=cold_run.ms, ranking_ms=ranked.ranking_ms, packing_ms=ranked.packing_ms,
         formatting_ms=round(formatting_ms, 3), total_ms=elapsed_ms(started),

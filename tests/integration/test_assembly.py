@@ -251,6 +251,16 @@ async def test_selective_mode_is_explained_and_respected(settings: Settings, end
         b = r.json()["budget"]
         assert b["tier"] == "comprehensive" and b["multiplier"] == 2.0
         assert any("multiplier x2" in reason for reason in b["reasons"])
+        # with max_context_tokens as well, the window is a ceiling, and the last step says so
+        r = await assemble(client, tenant, selective=True, max_context_tokens=1500,
+                           query="Give me a comprehensive comparison of the espresso machine and the coffee beans")
+        b = r.json()["budget"]
+        assert b["tier"] == "large" and "held at the tier ceiling 3000" in b["reasons"][-2]
+        left = 1500 - b["directive_tokens"] - b["history_tokens"] - b["reserve_tokens"] - b["overhead_tokens"]
+        assert b["memories_budget_tokens"] == left < 3000
+        assert b["reasons"][-1] == (f"max_context_tokens 1500: 3000 -> {left}, what is left after the directive "
+                                    f"({b['directive_tokens']}), the history ({b['history_tokens']}), the reserve "
+                                    f"({b['reserve_tokens']}) and the envelope ({b['overhead_tokens']})")
 
 
 async def test_tight_budget_drops_with_reasons(settings: Settings, endpoints: Endpoints, embedder: Embedder,

@@ -184,3 +184,29 @@ async def test_keys_are_org_namespaced_and_sets_never_cross_orgs(
             assert hot_key(t.org_id, "same-agent").startswith(f"{{{t.org_id}}}:hot_memories:")
     finally:
         await redis.aclose()
+
+
+async def test_an_assembly_without_org_wide_memories_leaves_them_out_of_the_hot_set_too(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        [chess, own] = await create(client, tenant,
+                                    {"text": "The user plays chess on Sundays.", "agent_id": None, "pinned": True},
+                                    {"text": "The user's chess club meets at the library.", "agent_id": "mine",
+                                     "pinned": True})
+
+        async def used(agent: str, **retrieval: Any) -> dict[str, str]:
+            r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+                "agent_id": agent, "query": "chess", "model": "gpt-4o", "max_context_tokens": 2000,
+                "retrieval": retrieval})
+            assert r.status_code == 200, r.text
+            assert r.json()["branches"]["hot"]["outcome"] == "ok"
+            return {m["id"]: m["origin"] for m in r.json()["memories_used"]}
+
+        # "exp" has no memories of its own (the org-wide set), "mine" has (a set of its own)
+        for agent in ("exp", "mine"):
+            assert (await used(agent))[chess] == "hot"  # org-wide memories are considered by default
+            scoped = await used(agent, include_org_wide=False)
+            assert chess not in scoped, (agent, scoped)  # neither through the hot set nor the search
+            assert (await used(agent))[chess] == "hot"  # the cached set itself still holds it
+        assert set(await used("mine", include_org_wide=False)) == {own}
+        assert texts(await hot(client, tenant, "exp")) == ["The user plays chess on Sundays."]

@@ -62,6 +62,12 @@ def test_selective_budget_is_capped_by_what_fits() -> None:
     )
     assert roomy.memories_available == selective.final_tokens
     assert tight.memories_available == 2000 - 50 - 100 - 500
+    # the cap is a step of the budget's explanation, in the style of selective mode's own reasons
+    assert roomy.cap_reason() is None
+    assert tight.cap_reason() == (f"max_context_tokens 2000: {selective.final_tokens} -> 1350, what is left after "
+                                  "the directive (50), the history (100), the reserve (500) and the envelope (0)")
+    fixed = compute_budget(max_context_tokens=2000, directive_tokens=50, history_tokens=100, reserve_tokens=500)
+    assert fixed.cap_reason() is None  # no selective budget to cap
 
 
 def test_bad_inputs() -> None:

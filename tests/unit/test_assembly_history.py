@@ -22,8 +22,13 @@ def request(**fields: object) -> AssembleRequest:
     return AssembleRequest(agent_id="a", query="q", model="gpt-4o", max_context_tokens=1000, **fields)  # type: ignore[arg-type]
 
 
+def seen_in(req: AssembleRequest, last: int | None) -> InHistory | None:
+    """What the model sees of ``req``'s conversation when its history section holds every recent message."""
+    return InHistory.of(req, [(m.role, m.content) for m in req.recent_messages], last)
+
+
 def test_recent_messages_match_by_words_whitespace_aside_or_as_a_history_line() -> None:
-    seen = InHistory.of(request(conversation_id="c1", recent_messages=[
+    seen = seen_in(request(conversation_id="c1", recent_messages=[
         Message(role="user", content="I adopted  a puppy\nnamed Oscar."),
         Message(role="user", content="Ann: We went hiking on Sunday.")]), None)
     assert seen is not None
@@ -34,13 +39,24 @@ def test_recent_messages_match_by_words_whitespace_aside_or_as_a_history_line() 
     assert seen.why(None, "I adopted a puppy named Oscar.") is None  # not a message
 
 
+def test_only_the_messages_the_history_section_keeps_are_seen() -> None:
+    req = request(conversation_id="c1", recent_messages=[Message(role="user", content="The code is ALPHA-7."),
+                                                         Message(role="user", content="Tell me about it.")])
+    seen = InHistory.of(req, [("user", "Tell me about it.")], None)  # the budget trimmed the oldest out
+    assert seen is not None
+    assert seen.why(ref("c1", 2), "Tell me about it.") is not None
+    assert seen.why(ref("c1", 1), "The code is ALPHA-7.") is None  # in neither section otherwise
+    nothing = InHistory.of(req, [], None)  # no message fits: none is seen
+    assert nothing is not None and nothing.why(ref("c1", 2), "Tell me about it.") is None
+
+
 def test_history_turns_leave_out_the_last_turns() -> None:
-    seen = InHistory.of(request(conversation_id="c1", history_turns=2), 10)
+    seen = seen_in(request(conversation_id="c1", history_turns=2), 10)
     assert seen is not None and seen.after == 8
     assert [p for p in range(1, 11) if seen.why(ref("c1", p), f"turn {p}")] == [9, 10]
-    unread = InHistory.of(request(conversation_id="c1", history_turns=2), None)  # length not read in time
+    unread = seen_in(request(conversation_id="c1", history_turns=2), None)  # length not read in time
     assert unread is not None and unread.after is None and unread.why(ref("c1", 10), "turn 10") is None
-    assert InHistory.of(request(), 10) is None  # no conversation named: nothing is left out
+    assert seen_in(request(), 10) is None  # no conversation named: nothing is left out
 
 
 def test_split_reports_what_it_leaves_out(tmp_path: Path) -> None:
@@ -55,7 +71,7 @@ def test_split_reports_what_it_leaves_out(tmp_path: Path) -> None:
                             lexical_score=1.0, semantic_score=None, fusion_method="none",
                             message=ref("c1", n + 1) if n < 2 else None)
                for n, (i, t) in enumerate(zip(ids, texts, strict=True))]
-    seen = InHistory.of(request(conversation_id="c1", recent_messages=[Message(role="user", content=texts[0])]), None)
+    seen = seen_in(request(conversation_id="c1", recent_messages=[Message(role="user", content=texts[0])]), None)
     kept, dropped = split(candidates, results, seen, counter, explain=True)
     assert [c.id for c in kept] == [str(ids[1]), str(ids[2])]
     assert [(d.id, d.reason, d.text, d.origin, d.score) for d in dropped] == [

@@ -1,0 +1,43 @@
+"""History-aware packing end to end on real Postgres + Redis: only the turns the budget keeps in the
+``<history>`` section count as seen; a turn trimmed out of it is packed like any other memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
+from tests.conftest import Tenant
+from tests.integration.test_assembly import GENEROUS, assembly_client
+from tests.integration.test_conversations import append
+
+TURNS = [{"role": "user", "content": "The zephyrine launch code is ALPHA-7.", "message_id": "z0"},
+         {"role": "assistant", "content": "filler " + "blah " * 400, "message_id": "z1"},
+         {"role": "user", "content": "Tell me about zephyrine.", "message_id": "z2"}]
+"""A fact, a long reply that a small window cannot hold beside it, and the latest turn."""
+
+
+async def test_a_turn_trimmed_out_of_the_history_is_packed(settings: Settings, endpoints: Endpoints,
+                                                           embedder: Embedder, tenant: Tenant) -> None:
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        out = await append(client, tenant, "asm3", TURNS, agent_id="zz3")
+        ids = [m["id"] for m in out["messages"]]
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": "zz3", "query": "What is the zephyrine launch code?", "model": "gpt-4o",
+            "max_context_tokens": 500, "reserve_tokens": 100, "conversation_id": "asm3",
+            "recent_messages": [{"role": t["role"], "content": t["content"]} for t in TURNS]})
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+    budget = body["budget"]
+    # the window keeps only the latest turn in <history>: the fact and the long reply are trimmed out of it
+    assert (budget["history_messages"], budget["history_messages_dropped"]) == (1, 2)
+    in_history = {d["id"]: d for d in body["dropped"] if d["reason"] == "in_history"}
+    assert set(in_history) == {ids[2]}, body["dropped"]  # only the turn the model sees
+    assert in_history[ids[2]]["message"]["position"] == 3
+    # the trimmed fact is packed among the memories, so the model sees it once
+    assert ids[0] in {m["id"] for m in body["memories_used"]}, body["dropped"]
+    assert budget["memories_tokens"] > 0
+    memories = body["context"].split("<memories>")[1].split("</memories>")[0]
+    assert "ALPHA-7" in memories and "Tell me about zephyrine." not in memories
+    assert "<history>" in body["context"] and "ALPHA-7" not in body["context"].split("<history>")[1]
