@@ -41,7 +41,10 @@ def _query(**values: object) -> list[tuple[str, str]]:
 
 
 def _seg(value: Id) -> str:
-    return quote(str(value), safe="")
+    """``value`` as one path segment. One of dots only ("." or "..") would be resolved away by URL
+    normalisation (httpx's too): its dots go escaped, so the request reaches the server, which refuses it."""
+    seg = quote(str(value), safe="")
+    return seg.replace(".", "%2E") if seg and not seg.strip(".") else seg
 
 
 # --- memories -------------------------------------------------------------------------------------

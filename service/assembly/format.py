@@ -63,14 +63,20 @@ class FormattedMemory(Protocol):
     def formatted(self) -> str: ...
 
 
+_LINE_BREAK: Final = re.compile(r"\r\n|[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+"""Every line boundary of ``str.splitlines`` but ``\\n`` itself (U+2028, U+2029, NEL, ...): a reader,
+or a model, breaks the line there, so they become ``\\n`` and start an indented continuation line."""
+
+
 def clean_text(text: str) -> str:
-    """Normalise line endings, replace lone surrogates with U+FFFD and strip the ends."""
+    """Normalise line endings (every line boundary to ``\\n``), replace lone surrogates with U+FFFD and
+    strip the ends."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         # Same repair tiktoken applies internally; doing it here keeps written == counted.
         text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+    return _LINE_BREAK.sub("\n", text).strip()
 
 
 def _indent_continuations(text: str) -> str:

@@ -14,13 +14,13 @@ Messages never reach hot sets (migration 0012), so an append invalidates no cach
 
 from __future__ import annotations
 
-import re
-from typing import Any, Final
+from typing import Any
 from uuid import UUID
 
 import msgspec
 from pgvector import Vector
 
+from service.conversations.checks import check_ident, check_messages
 from service.conversations.context import Turn, derive_contexts
 from service.conversations.types import (
     AppendedMessage,
@@ -29,52 +29,9 @@ from service.conversations.types import (
     MessageIn,
 )
 from service.db import TenantTx
-from service.errors import BadRequest, Conflict, PayloadTooLarge, Unprocessable
-from service.memories.validation import check_metadata, check_occurred_at, check_text
+from service.errors import Conflict
 from service.memories.write import embed_texts
 from service.runtime import Services
-from service.settings import LimitSettings
-
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
-
-
-_IDENT: Final = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
-
-
-def check_ident(value: str | None, field: str) -> None:
-    """A conversation, session or message id (:data:`~service.conversations.types.ID_PATTERN`): path
-    parameters reach the handlers unchecked, and the body's pattern ends in ``$``, which (Python's
-    ``re``) also accepts one trailing newline."""
-    if value is not None and not _IDENT.fullmatch(value):
-        raise BadRequest(f"{field} must be 1-200 characters of letters, digits and _.:@-",
-                         code="validation_error", details={"field": field})
-
-
-def check_messages(messages: list[MessageIn], limits: LimitSettings) -> None:
-    """Limits the types cannot state: count, text sizes, names on one line, metadata, times, and no
-    ``message_id`` twice in one append."""
-    if not messages:
-        raise BadRequest("messages must not be empty", code="validation_error", details={"field": "messages"})
-    if len(messages) > limits.max_batch:
-        raise PayloadTooLarge(f"an append holds at most {limits.max_batch} messages, got {len(messages)}",
-                              code="batch_too_large", details={"limit": limits.max_batch})
-    seen: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        check_text(m.content, limits, field=f"{where}.content")
-        if m.speaker is not None and (not m.speaker.strip() or _CONTROL.search(m.speaker)):
-            raise BadRequest(f"{where}.speaker must be a name on one line (no control characters, not blank)",
-                             code="validation_error", details={"field": f"{where}.speaker"})
-        check_ident(m.session_id, f"{where}.session_id")
-        check_ident(m.message_id, f"{where}.message_id")
-        check_metadata(m.metadata, limits)
-        if m.occurred_at is not None:
-            check_occurred_at(m.occurred_at, field=f"{where}.occurred_at")
-        if m.message_id is not None:
-            if m.message_id in seen:
-                raise Unprocessable(f"{where}.message_id {m.message_id!r} is also messages[{seen[m.message_id]}]'s",
-                                    code="duplicate_message_id", details={"field": f"{where}.message_id"})
-            seen[m.message_id] = i
 
 
 def embedding_text(message: MessageIn) -> str:
@@ -87,8 +44,7 @@ def embedding_text(message: MessageIn) -> str:
 
 async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:
     check_ident(conversation_id, "conversation_id")
-    messages = body.messages
-    check_messages(messages, services.settings.limits)
+    messages = check_messages(body.messages, services.settings.limits)
     embeddings = await embed_texts(services, org_id, [embedding_text(m) for m in messages])
     agent = body.agent_id if body.agent_id is not msgspec.UNSET else None
     async with services.db.tenant(org_id) as tx:
@@ -134,7 +90,9 @@ async def _existing(tx: TenantTx, conversation_id: str, messages: list[MessageIn
     rows = {r["message_id"]: r for r in await tx.fetch("conversations.existing", tx.org_id, conversation_id, wanted)}
     for i, m in enumerate(messages):
         row = rows.get(m.message_id or "")
-        if row is not None and (row["text"], row["speaker"], row["role"], row["session_id"]) != (
+        # a speaker stored before speakers were trimmed compares as it is stored now
+        stored_speaker = row["speaker"].strip() if row is not None and row["speaker"] is not None else None
+        if row is not None and (row["text"], stored_speaker, row["role"], row["session_id"]) != (
                 m.content, m.speaker, m.role, m.session_id):
             raise Conflict(f"messages[{i}].message_id {m.message_id!r} is already in the conversation with other "
                            "content, speaker, role or session (messages are never rewritten)",
@@ -148,7 +106,9 @@ async def _contexts(tx: TenantTx, services: Services, conversation_id: str, coun
     turns = services.settings.conversations.context_turns
     if turns <= 0:
         return [None] * len(new)
-    rows = await tx.fetch("conversations.last_turns", tx.org_id, conversation_id, count - turns) if count else []
+    sessions = {m.session_id for m in new}
+    rows = await tx.fetch("conversations.session_turns", tx.org_id, conversation_id,
+                          sorted(s for s in sessions if s is not None), None in sessions, turns) if count else []
     before = [Turn(r["session_id"], r["speaker"], r["role"], r["text"]) for r in rows]
     return derive_contexts(before, [Turn(m.session_id, m.speaker, m.role, m.content) for m in new], turns)
 

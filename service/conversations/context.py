@@ -2,10 +2,11 @@
 
 A reply rarely repeats the words of the question it answers ("I'm off to go swimming with the kids"
 answers "What do you do to relax?"), so lexical search would miss it for a question asked in those
-words. Each message is therefore stored with a ``search_context``: the ``context_turns`` turns
-before it in its conversation that belong to its session, oldest first, one ``speaker: words`` line
-each. BM25 weighs those words at ``PGCONTEXT_RETRIEVAL_SEARCH_CONTEXT_WEIGHT`` against the message's
-own (docs/retrieval.md "Search context"); the context is never packed into an assembled context.
+words. Each message is therefore stored with a ``search_context``: the last ``context_turns`` turns
+of its session before it in its conversation (however many turns of other sessions came between; the
+messages without a session make one of their own), oldest first, one ``speaker: words`` line each.
+BM25 weighs those words at ``PGCONTEXT_RETRIEVAL_SEARCH_CONTEXT_WEIGHT`` against the message's own
+(docs/retrieval.md "Search context"); the context is never packed into an assembled context.
 Measured choices (how many turns, whether the speaker's own name is in it): docs/retrieval.md
 "Conversations".
 """
@@ -39,14 +40,18 @@ def said(turn: Turn) -> str:
 
 
 def derive_contexts(before: Sequence[Turn], new: Sequence[Turn], turns: int) -> list[str | None]:
-    """The search context of each of ``new`` (appended in this order after ``before``, which ends with
-    at least the last ``turns`` messages already in the conversation): up to ``turns`` turns right
-    before it, those of its session, oldest first; None when there are none."""
-    history = list(before)
+    """The search context of each of ``new`` (appended in this order after ``before``, the messages
+    already in the conversation, in order, holding at least the last ``turns`` of each session of
+    ``new``): the last ``turns`` turns of its session before it, earlier ones of ``new`` included,
+    oldest first; None when there are none."""
+    if turns <= 0:
+        return [None] * len(new)
+    sessions: dict[str | None, list[str]] = {}
+    for turn in before:
+        sessions.setdefault(turn.session_id, []).append(said(turn))
     out: list[str | None] = []
     for turn in new:
-        window = history[max(0, len(history) - turns):] if turns > 0 else []
-        same = [said(t) for t in window if t.session_id == turn.session_id]
-        out.append("\n".join(same) if same else None)
-        history.append(turn)
+        earlier = sessions.setdefault(turn.session_id, [])
+        out.append("\n".join(earlier[-turns:]) if earlier else None)
+        earlier.append(said(turn))
     return out

@@ -9,6 +9,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from service.conversations import append, store
+from service.conversations.checks import check_ident
 from service.conversations.types import (
     ID_MAX_LENGTH,
     ID_PATTERN,
@@ -32,7 +33,7 @@ APPEND_DESCRIPTION = (
     "concurrent appends are ordered). A message whose `message_id` is already in the conversation is not "
     "written again (`created: false`, the same id and position); the same `message_id` with other "
     "content, speaker, role or session is a 409. Each new message's search context is derived from the "
-    "turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS)."
+    "last turns of its session before it (PGCONTEXT_CONVERSATION_CONTEXT_TURNS)."
 )
 
 
@@ -61,8 +62,8 @@ class ConversationController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
     ) -> MessagePage:
-        append.check_ident(conversation_id, "conversation_id")
-        append.check_ident(session_id, "session_id")
+        check_ident(conversation_id, "conversation_id")
+        check_ident(session_id, "session_id")
         _page_limit(limit, services.settings.limits.max_page_size)
         page = await services.db.read(org_id, lambda tx: store.messages_page(
             tx, conversation_id, session_id=session_id, cursor=cursor, limit=limit))
@@ -72,7 +73,7 @@ class ConversationController(Controller):
 
     @get("/{conversation_id:str}", summary="One conversation", responses=errors(404))
     async def get_one(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> ConversationOut:
-        append.check_ident(conversation_id, "conversation_id")
+        check_ident(conversation_id, "conversation_id")
         found = await services.db.read(org_id, lambda tx: store.get(tx, conversation_id))
         if found is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
@@ -97,7 +98,7 @@ class ConversationController(Controller):
     async def remove(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> DeletedConversation:
         """Removes the conversation, its messages and everything derived from them (their postings,
         search contexts and access statistics); another org's conversation of the same id is untouched."""
-        append.check_ident(conversation_id, "conversation_id")
+        check_ident(conversation_id, "conversation_id")
         deleted = await store.delete(services, org_id, conversation_id)
         if deleted is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")

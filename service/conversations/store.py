@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import base64
+import re
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
-from service.conversations.types import ConversationOut, MessageOut
+from service.conversations.types import ID_CHARS, ID_MAX_LENGTH, ConversationOut, MessageOut
 from service.db import TenantTx
 from service.errors import BadRequest
+from service.memories.repo import cursor_time
 from service.runtime import Services
 
 _DELETE_BATCH = 1000
@@ -50,14 +52,16 @@ def decode_position(cursor: str | None) -> int:
 
 
 def decode_created(cursor: str | None) -> tuple[datetime | None, str | None]:
-    """The (created_at, id) a conversations cursor continues after."""
+    """The (created_at, id) a conversations cursor continues after: a time PostgreSQL can take and an
+    id of the characters ids are made of (:data:`~service.conversations.types.ID_CHARS`: a conversation
+    stored before ids of dots only were refused still pages), else 400 ``bad_cursor``."""
     if cursor is None:
         return None, None
-    stamp, sep, ident = _decode(cursor).partition("|")
+    stamp, _, ident = _decode(cursor).partition("|")
     try:
-        if not sep or not ident:
-            raise ValueError(cursor)
-        return datetime.fromisoformat(stamp), ident
+        if not (len(ident) <= ID_MAX_LENGTH and re.search(ID_CHARS, ident)):
+            raise ValueError(f"{ident!r} is not a conversation id")
+        return cursor_time(stamp), ident
     except ValueError as exc:
         raise BadRequest("cursor is not one this service issued", code="bad_cursor") from exc
 
@@ -94,8 +98,11 @@ async def delete(services: Services, org_id: UUID, conversation_id: str) -> int 
     returns how many messages went, None when there was no such conversation.
 
     Messages go in batches, each its own transaction (a long conversation neither holds locks on all
-    of its rows nor runs into the statement timeout), then the conversation's row, which takes along
-    any message appended meanwhile. A failure part-way leaves fewer messages; a retry finishes."""
+    of its rows nor runs into the statement timeout), then, in one transaction, the conversation's row
+    is locked, the messages appended meanwhile deleted and the row with them. The lock comes first:
+    an append under way commits before it (its messages are among those counted), a later one waits
+    and then starts the conversation anew, so the count is exact. A failure part-way leaves fewer
+    messages; a retry finishes."""
     deleted = 0
     while True:
         async with services.db.tenant(org_id) as tx:
@@ -104,6 +111,8 @@ async def delete(services: Services, org_id: UUID, conversation_id: str) -> int 
         if batch < _DELETE_BATCH:
             break
     async with services.db.tenant(org_id) as tx:
-        late = int(await tx.fetchval("conversations.delete_messages", org_id, conversation_id, _DELETE_BATCH))
-        gone = await tx.fetchval("conversations.delete", org_id, conversation_id)
-    return None if gone is None else deleted + late
+        if await tx.fetchval("conversations.lock", org_id, conversation_id) is None:
+            return None
+        late = int(await tx.fetchval("conversations.delete_messages", org_id, conversation_id, None))
+        await tx.fetchval("conversations.delete", org_id, conversation_id)
+    return deleted + late

@@ -8,17 +8,26 @@ from uuid import UUID
 
 import msgspec
 
-from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime
-from service.retrieval.types import CONVERSATION_ID_MAX_LENGTH, ConversationId
+from service.memories.types import AgentId, AwareDatetime
+from service.retrieval.types import (
+    CONVERSATION_ID_CHARS,
+    CONVERSATION_ID_MAX_LENGTH,
+    CONVERSATION_ID_PATTERN,
+    ConversationId,
+)
 
-ID_PATTERN: Final = AGENT_ID_PATTERN
 ID_MAX_LENGTH: Final = CONVERSATION_ID_MAX_LENGTH
+ID_CHARS: Final = CONVERSATION_ID_CHARS
+ID_PATTERN: Final = CONVERSATION_ID_PATTERN
+ID_RULE: Final = "1-200 characters of letters, digits and _.:@-, not only dots"
 Ident = ConversationId
-"""A conversation, session or message id: 1-200 letters, digits and ``_.:@-``."""
+"""A conversation, session or message id (:data:`~service.retrieval.types.CONVERSATION_ID_PATTERN`);
+path and query parameters are checked against the same type (:func:`service.conversations.checks.check_ident`)."""
 Role = Literal["user", "assistant", "system", "tool"]
 SPEAKER_MAX_LENGTH: Final = 200
 Speaker = Annotated[str, msgspec.Meta(min_length=1, max_length=SPEAKER_MAX_LENGTH)]
-"""A name on one line (no control character, not blank: checked in code, stated in the schema)."""
+"""A name on one line: no control, format (bidi, zero-width) or line/paragraph separator character,
+not blank; surrounding whitespace is trimmed (checked in code, stated in the schema)."""
 
 
 class MessageIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

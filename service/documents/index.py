@@ -52,10 +52,14 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
         value = json.loads(raw) if json_depth(raw) <= 1 else None  # ours are one flat list
     except ValueError as exc:
         raise BadRequest("cursor is not one this service issued", code="bad_cursor") from exc
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and "\x00" not in v
-                                                                for v in value)):
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and _storable(v) for v in value)):
         raise BadRequest("cursor is not one this service issued", code="bad_cursor")
     return value[0], value[1]
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL's text can hold ``text``: no NUL, no lone surrogate (JSON's ``"\\ud800"``)."""
+    return "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
 
 
 def to_out(row: asyncpg.Record) -> DocumentOut:

@@ -21,14 +21,20 @@ _SPACE: Final = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029
 NOT_BLANK: Final = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
 """Some character that is not whitespace, and no NUL anywhere (PostgreSQL text cannot hold NUL)."""
 NO_NUL: Final = r"^[^\x00]*$"
-SPEAKER: Final = rf"^[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f{_SPACE}][^\x00-\x1f\x7f]*$"
-"""A name on one line: no control character, and some character that is not whitespace."""
+
+
+def speaker_pattern(refused: str) -> str:
+    """A name on one line: none of ``refused`` (a character class's body), and some character that is
+    not whitespace. The lookahead changes nothing for JSON Schema's regexes; Python's ``$`` would also
+    take a final newline."""
+    return rf"^(?!.*\n)[^{refused}]*[^{refused}{_SPACE}][^{refused}]*$"
 
 
 def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(component, property) -> constraints that validation enforces with this deployment's settings."""
     # Imported here: these feature modules import ``errors`` from this one.
     from service.assembly.feedback import MAX_FEEDBACK_ITEMS
+    from service.conversations.checks import SPEAKER_REFUSED
     from service.memories.types import RESERVED_KINDS
     from service.memories.validation import MAX_EMBEDDING_VALUE, MIN_EMBEDDING_COMPONENT, OCCURRED_PATTERN
 
@@ -75,7 +81,7 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("FileIn", "content"): {"pattern": NO_NUL},
         ("AppendIn", "messages"): {"min_items": 1, "max_items": lim.max_batch},
         ("MessageIn", "content"): text,
-        ("MessageIn", "speaker"): {"pattern": SPEAKER},
+        ("MessageIn", "speaker"): {"pattern": speaker_pattern(SPEAKER_REFUSED)},
         ("MessageIn", "occurred_at"): {"pattern": OCCURRED_PATTERN},
     }
 

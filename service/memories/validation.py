@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
@@ -80,22 +80,26 @@ def check_embedding(vector: list[float], dim: int) -> None:
                          details={"field": "embedding"})
 
 
-OCCURRED_MIN: Final = datetime(1900, 1, 1)
-OCCURRED_MAX: Final = datetime(2200, 1, 1)
-"""``occurred_at`` and ``expires_at`` bounds, on the time as written (its own offset): the years
-1900-2199. Wide enough for any real event time, narrow enough to catch a unit slip (milliseconds read
-as seconds, a zero date) that would otherwise sink or float a memory's recency, or answer an expiry
-in year 0 that no RFC 3339 date-time can carry; and exactly what the schema's pattern says."""
+OCCURRED_MIN: Final = datetime(1900, 1, 1, tzinfo=UTC)
+OCCURRED_MAX: Final = datetime(2200, 1, 1, tzinfo=UTC)
+"""``occurred_at`` and ``expires_at`` bounds: the years 1900-2199, in UTC and as written (its own
+offset), so ``1900-01-01T00:00:00+01:00`` (1899 in UTC) is out, and so is ``1899-12-31T23:00:00-01:00``,
+which the schema's pattern refuses. Wide enough for any real event time, narrow enough to catch a unit
+slip (milliseconds read as seconds, a zero date) that would otherwise sink or float a memory's recency,
+or answer an expiry in year 0 that no RFC 3339 date-time can carry."""
 OCCURRED_PATTERN: Final = r"^(?:19|20|21)[0-9]{2}-"
+"""The schema's part of the bounds: the year as written."""
 
 
 def check_occurred_at(value: datetime, *, field: str = "occurred_at") -> None:
     if value.tzinfo is None:  # the request types already require it; callers in Python may not
         raise BadRequest(f"{field} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                          code="validation_error", details={"field": field})
-    if not OCCURRED_MIN <= value.replace(tzinfo=None) < OCCURRED_MAX:
+    # as written first: then converting to UTC cannot leave the years datetime can hold
+    written = value.replace(tzinfo=UTC)
+    if not (OCCURRED_MIN <= written < OCCURRED_MAX and OCCURRED_MIN <= value < OCCURRED_MAX):
         raise BadRequest(f"{field} must be from {OCCURRED_MIN:%Y-%m-%d} up to (not including) "
-                         f"{OCCURRED_MAX:%Y-%m-%d}, got {value.isoformat()}",
+                         f"{OCCURRED_MAX:%Y-%m-%d} UTC, got {value.isoformat()}",
                          code="validation_error", details={"field": field})
 
 

@@ -27,10 +27,17 @@ ResultFusion = Literal["zscore", "rrf", "convex", "cascade", "none"]
 lexical candidates) or none (a single branch's own score)."""
 
 CONVERSATION_ID_MAX_LENGTH: Final = 200
+CONVERSATION_ID_CHARS: Final = AGENT_ID_PATTERN
+"""The characters of a conversation, session or message id (the agent-id rule's): every id ever
+stored is made of them."""
+CONVERSATION_ID_PATTERN: Final = r"^(?!\.+$)" + AGENT_ID_PATTERN.removeprefix("^")
+"""The one rule for conversation, session and message ids: :data:`CONVERSATION_ID_CHARS`, and not dots
+only ("." and ".." are path segments that HTTP clients resolve away, so ``/v1/conversations/../messages``
+never reaches the conversation)."""
 ConversationId = Annotated[str, msgspec.Meta(min_length=1, max_length=CONVERSATION_ID_MAX_LENGTH,
-                                             pattern=AGENT_ID_PATTERN)]
+                                             pattern=CONVERSATION_ID_PATTERN)]
 """A conversation's id as the caller gave it (``POST /v1/conversations/{id}/messages``): 1-200 letters,
-digits and ``_.:@-``; session and message ids follow the same rule."""
+digits and ``_.:@-``, not only dots; session and message ids follow the same rule."""
 Source = Literal["memories", "messages", "documents"]
 """Where a memory comes from, for ``filters.sources``: ``documents`` are document chunks (kind
 ``document_chunk``), ``messages`` conversation turns (kind ``message``), ``memories`` every other

@@ -99,9 +99,9 @@ class ConversationSettings:
     """Messages appended to conversations (``POST /v1/conversations/{id}/messages``)."""
 
     context_turns: int = 2
-    """Each message's search context (searched lexically, never packed) is derived from up to this many
-    turns before it in its conversation, those of the same session, each as ``speaker: words``;
-    0: none (docs/retrieval.md "Conversations")."""
+    """Each message's search context (searched lexically, never packed) is derived from the last this
+    many turns of its session before it in its conversation (messages without a session make one of
+    their own), each as ``speaker: words``; 0: none (docs/retrieval.md "Conversations")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,17 @@ through /v1/memories, and a delete that takes everything derived from the conver
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
+import threading
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
+from service.db.queries import query
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings
@@ -62,6 +66,15 @@ async def all_messages(client: AsyncTestClient[Any], tenant: Tenant, conversatio
             return items
 
 
+async def search_contexts(client: AsyncTestClient[Any], tenant: Tenant, out: dict[str, Any]) -> list[str | None]:
+    contexts = []
+    for m in out["messages"]:
+        r = await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        contexts.append(r.json()["search_context"])
+    return contexts
+
+
 async def test_append_list_and_get(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     out = await append(client, tenant, "chat-1", TURNS[:2], agent_id="coach")
     assert out["created"] is True and out["agent_id"] == "coach" and out["message_count"] == 2
@@ -93,14 +106,9 @@ async def test_append_list_and_get(client: AsyncTestClient[Any], tenant: Tenant)
 async def test_search_context_is_derived_from_the_same_sessions_turns(client: AsyncTestClient[Any],
                                                                         tenant: Tenant) -> None:
     out = await append(client, tenant, "derived", TURNS)
-    contexts = []
-    for m in out["messages"]:
-        r = await client.get(f"/v1/memories/{m['id']}", headers=tenant.headers)
-        contexts.append(r.json()["search_context"])
-    assert contexts == [None, "Melanie: What do you do to unwind after a long week?",
-                        "Melanie: What do you do to unwind after a long week?\n"
-                        "Caroline: I'm off to go swimming with the kids.",
-                        None]
+    assert await search_contexts(client, tenant, out) == [
+        None, "Melanie: What do you do to unwind after a long week?",
+        "Melanie: What do you do to unwind after a long week?\nCaroline: I'm off to go swimming with the kids.", None]
     # the question's words find the reply through its context (lexically), and the result says
     # where the message stands and who said it
     r = await client.post("/v1/memories/search", headers=tenant.headers,
@@ -110,6 +118,47 @@ async def test_search_context_is_derived_from_the_same_sessions_turns(client: As
     assert reply["kind"] == "message" and reply["message"] == {
         "conversation_id": "derived", "position": 2, "session_id": "s1", "speaker": "Caroline", "role": None,
         "message_id": None}
+
+
+async def test_search_context_is_the_previous_turns_of_the_same_session(client: AsyncTestClient[Any],
+                                                                         tenant: Tenant) -> None:
+    def said(who: str, words: str, session: str | None) -> dict[str, Any]:
+        return {"speaker": who, "content": words, **({"session_id": session} if session else {})}
+
+    a1, b1, a2, n1, a3 = (said("Ann", "a one", "A"), said("Bo", "b one", "B"), said("Ann", "a two", "A"),
+                          said("Nia", "n one", None), said("Ann", "a three", "A"))
+    first = await append(client, tenant, "interleaved", [a1, b1, a2, n1, a3])
+    assert await search_contexts(client, tenant, first) == [None, None, "Ann: a one", None, "Ann: a one\nAnn: a two"]
+    # across appends: the session's last turns, however many turns of other sessions came since
+    b2, n2, a4 = said("Bo", "b two", "B"), said("Nia", "n two", None), said("Ann", "a four", "A")
+    later = await append(client, tenant, "interleaved", [b2, b2 | {"content": "b three"}, n2, a4])
+    assert await search_contexts(client, tenant, later) == [
+        "Bo: b one", "Bo: b one\nBo: b two", "Nia: n one", "Ann: a two\nAnn: a three"]
+
+
+async def test_the_session_turns_query_reads_an_index_in_a_long_conversation(tenant: Tenant,
+                                                                              owner_dsn: str) -> None:
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await conn.execute("INSERT INTO conversations (org_id, id) VALUES ($1, 'long')", tenant.org_id)
+        await conn.execute(
+            "INSERT INTO memories (org_id, id, kind, text, conversation_id, position, session_id) "
+            "SELECT $1, pgcontext_uuidv7(), 'message', 'turn ' || n, 'long', n, "
+            "       CASE WHEN n % 50 = 0 THEN NULL ELSE 's' || (n % 7) END "
+            "  FROM generate_series(1, 5000) AS n", tenant.org_id)
+        await conn.execute("ANALYZE memories")
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
+                await conn.execute(f"PREPARE turns AS {query('conversations.session_turns')}")
+                plan = "\n".join(r[0] for r in await conn.fetch(
+                    f"EXPLAIN EXECUTE turns('{tenant.org_id}', 'long', ARRAY['s1', 's2'], true, 2)"))
+                await conn.execute("DEALLOCATE turns")
+            # each session's turns, and those without a session, straight from the session index's end
+            assert plan.count("Index Scan Backward using memories_conversation_session") == 2, (mode, plan)
+            assert "Seq Scan" not in plan and "Filter: (session_id" not in plan, (mode, plan)
+    finally:
+        await conn.close()
 
 
 async def test_fusion_boosts_the_messages_of_the_speaker_a_query_names(client: AsyncTestClient[Any],
@@ -249,6 +298,11 @@ async def test_list_conversations_pages(client: AsyncTestClient[Any], make_tenan
     ({"messages": [{"content": "x", "role": "narrator"}]}, 400, None),
     ({"messages": [{"content": "x", "speaker": "two\nlines"}]}, 400, None),
     ({"messages": [{"content": "x", "speaker": "  "}]}, 400, None),
+    *(({"messages": [{"content": "x", "speaker": bad}]}, 400, "validation_error") for bad in (
+        "Dana\u2028Evil", "Dana\u2029Evil", "Dana\u0085Evil", "Dana\x7f", "\u200b", "\u202e", "Dana\u202eliveD",
+        "\ufeffDana", "\u3000", "Dana\t")),
+    ({"messages": [{"content": "x", "session_id": ".."}]}, 400, "validation_error"),
+    ({"messages": [{"content": "x", "message_id": "."}]}, 400, "validation_error"),
     ({"messages": [{"content": "x", "message_id": "has space"}]}, 400, None),
     ({"messages": [{"content": "x", "session_id": "s" * 201}]}, 400, None),
     ({"messages": [{"content": "x", "occurred_at": "2024-05-01T14:30:00"}]}, 400, None),
@@ -265,13 +319,29 @@ async def test_bad_appends_answer_4xx_and_write_nothing(client: AsyncTestClient[
     assert_error(await client.get("/v1/conversations/bad", headers=tenant.headers), 404, "conversation_not_found")
 
 
-@pytest.mark.parametrize("conversation", ["has space", "x" * 201, "new%0Aline"])
+@pytest.mark.parametrize("conversation", ["has space", "x" * 201, "new%0Aline", "%2E", "%2E%2E", "..."])
 async def test_bad_conversation_ids_answer_400(client: AsyncTestClient[Any], tenant: Tenant, conversation: str) -> None:
     r = await client.post(f"/v1/conversations/{conversation}/messages", headers=tenant.headers,
                           json={"messages": TURNS[:1]})
     assert_error(r, 400, "validation_error")
     for method in ("GET", "DELETE"):
         assert_error(await client.request(method, f"/v1/conversations/{conversation}", headers=tenant.headers), 400)
+    assert_error(await client.get(f"/v1/conversations/{conversation}/messages", headers=tenant.headers), 400)
+
+
+async def test_ids_of_dots_only_are_refused_wherever_a_conversation_or_session_is_named(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    # "." and ".." are path segments every HTTP client resolves away: such a conversation could not be reached
+    await append(client, tenant, "dots", TURNS[:1])
+    assert_error(await client.get("/v1/conversations/dots/messages", headers=tenant.headers,
+                                  params={"session_id": ".."}), 400, "validation_error")
+    r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+        "query": "anything", "model": "gpt-4o", "max_context_tokens": 1000, "conversation_id": ".."})
+    assert_error(r, 400, "validation_error")
+    schema = (await client.get("/schema/openapi.json")).json()
+    pattern = next(p["schema"]["pattern"] for p in schema["paths"]["/v1/conversations/{conversation_id}"]["get"][
+        "parameters"] if p["name"] == "conversation_id")
+    assert re.search(pattern, "a.b") and not re.search(pattern, "..") and not re.search(pattern, ".")
 
 
 async def test_delete_takes_everything_derived_along(client: AsyncTestClient[Any], tenant: Tenant,
@@ -429,3 +499,68 @@ async def test_a_follow_up_is_searched_after_the_name_it_leans_on(settings: Sett
         # a follow-up as long as a query may be is searched as it is: the names would make it too long
         longest = await assemble(("What does she paint? " * 400)[:settings.retrieval.max_query_chars])
         assert "searched after the names" not in longest["branches"]["cold"]["detail"]
+
+
+async def test_a_speaker_is_trimmed_and_a_resend_still_matches(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    first = await append(client, tenant, "trimmed", [{"speaker": " Dana\u00a0", "content": "Espresso at 8:45.",
+                                                      "message_id": "m1", "session_id": "s"}])
+    assert [m["speaker"] for m in await all_messages(client, tenant, "trimmed")] == ["Dana"]
+    for speaker in (" Dana\u00a0", "Dana", "  Dana "):  # the same message, however it is padded
+        again = await append(client, tenant, "trimmed", [{"speaker": speaker, "content": "Espresso at 8:45.",
+                                                          "message_id": "m1", "session_id": "s"}])
+        assert again["messages"][0] | {"created": True} == first["messages"][0] and not again["messages"][0]["created"]
+    r = await client.post("/v1/conversations/trimmed/messages", headers=tenant.headers, json={"messages": [
+        {"speaker": "Dan", "content": "Espresso at 8:45.", "message_id": "m1", "session_id": "s"}]})
+    assert_error(r, 409, "message_id_reused")
+    reply = await append(client, tenant, "trimmed", [{"speaker": "Bo", "content": "Noted.", "session_id": "s"}])
+    assert await search_contexts(client, tenant, reply) == ["Dana: Espresso at 8:45."]
+
+
+@pytest.mark.parametrize(("path", "raw"), [
+    ("/v1/conversations", "2026-12-05T20:29:09+14:00|\x00"), ("/v1/conversations", "0001-01-01T00:00:00+14:00|x"),
+    ("/v1/conversations", "2026-12-05T20:29:09|x"), ("/v1/conversations", "2026-12-05T20:29:09Z|a b"),
+    ("/v1/conversations/paged/messages", "-1"), ("/v1/conversations/paged/messages", "9" * 19)])
+async def test_a_cursor_is_checked_before_the_database_sees_it(client: AsyncTestClient[Any], tenant: Tenant,
+                                                               path: str, raw: str) -> None:
+    # once answered with the database's error (400 bad_request, sqlstate 22021 or 22000), or with a page
+    await append(client, tenant, "paged", TURNS[:1])
+    cursor = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    assert_error(await client.get(path, headers=tenant.headers, params={"cursor": cursor}), 400, "bad_cursor")
+
+
+def _append_under_way(owner_dsn: str, org_id: UUID, holding: threading.Event) -> None:
+    """An append of a third message to "racing", caught half-way: it holds the conversation's row and has
+    written its message, and commits once another session waits for it (on a thread and loop of its own:
+    the test client runs a request to its end before its caller's loop goes on)."""
+    async def run() -> None:
+        conn = await asyncpg.connect(owner_dsn)
+        try:
+            async with conn.transaction():
+                await conn.fetchrow(query("conversations.open"), org_id, "racing", None)
+                await conn.execute(
+                    "INSERT INTO memories (org_id, id, kind, text, embedding, conversation_id, position, message_id) "
+                    "SELECT org_id, pgcontext_uuidv7(), kind, 'A late turn.', embedding, conversation_id, 3, 'late' "
+                    "  FROM memories WHERE org_id = $1 AND conversation_id = 'racing' AND position = 1", org_id)
+                await conn.execute(query("conversations.advance"), org_id, "racing", 3)
+                holding.set()
+                waiting = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
+                for _ in range(2000):
+                    if await conn.fetchval(waiting, conn.get_server_pid()):
+                        return
+                    await asyncio.sleep(0.005)
+                raise AssertionError("the delete never waited for the append")
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+async def test_a_delete_counts_the_messages_an_append_racing_it_wrote(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                      owner_dsn: str) -> None:
+    await append(client, tenant, "racing", TURNS[:2])
+    holding = threading.Event()
+    racer = asyncio.get_running_loop().run_in_executor(None, _append_under_way, owner_dsn, tenant.org_id, holding)
+    assert await asyncio.to_thread(holding.wait, 30)
+    r = await client.delete("/v1/conversations/racing", headers=tenant.headers)
+    await racer
+    assert r.status_code == 200 and r.json() == {"conversation_id": "racing", "messages_deleted": 3}, r.text

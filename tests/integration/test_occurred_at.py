@@ -75,6 +75,9 @@ async def test_set_on_create_batch_and_patch(client: AsyncTestClient[Any], tenan
     "yesterday",
     "1899-12-31T23:59:59Z",  # before the sane range
     "2200-01-01T00:00:00Z",  # past it
+    "1900-01-01T00:00:00+01:00",  # 1899-12-31T23:00Z: the bounds hold in UTC, not only as written
+    "2199-12-31T23:30:00-01:00",  # 2200-01-01T00:30Z
+    "1899-12-31T23:00:00-01:00",  # 1900-01-01T00:00Z, but written before 1900 (the schema's pattern)
     12345,
     None,  # PATCH: cannot be cleared (create: means "now", see below)
 ])
@@ -254,7 +257,8 @@ async def test_hot_set_and_assembly_carry_occurred_at(settings: Settings, endpoi
     assert windowed and windowed <= {ids[2], ids[3]}
 
 
-@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "1899-12-31T23:59:59Z", "2200-01-01T00:00:00Z"])
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "1899-12-31T23:59:59Z", "2200-01-01T00:00:00Z",
+                                   "1900-01-01T00:00:00+01:00", "2199-12-31T23:30:00-01:00"])
 async def test_expires_at_out_of_range_is_400_not_a_date_the_response_cannot_carry(
         client: AsyncTestClient[Any], tenant: Tenant, value: str) -> None:
     # Found by `make fuzz`: PATCH with expires_at 0001-01-01 (+01:00, i.e. a year-0 UTC time) answered

@@ -30,12 +30,15 @@ def test_each_new_turn_sees_the_turns_before_it_including_earlier_ones_of_the_sa
     assert derive_contexts([], new, 2) == [None, "Ann: three"]
 
 
-def test_only_turns_of_the_same_session_within_the_window_count() -> None:
-    before = [turn("old", session="s1"), turn("other", session="s2")]
+def test_the_context_is_the_last_turns_of_the_same_session() -> None:
+    before = [turn("old", session="s1"), turn("older", session="s1"), turn("other", session="s2")]
     new = [turn("back", session="s1"), turn("none", session=None), turn("again", session=None)]
-    # the window is the last N turns of the conversation, of which only the same session's are kept
-    assert derive_contexts(before, new, 2) == ["Ann: old", None, "Ann: none"]
-    assert derive_contexts(before, new, 1) == [None, None, "Ann: none"]
+    # the session's last N turns, however many turns of other sessions came since; no session is one of its own
+    assert derive_contexts(before, new, 2) == ["Ann: old\nAnn: older", None, "Ann: none"]
+    assert derive_contexts(before, new, 1) == ["Ann: older", None, "Ann: none"]
+    # sessions interleaved in one append: A, B, A, A
+    new = [turn("a1", session="A"), turn("b1", session="B"), turn("a2", session="A"), turn("a3", session="A")]
+    assert derive_contexts([], new, 2) == [None, None, "Ann: a1", "Ann: a1\nAnn: a2"]
 
 
 @pytest.mark.parametrize("turns", [0, -1])

@@ -163,7 +163,7 @@ export interface paths {
         put?: never;
         /**
          * Append messages
-         * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the turns before it in its session (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
+         * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the last turns of its session before it (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
          */
         post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
         delete?: never;
@@ -289,7 +289,7 @@ export interface paths {
         put?: never;
         /**
          * Import an export's lines into your org (memories, history, directives)
-         * @description Body: `{"lines": [...]}`, lines of an export (`GET /v1/export`, each NDJSON line as an object) in any order, an export split over as many requests as needed (at most PGCONTEXT_MAX_BATCH memories and 20,000 events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. Documents and chunks are `skipped` (mirror the files again). Each request is one transaction: all of it or nothing (409 `conflict` when a keyed memory would make a second current value of its key).
+         * @description Body: `{"lines": [...]}`, lines of an export (`GET /v1/export`, each NDJSON line as an object) in any order, an export split over as many requests as needed (at most PGCONTEXT_MAX_BATCH memories and 20,000 events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. Documents and chunks are `skipped` (mirror the files again). A conversation's message is checked as an append checks it (conversation, session and message ids, speaker, role; 422 naming the line and field). Each request is one transaction: all of it or nothing (409 `conflict`, naming the line, when a memory would make a second current value of its key or take a position or `message_id` its conversation holds; 409 `conversation_agent_mismatch` when a message names another agent than its conversation's).
          */
         post: operations["V1ImportImportLines"];
         delete?: never;
@@ -1338,9 +1338,9 @@ export interface operations {
                 kind?: string | null;
                 /** @description JSON object; rows whose metadata contains it */
                 metadata?: string;
-                /** @description Inclusive lower bound on created_at (RFC 3339) */
+                /** @description Inclusive lower bound on created_at (RFC 3339 with timezone) */
                 created_after?: string | null;
-                /** @description Exclusive upper bound on created_at (RFC 3339) */
+                /** @description Exclusive upper bound on created_at (RFC 3339 with timezone) */
                 created_before?: string | null;
                 /** @description Inclusive lower bound on occurred_at (RFC 3339 with timezone) */
                 occurred_after?: string | null;
