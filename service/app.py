@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from litestar import Litestar, Request, Response
 from litestar.di import Provide
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from redis.exceptions import RedisError
@@ -38,7 +38,7 @@ from service.directives import DirectiveController, DirectiveStore
 from service.documents import DocumentController
 from service.embeddings import Embedder, build_embedder
 from service.embeddings.lanes import lanes_of
-from service.errors import AppError, ServiceUnavailable
+from service.errors import EMPTY_BODY, AppError, ServiceUnavailable, malformed_json
 from service.explain import explain_routes
 from service.export import ExportController, ImportController
 from service.http.deps import before_request, provide_org_id, provide_services
@@ -82,6 +82,11 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
 
 def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     rid = _request_id(request) or request.headers.get("x-request-id", "")[:64] or uuid.uuid4().hex
+    if _empty_body(exc):
+        exc = malformed_json(EMPTY_BODY)
+    elif isinstance(exc, HTTPException) and exc.status_code == 400 and isinstance(exc.__cause__,
+                                                                                  SerializationException):
+        exc = malformed_json(exc.__cause__)  # the framework's decoder: the same error as the handlers' own
     if isinstance(exc, ValidationException):
         details: Any = {"errors": exc.extra} if exc.extra else {}
         body = error_body(400, "validation_error", exc.detail or "invalid request", details, rid)
@@ -103,6 +108,12 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
         log.warning("request_failed", code=exc.code, message=exc.message)
     return Response(error_body(exc.status, exc.code, exc.message, exc.details, rid), status_code=exc.status,
                     headers=exc.headers() or None)
+
+
+def _empty_body(exc: Exception) -> bool:
+    """The framework's report of a required body that was not sent (a missing ``data`` argument)."""
+    return isinstance(exc, ValidationException) and exc.extra == [{"message": "'data'", "key": "data",
+                                                                    "source": "body"}]
 
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:

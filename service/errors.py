@@ -33,6 +33,17 @@ class BadRequest(AppError):
     code = "bad_request"
 
 
+EMPTY_BODY = "the body is empty or cut short (send a JSON object)"
+"""What an empty (or blank, or truncated) body is told, by whichever decoder met it."""
+
+
+def malformed_json(cause: Exception | str) -> BadRequest:
+    """The one 400 for a body that is not JSON, whoever decoded it (``cause``: the decoder's words)."""
+    said = str(cause).removeprefix("JSON is malformed: ")
+    return BadRequest(f"malformed JSON: {EMPTY_BODY if said == 'Input data was truncated' else said}",
+                      code="malformed_json")
+
+
 class Unauthorized(AppError):
     status = 401
     code = "unauthorized"

@@ -47,7 +47,7 @@ from service.documents.types import (
     IngestResponse,
     IngestTimings,
 )
-from service.errors import BadRequest, PayloadTooLarge, Unprocessable
+from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
 from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_metadata
 from service.memories.write import embed_texts
@@ -315,7 +315,7 @@ def decode_request(body: bytes) -> IngestRequest:
     except msgspec.ValidationError as exc:
         raise BadRequest(f"invalid request: {exc}", code="validation_error") from exc
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from exc
+        raise malformed_json(exc) from exc
 
 
 # ---------------------------------------------------------------------------------------- delete

@@ -32,7 +32,7 @@ import msgspec
 from pgvector import Vector
 
 from service.directives.store import DirectiveStore
-from service.errors import BadRequest, PayloadTooLarge, Unprocessable
+from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
@@ -152,7 +152,7 @@ def decode(body: bytes) -> ImportRequest:
     except msgspec.ValidationError as exc:
         raise BadRequest(f"invalid import body: {exc}", code="validation_error") from exc
     except msgspec.DecodeError as exc:
-        raise BadRequest("the body is not valid JSON", code="bad_json") from exc
+        raise malformed_json(exc) from exc
 
 
 def _field(index: int) -> dict[str, str]:

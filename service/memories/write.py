@@ -13,7 +13,15 @@ import numpy as np
 
 from service.embeddings import EmbeddingError
 from service.embeddings.lanes import lanes_of
-from service.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
+from service.errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    Unprocessable,
+    malformed_json,
+)
 from service.memories import repo
 from service.memories.facts import patch as fact_patch
 from service.memories.facts import write as facts
@@ -48,7 +56,7 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> tuple[list[MemoryIn
     try:
         raw = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}", code="malformed_json") from exc
+        raise malformed_json(exc) from exc
     if not isinstance(raw, dict):
         raise BadRequest("the body must be a JSON object", code="validation_error")
     policy: OnDuplicate | None = None

@@ -76,3 +76,33 @@ async def test_caller_request_id_is_echoed(client: AsyncTestClient[Any], tenant:
 async def test_success_responses_carry_a_request_id(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     r = await client.get("/v1/memories", headers=tenant.headers)
     assert r.status_code == 200 and len(r.headers["x-request-id"]) >= 16
+
+
+BODIES: list[tuple[str, str]] = [
+    ("POST", "/v1/memories"),
+    ("POST", "/v1/memories/search"),
+    ("POST", "/v1/memories/feedback"),
+    ("POST", "/v1/context/assemble"),
+    ("POST", "/v1/conversations/c1/messages"),
+    ("POST", "/v1/documents"),
+    ("POST", "/v1/import"),
+    ("PUT", "/v1/agents/a1/directive"),
+    ("PATCH", "/v1/memories/00000000-0000-7000-8000-000000000000"),
+    ("PATCH", "/v1/org/settings"),
+    ("POST", "/v1/memories/00000000-0000-7000-8000-000000000000/history/00000000-0000-7000-8000-000000000000/undo"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), BODIES, ids=[f"{m} {p}" for m, p in BODIES])
+async def test_a_body_that_is_not_json_is_one_error_everywhere(client: AsyncTestClient[Any], tenant: Tenant,
+                                                               method: str, path: str) -> None:
+    """Whether the framework or the handler decodes the body: 400 ``malformed_json``, and an empty body
+    says so (not the name of a handler's argument)."""
+    headers = {**tenant.headers, "Content-Type": "application/json"}
+    empty = "the body is empty or cut short (send a JSON object)"
+    for content, said in ((b"", empty), (b"   ", empty), (b'{', empty),
+                          (b"{nope", "object keys must be strings (byte 1)")):
+        r = await client.request(method, path, content=content, headers=headers)
+        assert r.status_code == 400, (content, r.text)
+        error = r.json()["error"]
+        assert (error["code"], error["message"]) == ("malformed_json", f"malformed JSON: {said}"), (content, r.text)

@@ -81,7 +81,8 @@ async def test_explicit_supersedes(client: AsyncTestClient[Any], tenant: Tenant,
 
 async def test_valid_until_ends_a_fact(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     written = await write(client, tenant, {"text": "The spring sale gives 20% off.", "agent_id": "shop",
-                                           "occurred_at": "2024-03-01T00:00:00Z", "valid_until": "2024-04-01T00:00:00Z"})
+                                           "occurred_at": "2024-03-01T00:00:00Z",
+                                           "valid_until": "2024-04-01T00:00:00Z"})
     offer = written["ids"][0]
     assert written["items"][0]["current"] is False, written
     assert await list_all(client, tenant, agent_id="shop") == []
