@@ -34,18 +34,18 @@ from service.memories.write import embed_texts
 from service.runtime import Services
 
 
-def embedding_text(message: MessageIn) -> str:
+def embedding_text(content: str, speaker: str | None) -> str:
     """What a message's vector is computed from: its words, after its speaker's name when it has one
     (``Melanie: I'm off to go swimming``; a role says nothing of who did what). On LoCoMo dev through
     this API, 0.819 of the evidence reached a 1,000-token context against 0.811 with the words alone,
     Recall@10 alike (docs/retrieval.md "Conversations")."""
-    return f"{message.speaker}: {message.content}" if message.speaker else message.content
+    return f"{speaker}: {content}" if speaker else content
 
 
 async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:
     check_ident(conversation_id, "conversation_id")
     messages = check_messages(body.messages, services.settings.limits)
-    embeddings = await embed_texts(services, org_id, [embedding_text(m) for m in messages])
+    embeddings = await embed_texts(services, org_id, [embedding_text(m.content, m.speaker) for m in messages])
     agent = body.agent_id if body.agent_id is not msgspec.UNSET else None
     async with services.db.tenant(org_id) as tx:
         conv = await tx.fetchrow("conversations.open", org_id, conversation_id, agent)

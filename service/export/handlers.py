@@ -64,8 +64,11 @@ IMPORT_DESCRIPTION = (
     "events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge "
     "records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so "
     "a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. "
-    "Documents and chunks are `skipped` (mirror the files again). Each request is one transaction: all of it "
-    "or nothing (409 `conflict` when a keyed memory would make a second current value of its key)."
+    "Documents and chunks are `skipped` (mirror the files again). A conversation's message is checked as an "
+    "append checks it (conversation, session and message ids, speaker, role; 422 naming the line and field). "
+    "Each request is one transaction: all of it or nothing (409 `conflict`, naming the line, when a memory "
+    "would make a second current value of its key or take a position or `message_id` its conversation "
+    "holds; 409 `conversation_agent_mismatch` when a message names another agent than its conversation's)."
 )
 
 

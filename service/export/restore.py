@@ -19,26 +19,34 @@ once, current, no key). ``directive`` lines replace the agent's directive (its v
 again); a ``settings`` line sets the org's defaults (``PATCH /v1/org/settings``). Documents and their
 chunks are not restored here (mirror the files again with ``pgcontext import``): their lines are
 counted ``skipped``. An import bypasses duplicate detection and supersession: it restores a state
-that was consistent when exported, and the database still refuses two current memories of one key
-(409 ``conflict``, nothing written).
+that was consistent when exported. It still refuses what no other write could make
+(:mod:`service.export.collisions`): a second current memory of one key, a message at a position or
+with a ``message_id`` its conversation already holds (409 ``conflict``), a message of another agent
+than its conversation's (409 ``conversation_agent_mismatch``); and a conversation's message is
+checked as an append checks it (its ids, speaker and role). A bad line anywhere: nothing written.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 from uuid import UUID
 
 import msgspec
 from pgvector import Vector
 
+from service.conversations.append import embedding_text
+from service.conversations.checks import check_ident, clean_speaker
+from service.conversations.types import Role, Speaker
 from service.directives.store import DirectiveStore
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
+from service.export.collisions import check_request, claim
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
-from service.memories.validation import check_kind, check_metadata, check_text
+from service.memories.validation import check_kind, check_metadata, check_occurred_at, check_text
 from service.memories.write import embed_texts
 from service.runtime import Services
+from service.settings import LimitSettings
 
 FORMAT = 1
 """The export format this service writes (and the newest it reads)."""
@@ -122,6 +130,17 @@ class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
     seen_count: Annotated[int, msgspec.Meta(ge=1)] = 1
     access_count: Annotated[int, msgspec.Meta(ge=0)] = 0
     last_accessed_at: AwareDatetime | None = None
+    conversation_id: str | None = None
+    """A message's (ids are checked by :func:`check_ident`, as an append's are)."""
+    position: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    message_id: str | None = None
+    session_id: str | None = None
+    speaker: Speaker | None = None
+    role: Role | None = None
+
+
+_MESSAGE_FIELDS: Final = ("conversation_id", "position", "message_id", "session_id", "speaker", "role")
+"""A message's own columns: no other memory has any of them."""
 
 
 class _Event(msgspec.Struct, tag_field="type", tag="event", kw_only=True):
@@ -139,7 +158,8 @@ _Line = _Header | _End | _Error | _Document | _Chunk | _Settings | _Directive | 
 
 
 class _Parsed(msgspec.Struct):
-    memories: list[tuple[_Memory, _Object]] = msgspec.field(default_factory=list)
+    memories: list[tuple[int, _Memory, _Object]] = msgspec.field(default_factory=list)
+    """Each memory line's place in ``lines``, the line as checked, and as sent."""
     events: list[_Object] = msgspec.field(default_factory=list)
     directives: dict[str, str] = msgspec.field(default_factory=dict)
     settings: _Settings | None = None
@@ -155,8 +175,8 @@ def decode(body: bytes) -> ImportRequest:
         raise malformed_json(exc) from exc
 
 
-def _field(index: int) -> dict[str, str]:
-    return {"field": f"lines[{index}]"}
+def _field(index: int, name: str = "") -> dict[str, str]:
+    return {"field": f"lines[{index}]" + (f".{name}" if name else "")}
 
 
 def parse(request: ImportRequest, services: Services) -> _Parsed:
@@ -184,8 +204,8 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
                                     "empty or too long", code="validation_error", details=_field(index))
             out.directives[line.agent_id] = line.content
         elif isinstance(line, _Memory):
-            _check_memory(line, index, services)
-            out.memories.append((line, raw))
+            _check_memory(line, index, services.settings.limits)
+            out.memories.append((index, line, raw))
         elif isinstance(line, _Event):
             out.events.append(raw)
     if len(out.memories) > limits.max_batch:
@@ -194,34 +214,64 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
     if len(out.events) > MAX_EVENTS:
         raise PayloadTooLarge(f"{len(out.events)} events in one request; the limit is {MAX_EVENTS}: send the "
                               "export in several requests", code="batch_too_large")
+    check_request(out.memories)
     return out
 
 
-def _check_memory(line: _Memory, index: int, services: Services) -> None:
-    limits = services.settings.limits
+def _check_memory(line: _Memory, index: int, limits: LimitSettings) -> None:
     try:
         check_text(line.text, limits)
         if line.kind != MESSAGE_KIND:  # a conversation's message comes back as it was exported
             check_kind(line.kind)
         check_metadata(line.metadata, limits)
+        _check_message(line)
     except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
-        raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code, details=_field(index)) from exc
+        raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code,
+                            details=_field(index, str(exc.details.get("field", "")))) from exc
     if line.kind == MESSAGE_KIND and (line.superseded_by is not None or line.key is not None):
         raise Unprocessable(f"lines[{index}]: messages are events: they take no key and are never superseded",
                             code="validation_error", details=_field(index))
 
 
+def _check_message(line: _Memory) -> None:
+    """A message's own columns as the database keeps them together (only on a message; a conversation
+    and a position together; a message of no conversation, from before conversations, has none), and
+    its ids, speaker and time as an append checks them (its role and the speaker's length: the type)."""
+    given = [name for name in _MESSAGE_FIELDS if getattr(line, name) is not None]
+    if line.kind != MESSAGE_KIND:
+        if given:
+            raise BadRequest(f"{given[0]} is a message's: only a line of kind {MESSAGE_KIND!r} belongs to a "
+                             "conversation", code="validation_error", details={"field": given[0]})
+        return
+    if (line.conversation_id is None) != (line.position is None):
+        missing = "conversation_id" if line.conversation_id is None else "position"
+        raise BadRequest(f"{missing} is missing: a conversation's message has its conversation_id and its position",
+                         code="validation_error", details={"field": missing})
+    if line.conversation_id is None and given:
+        raise BadRequest(f"{given[0]} is a conversation's: a message of no conversation has none",
+                         code="validation_error", details={"field": given[0]})
+    for name in ("conversation_id", "session_id", "message_id"):
+        check_ident(getattr(line, name), name)
+    if line.speaker is not None:
+        clean_speaker(line.speaker, "speaker")  # checked, not trimmed: a message comes back as exported
+    if line.occurred_at is not None:
+        check_occurred_at(line.occurred_at)
+
+
 async def restore(services: Services, org_id: UUID, request: ImportRequest) -> ImportResult:
     parsed = parse(request, services)
-    memories = [m for m, _ in parsed.memories]
-    vectors = await embed_texts(services, org_id, [m.text for m in memories]) if memories else None
+    memories = [m for _, m, _ in parsed.memories]
+    # a message's vector from what an append embeds (its speaker's name before the words)
+    texts = [embedding_text(m.text, m.speaker) if m.kind == MESSAGE_KIND else m.text for m in memories]
+    vectors = await embed_texts(services, org_id, texts) if memories else None
     imported, existing = (Counts(directive=0, memory=0, event=0) for _ in range(2))
     agents: set[str | None] = set()
     async with services.db.tenant(org_id) as tx:
         if memories:
             assert vectors is not None
+            await claim(tx, parsed.memories)
             rows = await tx.fetch(
-                "export.import_memories", org_id, [line for _, line in parsed.memories], [Vector(v) for v in vectors],
+                "export.import_memories", org_id, [raw for _, _, raw in parsed.memories], [Vector(v) for v in vectors],
                 [hash_words(tokens(m.text)) if m.kind != MESSAGE_KIND else None for m in memories])
             written = {r["id"] for r in rows}
             agents |= {r["agent_id"] for r in rows}

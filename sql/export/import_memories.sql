@@ -1,18 +1,8 @@
--- Restore exported memories (POST /v1/import), and the conversations their messages belong to: $2 their export lines (jsonb: every column but the vector, read with the table's own types), $3 their vectors and $4 normalized-text hashes (computed again), in the same order; what a line lacks takes the column's default (older exports); an id the org already holds is left as it is. Returns the ids written.
+-- Restore exported memories (POST /v1/import; their conversations are in place: export.import_conversations): $2 their export lines (jsonb: every column but the vector, read with the table's own types), $3 their vectors and $4 normalized-text hashes (computed again), in the same order; what a line lacks takes the column's default (older exports); an id the org already holds is left as it is. Returns the ids written.
 WITH input AS (
     SELECT t.vec, t.text_hash AS hash, r.*
       FROM unnest($2::jsonb[], $3::vector[], $4::bytea[]) AS t(line, vec, text_hash),
            jsonb_populate_record(NULL::memories, t.line) AS r
-), conversations_restored AS (
-    INSERT INTO conversations (org_id, id, agent_id, message_count, created_at, updated_at)
-    SELECT $1, conversation_id, (array_agg(agent_id))[1], max(position), min(coalesce(created_at, now())),
-           max(coalesce(created_at, now()))
-      FROM input
-     WHERE conversation_id IS NOT NULL
-     GROUP BY conversation_id
-    ON CONFLICT (org_id, id) DO UPDATE
-       SET message_count = greatest(conversations.message_count, EXCLUDED.message_count),
-           updated_at = greatest(conversations.updated_at, EXCLUDED.updated_at)
 )
 INSERT INTO memories (org_id, id, agent_id, kind, text, embedding, metadata, importance, usefulness, feedback_count,
                       pinned, created_at, updated_at, expires_at, occurred_at, search_context, text_hash, key,

@@ -2,7 +2,9 @@
 time, supersession, reinforcement and history (merges, an undone merge), exported by ``GET /v1/export``
 and imported by ``POST /v1/import`` into a fresh org answer list, ``as_of``, ``include_superseded``,
 search and history exactly as the original; older export lines still import; each request is all or
-nothing; and an import touches only the caller's org."""
+nothing; an import touches only the caller's org; a conversation's messages are checked as an append
+checks them (ids, speaker, the conversation's agent); and a collision names its line, not the database's
+internals."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
 from litestar.testing import AsyncTestClient
 
 from service.db import query
+from service.embeddings import Embedder
 from tests.conftest import Tenant
 from tests.integration.test_bad_input import assert_error
+from tests.integration.test_conversations import append
 from tests.integration.test_data_subject import owner_rows
 from tests.integration.test_facts import history, write
 from tests.integration.test_memories_api import list_all
@@ -105,7 +110,8 @@ async def views(client: AsyncTestClient[Any], tenant: Tenant, ids: dict[str, str
 
 
 async def test_an_org_round_trips_with_its_history_and_supersession(
-        client: AsyncTestClient[Any], tenant: Tenant, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+        client: AsyncTestClient[Any], tenant: Tenant, make_tenant: Callable[[str], Awaitable[Tenant]],
+        owner_dsn: str, embedder: Embedder) -> None:
     ids = await seed(client, tenant)
     before = await views(client, tenant, ids)
     lines = await export_org(client, tenant)
@@ -147,6 +153,16 @@ async def test_an_org_round_trips_with_its_history_and_supersession(
     undo = next(e for e in before["history"]["peanuts"] if e["event"] == "merged")
     r = await client.post(f"/v1/memories/{ids['peanuts']}/history/{undo['id']}/undo", json={}, headers=fresh.headers)
     assert r.status_code == 409 and r.json()["error"]["code"] == "already_undone"
+
+    # A message's vector is computed as an append computes it: from its speaker's name and its words.
+    sql = ("SELECT text, speaker, embedding::text AS v FROM memories WHERE org_id = $1 AND kind = 'message' "
+           "AND speaker IS NOT NULL")
+    messages = await owner_rows(owner_dsn, sql, fresh.org_id)
+    assert messages
+    for message in messages:
+        restored = np.array(json.loads(message["v"]), dtype=np.float32)
+        said, alone = await embedder.embed([f"{message['speaker']}: {message['text']}", message["text"]])
+        assert float(restored @ said) > float(restored @ alone) + 0.01, message["text"]
 
     # A retried import writes nothing twice.
     retried = await import_lines(client, fresh, lines)
@@ -221,7 +237,7 @@ async def test_an_import_is_all_or_nothing_and_stays_in_the_callers_org(
     (mine,) = (await write(client, other_tenant, {"text": "The user lives in Rome.", "agent_id": AGENT,
                                                   "key": "user.city"}))["ids"]
     r = await client.post("/v1/import", json={"lines": lines}, headers=other_tenant.headers)
-    assert_error(r, 409, "conflict")
+    assert_clean_conflict(r, "conflict", f"lines[{lines.index(memory)}].key")
     assert [m["id"] for m in await list_all(client, other_tenant, include_superseded="true")] == [mine]
 
     # Imported into a third org: its own rows, independent of the exporting org's.
@@ -234,6 +250,122 @@ async def test_an_import_is_all_or_nothing_and_stays_in_the_callers_org(
     assert [e["event"] for e in await history(client, tenant, first)] == ["created"]
     assert (await client.get(f"/v1/memories/{first}", headers=other_tenant.headers)).status_code == 404
     assert (await client.get(f"/v1/memories/{first}/history", headers=other_tenant.headers)).status_code == 404
+
+
+CONVERSATION = "gap"
+
+
+async def message_lines(client: AsyncTestClient[Any], tenant: Tenant) -> list[dict[str, Any]]:
+    """The export lines of the agent's conversation "gap": messages g1 and g2 at positions 1 and 2."""
+    await append(client, tenant, CONVERSATION, [
+        {"speaker": "Ann", "role": "user", "content": "Can we meet at noon?", "session_id": "mon", "message_id": "g1"},
+        {"role": "assistant", "content": "Noon works for me.", "session_id": "mon", "message_id": "g2"},
+    ], agent_id=AGENT)
+    lines = [line for line in await export_org(client, tenant) if line["type"] == "memory"]
+    assert [(m["position"], m["message_id"]) for m in lines] == [(1, "g1"), (2, "g2")]
+    return lines
+
+
+def another(line: dict[str, Any], at: int, **changes: Any) -> dict[str, Any]:
+    """``line`` as another message: a new id, at position ``at``, message_id ``g<at>``, unless changed."""
+    return {**line, "id": f"00000000-0000-4000-8000-{at:012d}", "position": at, "message_id": f"g{at}", **changes}
+
+
+def assert_clean_conflict(r: Any, code: str, field: str) -> None:
+    """A 409 that names the line and field that collided, and no database internals."""
+    assert_error(r, 409, code)
+    error = r.json()["error"]
+    assert error["details"]["field"] == field and field.split(".")[0] in error["message"], error
+    assert not {"sqlstate", "constraint"} & set(error["details"]), error
+    assert "memories_" not in error["message"] and "sqlstate" not in error["message"], error
+
+
+async def assert_messages(client: AsyncTestClient[Any], tenant: Tenant, conversation: str,
+                          ids: list[str]) -> None:
+    """The conversation holds these messages, and counts as many (a refused import changed nothing)."""
+    r = await client.get(f"/v1/conversations/{conversation}/messages", headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    assert [m["message_id"] for m in r.json()["items"]] == ids
+    r = await client.get(f"/v1/conversations/{conversation}", headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["message_count"] == len(ids), r.text
+
+
+BAD_MESSAGES: list[tuple[dict[str, Any], str]] = [
+    ({"conversation_id": "stuck conv/.."}, "conversation_id"),
+    ({"conversation_id": "bad id!"}, "conversation_id"),
+    ({"conversation_id": "x" * 201}, "conversation_id"),
+    ({"conversation_id": "gap\n"}, "conversation_id"),
+    ({"message_id": "bad id!"}, "message_id"),
+    ({"message_id": ""}, "message_id"),
+    ({"session_id": "mon day"}, "session_id"),
+    ({"speaker": "Ann\nBob"}, "speaker"),
+    ({"speaker": "   "}, "speaker"),
+    ({"position": None}, "position"),
+    ({"kind": "fact"}, "conversation_id"),
+    ({"conversation_id": None, "position": None}, "message_id"),
+]
+"""Changes that make a message line bad, and the field the 422 names."""
+
+
+async def test_messages_are_checked_as_an_append_checks_them(
+        client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
+    good, line = await message_lines(client, tenant)
+    for changes, field in BAD_MESSAGES:
+        r = await client.post("/v1/import", json={"lines": [good, another(line, 3, **changes)]},
+                              headers=other_tenant.headers)
+        assert_error(r, 422, "validation_error")
+        error = r.json()["error"]
+        assert error["details"] == {"field": f"lines[1].{field}"} and "lines[1]" in error["message"], (changes, error)
+    for changes in ({"role": "boss"}, {"position": 0}, {"speaker": "x" * 201}):  # the schema's: 422 invalid_line
+        r = await client.post("/v1/import", json={"lines": [good, another(line, 3, **changes)]},
+                              headers=other_tenant.headers)
+        assert_error(r, 422, "invalid_line")
+    # Nothing of those requests was written; the good line alone imports.
+    assert await list_all(client, other_tenant, include_superseded="true") == []
+    assert (await client.get("/v1/conversations", headers=other_tenant.headers)).json()["items"] == []
+    assert (await import_lines(client, other_tenant, [good]))["imported"]["memory"] == 1
+    await assert_messages(client, other_tenant, CONVERSATION, ["g1"])
+
+
+async def test_messages_keep_their_conversations_agent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    _, line = await message_lines(client, tenant)
+    for agent in ("different-agent", None):
+        r = await client.post("/v1/import", json={"lines": [another(line, 99, agent_id=agent)]},
+                              headers=tenant.headers)
+        assert_clean_conflict(r, "conversation_agent_mismatch", "lines[0].agent_id")
+        assert r.json()["error"]["details"]["agent_id"] == AGENT
+    # Two lines of one import that disagree about a new conversation's agent.
+    fresh = [another(line, 1, conversation_id="fresh", agent_id="one"),
+             another(line, 2, conversation_id="fresh", agent_id="two")]
+    r = await client.post("/v1/import", json={"lines": fresh}, headers=tenant.headers)
+    assert_clean_conflict(r, "conversation_agent_mismatch", "lines[1].agent_id")
+    assert (await client.get("/v1/conversations/fresh", headers=tenant.headers)).status_code == 404
+    await assert_messages(client, tenant, CONVERSATION, ["g1", "g2"])
+    # The owner's message imports.
+    assert (await import_lines(client, tenant, [another(line, 3)]))["imported"]["memory"] == 1
+    await assert_messages(client, tenant, CONVERSATION, ["g1", "g2", "g3"])
+
+
+async def test_a_collision_names_its_line(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    first, line = await message_lines(client, tenant)
+    assert (await import_lines(client, tenant, [first, line]))["existing"]["memory"] == 2  # a retry: no collision
+    twin = "00000000-0000-4000-8000-000000000077"
+    cases: list[tuple[list[dict[str, Any]], str]] = [
+        ([first, another(line, 2, message_id="new")], "lines[1].position"),  # an occupied position
+        ([first, another(line, 5, message_id="g1")], "lines[1].message_id"),  # a message_id the conversation holds
+        ([another(line, 7), first, another(line, 7, id=twin, message_id="x")], "lines[2].position"),  # one request's
+        ([another(line, 8), first, another(line, 9, message_id="g8")], "lines[2].message_id"),
+    ]
+    for lines, field in cases:
+        r = await client.post("/v1/import", json={"lines": lines}, headers=tenant.headers)
+        assert_clean_conflict(r, "conflict", field)
+    await assert_messages(client, tenant, CONVERSATION, ["g1", "g2"])
+    # Two current memories of one key in one request.
+    keyed = [{"type": "memory", "id": f"00000000-0000-4000-8000-00000000010{n}", "text": f"The user lives in {city}.",
+              "agent_id": AGENT, "key": "user.city"} for n, city in enumerate(("Oslo", "Rome"))]
+    r = await client.post("/v1/import", json={"lines": keyed}, headers=tenant.headers)
+    assert_clean_conflict(r, "conflict", "lines[1].key")
+    assert [m["kind"] for m in await list_all(client, tenant)] == ["message", "message"]
 
 
 NOT_RESTORED = {

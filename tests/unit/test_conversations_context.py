@@ -7,7 +7,6 @@ import pytest
 
 from service.conversations.append import embedding_text
 from service.conversations.context import Turn, derive_contexts, said
-from service.conversations.types import MessageIn
 
 
 def turn(text: str, speaker: str | None = "Ann", session: str | None = "s1", role: str | None = None) -> Turn:
@@ -47,6 +46,6 @@ def test_no_turns_no_context(turns: int) -> None:
 
 
 def test_a_message_is_embedded_after_its_speakers_name() -> None:
-    assert embedding_text(MessageIn(content="I paint sunsets.", speaker="Melanie", role="user")) == \
+    assert embedding_text("I paint sunsets.", "Melanie") == \
         "Melanie: I paint sunsets."
-    assert embedding_text(MessageIn(content="I paint sunsets.", role="user")) == "I paint sunsets."
+    assert embedding_text("I paint sunsets.", None) == "I paint sunsets."

@@ -1,0 +1,105 @@
+"""What an import checks before it writes memories, as the writers of the same rows do: a message
+stays in its conversation's agent (an append's 409 ``conversation_agent_mismatch``), and no line takes
+a place another memory holds -- a position or a ``message_id`` in a conversation, the current value of
+a key -- whether that memory is another line of the request or one the org holds (409 ``conflict``,
+naming the line and what it collided with, never the database's constraint).
+
+The checks against held rows run under the locks those writers take: each conversation's row (created
+here for a new one, so a concurrent append or import waits) and the key scopes of fact writes
+(``facts.lock_scopes``). A line whose id the org already holds is not written, so it collides with
+nothing there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+from uuid import UUID
+
+from service.db import TenantTx
+from service.errors import Conflict
+from service.memories.facts.write import scope_key
+
+
+class Line(Protocol):
+    """What these checks read of a memory line."""
+
+    id: UUID
+    agent_id: str | None
+    key: str | None
+    superseded_by: UUID | None
+    conversation_id: str | None
+    position: int | None
+    message_id: str | None
+
+
+Entry = tuple[int, Line, dict[str, Any]]
+"""A memory line: its place in the request's ``lines``, the line as checked, and as sent."""
+
+
+def _whose(agent_id: str | None) -> str:
+    return f"agent {agent_id!r}" if agent_id else "the whole org"
+
+
+def _mismatch(index: int, line: Line, owner: str | None, where: str) -> Conflict:
+    return Conflict(f"lines[{index}]: conversation {line.conversation_id!r} belongs to {_whose(owner)}{where}, "
+                    f"not {_whose(line.agent_id)}", code="conversation_agent_mismatch",
+                    details={"field": f"lines[{index}].agent_id", "agent_id": owner})
+
+
+def _collision(index: int, field: str, line: Line, holder: str, **details: Any) -> Conflict:
+    if field == "key":
+        what = f"key {line.key!r} of {_whose(line.agent_id)} already has a current value"
+    else:
+        what = f"{field} {getattr(line, field)!r} of conversation {line.conversation_id!r} is already taken"
+    return Conflict(f"lines[{index}]: {what} (held by {holder})", code="conflict",
+                    details={"field": f"lines[{index}].{field}", **details})
+
+
+def _places(line: Line) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """The places a line takes that no other memory may hold: (field, place)."""
+    if line.conversation_id is not None:
+        yield "position", ("position", line.conversation_id, line.position)
+        if line.message_id is not None:
+            yield "message_id", ("message_id", line.conversation_id, line.message_id)
+    if line.key is not None and line.superseded_by is None:
+        yield "key", ("key", line.agent_id, line.key)
+
+
+def check_request(entries: Sequence[Entry]) -> None:
+    """The lines of one request agree on each conversation's agent and take no place twice (the same
+    memory sent twice is written once: that is no collision)."""
+    owners: dict[str, tuple[int, str | None]] = {}
+    taken: dict[tuple[Any, ...], tuple[int, UUID]] = {}
+    for index, line, _ in entries:
+        if line.conversation_id is not None:
+            first, owner = owners.setdefault(line.conversation_id, (index, line.agent_id))
+            if owner != line.agent_id:
+                raise _mismatch(index, line, owner, f" (lines[{first}])")
+        for field, place in _places(line):
+            other, other_id = taken.setdefault(place, (index, line.id))
+            if other_id != line.id:
+                raise _collision(index, field, line, f"lines[{other}]", other=f"lines[{other}].{field}")
+
+
+async def claim(tx: TenantTx, entries: Sequence[Entry]) -> None:
+    """Lock what the lines' memories will take (creating their new conversations), then check it
+    against what the org holds: 409 on the first line that does not fit."""
+    scopes = sorted({scope_key(line.agent_id) for _, line, _ in entries
+                     if line.key is not None and line.superseded_by is None})
+    if scopes:
+        await tx.fetchval("facts.lock_scopes", str(tx.org_id), scopes)
+    messages = [(index, line, raw) for index, line, raw in entries if line.conversation_id is not None]
+    if messages:
+        rows = await tx.fetch("export.import_conversations", tx.org_id, [raw for _, _, raw in messages])
+        owners = {r["id"]: r["agent_id"] for r in rows}
+        for index, line, _ in messages:
+            owner = owners[line.conversation_id]
+            if owner != line.agent_id:
+                raise _mismatch(index, line, owner, "")
+    placed = [entry for entry in entries if any(True for _ in _places(entry[1]))]
+    if placed:
+        held = await tx.fetchrow("export.import_collisions", tx.org_id, [raw for _, _, raw in placed])
+        if held is not None:
+            index, line, _ = placed[held["n"] - 1]
+            raise _collision(index, held["field"], line, f"memory {held['id']}", memory_id=str(held["id"]))
