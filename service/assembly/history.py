@@ -35,7 +35,8 @@ from service.assembly.scoring import Candidate
 from service.assembly.types import AssembleRequest, DroppedMemory
 from service.conversations.context import Turn, said
 from service.db import Database, TenantTx
-from service.retrieval.types import MessageRef, SearchResult
+from service.memories.types import MessageRef
+from service.retrieval.types import SearchResult
 from service.text.tokens import TokenCounter
 
 log = structlog.get_logger(__name__)

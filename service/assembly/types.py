@@ -9,8 +9,8 @@ from uuid import UUID
 import msgspec
 
 from service.conversations.types import Ident
-from service.memories.types import AgentId
-from service.retrieval.types import MessageRef, RetrievalReport, SearchFilters, SearchTuning, Strategy
+from service.memories.types import AgentId, MessageRef
+from service.retrieval.types import RetrievalReport, SearchFilters, SearchTuning, Strategy
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]

@@ -16,7 +16,16 @@ from pgvector import Vector
 from service.db import TenantTx
 from service.errors import BadRequest
 from service.memories.facts.types import is_current
-from service.memories.types import MemoryIn, MemoryOut, MemoryPatch
+from service.memories.types import MemoryIn, MemoryOut, MemoryPatch, MessageRef
+
+
+def message_ref(row: asyncpg.Record) -> MessageRef | None:
+    """A row's place in its conversation (None for memories that are not messages)."""
+    if row["conversation_id"] is None:
+        return None
+    return MessageRef(conversation_id=row["conversation_id"], position=int(row["position"]),
+                      session_id=row["session_id"], speaker=row["speaker"], role=row["role"],
+                      message_id=row["message_id"])
 
 
 def to_out(row: asyncpg.Record) -> MemoryOut:
@@ -33,7 +42,7 @@ def to_out(row: asyncpg.Record) -> MemoryOut:
         superseded_at=row["superseded_at"],
         seen_count=row["seen_count"], last_seen_at=row["last_seen_at"] or row["created_at"],
         first_occurred_at=row["first_occurred_at"] or row["occurred_at"],
-        last_occurred_at=row["last_occurred_at"] or row["occurred_at"],
+        last_occurred_at=row["last_occurred_at"] or row["occurred_at"], message=message_ref(row),
     )
 
 

@@ -107,6 +107,18 @@ class DeletedAgentMemories(msgspec.Struct):
     """Memories deleted by this request (0 when there were none left: the call is idempotent)."""
 
 
+class MessageRef(msgspec.Struct, kw_only=True):
+    """Where a conversation's message stands (a memory of kind ``message``: read, searched or packed)."""
+
+    conversation_id: str
+    position: int
+    """1, 2, ... in the conversation's order: its neighbours are ``position - 1`` and ``position + 1``."""
+    session_id: str | None
+    speaker: str | None
+    role: str | None
+    message_id: str | None
+
+
 class MemoryOut(msgspec.Struct):
     id: UUID
     agent_id: str | None
@@ -138,7 +150,8 @@ class MemoryOut(msgspec.Struct):
     valid_until: datetime | None = None
     """Valid time's end (null: still true)."""
     current: bool = True
-    """False once retired: superseded by a newer memory (record time ``superseded_at``)."""
+    """False once retired: superseded by a newer memory (record time ``superseded_at``), or its
+    ``valid_until`` has passed."""
     superseded_by: UUID | None = None
     superseded_at: datetime | None = None
     seen_count: int = 1
@@ -148,6 +161,8 @@ class MemoryOut(msgspec.Struct):
     first_occurred_at: datetime | None = None
     last_occurred_at: datetime | None = None
     """The event-time range of every write it stands for (``occurred_at`` when nothing was merged)."""
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
 
 
 class PatchedMemory(MemoryOut, kw_only=True):

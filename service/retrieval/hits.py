@@ -10,7 +10,8 @@ from uuid import UUID
 import asyncpg
 
 from service.memories.facts.types import is_current
-from service.retrieval.types import MessageRef
+from service.memories.repo import message_ref
+from service.memories.types import MessageRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +40,6 @@ class Hit:
     @property
     def speaker(self) -> str | None:
         return None if self.message is None else self.message.speaker
-
-
-def message_ref(row: asyncpg.Record) -> MessageRef | None:
-    """A branch row's place in its conversation (None for memories that are not messages)."""
-    if row["conversation_id"] is None:
-        return None
-    return MessageRef(conversation_id=row["conversation_id"], position=int(row["position"]),
-                      session_id=row["session_id"], speaker=row["speaker"], role=row["role"],
-                      message_id=row["message_id"])
 
 
 def hits_from_rows(rows: list[asyncpg.Record]) -> list[Hit]:

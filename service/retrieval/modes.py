@@ -35,11 +35,12 @@ from service.documents.globs import compile_path
 from service.documents.languages import split_lines
 from service.documents.lookup import EXCERPT_LINES, LookupFilters, LookupHit, LookupMode, applicable_modes
 from service.memories.facts.types import is_current
+from service.memories.types import MessageRef
 from service.retrieval import branches
 from service.retrieval.filters import currency_args, filter_args, source_args
 from service.retrieval.hits import Hit
 from service.retrieval.score import hit_score
-from service.retrieval.types import MODES, MessageRef, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
+from service.retrieval.types import MODES, Mode, ModeRank, SearchFilters, SearchRequest, SearchResult
 
 DOCUMENT_KIND: Final = "document_chunk"
 LOOKUP_MODES: Final[tuple[LookupMode, ...]] = ("exact", "path", "symbol")

@@ -9,7 +9,7 @@ from uuid import UUID
 import msgspec
 
 from service.documents.types import Collection
-from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime, Kind
+from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime, Kind, MessageRef
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical", "modes"]
@@ -171,18 +171,6 @@ class ModeRank(msgspec.Struct, kw_only=True):
     mode: Mode
     rank: int
     score: float
-
-
-class MessageRef(msgspec.Struct, kw_only=True):
-    """Where a conversation's message stands (search results and assembled memories of kind ``message``)."""
-
-    conversation_id: str
-    position: int
-    """1, 2, ... in the conversation's order: its neighbours are ``position - 1`` and ``position + 1``."""
-    session_id: str | None
-    speaker: str | None
-    role: str | None
-    message_id: str | None
 
 
 class SearchResult(msgspec.Struct, kw_only=True):

@@ -88,6 +88,12 @@ async def test_append_list_and_get(client: AsyncTestClient[Any], tenant: Tenant)
     r = await client.get(f"/v1/memories/{memory_id}", headers=tenant.headers)
     assert r.status_code == 200 and r.json()["kind"] == "message" and r.json()["agent_id"] == "coach", r.text
     assert r.json()["text"] == TURNS[3]["content"] and r.json()["search_context"] is None  # a new session
+    place = {"conversation_id": "chat-1", "position": 4, "session_id": "s2", "speaker": TURNS[3]["speaker"],
+             "role": None, "message_id": None}
+    assert r.json()["message"] == place, r.text  # where it stands, as a search result says
+    listed_memories = (await client.get("/v1/memories", headers=tenant.headers, params={
+        "agent_id": "coach", "kind": "message"})).json()["items"]
+    assert {m["id"]: m["message"] for m in listed_memories}[memory_id] == place
     assert_error(await client.patch(f"/v1/memories/{memory_id}", headers=tenant.headers, json={"text": "changed"}),
                  409, "managed_by_conversations")
     assert_error(await client.delete(f"/v1/memories/{memory_id}", headers=tenant.headers),

@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from pgcontext_client.types._base import In
+from pgcontext_client.types.conversations import MessageRef
 
 
 class MemoryIn(In):
@@ -131,6 +132,8 @@ class Memory(msgspec.Struct, kw_only=True):
     last_seen_at: datetime | None = None
     first_occurred_at: datetime | None = None
     last_occurred_at: datetime | None = None
+    message: MessageRef | None = None
+    """A conversation's message: its conversation, position, session, speaker and role."""
 
 
 class PatchedMemory(Memory, kw_only=True):

@@ -808,6 +808,7 @@ export interface components {
             last_seen_at?: string | null;
             first_occurred_at?: string | null;
             last_occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
         };
         /** MemoryPage */
         MemoryPage: {
@@ -981,6 +982,7 @@ export interface components {
             last_seen_at?: string | null;
             first_occurred_at?: string | null;
             last_occurred_at?: string | null;
+            message?: components["schemas"]["MessageRef"] | null;
             /**
              * @default updated
              * @enum {string}
