@@ -41,6 +41,11 @@ SPEAKER_REFUSED: Final = "".join(_escaped(a) if a == b else f"{_escaped(a)}-{_es
                                  for a, b in SPEAKER_REFUSED_RANGES)
 """:data:`SPEAKER_REFUSED_RANGES` as the body of a regex character class: ``\\uXXXX`` escapes, which
 Python's and JSON Schema's regexes read alike, and the characters beyond U+FFFF as themselves."""
+SPEAKER_REFUSED_IN_SCHEMA: Final = "".join(_escaped(a) if a == b else f"{_escaped(a)}-{_escaped(b)}"
+                                           for a, b in SPEAKER_REFUSED_RANGES if not 0xD800 <= a <= 0xDFFF)
+""":data:`SPEAKER_REFUSED` without the surrogates, for the OpenAPI schema: validators that read text as
+Unicode scalar values (jsonschema-rs) cannot name them and would drop the whole pattern, and a body
+holding a lone surrogate is refused when it is decoded anyway."""
 _REFUSED: Final = re.compile(f"[{SPEAKER_REFUSED}]")
 
 

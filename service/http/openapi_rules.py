@@ -34,7 +34,7 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(component, property) -> constraints that validation enforces with this deployment's settings."""
     # Imported here: these feature modules import ``errors`` from this one.
     from service.assembly.feedback import MAX_FEEDBACK_ITEMS
-    from service.conversations.checks import SPEAKER_REFUSED
+    from service.conversations.checks import SPEAKER_REFUSED_IN_SCHEMA
     from service.memories.types import RESERVED_KINDS
     from service.memories.validation import MAX_EMBEDDING_VALUE, MIN_EMBEDDING_COMPONENT, OCCURRED_PATTERN
 
@@ -81,7 +81,7 @@ def _limits(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("FileIn", "content"): {"pattern": NO_NUL},
         ("AppendIn", "messages"): {"min_items": 1, "max_items": lim.max_batch},
         ("MessageIn", "content"): text,
-        ("MessageIn", "speaker"): {"pattern": speaker_pattern(SPEAKER_REFUSED)},
+        ("MessageIn", "speaker"): {"pattern": speaker_pattern(SPEAKER_REFUSED_IN_SCHEMA)},
         ("MessageIn", "occurred_at"): {"pattern": OCCURRED_PATTERN},
     }
 

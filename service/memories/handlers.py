@@ -91,7 +91,7 @@ class MemoryController(Controller):
             raise NotFound(f"memory {ident} not found")
         return repo.to_out(row)
 
-    @get("/", summary="List memories (newest first, cursor-paginated)")
+    @get("/", summary="List memories (newest first, cursor-paginated)", responses=errors(422))
     async def list_memories(
         self, services: ServicesDep, org_id: OrgId,
         agent_id: Annotated[str | None, QueryParameter(

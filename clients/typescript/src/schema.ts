@@ -1392,6 +1392,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
             429: {
                 headers: {
