@@ -44,6 +44,7 @@ agent's memories, too costly per request, and cold search already covers relevan
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import zlib
@@ -122,6 +123,10 @@ class HotItem(msgspec.Struct, array_like=True):
     access_count: int
     occurred_at: datetime | None = None
     """When the memory's event happened (None only in sets cached before event times existed)."""
+    ends_at: datetime | None = None
+    """When it stops being served: its ``expires_at`` or the end of its valid time (``valid_until``),
+    the earlier; None: never. A set is cached for up to ``hot_ttl_s``, so every read leaves out what
+    has ended since the set was built (:func:`live`)."""
 
     def vector(self) -> npt.NDArray[np.float32] | None:
         return None if self.embedding is None else np.frombuffer(self.embedding, dtype="<f4")
@@ -185,8 +190,16 @@ def _item(row: asyncpg.Record) -> HotItem:
         embedding=None if vector is None else vector.astype("<f4").tobytes(),
         importance=float(row["importance"]), usefulness=float(row["usefulness"]), pinned=bool(row["pinned"]),
         created_at=row["created_at"], last_accessed_at=row["last_accessed_at"], access_count=row["access_count"],
-        occurred_at=row["occurred_at"],
+        occurred_at=row["occurred_at"], ends_at=row["ends_at"],
     )
+
+
+def live(items: list[HotItem], now: datetime | None = None) -> list[HotItem]:
+    """The items that have not ended (expired, or past their valid time) since their set was built."""
+    at = now or datetime.now(UTC)
+    if all(item.ends_at is None or item.ends_at > at for item in items):
+        return items
+    return [item for item in items if item.ends_at is None or item.ends_at > at]
 
 
 REFRESH_SPREAD = 0.25
@@ -288,7 +301,7 @@ class HotSetStore:
                 return self._cached(org_id, agent_id, shared, gen, ver, epoch)
         blob = await self._fills.run((org_id, agent_id, gen, ver, epoch),
                                      lambda: self._fill(org_id, agent_id, gen, ver, epoch))
-        return HotRead(blob.items, "postgres", blob.built_at)
+        return HotRead(live(blob.items), "postgres", blob.built_at)
 
     def _cached(self, org_id: UUID, agent_id: str, blob: HotBlob, gen: int, ver: int, epoch: int) -> HotRead:
         if (datetime.now(UTC) - blob.built_at).total_seconds() > refresh_age_s(self.settings.hot_refresh_s,
@@ -296,7 +309,7 @@ class HotSetStore:
             # Aged, not changed: serve it and rebuild it behind this request (nobody waits).
             self._fills.start((org_id, agent_id, gen, ver, epoch),
                               lambda: self._fill(org_id, agent_id, gen, ver, epoch))
-        return HotRead(blob.items, "cache", blob.built_at)
+        return HotRead(live(blob.items), "cache", blob.built_at)
 
     async def _has_own(self, org_id: UUID, agent_id: str) -> bool:
         """Whether the agent has live memories of its own (one index probe, not a ranking)."""
@@ -323,6 +336,11 @@ class HotSetStore:
         # No key per agent without memories of its own (see the module docstring): its set is the
         # org-wide one, stored once for all of them (its version stamp unused).
         name = agent_id if agent_exists else ORG_WIDE
+        if not agent_exists and agent_id != ORG_WIDE:
+            # Its own memories have all ended (or it never had any): a set cached under its own key
+            # while it had some would otherwise be read, and kept alive, instead of the shared one.
+            with contextlib.suppress(RedisError):
+                await self.redis.delete(hot_key(org_id, agent_id))
         encoded = msgspec.msgpack.encode(blob if agent_exists else HotBlob(gen, 0, blob.built_at, items, epoch))
         if len(encoded) > self.org_bytes:
             return blob  # larger than the org's whole share: served from Postgres, never cached

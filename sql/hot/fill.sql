@@ -3,7 +3,8 @@
 -- probe of memories_hot_candidates, evaluated once (a window bool_or over the candidates made the fill 20% slower).
 -- The decay in float8: extract() returns numeric, and numeric exp() per candidate was two thirds of a fill
 -- (15,000 candidates: 36 -> 12 ms).
--- Current memories only (not superseded, valid time not ended: memories_hot_candidates covers both, migration 0013).
+-- Current memories only (not superseded, valid time not ended: memories_hot_candidates covers both, migration 0013);
+-- ends_at (the expiry or the end of the valid time, the earlier) lets a cached set drop what ends while it is cached.
 -- Ranked on narrow columns only (index-only scans of memories_hot_candidates, one per side of the OR, plus memory_access), then only the winners' wide rows (text, embedding) are read.
 WITH candidates AS (
     SELECT id, pinned, importance, created_at
@@ -27,7 +28,7 @@ WITH candidates AS (
      LIMIT $3
 )
 SELECT m.id, m.agent_id, m.kind, m.text, m.embedding, m.importance, m.usefulness, m.pinned, m.created_at,
-       m.occurred_at, r.last_accessed_at, coalesce(r.access_count, 0) AS access_count,
+       m.occurred_at, least(m.expires_at, m.valid_until) AS ends_at, r.last_accessed_at, coalesce(r.access_count, 0) AS access_count,
        EXISTS (SELECT 1 FROM memories o
                 WHERE o.org_id = $1 AND o.agent_id = $2 AND o.source_path IS NULL AND conversation_id IS NULL
                   AND (o.expires_at IS NULL OR o.expires_at > now())) AS agent_exists

@@ -4,6 +4,7 @@ org-wide), a racing fill never winning over an invalidation, key namespacing and
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -210,3 +211,29 @@ async def test_an_assembly_without_org_wide_memories_leaves_them_out_of_the_hot_
             assert (await used(agent))[chess] == "hot"  # the cached set itself still holds it
         assert set(await used("mine", include_org_wide=False)) == {own}
         assert texts(await hot(client, tenant, "exp")) == ["The user plays chess on Sundays."]
+
+
+async def test_a_cached_set_stops_serving_what_expires_or_ends_while_it_is_cached(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    """No write invalidates a set when a memory's expires_at or valid_until passes: the read leaves it out,
+    from a set built before (and, for an agent whose own memories all ended, the agent's old set is not
+    kept in place of the shared org-wide one)."""
+    async with assembly_client(settings, endpoints, embedder, hot_refresh_s=0, **GENEROUS) as client:
+        soon = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+        await create(client, tenant, {"text": "Temporary door code is 4471.", "agent_id": "ends", "pinned": True,
+                                      "expires_at": soon},
+                     {"text": "The user is in a meeting right now.", "agent_id": "ends", "pinned": True,
+                      "valid_until": soon},
+                     {"text": "One-time password is 998877.", "agent_id": "gone", "pinned": True, "expires_at": soon},
+                     {"text": "The office opens at nine.", "pinned": True})
+        before = {agent: await hot(client, tenant, agent) for agent in ("ends", "gone")}
+        assert len(texts(before["ends"])) == 3 and "One-time password is 998877." in texts(before["gone"])
+        assert (await hot(client, tenant, "ends"))["source"] == "cache"
+        await asyncio.sleep(1.6)
+        for _ in range(3):  # the cached set (and whatever refills it behind the reads) no longer serves them
+            assert texts(await hot(client, tenant, "ends")) == ["The office opens at nine."]
+            assert texts(await hot(client, tenant, "gone")) == ["The office opens at nine."]
+            await asyncio.sleep(0.05)
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": "ends", "query": "What is the door code?", "model": "gpt-4o", "max_context_tokens": 2000})
+        assert r.status_code == 200 and "4471" not in r.json()["context"] and "meeting" not in r.json()["context"]
