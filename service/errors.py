@@ -33,8 +33,9 @@ class BadRequest(AppError):
     code = "bad_request"
 
 
-EMPTY_BODY = "the body is empty or cut short (send a JSON object)"
-"""What an empty (or blank, or truncated) body is told, by whichever decoder met it."""
+EMPTY_BODY = "the body is empty or ends early, or a string holds an unpaired \\uD800-\\uDFFF escape"
+"""What an empty (or blank, or truncated) body is told, by whichever decoder met it: the JSON decoder
+says the same ("Input data was truncated") of a lone surrogate escape."""
 
 
 def malformed_json(cause: Exception | str) -> BadRequest:

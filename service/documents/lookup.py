@@ -54,7 +54,9 @@ matching summary lines and ``matched_lines`` is empty.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -180,12 +182,21 @@ def _ranked(hits: Sequence[LookupHit], limit: int) -> list[LookupHit]:
     return [dataclasses.replace(h, rank=i) for i, h in enumerate(hits[:limit], start=1)]
 
 
+MAX_MATCHES_PER_CHUNK: Final = 200
+"""``exact`` places at most this many matches of a chunk on its lines: a one-line chunk of minified code
+can hold hundreds of thousands of matches of a short query, and only the first lines show anyway."""
+_NEWLINE: Final = re.compile("\n")
+
+
 def _match_lines(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
+    """The 0-based lines ``spans`` cover: the text's line breaks found once, each span placed by bisection
+    (linear in the text, not in matches x text)."""
+    if not spans:
+        return []
+    breaks = [m.start() for m in _NEWLINE.finditer(text)]
     found: set[int] = set()
     for begin, stop in spans:
-        a = text.count("\n", 0, begin)
-        b = text.count("\n", 0, max(stop - 1, begin))
-        found.update(range(a, b + 1))
+        found.update(range(bisect.bisect_left(breaks, begin), bisect.bisect_left(breaks, max(stop - 1, begin)) + 1))
     return sorted(found)
 
 
@@ -208,7 +219,7 @@ async def exact(tx: TenantTx, query: str, *, case_sensitive: bool = False, limit
     scored: list[tuple[float, int, LookupHit]] = []
     for order, row in enumerate(rows):
         text = row["text"]
-        spans = [m.span() for m in needle.finditer(text)]
+        spans = [m.span() for m in itertools.islice(needle.finditer(text), MAX_MATCHES_PER_CHUNK)]
         matched = _match_lines(text, spans)
         level = int(row["level"])
         whole_word = bool(word.search(text))

@@ -392,3 +392,15 @@ async def test_deeply_nested_sources_do_not_fail_the_batch(client: AsyncTestClie
     await post(client, tenant, {**nested, "ok.py": PY})
     summary = await index(client, tenant)
     assert summary["files"] == 4, summary
+
+
+async def test_an_exact_search_in_a_chunk_of_one_huge_line_answers(client: AsyncTestClient[Any],
+                                                                   tenant: Tenant) -> None:
+    """A line is never cut, so minified code is one chunk holding 100,000 matches of "ab": placing each on
+    its line by counting the line breaks before it took seconds of the event loop (every org waited)
+    and the search answered 503."""
+    await post(client, tenant, {"min.js": "var s='" + "ab" * 100_000 + "';\n", "small.py": "x = 'ab'\n"})
+    r = await client.post("/v1/memories/search", json={"query": "ab", "modes": ["exact"]}, headers=tenant.headers)
+    assert r.status_code == 200, r.text[:500]
+    found = {hit["path"]: hit for hit in r.json()["results"]}
+    assert set(found) == {"min.js", "small.py"} and found["min.js"]["line_start"] == 1

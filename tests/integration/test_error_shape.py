@@ -99,8 +99,8 @@ async def test_a_body_that_is_not_json_is_one_error_everywhere(client: AsyncTest
     """Whether the framework or the handler decodes the body: 400 ``malformed_json``, and an empty body
     says so (not the name of a handler's argument)."""
     headers = {**tenant.headers, "Content-Type": "application/json"}
-    empty = "the body is empty or cut short (send a JSON object)"
-    for content, said in ((b"", empty), (b"   ", empty), (b'{', empty),
+    empty = "the body is empty or ends early, or a string holds an unpaired \\uD800-\\uDFFF escape"
+    for content, said in ((b"", empty), (b"   ", empty), (b'{', empty), (b'{"\\ud800": 1}', empty),
                           (b"{nope", "object keys must be strings (byte 1)")):
         r = await client.request(method, path, content=content, headers=headers)
         assert r.status_code == 400, (content, r.text)
