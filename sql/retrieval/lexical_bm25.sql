@@ -4,7 +4,8 @@
 -- $17: for context assembly, which keeps only the rows of agent $18 (and org-wide ones when $19): of the best $5,
 -- return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
 -- $20: weight of search_context terms (BM25F: tf + $20 * ctx_tf, doc_len + $20 * ctx_len; migration 0008).
--- $21-$22: sources and collections filters; $23: with $17, whether org-wide document chunks are kept
+-- $21-$22: sources and collections filters (with $17, agent $18's own document chunks whatever their collection);
+-- $23: with $17, whether org-wide document chunks are kept
 -- (service.retrieval.filters.source_args).
 -- $24/$25: which memories count (service.retrieval.filters.currency_args): valid at $24 when set; else all when $25; else
 -- the current ones (not superseded, valid time not ended).
@@ -54,7 +55,8 @@ WITH q AS (
        AND ($16::timestamptz IS NULL OR m.occurred_at < $16)
        AND ($21::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
                                     ELSE 'memories' END) = ANY($21))
-       AND ($22::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($22))
+       AND ($22::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($22)
+            OR ($17::bool AND m.agent_id = $18::text))
        AND ($26::text[] IS NULL OR m.kind <> 'message' OR m.conversation_id = ANY($26))
        AND CASE WHEN $24::timestamptz IS NOT NULL THEN m.occurred_at <= $24 AND (m.valid_until IS NULL OR m.valid_until > $24)
                 WHEN $25::bool THEN true

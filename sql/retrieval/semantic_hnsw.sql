@@ -3,7 +3,8 @@
 -- their conversation for the results.
 -- $13: for context assembly, which keeps only the rows of agent $14 (and org-wide ones when $15): of the nearest
 -- $3, return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
--- $16-$17: sources and collections filters; $18: with $13, whether org-wide document chunks are kept
+-- $16-$17: sources and collections filters (with $13, agent $14's own document chunks whatever their collection);
+-- $18: with $13, whether org-wide document chunks are kept
 -- (service.retrieval.filters.source_args).
 -- $19/$20: which memories count (service.retrieval.filters.currency_args): valid at $19 when set; else all when $20;
 -- else the current ones (not superseded, valid time not ended).
@@ -29,7 +30,8 @@ WITH nearest AS (
        AND ($12::timestamptz IS NULL OR m.occurred_at < $12)
        AND ($16::text[] IS NULL OR (CASE m.kind WHEN 'document_chunk' THEN 'documents' WHEN 'message' THEN 'messages'
                                     ELSE 'memories' END) = ANY($16))
-       AND ($17::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($17))
+       AND ($17::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($17)
+            OR ($13::bool AND m.agent_id = $14::text))
        AND ($21::text[] IS NULL OR m.kind <> 'message' OR m.conversation_id = ANY($21))
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3

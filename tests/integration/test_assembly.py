@@ -464,3 +464,21 @@ async def test_nested_document_chunks_are_packed_once(settings: Settings, endpoi
         assert not any(a[0] <= b[1] and b[0] <= a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
         nested = [d for d in body["dropped"] if d["reason"] == "nested"]
         assert nested and all("office/espresso.py" in d["detail"] for d in nested)
+
+
+async def test_naming_collections_keeps_the_agents_own_documents(settings: Settings, endpoints: Endpoints,
+                                                                 embedder: Embedder, tenant: Tenant) -> None:
+    """``retrieval.filters.collections`` chooses org-wide document chunks; the agent's own documents come
+    whatever collection they were ingested into (they were left out by both branches)."""
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        own = "# Zebra notes\n\nZebras migrate in the Serengeti every year.\n"
+        shared = "# Zebra crossings\n\nZebra crossings need white stripes.\n"
+        for body in ({"collection": "mine", "agent_id": AGENT, "files": [{"path": "own.md", "content": own}]},
+                     {"collection": "shared", "files": [{"path": "shared.md", "content": shared}]}):
+            r = await client.post("/v1/documents", json=body, headers=tenant.headers)
+            assert r.status_code == 200, r.text
+        for collections in (["shared"], ["elsewhere"]):
+            out = (await assemble(client, tenant, query="zebra migration", max_context_tokens=2000, reserve_tokens=0,
+                                  retrieval={"use_hot": False, "filters": {"collections": collections}})).json()
+            assert "Zebras migrate in the Serengeti" in out["context"], (collections, out["context"])
+            assert ("Zebra crossings need white stripes" in out["context"]) is (collections == ["shared"])
