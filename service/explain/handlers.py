@@ -9,8 +9,8 @@ from typing import Final
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
 
-_TYPES: Final = {"explain.js": "text/javascript; charset=utf-8", "explain.css": "text/css; charset=utf-8",
-                 "explain.html": "text/html; charset=utf-8"}
+_TYPES: Final = {"explain.js": "text/javascript", "explain.css": "text/css", "explain.html": "text/html"}
+"""Litestar adds ``; charset=utf-8`` to a text type (given here too, it was sent twice)."""
 # Everything comes from this origin; no inline script or style can run, so a memory's text rendered
 # by the page can never execute, even if a rendering bug let markup through.
 _HEADERS: Final = {

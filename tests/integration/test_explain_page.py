@@ -84,7 +84,7 @@ async def test_the_page_is_static_open_and_outside_the_api_schema(client: AsyncT
     for path, media in (("/explain", "text/html"), ("/explain/explain.js", "text/javascript"),
                         ("/explain/explain.css", "text/css")):
         r = await client.get(path)
-        assert r.status_code == 200 and r.headers["content-type"].startswith(media), (path, r.headers)
+        assert r.status_code == 200 and r.headers["content-type"] == f"{media}; charset=utf-8", (path, r.headers)
         assert r.headers["content-security-policy"].startswith("default-src 'none'; script-src 'self';")
         assert r.headers["x-content-type-options"] == "nosniff"
     page = (await client.get("/explain")).text
