@@ -45,6 +45,11 @@ def _check_class(pattern: str, escaped: str) -> None:
                          code="validation_error", details={"field": "query", "glob": pattern[:200]}) from exc
 
 
+MAX_WILDCARDS = 16
+"""Most ``*``, ``**`` and ``?`` a glob may hold (after repeats of ``**/`` collapse to one): each is a
+regex the database backtracks through, and hundreds of them took longer than any deadline."""
+
+
 def compile_path(pattern: str) -> PathPattern | None:
     """Compile a glob/prefix (see the module docstring); None for an empty pattern."""
     p = pattern.strip()
@@ -53,6 +58,11 @@ def compile_path(pattern: str) -> PathPattern | None:
     p = p.lstrip("/")
     if not p:
         return None
+    p = re.sub(r"\*{3,}", "**", re.sub(r"(?:\*\*/){2,}", "**/", p))  # the same paths, one regex each
+    wildcards = len(re.findall(r"\*+|\?", p))
+    if wildcards > MAX_WILDCARDS:
+        raise BadRequest(f"path glob {pattern[:200]!r} has {wildcards} wildcards; at most {MAX_WILDCARDS}",
+                         code="validation_error", details={"field": "query", "glob": pattern[:200]})
     wild = any(c in p for c in "*?[")
     base = "/" not in p.rstrip("/")
     if not wild:
