@@ -15,7 +15,7 @@ from service.assembly.candidates import ColdResult
 from service.assembly.hot import HotRead
 from service.assembly.intent import SelectiveBudget
 from service.assembly.packing import PackResult
-from service.assembly.scoring import ScoreBreakdown, ScoredCandidate
+from service.assembly.scoring import LineSpan, ScoreBreakdown, ScoredCandidate
 from service.assembly.types import (
     AssembleRequest,
     AssembleResponse,
@@ -71,6 +71,11 @@ COMPLETED_NOTE: Final = ("the query leans on the conversation: searched after th
                          "recent_messages (retrieval.complete_from_history)")
 
 
+def _lines(span: LineSpan | None) -> dict[str, Any]:
+    """A document chunk's file and lines, as the response names them (nothing for other memories)."""
+    return {} if span is None else {"path": span.path, "line_start": span.start, "line_end": span.end}
+
+
 def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut | None, level: Level,
                    sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
                    cold_run: BranchRun[ColdResult], budget_ms: float, started: float,
@@ -92,13 +97,14 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
                    in_hot_and_cold=p.candidate.in_hot_and_cold, score=round(p.candidate.score, 4),
                    scores=_scores(p.scores),
                    justification=p.justification,
-                   occurred_at=p.candidate.occurred_at or p.candidate.created_at, message=said.get(memory_id))
+                   occurred_at=p.candidate.occurred_at or p.candidate.created_at, message=said.get(memory_id),
+                   **_lines(p.candidate.lines))
         for memory_id, p in zip(ids, chosen, strict=True)
     ]
     offered = {c.candidate.id: c.candidate for c in ranked.scored}
     dropped = [DroppedMemory(id=UUID(d.id), reason=d.reason, detail=d.detail, tokens=d.tokens,
                              composite=round(d.scores.composite, 4), score=round(offered[d.id].score, 4),
-                             message=said.get(UUID(d.id)))
+                             message=said.get(UUID(d.id)), **_lines(offered[d.id].lines))
                for d in ranked.result.dropped]
     for gone in in_history:
         gone.message = said.get(gone.id)

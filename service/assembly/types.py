@@ -111,6 +111,10 @@ class MemoryUsed(msgspec.Struct):
     """When the memory's event happened (its write time unless the writer said otherwise)."""
     message: MessageRef | None = None
     """A conversation's message: its conversation, position, session, speaker and role."""
+    path: str | None = None
+    """A document chunk: its file, and the lines it covers (``line_start``-``line_end``, 1-based)."""
+    line_start: int | None = None
+    line_end: int | None = None
 
 
 class DroppedMemory(msgspec.Struct):
@@ -133,6 +137,10 @@ class DroppedMemory(msgspec.Struct):
     """With ``explain: true``: its score breakdown when it was dropped."""
     message: MessageRef | None = None
     """A conversation's message: its conversation, position, session, speaker and role."""
+    path: str | None = None
+    """A document chunk: its file, and the lines it covers (``line_start``-``line_end``, 1-based)."""
+    line_start: int | None = None
+    line_end: int | None = None
 
 
 class BudgetOut(msgspec.Struct):

@@ -343,6 +343,10 @@ def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_serv
                    json={"agent_id": AGENT, "messages": CHAT})
     assert r.status_code == 201, r.text
     ids = [m["id"] for m in r.json()["messages"]]
+    r = httpx.post(f"{live_service.base}/v1/documents", headers=seeded.headers, timeout=60, json={
+        "agent_id": AGENT, "collection": "bar", "files": [
+            {"path": "bar/espresso.md", "content": "# Espresso\n\nA double espresso is pulled for 28 seconds.\n"}]})
+    assert r.status_code == 200, r.text
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     errors: list[str] = []
@@ -371,6 +375,14 @@ def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_serv
         assert said["assistant · session monday · #2 of dana-chat"] == ids[1]
         assert page.locator(f'#dropped tr[data-id="{ids[0]}"] td[data-field=said]').inner_text() == \
             "Dana · session monday · #1 of dana-chat"
+        # A document chunk says its file and lines, and is a document, not a memory.
+        chunks = [m for m in body["memories_used"] if m["path"] == "bar/espresso.md"]
+        assert chunks, body["memories_used"]
+        for chunk in chunks:
+            row = page.locator(f'#used tr[data-id="{chunk["id"]}"]')
+            assert row.get_attribute("data-source") == "document"
+            assert row.locator("td[data-field=said]").inner_text() == \
+                f"bar/espresso.md:{chunk['line_start']}-{chunk['line_end']}"
         # Sources: hiding messages hides exactly the message rows.
         page.locator("#assemble-result .sources input[value=message]").uncheck()
         assert not page.locator(f'#used tr[data-id="{ids[1]}"]').is_visible()
@@ -385,11 +397,12 @@ def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_serv
             page.get_by_test_id("run-search").click()
         found = answered.value.json()["results"]
         page.get_by_test_id("search-result").wait_for(state="visible")
-        kinds = {h["id"]: h["message"] is not None for h in found}
-        assert any(kinds.values()) and not all(kinds.values())
+        kinds = {h["id"]: "message" if h["message"] else "document" if h["kind"] == "document_chunk" else "memory"
+                 for h in found}
+        assert set(kinds.values()) == {"message", "document", "memory"}, found
         page.locator("#search-result .sources input[value=memory]").uncheck()
         shown = [i for i in kinds if page.locator(f'#results tr[data-id="{i}"]').is_visible()]
-        assert shown == [i for i, is_message in kinds.items() if is_message]
+        assert shown == [i for i, kind in kinds.items() if kind != "memory"]
         assert errors == [], errors
     finally:
         context.close()

@@ -80,6 +80,10 @@ class MemoryUsed(msgspec.Struct, kw_only=True):
     justification: str
     occurred_at: datetime | None = None
     message: MessageRef | None = None
+    path: str | None = None
+    """A document chunk: its file, and the lines it covers."""
+    line_start: int | None = None
+    line_end: int | None = None
 
 
 class DroppedMemory(msgspec.Struct, kw_only=True):
@@ -93,6 +97,9 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     origin: str | None = None
     scores: Scores | None = None
     message: MessageRef | None = None
+    path: str | None = None
+    line_start: int | None = None
+    line_end: int | None = None
 
 
 class Budget(msgspec.Struct, kw_only=True):

@@ -604,6 +604,9 @@ export interface components {
             origin?: "hot" | "cold" | null;
             scores?: components["schemas"]["Scores"] | null;
             message?: components["schemas"]["MessageRef"] | null;
+            path?: string | null;
+            line_start?: number | null;
+            line_end?: number | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -848,6 +851,9 @@ export interface components {
             justification: string;
             occurred_at?: string | null;
             message?: components["schemas"]["MessageRef"] | null;
+            path?: string | null;
+            line_start?: number | null;
+            line_end?: number | null;
         };
         /** Message */
         Message: {

@@ -209,9 +209,12 @@ function sourceOf(item) {
   return item.kind === "document_chunk" || item.source || item.path ? "document" : "memory";
 }
 
-function said(message) {
-  // Who said a message, in which session, and where it stands in its conversation.
-  if (!message) return "—";
+function said(item) {
+  // Who said a message, in which session, and where it stands in its conversation; a document chunk's
+  // file and lines.
+  const message = item.message;
+  const path = item.path || item.source;
+  if (!message) return !path ? "—" : item.line_start ? `${path}:${item.line_start}-${item.line_end}` : path;
   const who = message.speaker || message.role || "?";
   const session = message.session_id ? ` · session ${message.session_id}` : "";
   return `${who}${session} · #${message.position} of ${message.conversation_id}`;
@@ -241,7 +244,7 @@ function renderAssembly(r) {
       el("td", { text: m.tag }),
       el("td", { className: "text", "data-field": "text", text: m.text }),
       factCell(m.id),
-      el("td", { className: "why", "data-field": "said", text: said(m.message) }),
+      el("td", { className: "why", "data-field": "said", text: said(m) }),
       el("td", { text: m.origin + (m.in_hot_and_cold ? " + cold" : "") }),
       el("td", { className: "num", text: m.tokens }),
       ...scoreCells(m.scores),
@@ -251,7 +254,7 @@ function renderAssembly(r) {
     r.dropped.map((d) => el("tr", { "data-id": d.id, "data-source": sourceOf(d) },
       el("td", { className: "text", "data-field": "text", text: d.text ?? d.id }),
       factCell(d.id),
-      el("td", { className: "why", "data-field": "said", text: said(d.message) }),
+      el("td", { className: "why", "data-field": "said", text: said(d) }),
       el("td", {}, el("span", { className: `reason reason-${d.reason}`, "data-field": "reason", text: d.reason })),
       el("td", { className: "why", text: d.detail }),
       el("td", { className: "num", text: d.tokens }),
@@ -326,7 +329,7 @@ function renderSearch(r) {
       el("td", { text: i + 1 }),
       el("td", { className: "text", "data-field": "text", text: hit.text }),
       factCell(hit.id),
-      el("td", { className: "why", "data-field": "said", text: said(hit.message) }),
+      el("td", { className: "why", "data-field": "said", text: said(hit) }),
       el("td", { text: fmt(hit.agent_id) }),
       el("td", { text: hit.kind }),
       el("td", { className: "num", "data-field": "final_score", text: fmt(hit.final_score) }),
