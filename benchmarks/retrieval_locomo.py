@@ -315,7 +315,7 @@ async def main_async(args: argparse.Namespace) -> None:
                       f"{time.perf_counter() - started:.1f} s "
                       f"(words, {'speaker' if person is None else 'role'}, occurred_at, session; "
                       f"search context derived by the service from "
-                      f"{settings.conversations.context_turns} turns before; {tail})", flush=True)
+                      f"the last {settings.conversations.context_turns} turns of its session; {tail})", flush=True)
             else:
                 sent = ("not sent: the service does not take it" if not send_time[0] else
                         "sent" if dated else "none parsed")
