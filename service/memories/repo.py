@@ -151,6 +151,12 @@ async def delete(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:
     return (row is not None, None if row is None else row["agent_id"])
 
 
-async def delete_agent_batch(tx: TenantTx, agent_id: str, limit: int) -> int:
-    """Delete up to ``limit`` of the agent's memories (not its document chunks); returns how many."""
-    return int(await tx.fetchval("memories.delete_agent", tx.org_id, agent_id, limit))
+async def delete_agent_batch(tx: TenantTx, agent_id: str, limit: int) -> list[UUID]:
+    """Delete up to ``limit`` of the agent's memories (not its document chunks); returns their ids."""
+    return [r["id"] for r in await tx.fetch("memories.delete_agent", tx.org_id, agent_id, limit)]
+
+
+async def agent_of(tx: TenantTx, memory_id: UUID) -> tuple[bool, str | None]:
+    """Whether the memory exists and its agent, read without a lock: the scope to lock before its row."""
+    row = await tx.fetchrow("memories.agent", tx.org_id, memory_id)
+    return (row is not None, None if row is None else row["agent_id"])

@@ -11,6 +11,7 @@ from uuid import UUID
 import msgspec
 import numpy as np
 
+from service.db import TenantTx
 from service.embeddings import EmbeddingError
 from service.embeddings.lanes import lanes_of
 from service.errors import (
@@ -176,8 +177,9 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     if isinstance(change.search_context, str):
         check_text_limits(change.search_context, limits)
     async with services.db.tenant(org_id) as tx:
-        before = _changeable(await repo.current(tx, memory_id), memory_id)
+        before = await _locked(tx, memory_id, change)
         _check_valid_time(before, change)
+        await _check_key_move(tx, before, change)
         row, status = await fact_patch.update(tx, services.settings.facts, memory_id, before, change, embedding)
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
@@ -185,18 +187,65 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     return PatchedMemory(**msgspec.structs.asdict(repo.to_out(row)), status=status)
 
 
+async def _locked(tx: TenantTx, memory_id: UUID, change: MemoryPatch) -> Any:
+    """The memory to change, row-locked after the scope locks of its agent (and of the agent it moves
+    to): every fact path takes scope locks first, in sorted order, then rows, so none waits in a cycle."""
+    found, agent = await repo.agent_of(tx, memory_id)
+    if not found:
+        raise NotFound(f"memory {memory_id} not found")
+    scopes = {facts.scope_key(agent)}
+    if change.agent_id is not msgspec.UNSET:
+        scopes.add(facts.scope_key(change.agent_id))
+    await tx.fetchval("facts.lock_scopes", str(tx.org_id), sorted(scopes))
+    before = _changeable(await repo.current(tx, memory_id), memory_id)
+    if before["agent_id"] != agent:  # moved by a PATCH that committed before these locks
+        raise Conflict(f"memory {memory_id} changed during the request; retry", code="write_conflict")
+    return before
+
+
 def _check_valid_time(before: Any, change: MemoryPatch) -> None:
     occurred = before["occurred_at"] if change.occurred_at is msgspec.UNSET else change.occurred_at
     until = before["valid_until"] if change.valid_until is msgspec.UNSET else change.valid_until
+    if before["key"] is not None:
+        _check_keyed_time(before, change, until)
     if until is not None and until <= occurred:
         raise Unprocessable("valid_until must be after occurred_at", code="validation_error",
                             details={"field": "valid_until"})
+
+
+def _check_keyed_time(before: Any, change: MemoryPatch, until: datetime | None) -> None:
+    # A keyed value's time is its place on the key's timeline: moving its start, or a retired value's end
+    # past where it ended, would make two values valid at once. The current value may end (or reopen).
+    keyed = "a keyed value's time is its place on its key's timeline: write a new value of the key instead"
+    if change.occurred_at is not msgspec.UNSET and change.occurred_at != before["occurred_at"]:
+        raise Unprocessable(f"occurred_at cannot change: {keyed}", code="validation_error",
+                            details={"field": "occurred_at"})
+    if before["superseded_by"] is not None and change.valid_until is not msgspec.UNSET and (
+            until is None or (before["valid_until"] is not None and until > before["valid_until"])):
+        raise Unprocessable(f"valid_until of a retired value can only move earlier: {keyed}",
+                            code="validation_error", details={"field": "valid_until"})
+
+
+async def _check_key_move(tx: TenantTx, before: Any, change: MemoryPatch) -> None:
+    """409 ``key_taken`` when the current value of a key moves to an agent (scope) whose value of that
+    key is current already: a key has one current value per scope; supersede that one instead."""
+    if before["key"] is None or before["superseded_by"] is not None or change.agent_id is msgspec.UNSET \
+            or change.agent_id == before["agent_id"]:
+        return
+    holder = await tx.fetchrow("facts.key_current", tx.org_id, change.agent_id, before["key"])
+    if holder is not None:
+        raise Conflict(f"agent {change.agent_id!r} already has a current value of key {before['key']!r}",
+                       code="key_taken", details={"field": "agent_id", "key": before["key"],
+                                                  "id": str(holder["id"])})
 
 
 async def delete(services: Services, org_id: UUID, memory_id: UUID, *, erase: bool = False) -> None:
     """Delete a memory; its history records the deletion, or with ``erase`` goes with it. ``erase`` of a
     memory deleted before removes the history it left (404 when there is none either)."""
     async with services.db.tenant(org_id) as tx:
+        found, agent = await repo.agent_of(tx, memory_id)
+        if found:  # the scope before the row, as every fact path (its history may name merges to take back)
+            await tx.fetchval("facts.lock_scopes", str(tx.org_id), [facts.scope_key(agent)])
         row = await repo.current(tx, memory_id)
         if row is None and erase and await tx.fetchval("facts.erase_history", tx.org_id, [memory_id], None):
             return
@@ -219,11 +268,12 @@ async def delete_agent(services: Services, org_id: UUID, agent_id: str) -> int:
     try:
         while True:
             async with services.db.tenant(org_id) as tx:
-                batch = await repo.delete_agent_batch(tx, agent_id, _DELETE_AGENT_BATCH)
-                if batch < _DELETE_AGENT_BATCH:  # the last batch: the agent's history goes too
-                    await tx.fetchval("facts.erase_history", org_id, [], agent_id)
-            deleted += batch
-            if batch < _DELETE_AGENT_BATCH:
+                gone = await repo.delete_agent_batch(tx, agent_id, _DELETE_AGENT_BATCH)
+                last = len(gone) < _DELETE_AGENT_BATCH  # the last batch: the history recorded under it goes too
+                # each memory's whole history, whatever agent its events were recorded under
+                await tx.fetchval("facts.erase_history", org_id, gone, agent_id if last else None)
+            deleted += len(gone)
+            if last:
                 break
         async with services.db.tenant(org_id) as tx:  # its conversations, emptied above
             await tx.execute("conversations.delete_agent", org_id, agent_id)

@@ -25,7 +25,7 @@ from service.memories.facts import dedup
 from service.memories.facts.history import Events
 from service.memories.facts.model import Candidate, ChatModel, Verdict
 from service.memories.facts.patch import as_item
-from service.memories.facts.write import merge_into
+from service.memories.facts.write import merge_into, scope_key
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -107,6 +107,11 @@ class Consolidator:
     async def _apply(self, org_id: UUID, job: Any, verdict: Verdict) -> set[str | None]:
         """Apply ``verdict`` if the claim is still this worker's; returns the agents whose memories changed."""
         async with self.services.db.tenant(org_id) as tx:
+            # the scopes of its memories first (sorted), then rows, as every fact path: no cycle with writes
+            involved = [job["memory_id"], *([verdict.target] if verdict.target else [])]
+            scopes = {scope_key(r["agent_id"]) for r in await tx.fetch("facts.job_memories", org_id, involved)}
+            if scopes:
+                await tx.fetchval("facts.lock_scopes", str(org_id), sorted(scopes))
             if await tx.fetchrow("facts.job_for_update", org_id, job["id"], job["attempts"]) is None:
                 return set()  # decided by another worker, or reclaimed after this lease ran out
             touched, applied = await _apply_in(tx, job["memory_id"], verdict, job["candidates"])

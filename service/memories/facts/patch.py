@@ -15,8 +15,8 @@ from service.memories import repo
 from service.memories.facts import dedup
 from service.memories.facts.history import Events
 from service.memories.facts.normalize import hash_words, tokens
-from service.memories.facts.types import MESSAGE_KIND
-from service.memories.facts.write import DEFAULT_POLICY, merge_into, org_policy, scope_key
+from service.memories.facts.types import MESSAGE_KIND, is_current
+from service.memories.facts.write import DEFAULT_POLICY, merge_into, org_policy
 from service.memories.types import MemoryIn, MemoryPatch
 from service.settings import FactSettings
 
@@ -28,18 +28,23 @@ def _unset_or(value: Any, default: Any) -> Any:
 async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: asyncpg.Record,
                  change: MemoryPatch, embedding: np.ndarray | None) -> tuple[asyncpg.Record | None,
                                                                              Literal["updated", "merged"]]:
-    """Apply ``change`` to the (locked) memory ``before``. A new text that duplicates another current
-    memory of the same agent, kind and key is merged into it (``merge``, the answer then being that
-    memory), refused (``reject``: 409) or kept (``keep``)."""
+    """Apply ``change`` to the (locked) memory ``before``; the caller holds the scope locks of its agent
+    (and of a new one), taken before the row's. A new text that duplicates another current memory of
+    the same agent, kind and key is merged into it (``merge``, the answer then being that memory),
+    refused (``reject``: 409) or kept (``keep``); a memory that is not current itself is merged into
+    nothing. A change that changes nothing writes and records nothing."""
+    changes = _changes(change, before)
+    if not changes:
+        return await repo.get(tx, memory_id), "updated"
     kind = _unset_or(change.kind, before["kind"])
     agent = _unset_or(change.agent_id, before["agent_id"])
     words = tokens(change.text) if isinstance(change.text, str) and kind != MESSAGE_KIND else None
     events = Events()
-    if words is not None and embedding is not None and before["superseded_by"] is None:
+    current = is_current(before["superseded_by"], _unset_or(change.valid_until, before["valid_until"]))
+    if words is not None and embedding is not None and "text" in changes and current:
         policy = change.on_duplicate if isinstance(change.on_duplicate, str) else None
         policy = policy or await org_policy(tx) or DEFAULT_POLICY
         if policy != "keep":
-            await tx.fetchval("facts.lock_scopes", str(tx.org_id), [scope_key(agent)])
             probe = MemoryIn(text=str(change.text), agent_id=agent, kind=kind, key=before["key"])
             found = (await dedup.find(tx, [probe], embedding[None, :], [words], [True], settings,
                                       exclude=(memory_id,))).matches[0]
@@ -49,7 +54,7 @@ async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: 
             if found is not None and found.target is not None:
                 row = await repo.update(tx, memory_id, change, embedding, hash_words(words))
                 assert row is not None
-                events.add(memory_id, row["agent_id"], "updated", changes=_changes(change))
+                events.add(memory_id, row["agent_id"], "updated", changes=changes)
                 await tx.execute("memories.delete", tx.org_id, memory_id)
                 await merge_into(tx, found.target, as_item(row), memory_id, row["occurred_at"], found, events,
                                  decided_by="rules")
@@ -59,15 +64,16 @@ async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: 
     text_hash = hash_words(words) if words is not None else None
     row = await repo.update(tx, memory_id, change, embedding, text_hash)
     if row is not None:
-        events.add(memory_id, row["agent_id"], "updated", changes=_changes(change))
+        events.add(memory_id, row["agent_id"], "updated", changes=changes)
         await events.record(tx)
     return row, "updated"
 
 
-def _changes(change: MemoryPatch) -> dict[str, Any]:
+def _changes(change: MemoryPatch, before: asyncpg.Record) -> dict[str, Any]:
+    """The fields ``change`` sets to a value other than the memory's own (as JSON), ``on_duplicate`` aside."""
     out: dict[str, Any] = msgspec.to_builtins(change)
     out.pop("on_duplicate", None)
-    return out
+    return {name: value for name, value in out.items() if getattr(change, name) != before[name]}
 
 
 def as_item(row: asyncpg.Record) -> MemoryIn:

@@ -7,11 +7,17 @@ from uuid import UUID
 
 from service.embeddings.lanes import lanes_of
 from service.errors import Conflict, NotFound, Unprocessable
+from service.memories import repo
 from service.memories.facts import write as facts
 from service.memories.facts.history import Events, item_from
 from service.memories.facts.types import UNDOABLE, UndoResult
 from service.memories.facts.write import scope_key
 from service.runtime import Services
+
+
+def _not_undone(event: Any, event_id: UUID) -> None:
+    if event["undone_by"] is not None:
+        raise Conflict(f"event {event_id} was already undone by {event['undone_by']}", code="already_undone")
 
 
 def _restorable(event: Any) -> dict[str, Any] | None:
@@ -36,17 +42,25 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
         raise Unprocessable(f"a {event['event']!r} event cannot be undone (merges and model decisions that "
                             "changed memories can; a merged-away memory is restored from the history of the "
                             "memory it was merged into)", code="not_undoable")
-    if event["undone_by"] is not None:
-        raise Conflict(f"event {event_id} was already undone by {event['undone_by']}", code="already_undone")
+    _not_undone(event, event_id)
     embedding = None
     if item is not None:
         embedding = await lanes_of(services).embed_bulk(org_id, [item["text"]])
     touched: set[str | None] = {event["agent_id"]}
     async with services.db.tenant(org_id) as tx:
+        # scopes first (sorted), then rows, as every fact path; then the event again, under those locks:
+        # a concurrent undo of it has committed or waits until this one has
+        agents = [event["agent_id"], *([item.get("agent_id")] if item is not None else [])]
+        for ident in (memory_id, *retired):
+            agents.append((await repo.agent_of(tx, ident))[1])
+        await tx.fetchval("facts.lock_scopes", str(org_id), sorted({scope_key(a) for a in agents}))
+        again = await tx.fetchrow("facts.event", org_id, memory_id, event_id)
+        if again is None:
+            raise NotFound(f"event {event_id} of memory {memory_id} not found")
+        _not_undone(again, event_id)
         events = Events()
         restored = None
         if item is not None and embedding is not None:
-            await tx.fetchval("facts.lock_scopes", str(org_id), [scope_key(item.get("agent_id"))])
             agent = await tx.fetchval("facts.unreinforce", org_id, memory_id, event["detail"].get("added_metadata", {}))
             written, changed = await facts.write(tx, services.settings.facts, [item_from(item)], embedding, "keep",
                                                  ids=[UUID(item["id"])], decided_by="undo")

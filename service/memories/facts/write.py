@@ -83,12 +83,16 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
         default_policy = await org_policy(tx)
     plans = [Plan(i, new_ids[i], m.occurred_at or now, m.on_duplicate or default_policy or DEFAULT_POLICY)
              for i, m in enumerate(items)]
+    _check_valid_time(items, plans)
     check = [dedup.is_fact(m) and plans[i].policy != "keep" for i, m in enumerate(items)]
     scopes = sorted({scope_key(m.agent_id) for i, m in enumerate(items)
                      if check[i] or m.key is not None or m.supersedes})
     if scopes:
         await tx.fetchval("facts.lock_scopes", str(tx.org_id), scopes)
     findings = await dedup.find(tx, items, embeddings, words, check, settings)
+    for i, found in enumerate(findings.matches):  # what an item retires is not what it reinforces
+        if found is not None and found.target is not None and found.target in items[i].supersedes:
+            findings.matches[i] = None
     rejected = [i for i, found in enumerate(findings.matches) if found is not None and plans[i].policy == "reject"]
     if rejected:
         raise Conflict("the text duplicates a current memory (on_duplicate=reject)", code="duplicate",
@@ -129,13 +133,27 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
                        supersedes=written.superseded, superseded_by=written.superseded_by, decided_by=decided_by)
     for plan in plans:
         if plan.merged_into is not None and plan.match is not None:
+            # the memory kept holds the item's fact now: it retires what the item names
+            named = [t for t in items[plan.index].supersedes if t in targets]
+            gone = await _retire(tx, named, plan.merged_into, plan.occurred_at, events, reason="supersedes")
             outcomes[plan.index] = await merge_into(tx, plan.merged_into, items[plan.index], plan.id,
-                                                    plan.occurred_at, plan.match, events, decided_by=decided_by)
+                                                    plan.occurred_at, plan.match, events, decided_by=decided_by,
+                                                    superseded=gone)
     touched = {row[1] for row in events.rows}
     await events.record(tx)
     if settings.consolidation_enabled:
         await _queue_for_model(tx, items, plans, findings, settings)
     return [outcomes[i] for i in range(len(items))], touched
+
+
+def _check_valid_time(items: list[MemoryIn], plans: list[Plan]) -> None:
+    """422 for a ``valid_until`` not after the item's event time, the write time when it gives none."""
+    for plan in plans:
+        until = items[plan.index].valid_until
+        if until is not None and until <= plan.occurred_at:
+            where = "" if len(items) == 1 else f"memories[{plan.index}]."
+            raise Unprocessable("valid_until must be after occurred_at (which is the write time when not given)",
+                                code="validation_error", details={"field": f"{where}valid_until"})
 
 
 def _hash(words: tuple[str, ...], item: MemoryIn) -> bytes | None:
@@ -150,9 +168,11 @@ def _duplicate_detail(index: int, found: dedup.Match | None, plans: list[Plan]) 
 
 
 async def merge_into(tx: TenantTx, target: UUID, item: MemoryIn, item_id: UUID, occurred_at: datetime,
-                     found: dedup.Match, events: Events, *, decided_by: str) -> WrittenItem:
+                     found: dedup.Match, events: Events, *, decided_by: str,
+                     superseded: list[UUID] | None = None) -> WrittenItem:
     """Reinforce ``target`` with a duplicate ``item`` (not written) and record the merge, with all an
-    undo needs: the item as written, its would-be id, the metadata keys it added, the state before."""
+    undo needs: the item as written, its would-be id, the metadata keys it added, the state before.
+    ``superseded``: what the item named in ``supersedes``, retired by ``target`` (an undo leaves them so)."""
     before = await tx.fetchrow("facts.reinforce", tx.org_id, target, occurred_at, item.metadata)
     if before is None:
         raise Conflict(f"memory {target} changed during the write; retry", code="write_conflict")
@@ -165,12 +185,16 @@ async def merge_into(tx: TenantTx, target: UUID, item: MemoryIn, item_id: UUID, 
                                              "last_seen_at": before["last_seen_at"],
                                              "first_occurred_at": before["first_occurred_at"],
                                              "last_occurred_at": before["last_occurred_at"]},
-               decided_by=decided_by)
-    return WrittenItem(id=target, status="merged", similarity=round(found.cosine, 6))
+               decided_by=decided_by, **_superseded_detail(superseded))
+    return WrittenItem(id=target, status="merged", similarity=round(found.cosine, 6), superseded=superseded or [])
+
+
+def _superseded_detail(superseded: list[UUID] | None) -> dict[str, Any]:
+    return {"superseded": superseded} if superseded else {}
 
 
 async def _supersede_targets(tx: TenantTx, items: list[MemoryIn], plans: list[Plan]) -> dict[UUID, Any]:
-    """The memories named in ``supersedes`` (merged items' included: a merge supersedes nothing), locked
+    """The memories named in ``supersedes`` (merged items' included: the memory kept retires them), locked
     and checked: they exist here, are facts, are current and are not newer than what retires them."""
     named = [t for m in items for t in m.supersedes]
     if not named:
@@ -186,7 +210,7 @@ async def _supersede_targets(tx: TenantTx, items: list[MemoryIn], plans: list[Pl
             if row["superseded_by"] is not None:
                 raise Conflict(f"memory {target} is already superseded by {row['superseded_by']}",
                                code="already_superseded", details={"field": where, "id": str(target)})
-            if plan.merged_into is None and row["occurred_at"] > plan.occurred_at:
+            if row["occurred_at"] > plan.occurred_at:
                 raise Unprocessable(f"memory {target} happened after this one (occurred_at): an older fact does "
                                     "not retire a newer one", code="supersedes_newer",
                                     details={"field": where, "id": str(target)})
@@ -229,9 +253,9 @@ async def _write_keyed(tx: TenantTx, item: MemoryIn, plan: Plan, embeddings: np.
             "facts.key_neighbours", tx.org_id, item.agent_id, item.key, plan.occurred_at)}
         successor = neighbours["after"]
         before = neighbours.get("before")
-        if before is not None:  # its timeline now continues with this late value
-            await tx.execute("facts.set_chain", tx.org_id, before["id"], plan.id, plan.occurred_at)
-            events.add(before["id"], item.agent_id, "superseded", related=plan.id, valid_until=plan.occurred_at,
+        if before is not None:  # its timeline now continues with this late value (an earlier own end stays)
+            ended = await tx.fetchval("facts.set_chain", tx.org_id, before["id"], plan.id, plan.occurred_at)
+            events.add(before["id"], item.agent_id, "superseded", related=plan.id, valid_until=ended,
                        reason="key", key=item.key, late_arrival=True)
     valid_until = item.valid_until
     if successor is not None and (valid_until is None or valid_until > successor["occurred_at"]):
