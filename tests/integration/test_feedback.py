@@ -3,6 +3,8 @@ feedback changing a later assembly's ranking."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from litestar.testing import AsyncTestClient
@@ -53,6 +55,20 @@ async def test_bad_feedback_requests(settings: Settings, endpoints: Endpoints, e
             assert set(r.json()) == {"error"}
         r = await feedback(client, tenant, {"memory_ids": [ident], "helpful": True})
         assert r.json() == {"updated": [], "not_found": [ident]}
+
+
+async def test_feedback_on_an_expired_memory_finds_nothing(settings: Settings, endpoints: Endpoints,
+                                                         embedder: Embedder, tenant: Tenant) -> None:
+    """An expired memory is gone for every read (404 from GET): feedback on it changes nothing and says so."""
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+        r = await client.post("/v1/memories", json={"text": "Door code is 4471.", "agent_id": AGENT,
+                                                    "expires_at": soon}, headers=tenant.headers)
+        [ident] = r.json()["ids"]
+        await asyncio.sleep(1.1)
+        assert (await client.get(f"/v1/memories/{ident}", headers=tenant.headers)).status_code == 404
+        r = await feedback(client, tenant, {"memory_ids": [ident], "helpful": True})
+        assert r.status_code == 200 and r.json() == {"updated": [], "not_found": [ident]}
 
 
 async def test_feedback_changes_a_later_ranking(settings: Settings, endpoints: Endpoints, embedder: Embedder,
