@@ -45,6 +45,13 @@ def malformed_json(cause: Exception | str) -> BadRequest:
                       code="malformed_json")
 
 
+def check_page_limit(limit: int, most: int) -> None:
+    """400 for a page larger than this deployment serves (the schema states the same maximum)."""
+    if limit > most:
+        raise BadRequest(f"limit must be at most {most}", code="validation_error",
+                         details={"field": "limit", "limit": most})
+
+
 class Unauthorized(AppError):
     status = 401
     code = "unauthorized"

@@ -20,7 +20,7 @@ from service.conversations.types import (
     DeletedConversation,
     MessagePage,
 )
-from service.errors import BadRequest, NotFound
+from service.errors import NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
 from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
@@ -35,11 +35,6 @@ APPEND_DESCRIPTION = (
     "content, speaker, role or session is a 409. Each new message's search context is derived from the "
     "last turns of its session before it (PGCONTEXT_CONVERSATION_CONTEXT_TURNS)."
 )
-
-
-def _page_limit(limit: int, most: int) -> None:
-    if limit > most:
-        raise BadRequest(f"limit must be at most {most}", code="validation_error")
 
 
 class ConversationController(Controller):
@@ -64,7 +59,7 @@ class ConversationController(Controller):
     ) -> MessagePage:
         check_ident(conversation_id, "conversation_id")
         check_ident(session_id, "session_id")
-        _page_limit(limit, services.settings.limits.max_page_size)
+        check_page_limit(limit, services.settings.limits.max_page_size)
         page = await services.db.read(org_id, lambda tx: store.messages_page(
             tx, conversation_id, session_id=session_id, cursor=cursor, limit=limit))
         if page is None:
@@ -88,7 +83,7 @@ class ConversationController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
     ) -> ConversationPage:
-        _page_limit(limit, services.settings.limits.max_page_size)
+        check_page_limit(limit, services.settings.limits.max_page_size)
         items, next_cursor = await services.db.read(org_id, lambda tx: store.list_page(
             tx, agent_id=agent_id, cursor=cursor, limit=limit))
         return ConversationPage(items=items, next_cursor=next_cursor)

@@ -16,7 +16,7 @@ from service.documents.types import (
     IngestRequest,
     IngestResponse,
 )
-from service.errors import BadRequest, NotFound
+from service.errors import BadRequest, NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
 
@@ -60,8 +60,7 @@ class DocumentController(Controller):
     ) -> DocumentPage:
         """Each item carries the content hash, so a client can send only files that changed."""
         most = services.settings.documents.max_list_page
-        if limit > most:
-            raise BadRequest(f"limit must be at most {most}", code="validation_error")
+        check_page_limit(limit, most)
         if path_prefix is not None and "\x00" in path_prefix:
             raise BadRequest("path_prefix must not contain NUL characters", code="validation_error",
                              details={"field": "path_prefix"})

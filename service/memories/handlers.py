@@ -10,7 +10,7 @@ from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from service.errors import BadRequest, NotFound
+from service.errors import BadRequest, NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep, parse_uuid
 from service.http.jsondepth import check_json_depth
 from service.http.responses import errors
@@ -116,9 +116,7 @@ class MemoryController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
     ) -> MemoryPage:
-        if limit > services.settings.limits.max_page_size:
-            raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
-                             code="validation_error")
+        check_page_limit(limit, services.settings.limits.max_page_size)
         contains = None
         if metadata is not None:
             check_json_depth(metadata, field="metadata")

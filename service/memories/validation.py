@@ -49,7 +49,7 @@ def check_metadata(metadata: dict[str, Any], limits: LimitSettings) -> None:
     encoded = msgspec.json.encode(metadata)
     if len(encoded) > limits.max_metadata_bytes:
         raise PayloadTooLarge(f"metadata is {len(encoded)} bytes; the limit is {limits.max_metadata_bytes}",
-                              code="metadata_too_large")
+                              code="metadata_too_large", details={"limit": limits.max_metadata_bytes})
     if b"\\u0000" in encoded:
         raise BadRequest("metadata must not contain NUL characters", code="validation_error")
 

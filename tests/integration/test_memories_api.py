@@ -379,6 +379,19 @@ async def test_bad_read_is_a_clear_400(client: AsyncTestClient[Any], tenant: Ten
     assert err["message"]
 
 
+async def test_every_list_says_its_page_limit_alike(client: AsyncTestClient[Any], tenant: Tenant,
+                                                    settings: Settings) -> None:
+    """One message and the same details wherever a page is larger than this deployment serves."""
+    most, documents = settings.limits.max_page_size, settings.documents.max_list_page
+    for path, limit in (("/v1/memories", most), ("/v1/conversations", most), ("/v1/conversations/c/messages", most),
+                        ("/v1/memories/00000000-0000-7000-8000-000000000000/history", most),
+                        ("/v1/documents", documents)):
+        r = await client.get(path, params={"limit": limit + 1}, headers=tenant.headers)
+        err = assert_error(r, 400, "validation_error")
+        assert err["message"] == f"limit must be at most {limit}", path
+        assert err["details"] == {"field": "limit", "limit": limit}, path
+
+
 async def test_bad_ids_in_patch_and_delete(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     assert_error(await client.patch("/v1/memories/123", json={"importance": 0.2}, headers=tenant.headers),
                  400, "bad_id")

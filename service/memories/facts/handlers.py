@@ -8,7 +8,7 @@ from litestar import Controller, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from service.db import TenantTx
-from service.errors import BadRequest, NotFound
+from service.errors import NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep, parse_uuid
 from service.http.responses import errors
 from service.memories.facts import history, undo
@@ -34,9 +34,7 @@ class HistoryController(Controller):
                       cursor: FromQuery[str | None] = None,
                       limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100) -> HistoryPage:
         ident = parse_uuid(memory_id, "memory id")
-        if limit > services.settings.limits.max_page_size:
-            raise BadRequest(f"limit must be at most {services.settings.limits.max_page_size}",
-                             code="validation_error")
+        check_page_limit(limit, services.settings.limits.max_page_size)
         async def read(tx: TenantTx) -> HistoryPage | None:
             found = await history.page(tx, ident, cursor, limit)
             if found.items or cursor is not None or await tx.fetchrow("memories.get", tx.org_id, ident):
