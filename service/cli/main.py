@@ -1,4 +1,4 @@
-"""The ``pgcontext`` command: serve, migrate, orgs, keys, import, export, restore, maintain, mcp."""
+"""The pgcontext command: serve, migrate, orgs, keys, config, import, export, restore, maintain, mcp."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 
 import asyncpg
+from alembic.util.exc import CommandError as AlembicError
 
 from service.auth import admin
-from service.cli import servers, transfer
+from service.cli import importing, servers, transfer
 from service.cli.serve import ListenError, check_listen_address, cmd_serve
 from service.cli.uvicorn_logs import uvicorn_log_config
 from service.db import guard
@@ -37,6 +39,9 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_orgs_create(settings: Settings, args: argparse.Namespace) -> int:
+    if not 1 <= len(args.name.strip()) <= 200 or args.name != args.name.strip():
+        print("error: an org's name is 1-200 characters, without leading or trailing spaces", file=sys.stderr)
+        return 2
     with servers.owner_dsn(settings) as dsn:
         migrations.upgrade(dsn)
 
@@ -126,37 +131,6 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    import os
-    from pathlib import Path
-
-    from rich.console import Console
-
-    from service.documents.importer import ImportFailed, ImportOptions, print_summary, run_import
-
-    console = Console(stderr=True)
-    url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
-    key = args.key or os.environ.get("PGCONTEXT_API_KEY")
-    if not key:
-        print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
-        return 2
-    root = Path(args.path)
-    if not root.is_dir():
-        print(f"error: {root} is not a directory", file=sys.stderr)
-        return 2
-    options = ImportOptions(root=root, url=url, key=key, collection=args.collection, agent_id=args.agent_id,
-                            batch_files=args.batch_files, batch_bytes=args.batch_bytes,
-                            max_file_bytes=settings.documents.max_file_bytes, delete=not args.no_delete,
-                            include_vcs=args.include_vcs)
-    try:
-        summary = asyncio.run(run_import(options, console=console, show_progress=not args.quiet))
-    except ImportFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print_summary(summary, Console())
-    return 0 if summary.ok else 1
-
-
 def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     from service.retrieval import maintenance
 
@@ -193,10 +167,10 @@ def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
     if not args.http and not key:
         print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
         return 2
-    budget = args.max_context_tokens or os.environ.get("PGCONTEXT_MCP_MAX_CONTEXT_TOKENS")
+    budget = args.max_context_tokens or _env_count("PGCONTEXT_MCP_MAX_CONTEXT_TOKENS", None)
     config = McpConfig(url=url, agent_id=agent, api_key=key, model=args.model or os.environ.get(
-        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=int(budget) if budget else None,
-        max_clients=int(os.environ.get("PGCONTEXT_MCP_MAX_CLIENTS") or MAX_CLIENTS))
+        "PGCONTEXT_MCP_MODEL", "gpt-4o"), max_context_tokens=budget,
+        max_clients=_env_count("PGCONTEXT_MCP_MAX_CLIENTS", MAX_CLIENTS) or MAX_CLIENTS)
     if not args.http:
         run_stdio(config)  # stdout is the protocol: nothing else may print there
         return 0
@@ -210,21 +184,61 @@ def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(minimum: int, most: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``minimum`` (to ``most``)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum or (most is not None and value > most):
+            span = f"from {minimum}" + (f" to {most}" if most is not None else "")
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {span}")
+        return value
+    return parse
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: from 0 to 1")
+    return value
+
+
+_PORT = _at_least(1, 65535)
+_COUNT = _at_least(1)
+
+
+def _env_count(name: str, default: int | None) -> int | None:
+    """A positive whole number from the environment (``default`` when unset)."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return _COUNT(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgcontext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTP service (embedded Postgres + Redis unless configured)")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--workers", type=int, default=None, help="service processes (default: $PGCONTEXT_WORKERS or 1)")
+    serve.add_argument("--host", default=None, help="listen address (default: $PGCONTEXT_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=_PORT, default=None, help="listen port (default: $PGCONTEXT_PORT or 8080)")
+    serve.add_argument("--workers", type=_COUNT, default=None,
+                       help="service processes (default: $PGCONTEXT_WORKERS or 1)")
     serve.add_argument("--no-migrate", action="store_true",
                        help="do not migrate; refuse to start unless the schema is at head "
                             "(with PGCONTEXT_APP_DATABASE_URL alone: no owner DSN needed)")
     serve.set_defaults(func=cmd_serve)
 
     mig = sub.add_parser("migrate", help="apply Alembic migrations (as the owner role)")
-    mig.add_argument("--revision", default="head")
+    mig.add_argument("--revision", default="head", help="upgrade to REVISION (default: head, the newest)")
     mig.add_argument("--downgrade", metavar="REVISION", default=None, help="downgrade to REVISION (e.g. base)")
     mig.set_defaults(func=cmd_migrate)
 
@@ -265,13 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--collection", default="default",
                      help="collection to mirror PATH into; its files missing from PATH are deleted")
     imp.add_argument("--agent-id", default=None, help="owner agent of the chunks (default: org-wide)")
-    imp.add_argument("--batch-files", type=int, default=64, help="files per request")
-    imp.add_argument("--batch-bytes", type=int, default=2_000_000, help="content bytes per request")
+    imp.add_argument("--batch-files", type=_COUNT, default=64, help="files per request")
+    imp.add_argument("--batch-bytes", type=_COUNT, default=2_000_000, help="content bytes per request")
     imp.add_argument("--no-delete", action="store_true", help="keep server files that are missing locally")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
     imp.add_argument("--include-vcs", action="store_true",
                      help="also import version-control metadata and ignore lists (.gitignore, .hg/, ...)")
-    imp.set_defaults(func=cmd_import)
+    imp.set_defaults(func=importing.cmd_import)
 
     exp = sub.add_parser("export", help="save your org's export (or one agent's) as NDJSON (GET /v1/export)")
     exp.add_argument("--agent-id", default=None, help="only this agent (default: the whole org)")
@@ -284,15 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("file", help="an NDJSON export saved by `pgcontext export` or GET /v1/export")
     res.add_argument("--url", default=None, help="service URL (default: $PGCONTEXT_URL or http://HOST:PORT)")
     res.add_argument("--key", default=None, help="API key of the org to restore into (default: $PGCONTEXT_API_KEY)")
-    res.add_argument("--batch", type=int, default=200, help="memory lines per request (the service takes 256)")
+    res.add_argument("--batch", type=_at_least(1, 256), default=200,
+                     help="memory lines per request (1-256: the service takes 256)")
+    res.add_argument("--quiet", action="store_true", help="no progress bar")
     res.set_defaults(func=transfer.cmd_restore)
 
     from service.retrieval.maintenance import DEFAULT_DROP_RATIO, DEFAULT_THRESHOLD
 
     maint = sub.add_parser("maintain", help="create/drop per-org partial HNSW indexes for big orgs (as the owner)")
-    maint.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD,
+    maint.add_argument("--threshold", type=_COUNT, default=DEFAULT_THRESHOLD,
                        help=f"memories at which an org gets its own HNSW index (default {DEFAULT_THRESHOLD})")
-    maint.add_argument("--drop-ratio", type=float, default=DEFAULT_DROP_RATIO,
+    maint.add_argument("--drop-ratio", type=_ratio, default=DEFAULT_DROP_RATIO,
                        help="drop an org's index when it falls below threshold x this (default 0.5)")
     maint.add_argument("--maintenance-work-mem", default="1GB", help="for the index builds (default 1GB)")
     maint.add_argument("--dry-run", action="store_true", help="print the actions, change nothing")
@@ -305,12 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--agent-id", default=None, help="whose memory the tools use (default: $PGCONTEXT_AGENT_ID)")
     mcp.add_argument("--model", default=None, help="tokenizer for assemble_context's budget "
                                                    "(default: $PGCONTEXT_MCP_MODEL or gpt-4o)")
-    mcp.add_argument("--max-context-tokens", type=int, default=None,
+    mcp.add_argument("--max-context-tokens", type=_COUNT, default=None,
                      help="assemble_context's default budget (default: $PGCONTEXT_MCP_MAX_CONTEXT_TOKENS, "
                           "else selective mode)")
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="--http: listen address")
-    mcp.add_argument("--port", type=int, default=8090, help="--http: listen port (default 8090)")
+    mcp.add_argument("--port", type=_PORT, default=8090, help="--http: listen port (default 8090)")
     mcp.set_defaults(func=cmd_mcp)
     return parser
 
@@ -325,9 +341,24 @@ def main(argv: list[str] | None = None) -> int:
     configure_logs(settings.server.log_level)
     try:
         return int(args.func(settings, args))
-    except (admin.AdminError, guard.SchemaNotCurrent, ListenError) as exc:
+    except (admin.AdminError, guard.SchemaNotCurrent, ListenError, SettingsError, AlembicError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except asyncpg.PostgresError as exc:
+        print(f"error: the database refused it: {exc}", file=sys.stderr)
+        return 2
+    except asyncpg.InterfaceError as exc:  # e.g. a DSN that is not one
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ConnectionError as exc:  # a server that does not answer
+        print(f"error: cannot connect: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an unknown host, a file that cannot be read, ...
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

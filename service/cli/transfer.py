@@ -5,7 +5,10 @@ saved export written into the org of another key, over the HTTP API (``GET /v1/e
 ``restore`` sends the file's lines in batches (at most ``batch_memories`` memory lines and
 ``batch_bytes`` of JSON each: the service's limits are 256 memories and 8 MiB per request). Each
 batch is one transaction on the service; ids are kept, so running ``restore`` again after a failure
-writes only what is missing.
+or a Ctrl-C writes only what is missing. ``document`` and ``chunk`` lines, which the service does not
+restore (it counts them ``skipped``), are counted here and not sent: they are most of an export with
+imported files, and each request's rate-limit price grows with its size. A 429 or 503 is waited out
+as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per batch.
 """
 
 from __future__ import annotations
@@ -16,29 +19,52 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from rich.console import Console
 
+from service.cli.answers import RETRY_STATUSES, describe, progress_bar, retry_after
 from service.files import replace_atomically
 from service.settings import Settings
 
 TIMEOUT_S = 300.0
+MAX_WAIT_S = 120.0
+"""How long one batch may wait on 429/503 answers in all before ``restore`` gives up."""
+SKIPPED = ("document", "chunk")
+"""Line types ``POST /v1/import`` counts ``skipped`` and restores nothing of (mirror the files with ``import``)."""
+NOT_SENT = ("export", "end", *SKIPPED)
+INTERRUPTED = 130
+"""The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it."""
 
 
 class TransferFailed(Exception):
     """An export or a restore that did not complete (the message says what to do)."""
 
 
+def _zeros(*kinds: str) -> Callable[[], Counter[str]]:
+    return lambda: Counter(dict.fromkeys(kinds, 0))
+
+
 @dataclass(slots=True)
 class Totals:
-    imported: Counter[str] = field(default_factory=Counter)
-    existing: Counter[str] = field(default_factory=Counter)
-    skipped: Counter[str] = field(default_factory=Counter)
+    """What a restore did so far: the service's counts, plus the lines counted ``skipped`` here."""
+
+    imported: Counter[str] = field(default_factory=_zeros("directive", "event", "memory"))
+    existing: Counter[str] = field(default_factory=_zeros("directive", "event", "memory"))
+    skipped: Counter[str] = field(default_factory=_zeros(*SKIPPED))
     requests: int = 0
+    sent: int = 0
+    """Lines the service has answered for."""
+
+    def summary(self) -> list[str]:
+        """``imported: 1 directive, 214 event, 96 memory`` and the same for existing and skipped."""
+        return [f"{name}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counter.items()))
+                for name, counter in (("imported", self.imported), ("existing", self.existing),
+                                      ("skipped", self.skipped))]
 
 
 def _client(url: str, key: str, http: httpx.AsyncClient | None) -> tuple[httpx.AsyncClient, dict[str, str]]:
@@ -46,12 +72,12 @@ def _client(url: str, key: str, http: httpx.AsyncClient | None) -> tuple[httpx.A
 
 
 def _failure(response: httpx.Response, what: str) -> TransferFailed:
-    try:
-        error = response.json()["error"]
-        detail = f"{error['code']}: {error['message']}"
-    except (ValueError, KeyError, TypeError):
-        detail = response.text[:300]
-    return TransferFailed(f"{what} answered {response.status_code} ({detail})")
+    return TransferFailed(f"{what} answered {describe(response)}")
+
+
+def _unreachable(url: str, exc: Exception) -> TransferFailed:
+    return TransferFailed(f"could not connect to {url} ({exc}): is the service running there? "
+                          "(--url or PGCONTEXT_URL)")
 
 
 async def export_to(out: IO[bytes], *, url: str, key: str, agent_id: str | None = None,
@@ -69,6 +95,8 @@ async def export_to(out: IO[bytes], *, url: str, key: str, agent_id: str | None 
                 if line:
                     out.write(line.encode() + b"\n")
                     last = line.encode()
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise _unreachable(url, exc) from exc
     except httpx.HTTPError as exc:
         raise TransferFailed(f"the export broke off ({exc}); run it again") from exc
     finally:
@@ -100,11 +128,12 @@ def read_export(path: Path) -> list[dict[str, Any]]:
 
 
 def batches(lines: list[dict[str, Any]], *, max_memories: int, max_bytes: int) -> Iterator[list[dict[str, Any]]]:
-    """Lines to send, in order, at most ``max_memories`` memory lines and about ``max_bytes`` of JSON each."""
+    """Lines to send, in order, at most ``max_memories`` memory lines and about ``max_bytes`` of JSON each
+    (``export``, ``end``, ``document`` and ``chunk`` lines are not sent)."""
     batch: list[dict[str, Any]] = []
     memories = size = 0
     for line in lines:
-        if line["type"] in ("export", "end"):
+        if line["type"] in NOT_SENT:
             continue
         cost = len(json.dumps(line))
         is_memory = line["type"] == "memory"
@@ -118,29 +147,66 @@ def batches(lines: list[dict[str, Any]], *, max_memories: int, max_bytes: int) -
         yield batch
 
 
-async def restore_from(path: Path, *, url: str, key: str, batch_memories: int = 200, batch_bytes: int = 4_000_000,
-                       http: httpx.AsyncClient | None = None) -> Totals:
-    """Send the saved export at ``path`` to ``POST /v1/import``; returns what the service wrote."""
-    lines = read_export(path)
+def to_send(lines: list[dict[str, Any]]) -> int:
+    """How many of an export's lines a restore sends."""
+    return sum(line["type"] not in NOT_SENT for line in lines)
+
+
+async def _post(client: httpx.AsyncClient, headers: dict[str, str], batch: list[dict[str, Any]], *, url: str,
+                max_wait_s: float) -> httpx.Response:
+    """``POST /v1/import`` of one batch, sent again while the service answers 429 or 503 (after the
+    ``Retry-After`` it asks for), until it has waited ``max_wait_s`` in all."""
+    waited = 0.0
+    while True:
+        try:
+            response = await client.post("/v1/import", json={"lines": batch}, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise _unreachable(url, exc) from exc
+        except httpx.HTTPError as exc:
+            raise TransferFailed(f"POST /v1/import failed ({exc}); run restore again (it resumes)") from exc
+        if response.status_code not in RETRY_STATUSES:
+            return response
+        wait = retry_after(response)
+        if waited + wait > max_wait_s:
+            raise TransferFailed(f"POST /v1/import still answered {describe(response)} after waiting "
+                                 f"{waited:.0f} s for one batch; run restore again later (it resumes)")
+        await asyncio.sleep(wait)
+        waited += wait
+
+
+async def restore_lines(lines: list[dict[str, Any]], *, url: str, key: str, batch_memories: int = 200,
+                        batch_bytes: int = 4_000_000, http: httpx.AsyncClient | None = None,
+                        totals: Totals | None = None, on_sent: Callable[[int], None] | None = None,
+                        max_wait_s: float = MAX_WAIT_S) -> Totals:
+    """Send an export's lines to ``POST /v1/import``; returns (and adds to ``totals``, which holds what
+    was done when this raises) what the service wrote. ``on_sent(n)``: ``n`` more lines answered for."""
+    totals = Totals() if totals is None else totals
+    totals.skipped.update(line["type"] for line in lines if line["type"] in SKIPPED)
     client, headers = _client(url, key, http)
-    totals = Totals()
     try:
         for batch in batches(lines, max_memories=batch_memories, max_bytes=batch_bytes):
-            try:
-                response = await client.post("/v1/import", json={"lines": batch}, headers=headers)
-            except httpx.HTTPError as exc:
-                raise TransferFailed(f"POST /v1/import failed ({exc}); run restore again (it resumes)") from exc
+            response = await _post(client, headers, batch, url=url, max_wait_s=max_wait_s)
             if response.status_code != 200:
                 raise _failure(response, "POST /v1/import")
             result = response.json()
             totals.requests += 1
+            totals.sent += len(batch)
             for name, counter in (("imported", totals.imported), ("existing", totals.existing),
                                   ("skipped", totals.skipped)):
                 counter.update(result[name])
+            if on_sent is not None:
+                on_sent(len(batch))
     finally:
         if http is None:
             await client.aclose()
     return totals
+
+
+async def restore_from(path: Path, *, url: str, key: str, batch_memories: int = 200, batch_bytes: int = 4_000_000,
+                       http: httpx.AsyncClient | None = None, max_wait_s: float = MAX_WAIT_S) -> Totals:
+    """Send the saved export at ``path`` to ``POST /v1/import``; returns what the service wrote."""
+    return await restore_lines(read_export(path), url=url, key=key, batch_memories=batch_memories,
+                               batch_bytes=batch_bytes, http=http, max_wait_s=max_wait_s)
 
 
 def service_access(settings: Settings, args: argparse.Namespace) -> tuple[str, str] | None:
@@ -151,6 +217,18 @@ def service_access(settings: Settings, args: argparse.Namespace) -> tuple[str, s
         print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
         return None
     return url, key
+
+
+def check_out(out: Path) -> str | None:
+    """Why ``--out`` cannot be written (None: it can), said before anything is asked of the service."""
+    if out.is_dir():
+        return f"--out {out} is a directory: name a file to write"
+    parent = out.parent
+    if not parent.is_dir():
+        return f"--out {out}: the directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {out}: cannot write in the directory {parent}"
+    return None
 
 
 def _export_into(tmp: Path, counts: dict[str, int], url: str, key: str, agent_id: str | None) -> None:
@@ -164,6 +242,9 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     if access is None:
         return 2
     url, key = access
+    if args.out and (problem := check_out(Path(args.out))):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     counts: dict[str, int] = {}
     try:
         if args.out:  # a file holds a whole export or none: an export that broke off leaves no part
@@ -173,21 +254,44 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     except (TransferFailed, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"export interrupted{f'; {args.out} was not written' if args.out else ''}: run it again",
+              file=sys.stderr)
+        return INTERRUPTED
     print("exported " + ", ".join(f"{n} {kind}" for kind, n in counts.items()), file=sys.stderr)
     return 0
 
 
 def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
+    """Restore with a progress bar on stderr; on success, failure or Ctrl-C the totals of what was done."""
     access = service_access(settings, args)
     if access is None:
         return 2
     url, key = access
+    totals = Totals()
+    total: int | None = None
+    problem: Exception | None = None
     try:
-        totals = asyncio.run(restore_from(Path(args.file), url=url, key=key, batch_memories=args.batch))
+        lines = read_export(Path(args.file))
+        total = to_send(lines)
+        with progress_bar("restoring", "lines", console=Console(stderr=True),
+                          disable=bool(getattr(args, "quiet", False))) as progress:
+            task = progress.add_task("restore", total=total)
+            asyncio.run(restore_lines(lines, url=url, key=key, batch_memories=args.batch, totals=totals,
+                                      on_sent=lambda n: progress.advance(task, n)))
     except (TransferFailed, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        problem = exc
+    except KeyboardInterrupt:
+        print("\n".join(totals.summary()), flush=True)
+        done = f" after {totals.sent:,} of {total:,} lines" if total is not None else ""
+        print(f"restore interrupted{done}; run it again to resume (it writes only what is missing)",
+              file=sys.stderr)
+        return INTERRUPTED
+    if problem is not None and total is None:  # the file was refused: nothing was sent
+        print(f"error: {problem}", file=sys.stderr)
         return 1
-    for name, counter in (("imported", totals.imported), ("existing", totals.existing),
-                          ("skipped", totals.skipped)):
-        print(f"{name}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counter.items())))
+    print("\n".join(totals.summary()), flush=True)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     return 0

@@ -49,14 +49,17 @@ class LiveService:
 
 
 @contextlib.contextmanager
-def serving(data_dir: Path, settings: Settings, app_dsn: str, redis_url: str, *args: str) -> Iterator[LiveService]:
-    """``pgcontext serve --no-migrate ARGS`` with the service role's DSN (the schema is already at head)."""
+def serving(data_dir: Path, settings: Settings, app_dsn: str, redis_url: str, *args: str,
+            env: dict[str, str] | None = None) -> Iterator[LiveService]:
+    """``pgcontext serve --no-migrate ARGS`` with the service role's DSN (the schema is already at head);
+    ``env``: more settings."""
     copy_models(settings.data_dir / "models", data_dir / "models")
     port = free_port()
-    env = clean_env(PGCONTEXT_DATA_DIR=str(data_dir), PGCONTEXT_PORT=str(port), PGCONTEXT_APP_DATABASE_URL=app_dsn,
-                    PGCONTEXT_REDIS_URL=redis_url, PGCONTEXT_AUTH_CACHE_TTL_S="0", **GENEROUS_DEADLINES)
-    proc = subprocess.Popen([*PGCONTEXT, "serve", "--no-migrate", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    environment = clean_env(PGCONTEXT_DATA_DIR=str(data_dir), PGCONTEXT_PORT=str(port),
+                            PGCONTEXT_APP_DATABASE_URL=app_dsn, PGCONTEXT_REDIS_URL=redis_url,
+                            PGCONTEXT_AUTH_CACHE_TTL_S="0", **GENEROUS_DEADLINES)
+    proc = subprocess.Popen([*PGCONTEXT, "serve", "--no-migrate", *args], env={**environment, **(env or {})},
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     live = LiveService(f"http://127.0.0.1:{port}", proc, Output(proc), data_dir)
     try:
         live.wait_ready()

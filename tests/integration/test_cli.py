@@ -239,3 +239,34 @@ def _state(pid: int) -> str:
     return ""
 
 
+
+
+@pytest.mark.parametrize("args", [
+    ("serve", "--port", "70000"), ("serve", "--port", "0"), ("serve", "--workers", "0"),
+    ("mcp", "--http", "--agent-id", "a", "--port", "99999"), ("restore", "x.ndjson", "--batch", "0"),
+    ("restore", "x.ndjson", "--batch", "257"), ("import", ".", "--batch-files", "-3"),
+    ("import", ".", "--batch-bytes", "0"), ("maintain", "--threshold", "0"), ("maintain", "--drop-ratio", "7"),
+    ("mcp", "--agent-id", "a", "--max-context-tokens", "many")])
+def test_numbers_out_of_range_are_refused_by_the_parser(args: tuple[str, ...]) -> None:
+    """A port past 65535 used to listen on another port (mod 65536) while printing the one asked for."""
+    result = run(clean_env(), *args, ok=False)
+    assert result.returncode == 2 and "error: argument" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_what_a_user_gets_wrong_is_one_error_line(cli_db: str) -> None:
+    """No traceback: a bad org name, a database that does not answer, a DSN that is not one, an unknown
+    revision, a bad number in the MCP server's environment."""
+    unreachable = "postgresql://u:p@127.0.0.1:1/db"
+    for env, args, said in (
+            (clean_env(PGCONTEXT_DATABASE_URL=cli_db), ("orgs", "create", ""), "an org's name is 1-200 characters"),
+            (clean_env(PGCONTEXT_DATABASE_URL=cli_db), ("orgs", "create", "x" * 201), "1-200 characters"),
+            (clean_env(PGCONTEXT_DATABASE_URL=unreachable), ("orgs", "list"), "cannot connect"),
+            (clean_env(PGCONTEXT_DATABASE_URL="notadsn"), ("orgs", "list"), "invalid DSN"),
+            (clean_env(PGCONTEXT_DATABASE_URL=cli_db), ("migrate", "--revision", "nonexistent"), "nonexistent"),
+            (clean_env(PGCONTEXT_MCP_MAX_CONTEXT_TOKENS="abc"), ("mcp", "--key", "k", "--agent-id", "a"),
+             "PGCONTEXT_MCP_MAX_CONTEXT_TOKENS: 'abc' is not a whole number")):
+        result = run(env, *args, ok=False)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr and result.stderr.startswith("error: "), (args, result.stderr)
+        assert said in result.stderr, (args, result.stderr)
