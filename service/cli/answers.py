@@ -1,6 +1,6 @@
 """What the command line says about the service's answers: an error with the reason the service gives
-(``details.errors[].message``, ``details.field``), how long a 429 or 503 asks to wait, and the
-progress bar ``restore`` draws (the columns ``pgcontext import`` draws)."""
+(``details.errors[].message``, ``details.field``), which answers ask to be sent again, and the progress
+bar ``restore`` draws (the columns ``pgcontext import`` draws)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,6 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 RETRY_STATUSES = frozenset({429, 503})
 """Answers that ask the caller to come back later (``Retry-After``): the same request is sent again."""
-
-DEFAULT_RETRY_S = 1.0
-"""The wait after a 429 or 503 without a usable ``Retry-After``."""
 
 
 def reason(response: httpx.Response) -> str:
@@ -50,14 +47,6 @@ def describe(response: httpx.Response) -> str:
     if why and why not in text:
         text = f"{text}: {why}"
     return f"{response.status_code} {text}"
-
-
-def retry_after(response: httpx.Response) -> float:
-    """Seconds a 429 or 503 asks to wait (``Retry-After`` in seconds, as the service sends it)."""
-    try:
-        return max(0.0, float(response.headers["retry-after"]))
-    except (KeyError, ValueError):
-        return DEFAULT_RETRY_S
 
 
 def progress_bar(verb: str, unit: str, *, console: Console, disable: bool = False) -> Progress:

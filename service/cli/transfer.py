@@ -27,7 +27,8 @@ from typing import IO, Any
 import httpx
 from rich.console import Console
 
-from service.cli.answers import RETRY_STATUSES, describe, progress_bar, retry_after
+from service.cli.answers import RETRY_STATUSES, describe, progress_bar
+from service.documents.importer import retry_after
 from service.files import replace_atomically
 from service.settings import Settings
 

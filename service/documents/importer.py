@@ -155,6 +155,18 @@ def _error_message(response: httpx.Response) -> str:
         return f"{response.status_code} {response.text[:200]}"
 
 
+MAX_RATE_WAIT_S = 120.0
+"""Longest an import waits out 429s in all for one request before it gives up."""
+
+
+def retry_after(response: httpx.Response) -> float:
+    """Seconds a 429 or 503 asks to wait (``Retry-After`` in seconds, as the service sends it; else 1)."""
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return 1.0
+
+
 class _Client:
     def __init__(self, http: httpx.AsyncClient, options: ImportOptions) -> None:
         self.http = http
@@ -162,8 +174,11 @@ class _Client:
         self.headers = {"Authorization": f"Bearer {options.key}"}
 
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        delay = 0.5
-        for attempt in range(1, RETRIES + 1):
+        """The response, after up to ``RETRIES`` tries on a transport error or a 5xx, and waiting out a
+        429 as its ``Retry-After`` says (at most ``MAX_RATE_WAIT_S`` in all: the org's request budget is
+        spent, and a batch sent again then is accepted)."""
+        delay, waited, attempt = 0.5, 0.0, 1
+        while True:
             try:
                 response = await self.http.request(method, url, headers=self.headers, **kwargs)
             except httpx.TransportError as exc:
@@ -172,11 +187,19 @@ class _Client:
             else:
                 if response.status_code == 401:
                     raise ImportFailed(f"the server refused the API key ({_error_message(response)})")
+                if response.status_code == 429:
+                    pause = retry_after(response)
+                    if waited + pause > MAX_RATE_WAIT_S:
+                        raise ImportFailed(f"{method} {url} still answered {_error_message(response)} after "
+                                           f"waiting {waited:.0f} s; run the import again later (it resumes)")
+                    waited += pause
+                    await asyncio.sleep(pause)
+                    continue
                 if response.status_code < 500 or attempt == RETRIES:
                     return response
+            attempt += 1
             await asyncio.sleep(delay)
             delay *= 2
-        raise AssertionError("unreachable")
 
     async def server_files(self) -> tuple[dict[str, ServerFile], str | None]:
         index = await self.request("GET", "/v1/documents/index")

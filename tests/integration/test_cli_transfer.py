@@ -215,3 +215,21 @@ def test_import_error_says_the_services_reason(live_service: LiveService, live_t
     result = cli(live_service, live_tenant, str(tmp_path), "--collection", "", command=IMPORT, ok=False)
     assert result.returncode == 2
     assert "400 validation_error" in result.stderr and "collection: Expected `str` of length >= 1" in result.stderr
+
+
+async def test_import_waits_out_429_instead_of_failing_files(
+        slow_service: LiveService, tmp_path: Path, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    """An org whose request budget is spent: each batch waits as Retry-After says and is then accepted (a 429
+    was a 4xx like any other: the batch was split and its files reported as failed)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for n in range(6):
+        (tree / f"note-{n}.md").write_text(f"# Note {n}\n\nA note about the garden, number {n}.\n")
+    tenant = await make_tenant("patient-import")
+    await drain(slow_service, tenant)
+    result = cli(slow_service, tenant, str(tree), "--collection", "notes", "--batch-files", "2", "--quiet",
+                 command=IMPORT)
+    assert "rate_limited" not in result.stdout + result.stderr, (result.stdout, result.stderr)
+    async with httpx.AsyncClient(base_url=slow_service.base, headers=tenant.headers) as http:
+        listed = (await http.get("/v1/documents", params={"collection": "notes"})).json()
+    assert len(listed["items"]) == 6
