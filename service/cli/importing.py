@@ -63,8 +63,8 @@ class Watch:
 
 async def _run(options: ImportOptions, watch: Watch, console: Console, show_progress: bool) -> ImportSummary:
     async with httpx.AsyncClient(base_url=options.url, timeout=options.timeout_s,
-                                 event_hooks={"request": [watch.on_request],
-                                                                  "response": [watch.on_response]}) as http:
+                                 event_hooks={"request": [watch.on_request], "response": [watch.on_response]}
+                                 ) as http:
         return await run_import(options, http=http, console=console, show_progress=show_progress)
 
 
