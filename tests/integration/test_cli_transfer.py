@@ -161,7 +161,11 @@ def interrupted(command: list[str], live: LiveService, tenant: Tenant,
                 started: Callable[[], bool]) -> tuple[str, str]:
     """Run ``command``, send it SIGINT once ``started()`` holds; its stdout and stderr (it exited 130)."""
     env = clean_env(PGCONTEXT_URL=live.base, PGCONTEXT_API_KEY=tenant.key)
-    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A user's Ctrl-C: SIGINT at its default action in the command, even when this run inherited it ignored
+    # (a shell starts background jobs with SIGINT ignored, and a child keeps that: Python then installs no
+    # KeyboardInterrupt and the command runs to its end).
+    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not started():
