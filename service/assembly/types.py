@@ -8,9 +8,8 @@ from uuid import UUID
 
 import msgspec
 
-from service.conversations.types import Ident
 from service.memories.types import AgentId, MessageRef
-from service.retrieval.types import RetrievalReport, SearchFilters, SearchTuning, Strategy
+from service.retrieval.types import ConversationId, RetrievalReport, SearchFilters, SearchTuning, Strategy
 
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
@@ -69,7 +68,7 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (the sooner of this and the headers wins). Longer than ``PGCONTEXT_DEADLINE_MS`` (40) it buys a
     longer wall, up to ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1000), so the full planned retrieval
     runs; past it the answer is a 504."""
-    conversation_id: Ident | None = None
+    conversation_id: ConversationId | None = None
     """The conversation this model call continues: its messages that ``recent_messages`` already hold
     (and, with ``history_turns``, its last turns) are not packed again (``dropped``: ``in_history``)."""
     history_turns: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None

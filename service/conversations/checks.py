@@ -5,13 +5,15 @@ read from the settings."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
 
-from service.conversations.types import ID_RULE, Ident, MessageIn
+from service.conversations.types import ID_RULE, MessageIn
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable
 from service.memories.validation import check_metadata, check_occurred_at, check_text
+from service.retrieval.types import ConversationId
 from service.settings import LimitSettings
 
 SPEAKER_REFUSED_RANGES: Final = (
@@ -37,12 +39,14 @@ def _escaped(code: int) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
 
 
-SPEAKER_REFUSED: Final = "".join(_escaped(a) if a == b else f"{_escaped(a)}-{_escaped(b)}"
-                                 for a, b in SPEAKER_REFUSED_RANGES)
+def _class_body(ranges: Iterable[tuple[int, int]]) -> str:
+    return "".join(_escaped(a) if a == b else f"{_escaped(a)}-{_escaped(b)}" for a, b in ranges)
+
+
+SPEAKER_REFUSED: Final = _class_body(SPEAKER_REFUSED_RANGES)
 """:data:`SPEAKER_REFUSED_RANGES` as the body of a regex character class: ``\\uXXXX`` escapes, which
 Python's and JSON Schema's regexes read alike, and the characters beyond U+FFFF as themselves."""
-SPEAKER_REFUSED_IN_SCHEMA: Final = "".join(_escaped(a) if a == b else f"{_escaped(a)}-{_escaped(b)}"
-                                           for a, b in SPEAKER_REFUSED_RANGES if not 0xD800 <= a <= 0xDFFF)
+SPEAKER_REFUSED_IN_SCHEMA: Final = _class_body(r for r in SPEAKER_REFUSED_RANGES if not 0xD800 <= r[0] <= 0xDFFF)
 """:data:`SPEAKER_REFUSED` without the surrogates, for the OpenAPI schema: validators that read text as
 Unicode scalar values (jsonschema-rs) cannot name them and would drop the whole pattern, and a body
 holding a lone surrogate is refused when it is decoded anyway."""
@@ -51,11 +55,11 @@ _REFUSED: Final = re.compile(f"[{SPEAKER_REFUSED}]")
 
 def check_ident(value: str | None, field: str) -> None:
     """A conversation, session or message id, by the rule of the request bodies' ids
-    (:data:`~service.conversations.types.Ident`)."""
+    (:data:`~service.retrieval.types.ConversationId`)."""
     if value is None:
         return
     try:
-        msgspec.convert(value, Ident)
+        msgspec.convert(value, ConversationId)
     except msgspec.ValidationError:
         raise BadRequest(f"{field} must be {ID_RULE}", code="validation_error", details={"field": field}) from None
 

@@ -11,8 +11,6 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from service.conversations import append, store
 from service.conversations.checks import check_ident
 from service.conversations.types import (
-    ID_MAX_LENGTH,
-    ID_PATTERN,
     AppendIn,
     AppendOut,
     ConversationOut,
@@ -24,6 +22,7 @@ from service.errors import NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
 from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
+from service.retrieval.types import CONVERSATION_ID_MAX_LENGTH, CONVERSATION_ID_PATTERN
 
 APPEND_DESCRIPTION = (
     "Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append "
@@ -52,7 +51,7 @@ class ConversationController(Controller):
     async def list_messages(
         self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
         session_id: Annotated[str | None, QueryParameter(
-            min_length=1, max_length=ID_MAX_LENGTH, pattern=ID_PATTERN,
+            min_length=1, max_length=CONVERSATION_ID_MAX_LENGTH, pattern=CONVERSATION_ID_PATTERN,
             description="Only this session's messages.")] = None,
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,

@@ -9,10 +9,11 @@ from uuid import UUID
 
 import asyncpg
 
-from service.conversations.types import ID_CHARS, ID_MAX_LENGTH, ConversationOut, MessageOut
+from service.conversations.types import ConversationOut, MessageOut
 from service.db import TenantTx
 from service.errors import BadRequest
 from service.memories.repo import cursor_time
+from service.retrieval.types import CONVERSATION_ID_CHARS, CONVERSATION_ID_MAX_LENGTH
 from service.runtime import Services
 
 _DELETE_BATCH = 1000
@@ -53,13 +54,13 @@ def decode_position(cursor: str | None) -> int:
 
 def decode_created(cursor: str | None) -> tuple[datetime | None, str | None]:
     """The (created_at, id) a conversations cursor continues after: a time PostgreSQL can take and an
-    id of the characters ids are made of (:data:`~service.conversations.types.ID_CHARS`: a conversation
+    id of the characters ids are made of (:data:`~service.retrieval.types.CONVERSATION_ID_CHARS`: a conversation
     stored before ids of dots only were refused still pages), else 400 ``bad_cursor``."""
     if cursor is None:
         return None, None
     stamp, _, ident = _decode(cursor).partition("|")
     try:
-        if not (len(ident) <= ID_MAX_LENGTH and re.search(ID_CHARS, ident)):
+        if not (len(ident) <= CONVERSATION_ID_MAX_LENGTH and re.search(CONVERSATION_ID_CHARS, ident)):
             raise ValueError(f"{ident!r} is not a conversation id")
         return cursor_time(stamp), ident
     except ValueError as exc:

@@ -9,20 +9,12 @@ from uuid import UUID
 import msgspec
 
 from service.memories.types import AgentId, AwareDatetime
-from service.retrieval.types import (
-    CONVERSATION_ID_CHARS,
-    CONVERSATION_ID_MAX_LENGTH,
-    CONVERSATION_ID_PATTERN,
-    ConversationId,
-)
+from service.retrieval.types import ConversationId
 
-ID_MAX_LENGTH: Final = CONVERSATION_ID_MAX_LENGTH
-ID_CHARS: Final = CONVERSATION_ID_CHARS
-ID_PATTERN: Final = CONVERSATION_ID_PATTERN
 ID_RULE: Final = "1-200 characters of letters, digits and _.:@-, not only dots"
-Ident = ConversationId
-"""A conversation, session or message id (:data:`~service.retrieval.types.CONVERSATION_ID_PATTERN`);
-path and query parameters are checked against the same type (:func:`service.conversations.checks.check_ident`)."""
+"""How an error states the rule of conversation, session and message ids
+(:data:`~service.retrieval.types.ConversationId`, which path and query parameters are checked against
+too: :func:`service.conversations.checks.check_ident`)."""
 Role = Literal["user", "assistant", "system", "tool"]
 SPEAKER_MAX_LENGTH: Final = 200
 Speaker = Annotated[str, msgspec.Meta(min_length=1, max_length=SPEAKER_MAX_LENGTH)]
@@ -39,9 +31,9 @@ class MessageIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """user, assistant, system or tool."""
     occurred_at: AwareDatetime | None = None
     """When it was said (RFC 3339 with timezone, 1900-2200); default: the write time."""
-    session_id: Ident | None = None
+    session_id: ConversationId | None = None
     """The session it belongs to (a message's search context comes from its own session's turns)."""
-    message_id: Ident | None = None
+    message_id: ConversationId | None = None
     """The caller's id for it, unique in the conversation: a message already there is not written again."""
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 

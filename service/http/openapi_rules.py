@@ -94,13 +94,13 @@ def _text(max_length: int, pattern: str) -> dict[str, Any]:
 
 def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, parameter) -> constraints of path, query and header parameters checked in code."""
-    from service.conversations.types import ID_MAX_LENGTH, ID_PATTERN
     from service.documents.handlers import MAX_DELETE_PATHS
     from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
     from service.memories.write import IDEMPOTENCY_KEY_MAX
+    from service.retrieval.types import CONVERSATION_ID_MAX_LENGTH, CONVERSATION_ID_PATTERN
 
     agent = {"min_length": 1, "max_length": AGENT_ID_MAX_LENGTH, "pattern": AGENT_ID_PATTERN}
-    conversation = {"min_length": 1, "max_length": ID_MAX_LENGTH, "pattern": ID_PATTERN}
+    conversation = {"min_length": 1, "max_length": CONVERSATION_ID_MAX_LENGTH, "pattern": CONVERSATION_ID_PATTERN}
     page = {"maximum": settings.limits.max_page_size}
     path = Schema(type=OpenAPIType.STRING, pattern=DOCUMENT_PATH,
                   all_of=[Schema(max_length=settings.documents.max_path_chars)])
