@@ -2,13 +2,16 @@
 saved export written into the org of another key, over the HTTP API (``GET /v1/export``, ``POST
 /v1/import``; see docs/operations.md, "Moving an org").
 
-``restore`` sends the file's lines in batches (at most ``batch_memories`` memory lines and
-``batch_bytes`` of JSON each: the service's limits are 256 memories and 8 MiB per request). Each
+``restore`` sends the file's lines in batches (at most ``batch_memories`` memory lines, ``MAX_EVENTS``
+event lines and ``batch_bytes`` of JSON each: the service's limits are 256 memories, 20,000 events
+and 8 MiB per request). Each
 batch is one transaction on the service; ids are kept, so running ``restore`` again after a failure
 or a Ctrl-C writes only what is missing. ``document`` and ``chunk`` lines, which the service does not
 restore (it counts them ``skipped``), are counted here and not sent: they are most of an export with
 imported files, and each request's rate-limit price grows with its size. A 429 or 503 is waited out
-as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per batch.
+as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per batch; a
+connection that drops is tried again up to ``RETRIES`` times (a batch the service wrote before the
+answer was lost is then counted ``existing``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import httpx
 from rich.console import Console
 
 from service.cli.answers import RETRY_STATUSES, describe, progress_bar
-from service.documents.importer import retry_after
+from service.documents.importer import RETRIES, retry_after
+from service.export.restore import MAX_EVENTS
 from service.files import replace_atomically
 from service.settings import Settings
 
@@ -128,21 +132,24 @@ def read_export(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def batches(lines: list[dict[str, Any]], *, max_memories: int, max_bytes: int) -> Iterator[list[dict[str, Any]]]:
-    """Lines to send, in order, at most ``max_memories`` memory lines and about ``max_bytes`` of JSON each
-    (``export``, ``end``, ``document`` and ``chunk`` lines are not sent)."""
+def batches(lines: list[dict[str, Any]], *, max_memories: int, max_bytes: int,
+            max_events: int = MAX_EVENTS) -> Iterator[list[dict[str, Any]]]:
+    """Lines to send, in order, at most ``max_memories`` memory lines, ``max_events`` event lines and
+    about ``max_bytes`` of JSON each (``export``, ``end``, ``document`` and ``chunk`` lines are not sent)."""
     batch: list[dict[str, Any]] = []
-    memories = size = 0
+    memories = events = size = 0
     for line in lines:
         if line["type"] in NOT_SENT:
             continue
         cost = len(json.dumps(line))
-        is_memory = line["type"] == "memory"
-        if batch and (memories + is_memory > max_memories or size + cost > max_bytes):
+        is_memory, is_event = line["type"] == "memory", line["type"] == "event"
+        if batch and (memories + is_memory > max_memories or events + is_event > max_events
+                      or size + cost > max_bytes):
             yield batch
-            batch, memories, size = [], 0, 0
+            batch, memories, events, size = [], 0, 0, 0
         batch.append(line)
         memories += is_memory
+        events += is_event
         size += cost
     if batch:
         yield batch
@@ -156,13 +163,22 @@ def to_send(lines: list[dict[str, Any]]) -> int:
 async def _post(client: httpx.AsyncClient, headers: dict[str, str], batch: list[dict[str, Any]], *, url: str,
                 max_wait_s: float) -> httpx.Response:
     """``POST /v1/import`` of one batch, sent again while the service answers 429 or 503 (after the
-    ``Retry-After`` it asks for), until it has waited ``max_wait_s`` in all."""
-    waited = 0.0
+    ``Retry-After`` it asks for) until it has waited ``max_wait_s`` in all, and after a transport error
+    (up to ``RETRIES`` tries, waiting 0.5 s, then 1 s, ...): an import is idempotent by id."""
+    waited, delay, attempt = 0.0, 0.5, 1
     while True:
         try:
             response = await client.post("/v1/import", json={"lines": batch}, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _unreachable(url, exc) from exc
+        except httpx.TransportError as exc:
+            if attempt < RETRIES:
+                attempt += 1
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                raise _unreachable(url, exc) from exc
+            raise TransferFailed(f"POST /v1/import failed {RETRIES} times ({type(exc).__name__}: {exc}); "
+                                 "run restore again (it resumes)") from exc
         except httpx.HTTPError as exc:
             raise TransferFailed(f"POST /v1/import failed ({exc}); run restore again (it resumes)") from exc
         if response.status_code not in RETRY_STATUSES:

@@ -1,9 +1,9 @@
-"""``pgcontext export``, ``restore`` and ``import`` against live services (``pgcontext serve`` processes),
-the commands run as subprocesses: a restore sends no line the service only counts ``skipped``, waits out
-429s as their ``Retry-After`` asks (and gives up after a bounded wait), shows its progress and what it did
-before a failure; Ctrl-C ends a restore or an import with what was done and exit status 130 (and a second
-run resumes); errors say what is wrong (a service that does not answer, an ``--out`` that cannot be
-written, the reason the service gives)."""
+"""``pgcontext export``, ``restore`` and ``import`` against live services (``pgcontext serve`` processes), the
+commands run as subprocesses: a restore sends no line the service only counts ``skipped``, waits out 429s as
+their ``Retry-After`` asks (and gives up after a bounded wait), shows its progress and what it did before a
+failure; Ctrl-C ends a restore or an import with what was done and exit status 130 (and a second run resumes);
+a batch whose answer was lost with the connection is sent again; errors say what is wrong (a service that does
+not answer, an ``--out`` that cannot be written, the reason the service gives)."""
 
 from __future__ import annotations
 
@@ -242,3 +242,42 @@ async def test_import_waits_out_429_instead_of_failing_files(
                 break
             await asyncio.sleep(float(r.headers["retry-after"]))
     assert r.status_code == 200 and len(r.json()["items"]) == 6, r.text
+
+
+class LosesAnswers(httpx.AsyncBaseTransport):
+    """A real connection to the service whose first ``losses`` answers are lost after the service wrote
+    them (the connection drops on the way back)."""
+
+    def __init__(self, losses: int) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.losses = losses
+        self.requests = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        response = await self.inner.handle_async_request(request)
+        if self.losses:
+            self.losses -= 1
+            await response.aread()
+            await response.aclose()
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_restore_sends_a_batch_again_when_its_answer_is_lost(
+        live_service: LiveService, tmp_path: Path, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    saved = export_file(tmp_path / "org.ndjson", 4)
+    fresh = await make_tenant("lost-answers")
+    flaky = LosesAnswers(losses=2)
+    async with httpx.AsyncClient(base_url=live_service.base, transport=flaky, timeout=60) as http:
+        totals = await restore_from(saved, url=live_service.base, key=fresh.key, batch_memories=2, http=http)
+    assert flaky.requests == 4  # the first batch sent three times, the second once
+    assert totals.requests == 2 and totals.imported["memory"] == 2 and totals.existing["memory"] == 2
+
+    other = await make_tenant("lost-for-good")
+    async with httpx.AsyncClient(base_url=live_service.base, transport=LosesAnswers(losses=10), timeout=60) as http:
+        with pytest.raises(TransferFailed, match=r"failed 3 times \(RemoteProtocolError: Server disconnected"):
+            await restore_from(saved, url=live_service.base, key=other.key, http=http)

@@ -53,6 +53,9 @@ def test_batches_hold_the_limits() -> None:
     assert [sum(line["type"] == "memory" for line in b) for b in sent] == [3, 3, 1]
     assert sum(len(b) for b in sent) == 10 and all(line["type"] not in ("export", "end") for b in sent for line in b)
     assert all(len(b) == 1 for b in batches(lines, max_memories=100, max_bytes=10))
+    by_events = list(batches(lines, max_memories=100, max_bytes=10_000, max_events=2))
+    assert [sum(line["type"] == "event" for line in b) for b in by_events] == [2, 1]  # the service takes 20,000
+    assert [line for b in by_events for line in b] == lines[1:-1]
 
 
 def test_cli_arguments() -> None:
