@@ -15,6 +15,7 @@ from alembic.util.exc import CommandError as AlembicError
 
 from service.auth import admin
 from service.cli import importing, servers, transfer
+from service.cli.config_reference import unknown_variables
 from service.cli.serve import ListenError, check_listen_address, cmd_serve
 from service.cli.uvicorn_logs import uvicorn_log_config
 from service.db import guard
@@ -339,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     configure_logs(settings.server.log_level)
+    for warning in unknown_variables(os.environ):
+        print(warning, file=sys.stderr)
     try:
         return int(args.func(settings, args))
     except (admin.AdminError, guard.SchemaNotCurrent, ListenError, SettingsError, AlembicError) as exc:

@@ -136,6 +136,31 @@ def test_variables_read_outside_settings_are_documented_too() -> None:
     assert not missing, f"not in docs/operations.md: {missing}"
 
 
+def test_every_variable_the_service_or_client_reads_is_known() -> None:
+    """What :func:`unknown_variables` warns about is what nothing reads: every literal ``PGCONTEXT_*`` name of
+    service/ and the Python client is read by load_settings or listed in READ_ELSEWHERE, which holds
+    the names of the guide's table of variables read outside the settings."""
+    sources = [*(ROOT / "service").rglob("*.py"), *(ROOT / "client").rglob("*.py")]
+    names = {m for p in sources for m in re.findall(r"PGCONTEXT_[A-Z0-9]+(?:_[A-Z0-9]+)*\b", p.read_text())}
+    known = names_load_settings_reads() | set(config_reference.READ_ELSEWHERE)
+    assert sorted(names - known) == []
+    table = DOC_PATH.read_text().split("Variables read outside the settings:", 1)[1].split("\n\n", 2)[1]
+    listed = {n for row in table.splitlines() for n in re.findall(r"`(PGCONTEXT_[A-Z0-9_]+)`", row.split("|")[1])}
+    assert listed - names_load_settings_reads() == set(config_reference.READ_ELSEWHERE)  # alembic's DSN is both
+
+
+def test_unknown_variables_are_named_with_the_closest_known_one() -> None:
+    env = {"PGCONTEXT_RATE_LIMT_RPS": "3", "PGCONTEXT_APIKEY": "k", "PGCONTEXT_SOMETHING_ELSE": "1",
+           "PGCONTEXT_PORT": "8081", "PGCONTEXT_URL": "http://h", "PATH": "/bin", "RATE_LIMT": "x"}
+    assert config_reference.unknown_variables(env) == [
+        "warning: PGCONTEXT_APIKEY is not a pgcontext variable and is ignored (did you mean PGCONTEXT_API_KEY?)",
+        "warning: PGCONTEXT_RATE_LIMT_RPS is not a pgcontext variable and is ignored "
+        "(did you mean PGCONTEXT_RATE_LIMIT_RPS?)",
+        "warning: PGCONTEXT_SOMETHING_ELSE is not a pgcontext variable and is ignored",
+    ]
+    assert config_reference.unknown_variables({name: "1" for name in names_load_settings_reads()}) == []
+
+
 @pytest.mark.parametrize(("value", "masked"), [
     ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:****@h:5432/db"),
     ("postgresql://u@h/db", "postgresql://u@h/db"),
