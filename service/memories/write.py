@@ -228,10 +228,13 @@ def _check_keyed_time(before: Any, change: MemoryPatch, until: datetime | None) 
 
 async def _check_key_move(tx: TenantTx, before: Any, change: MemoryPatch) -> None:
     """409 ``key_taken`` when the current value of a key moves to an agent (scope) whose value of that
-    key is current already: a key has one current value per scope; supersede that one instead."""
-    if before["key"] is None or before["superseded_by"] is not None or change.agent_id is msgspec.UNSET \
-            or change.agent_id == before["agent_id"]:
+    key is current already: a key has one current value per scope; supersede that one instead. A retired
+    value stays with the agent whose timeline retired it (422)."""
+    if before["key"] is None or change.agent_id is msgspec.UNSET or change.agent_id == before["agent_id"]:
         return
+    if before["superseded_by"] is not None:
+        raise Unprocessable("agent_id of a retired value cannot change: it is a past value on its agent's "
+                            "timeline of the key", code="validation_error", details={"field": "agent_id"})
     holder = await tx.fetchrow("facts.key_current", tx.org_id, change.agent_id, before["key"])
     if holder is not None:
         raise Conflict(f"agent {change.agent_id!r} already has a current value of key {before['key']!r}",

@@ -1,7 +1,8 @@
 """Valid time and merges over HTTP on real Postgres + Redis: only current memories (not superseded,
 valid_until not passed, not expired) take merges; a late value keeps its predecessor's own earlier
 end; a merged write still retires what it names; valid_until must follow the (default) occurred_at;
-a keyed value's time is its place on the key's timeline; a PATCH that changes nothing records nothing."""
+a keyed value's time (and a retired one's agent) is its place on the key's timeline; a PATCH that
+changes nothing records nothing."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ async def test_a_keyed_values_time_is_its_place_on_the_timeline(client: AsyncTes
     rome = (await write(client, tenant, value("Lives in Rome.", "2022-01-01T00:00:00Z")))["ids"][0]
     for memory_id, change in ((paris, {"valid_until": "2023-01-01T00:00:00Z"}), (paris, {"valid_until": None}),
                               (paris, {"occurred_at": "2022-06-01T00:00:00Z"}),
-                              (rome, {"occurred_at": "2019-01-01T00:00:00Z"})):
+                              (rome, {"occurred_at": "2019-01-01T00:00:00Z"}), (paris, {"agent_id": "other"})):
         r = await client.patch(f"/v1/memories/{memory_id}", json=change, headers=tenant.headers)
         assert r.status_code == 422, (change, r.text)
         assert r.json()["error"]["details"] == {"field": next(iter(change))}, r.text
