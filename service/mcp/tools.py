@@ -122,7 +122,8 @@ FEEDBACK = """Tell the memory service which memories helped and which did not.
 
 Call it after answering with context from `assemble_context` or `recall`: list the ids of memories
 that were useful in `helpful_ids`, and those that were irrelevant or wrong in `unhelpful_ids`. It
-changes how those memories rank in future context."""
+changes how those memories rank in future context. Ids of memories outside this agent's context
+(another agent's) are reported `not_found`."""
 
 SET_DIRECTIVE = """Set this agent's directive: standing instructions placed at the top of every assembled
 context (persona, rules, the user's lasting requests). Replaces the previous directive (the version
@@ -136,7 +137,8 @@ FORGET = """Delete memories of this agent by id, permanently.
 
 Use it when the user asks you to forget something or a memory is wrong and should not be corrected
 by a new one. Find the ids with `recall` first. Deleting an id that does not exist is reported,
-not an error."""
+not an error; so is an id the service refuses to delete on its own (a conversation's turn goes
+with its conversation), under `refused` with the reason."""
 
 
 @contextlib.contextmanager
@@ -259,9 +261,20 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
             raise ToolError(f"memory ids are UUIDs (as `recall` and `assemble_context` return them): {exc}") from exc
         if not verdicts:
             raise ToolError("give `helpful_ids`, `unhelpful_ids` or both")
+        client = await client_for()
+        unknown: list[UUID] = []
         with service_errors():
-            result = await (await client_for()).feedback(verdicts)
-        return {"updated": len(result.updated), "not_found": [str(i) for i in result.not_found]}
+            for ident in list(verdicts):  # this agent's and org-wide memories: what its context holds
+                try:
+                    if (await client.get_memory(ident)).agent_id in (agent, None):
+                        continue
+                except NotFound:
+                    pass
+                unknown.append(ident)
+                del verdicts[ident]
+            result = await client.feedback(verdicts) if verdicts else None
+        missing = [*unknown, *(result.not_found if result else [])]
+        return {"updated": len(result.updated) if result else 0, "not_found": [str(i) for i in missing]}
 
     @server.tool(description=SET_DIRECTIVE, annotations=writes)
     async def set_directive(
@@ -288,21 +301,26 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         client = await client_for()
         deleted: list[str] = []
         missing: list[str] = []
+        refused: list[dict[str, str]] = []
         for memory_id in memory_ids:
             try:
                 ident = UUID(memory_id)
             except ValueError:
                 missing.append(memory_id)
                 continue
-            with service_errors():
-                try:
-                    memory = await client.get_memory(ident)
-                    # Another agent's (or an org-wide) memory is not this agent's to delete.
-                    if memory.agent_id == agent:
-                        await client.delete_memory(ident)
-                        deleted.append(memory_id)
-                        continue
-                except NotFound:
-                    pass
+            try:
+                # Another agent's (or an org-wide) memory is not this agent's to delete.
+                if (await client.get_memory(ident)).agent_id == agent:
+                    await client.delete_memory(ident)
+                    deleted.append(memory_id)
+                    continue
+            except NotFound:
+                pass
+            except TransportError as exc:  # what was deleted before is said, not lost with the error
+                done = f" (deleted before it failed: {', '.join(deleted)})" if deleted else ""
+                raise ToolError(f"pgcontext could not be reached: {exc.message}{done}") from exc
+            except PgcontextError as exc:  # e.g. a conversation's turn, which goes with its conversation
+                refused.append({"id": memory_id, "reason": f"{exc.code}: {exc.message}"})
+                continue
             missing.append(memory_id)
-        return {"deleted": deleted, "not_found": missing}
+        return {"deleted": deleted, "not_found": missing, **({"refused": refused} if refused else {})}

@@ -108,10 +108,16 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
     selective = await call(session, "assemble_context", query="where does the user live?")
     assert "Lisbon" in selective["context"]
 
-    feedback = await call(session, "give_feedback", helpful_ids=one["ids"], unhelpful_ids=[str(uuid4())])
-    assert feedback["updated"] == 1 and len(feedback["not_found"]) == 1
     with Client(url, key) as pg:
-        assert pg.get_memory(one["ids"][0]).usefulness > 0
+        theirs = pg.create_memory("Another agent's note.", agent_id=f"{agent}-other").ids[0]
+        shared = pg.create_memory("An org-wide note about dinners.").ids[0]
+    nobody = str(uuid4())
+    feedback = await call(session, "give_feedback", helpful_ids=[*one["ids"], str(shared)],
+                          unhelpful_ids=[nobody, str(theirs)])
+    assert feedback["updated"] == 2 and sorted(feedback["not_found"]) == sorted([nobody, str(theirs)])
+    with Client(url, key) as pg:
+        assert pg.get_memory(one["ids"][0]).usefulness > 0 and pg.get_memory(shared).usefulness > 0
+        assert pg.get_memory(theirs).usefulness == 0  # another agent's memory is not this one's to judge
 
     forgotten = await call(session, "forget", memory_ids=[many["ids"][0], "not-an-id"])
     assert forgotten == {"deleted": [many["ids"][0]], "not_found": ["not-an-id"]}
@@ -122,6 +128,12 @@ async def exercise(session: ClientSession, url: str, key: str, agent: str) -> No
              {"role": "assistant", "content": "Lovely! Cherry blossoms peak then.", "message_id": "a1"}]
     appended = await call(session, "append_messages", conversation_id="trip", messages=turns)
     assert appended["message_count"] == 2 and [m["position"] for m in appended["messages"]] == [1, 2]
+    # A turn goes with its conversation: refused with the reason, and what was deleted before it is said
+    scratch = await call(session, "remember", text="A scratch note to forget.")
+    mixed = await call(session, "forget", memory_ids=[scratch["ids"][0], appended["messages"][0]["id"]])
+    assert mixed["deleted"] == scratch["ids"] and mixed["not_found"] == []
+    assert [r["id"] for r in mixed["refused"]] == [appended["messages"][0]["id"]]
+    assert mixed["refused"][0]["reason"].startswith("managed_by_conversations: ")
     again = await call(session, "append_messages", conversation_id="trip", messages=turns[:1])
     assert again["messages"][0] == {**appended["messages"][0], "stored": False}
     with Client(url, key) as pg:
