@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
@@ -65,7 +64,6 @@ from service.assembly.types import HotMemoryOut, HotSetOut
 from service.db import Database
 from service.db.epochs import CacheEpochs
 from service.db.redisconn import RedisClient
-from service.retrieval.types import Source, source_of
 from service.settings import AssemblySettings
 from service.tenancy.cachebound import BOUND_LUA, lru_key, sizes_key
 
@@ -161,18 +159,6 @@ class HotRead:
     items: list[HotItem]
     source: Literal["cache", "postgres"]
     built_at: datetime
-
-
-def in_scope(read: HotRead, sources: Sequence[Source] | None, *, org_wide: bool = True) -> HotRead:
-    """The hot set's items an assembly may use: those of ``sources`` (its ``retrieval.filters.sources``;
-    None: all), and the org-wide ones (``agent_id`` null) only with ``org_wide`` (its
-    ``retrieval.include_org_wide``). A set holds the agent's own memories and the org-wide ones, and
-    is cached so for every request: the scope is applied to what is read, never to what is cached."""
-    if sources is None and org_wide:
-        return read
-    return dataclasses.replace(read, items=[
-        item for item in read.items
-        if (sources is None or source_of(item.kind) in sources) and (org_wide or item.agent_id is not None)])
 
 
 def as_array(vector: object) -> npt.NDArray[np.float32] | None:

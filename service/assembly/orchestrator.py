@@ -82,7 +82,8 @@ from service.assembly.directive import DirectiveRead, DirectiveSource
 from service.assembly.feedback import AccessRecorder
 from service.assembly.format import format_context, format_directive
 from service.assembly.history import leave_out_history, read_last
-from service.assembly.hot import HotRead, HotSetStore, RedisCircuit, in_scope
+from service.assembly.hot import HotRead, HotSetStore, RedisCircuit
+from service.assembly.hot_scope import in_scope, left_out
 from service.assembly.intent import SelectiveBudget, plan_selective_budget
 from service.assembly.packing import pack
 from service.assembly.response import Ranked, build_response, log_assembled
@@ -264,7 +265,7 @@ class Orchestrator:
     def _early_reads(self, org_id: UUID, req: AssembleRequest) -> EarlyReads:
         early = EarlyReads()
         early.start("directive", lambda: self.directive.read(org_id, req.agent_id))
-        if req.retrieval.use_hot and _current_only(req) and self.circuit.available():
+        if left_out(req) is None and self.circuit.available():
             slow = SlowPath()  # a miss reads Postgres: the assembly then waits for it up to the wall
             early.start("hot", lambda: self.hot.get(org_id, req.agent_id, on_miss=slow.take), slow=slow)
         return early
@@ -305,10 +306,7 @@ class Orchestrator:
         if hot_read is not None:  # assemble() decided on arrival whether the hot set is read at all
             hot_branch = BranchTask.adopt("hot", wall.hot_ms, hot_read, self.circuit, slow_timeout_ms=wall.wall_ms)
         else:
-            reason = ("disabled by the request" if not req.retrieval.use_hot
-                      else "the hot set holds current memories; the request asked for as_of or include_superseded"
-                      if not _current_only(req) else "Redis failed recently; retrying soon")
-            hot_branch = BranchTask.skipped("hot", reason)
+            hot_branch = BranchTask.skipped("hot", left_out(req) or "Redis failed recently; retrying soon")
         cold_branch = BranchTask.start("cold", cold_ms, lambda: self.cold.run(org_id, req, search, keep, cold_ms,
                                                                               queued_ms, extended=wall.extended))
         last_read = asyncio.ensure_future(read_last(self.db, org_id, req)) if req.history_turns is not None else None
@@ -341,7 +339,7 @@ class Orchestrator:
         query_vector = self.engine.cached_embedding(org_id, search.query)
         candidates: list[Candidate] = []
         if hot_run.value is not None:
-            scoped = in_scope(hot_run.value, req.retrieval.filters.sources, org_wide=req.retrieval.include_org_wide)
+            scoped = in_scope(hot_run.value, req.retrieval.filters, org_wide=req.retrieval.include_org_wide)
             candidates += hot_candidates(scoped, search.query, query_vector)
         if cold_run.value is not None:
             candidates += cold_run.value.candidates
@@ -386,10 +384,3 @@ class Orchestrator:
         await self.access.aclose()
         self._cpu.shutdown(wait=False, cancel_futures=True)
         self._history_cpu.shutdown(wait=False, cancel_futures=True)
-
-
-def _current_only(req: AssembleRequest) -> bool:
-    """The request wants the current memories (the default), which is what a hot set holds; with
-    ``as_of`` or ``include_superseded`` the cold search alone answers (service.memories.facts)."""
-    filters = req.retrieval.filters
-    return filters.as_of is None and not filters.include_superseded

@@ -13,6 +13,7 @@ from service.assembly.branches import BranchRun
 from service.assembly.budget import Budget
 from service.assembly.candidates import ColdResult
 from service.assembly.hot import HotRead
+from service.assembly.hot_scope import left_out
 from service.assembly.intent import SelectiveBudget
 from service.assembly.packing import PackResult
 from service.assembly.scoring import LineSpan, ScoreBreakdown, ScoredCandidate
@@ -58,7 +59,7 @@ def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot
     reasons: list[DegradationReason] = []
     if directive_run.outcome != "ok":
         reasons.append("directive_missing" if directive_run.value is None else "directive_unconfirmed")
-    if hot_run.outcome != "ok" and req.retrieval.use_hot:  # a hot set the request turned off is not missing
+    if hot_run.outcome != "ok" and left_out(req) is None:  # a hot set the request left out is not missing
         reasons.append("hot_unavailable")
     if cold_run.outcome != "ok":
         reasons.append("cold_unavailable")

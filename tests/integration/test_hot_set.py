@@ -1,5 +1,6 @@
 """The per-agent hot set: GET /v1/memories/hot, ordering and bound, correctness after writes (agent and
-org-wide), a racing fill never winning over an invalidation, key namespacing and tenant isolation."""
+org-wide), a racing fill never winning over an invalidation, key namespacing and tenant isolation, an
+assembly's filters applied to its items."""
 
 from __future__ import annotations
 
@@ -237,3 +238,44 @@ async def test_a_cached_set_stops_serving_what_expires_or_ends_while_it_is_cache
         r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
             "agent_id": "ends", "query": "What is the door code?", "model": "gpt-4o", "max_context_tokens": 2000})
         assert r.status_code == 200 and "4471" not in r.json()["context"] and "meeting" not in r.json()["context"]
+
+
+async def test_an_assemblys_filters_apply_to_the_hot_set_as_to_the_search(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    """kinds, sources and the created/occurred ranges apply to the hot set's items; a metadata filter,
+    which a set cannot check, leaves the set out (the search alone answers), and neither is a degradation."""
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
+        [vegan, order, memo] = await create(
+            client, tenant,
+            {"text": "The user is vegan.", "agent_id": "hf", "kind": "fact", "pinned": True,
+             "metadata": {"topic": "diet"}, "occurred_at": "2020-05-01T00:00:00Z"},
+            {"text": "The user ordered a vegan lasagne.", "agent_id": "hf", "kind": "episode", "pinned": True,
+             "metadata": {"topic": "orders"}, "occurred_at": "2024-05-01T00:00:00Z"},
+            {"text": "The canteen serves lunch at noon.", "kind": "fact", "pinned": True,
+             "occurred_at": "2022-06-01T00:00:00Z"})
+
+        async def used(**filters: Any) -> tuple[dict[str, str], dict[str, Any]]:
+            r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+                "agent_id": "hf", "query": "what does the user eat?", "model": "gpt-4o", "max_context_tokens": 2000,
+                "retrieval": {"filters": filters}})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert "hot_unavailable" not in body["degradation_reasons"], body["degradation_reasons"]
+            return {m["id"]: m["origin"] for m in body["memories_used"]}, body["branches"]["hot"]
+
+        everything, branch = await used()
+        assert {vegan, order, memo} <= set(everything) and branch["outcome"] == "ok"
+        for filters, kept in (({"kinds": ["episode"]}, {order}),
+                              ({"created_after": "2100-01-01T00:00:00Z"}, set()),
+                              ({"occurred_before": "2021-01-01T00:00:00Z"}, {vegan}),
+                              ({"occurred_after": "2023-01-01T00:00:00Z", "kinds": ["episode", "fact"]}, {order}),
+                              ({"source_prefix": "docs/"}, set())):
+            found, branch = await used(**filters)
+            assert branch["outcome"] == "ok" and set(found) == kept, (filters, found)
+        found, branch = await used(metadata={"topic": "orders"})
+        assert set(found) == {order} and found[order] == "cold", found
+        assert branch["outcome"] == "skipped" and "metadata" in branch["detail"], branch
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": "hf", "query": "what does the user eat?", "model": "gpt-4o", "max_context_tokens": 2000,
+            "retrieval": {"filters": {"as_of": "2025-01-01T00:00:00Z"}}})
+        assert r.status_code == 200 and r.json()["degradation_reasons"] == []  # left out by the request
