@@ -41,7 +41,7 @@ from service.embeddings.lanes import lanes_of
 from service.errors import EMPTY_BODY, AppError, ServiceUnavailable, malformed_json
 from service.explain import explain_routes
 from service.export import ExportController, ImportController
-from service.http.deps import before_request, provide_org_id, provide_services
+from service.http.deps import before_request, body_too_large, provide_org_id, provide_services
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
 from service.http.throttle import in_flight_middleware, rate_limit_edge
@@ -91,6 +91,9 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
         details: Any = {"errors": exc.extra} if exc.extra else {}
         body = error_body(400, "validation_error", exc.detail or "invalid request", details, rid)
         return Response(body, status_code=400)
+    services = getattr(request.app.state, "services", None)
+    if isinstance(exc, HTTPException) and exc.status_code == 413 and isinstance(services, Services):
+        exc = body_too_large(services.settings.limits.max_request_bytes)  # read past the limit, no length sent
     if isinstance(exc, HTTPException):
         status = exc.status_code
         code = _STATUS_CODES.get(status, "http_error")

@@ -33,7 +33,7 @@ class DirectiveController(Controller):
             raise BadRequest("content must not be empty", code="validation_error")
         if len(data.content) > limit:
             raise PayloadTooLarge(f"content is {len(data.content)} characters; the limit is {limit}",
-                                  code="text_too_long")
+                                  code="text_too_long", details={"field": "content", "limit": limit})
         if "\x00" in data.content:
             raise BadRequest("content must not contain NUL characters", code="validation_error")
         return await _store(services).put(org_id, agent_id, data.content)

@@ -12,7 +12,7 @@ from litestar.datastructures import State
 from litestar.di import Dependency
 from litestar.params import SkipValidationMarker
 
-from service.errors import BadRequest
+from service.errors import BadRequest, PayloadTooLarge
 from service.http.auth import authenticate
 from service.http.jsondepth import check_json_depth
 from service.runtime import Services
@@ -53,6 +53,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         services = request.app.state.services
         assert isinstance(services, Services)
         org_id = request.state.org_id = await authenticate(request, services)
+        check_body_size(_content_length(request), services.settings.limits.max_request_bytes)  # before its price
         limiter = services.rate_limiter
         if limiter is not None:
             limiter.enter(org_id)
@@ -85,6 +86,20 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         await limiter.check(org_id, cost + extra)
     if data is not None and value is not _NO_BODY:
         check_types_strictly(value, data.annotation)
+
+
+def body_too_large(limit: int, size: int | None = None) -> PayloadTooLarge:
+    """The 413 for a body over ``limit`` bytes (``size``: as announced, when it was)."""
+    said = f"the body is {size:,} bytes" if size is not None else "the body is larger than the limit"
+    return PayloadTooLarge(f"{said}; the limit is {limit:,} bytes (PGCONTEXT_MAX_REQUEST_BYTES)",
+                           details={"limit": limit})
+
+
+def check_body_size(length: int, limit: int) -> None:
+    """A body announced over the limit is refused before it is read or priced: its price would take
+    the org's whole rate-limit burst and answer 429 for what is a 413."""
+    if length > limit:
+        raise body_too_large(limit, length)
 
 
 def _content_length(request: Request[Any, Any, Any]) -> int:

@@ -73,6 +73,8 @@ def _edge_refusal(scope: Scope) -> TooManyRequests | None:
     limiter = getattr(services, "rate_limiter", None)
     if not isinstance(limiter, RateLimiter) or not (limiter.enabled or limiter.settings.max_in_flight > 0):
         return None
+    if body_bytes > services.settings.limits.max_request_bytes:
+        return None  # a 413, answered once authenticated, at no price (service.http.deps.check_body_size)
     method = str(scope.get("method", "GET"))
     return limiter.in_flight_refusal(org_id) or limiter.refusal_if_short(
         org_id, limiter.cost(method, scope["path"], body_bytes))

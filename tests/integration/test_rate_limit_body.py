@@ -129,3 +129,32 @@ async def test_a_chunked_body_past_the_bucket_is_refused_while_it_arrives(
     assert set(error) == {"error"} and error["error"]["code"] == "rate_limited", error
     assert error["error"]["details"]["retry_after_s"] >= 1
     assert (150 - 4) * BYTES_PER_TOKEN <= sent < len(big) // 2, (sent, len(big))  # not before the price passed
+
+
+async def test_a_body_over_the_size_limit_is_a_413_that_costs_nothing(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, redis_url: str, tenant: Tenant) -> None:
+    """Priced by its length, a body over the limit would take the org's whole burst (a 429 for what is
+    a 413, and 429s for the org's next requests): it is refused by size first, naming the limit, whether
+    it announces its length or arrives chunked."""
+    limit = 256 * 1024
+    app = create_app(dataclasses.replace(limited(settings, rps=0.001, burst=40, heavy_cost=4,
+                                                 body_bytes_per_token=BYTES_PER_TOKEN),
+                                         limits=dataclasses.replace(settings.limits, max_request_bytes=limit)),
+                     endpoints, embedder=embedder)
+    body = padded_search(limit * 3)
+    with served(app) as url:
+        async with httpx.AsyncClient(base_url=url, headers={**tenant.headers, "Content-Type": "application/json"},
+                                     timeout=60) as http:
+            assert (await http.get("/v1/memories")).status_code == 200  # the bucket exists: 39 left
+            before = await _tokens_left(redis_url, tenant)
+            for _ in range(3):
+                r = await http.post(SEARCH, content=body)
+                assert r.status_code == 413, r.text
+                error = r.json()["error"]
+                assert error["code"] == "payload_too_large" and error["details"] == {"limit": limit}, error
+                assert error["message"] == (f"the body is {len(body):,} bytes; the limit is {limit:,} bytes "
+                                            "(PGCONTEXT_MAX_REQUEST_BYTES)")
+            assert await _tokens_left(redis_url, tenant) == before
+            r = await http.post(SEARCH, content=streamed(body))
+            assert r.status_code == 413 and r.json()["error"]["details"] == {"limit": limit}, r.text
+            assert (await http.post(SEARCH, content=padded_search(1000))).status_code == 200
