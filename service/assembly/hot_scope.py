@@ -49,7 +49,7 @@ def _matches(item: HotItem, filters: SearchFilters, org_wide: bool) -> bool:
 
 def in_scope(read: HotRead, filters: SearchFilters, *, org_wide: bool = True) -> HotRead:
     """The items an assembly may use: those passing its ``retrieval.filters`` (sources, kinds, created
-    and occurred ranges; an assembly's agent is its request's; collections and conversations concern chunks and messages, which a set
-    never holds), and the org-wide ones (``agent_id`` null) only with ``org_wide`` (its
-    ``retrieval.include_org_wide``)."""
+    and occurred ranges; the agent is the request's; collections and conversations concern chunks and
+    messages, which a set never holds), and the org-wide ones (``agent_id`` null) only with
+    ``org_wide`` (its ``retrieval.include_org_wide``)."""
     return dataclasses.replace(read, items=[item for item in read.items if _matches(item, filters, org_wide)])

@@ -91,7 +91,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
 def body_too_large(limit: int, size: int | None = None) -> PayloadTooLarge:
     """The 413 for a body over ``limit`` bytes (``size``: as announced, when it was)."""
     said = f"the body is {size:,} bytes" if size is not None else "the body is larger than the limit"
-    return PayloadTooLarge(f"{said}; the limit is {limit:,} bytes (PGCONTEXT_MAX_REQUEST_BYTES)",
+    return PayloadTooLarge(f"{said}; the limit is {limit:,} bytes",
                            details={"limit": limit})
 
 
