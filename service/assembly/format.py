@@ -33,8 +33,9 @@ counted them, and the whole block costs exactly the sum of its sections. Within 
 tag's digits are followed by a space, which no digit pre-token takes in (digits go in runs of at
 most three, alone), so ``count(tag + body) == count(tag) + count(body)``: the packer counts each
 memory's body once and adds its tag's cost when it knows the position. Texts are cleaned
-(line endings normalised, lone surrogates replaced, ends stripped) so what is counted is what is
-written.
+(line endings normalised, lone surrogates replaced, ends stripped; in memories and messages a
+section tag is written ``&lt;/memories&gt;``, so stored text cannot close its section) so what is
+counted is what is written.
 """
 
 from __future__ import annotations
@@ -79,6 +80,16 @@ def clean_text(text: str) -> str:
     return _LINE_BREAK.sub("\n", text).strip()
 
 
+_SECTION_TAG: Final = re.compile(r"<(\s*/?\s*)(directive|memories|history)(\s*)>", re.IGNORECASE)
+
+
+def _escape_sections(text: str) -> str:
+    """A section tag inside a memory or a message (``</memories>``, ``<directive>``, ...) written as
+    ``&lt;/memories&gt;``: stored text cannot close its section or open another, whatever a model
+    makes of line starts. Nothing else is changed."""
+    return _SECTION_TAG.sub(r"&lt;\1\2\3&gt;", text)
+
+
 def _indent_continuations(text: str) -> str:
     # Indentation keeps a memory's later lines from looking like the start of another memory.
     return text.replace("\n", "\n" + CONTINUATION_INDENT)
@@ -104,7 +115,7 @@ def format_body(text: str, when: str | None = None) -> str:
 
     ``when`` is a short event date (:func:`short_date`); it is content, written before the text.
     """
-    body = clean_text(text)
+    body = _escape_sections(clean_text(text))
     if when:
         body = f"({when}) {body}" if body else f"({when})"
     if not body:
@@ -142,7 +153,7 @@ def format_history_line(role: str, content: str) -> str:
     """One message of the history section: ``role: content`` (continuations indented), then ``\n``.
     Each line starts with a role word and ends with ``\n``, so the section costs exactly its tags
     plus the sum of its lines (see the module docstring)."""
-    return f"{clean_role(role)}: {_indent_continuations(clean_text(content))}\n"
+    return f"{clean_role(role)}: {_indent_continuations(_escape_sections(clean_text(content)))}\n"
 
 
 def format_memories(memories: Sequence[FormattedMemory]) -> str:
