@@ -15,12 +15,12 @@ with the service's own embedder, in batches, and cached as ``.npy`` under
 
 Each concurrency level (default 1, 4, 8, 16) runs a **baseline** first — ``GET /v1/directives/{agent}``
 (auth + one Redis read: the cheapest real request) — and then ``POST /v1/context/assemble`` with
-SciFact claims as queries, a short chat history, ``gpt-4o`` and a 4,000-token window. Both are
-bounded by ``--requests`` per level and ``--seconds`` per level. Reported per level: client-side
-p50/p95/p99 latency, throughput, error rate, the degradation-level distribution, the server's own
-``metrics.total_ms`` p50/p99, the cold strategies used, whether the directive made it into the
-context (every agent has one, so each assembly is ``present``, ``reported`` missing in
-``degradation_reasons``, or ``missing`` unreported: the last must stay 0) and
+SciFact claims as queries, a short chat history, ``gpt-4o`` and a 4,000-token window. Both are bounded
+by ``--requests`` per level and ``--seconds`` per level. Reported per level: client-side p50/p95/p99
+latency, throughput, error rate, the degradation-level distribution, the server's own
+``metrics.total_ms`` p50/p99, the cold strategies used and the candidates they handed to ranking,
+whether the directive made it into the context (every agent has one, so each assembly is ``present``,
+``reported`` missing in ``degradation_reasons``, or ``missing`` unreported: the last must stay 0) and
 the assemble/baseline p50 ratio (which survives a noisy machine better than absolute numbers), and
 how many query embeddings the level computed or took from the service's query-embedding cache
 (``/metrics``). The 809 claims repeat: from the second level on every query's embedding is cached,
@@ -379,7 +379,8 @@ def main() -> None:
         for _, asm in results:
             print(f"concurrency {asm.concurrency}: cold strategies {dict(asm.strategies)}, errors {dict(asm.errors)}; "
                   f"directive {asm.directive_line()}; CPU ms per assembly: {asm.cpu_line()}; "
-                  f"cold search planned->ran: {asm.runs_line()}; query embeddings: {asm.embeddings_line()}")
+                  f"cold search planned->ran: {asm.runs_line()}; cold candidates: {asm.candidates_line()}; "
+                  f"query embeddings: {asm.embeddings_line()}")
         if root in searched:
             print(f"\nsearch, one at a time ({args.search} claims x {len(SEARCH_STRATEGIES)} strategies):\n")
             print("\n".join(search_rows(searched[root])))

@@ -40,9 +40,18 @@ class Level:
     seconds: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU ms per successful request by process group (service, postgres, redis, loadgen)."""
+    cold_candidates: list[int] = field(default_factory=list)
+    """Candidates each answered cold search handed to ranking (the agent's own and org-wide memories)."""
     embeddings: Counter[str] = field(default_factory=Counter)
     """Query-embedding cache lookups during the level (``hit``/``miss``, from ``/metrics``; empty when
     it is not readable): a hit skips the model, the costliest step of a full hybrid assembly."""
+
+    def candidates_line(self) -> str:
+        """Mean and median cold candidates per assembly whose cold search answered."""
+        if not self.cold_candidates:
+            return "none answered"
+        ordered = sorted(self.cold_candidates)
+        return f"mean {sum(ordered) / len(ordered):.1f}, p50 {ordered[len(ordered) // 2]}"
 
     def embeddings_line(self) -> str:
         looked = sum(self.embeddings.values())
@@ -105,6 +114,7 @@ HEADER = ("| request | conc. | requests | p50 ms | p95 ms | p99 ms | req/s | err
 class _Branch(msgspec.Struct):
     outcome: str
     source: str | None = None
+    count: int | None = None
 
 
 class _Branches(msgspec.Struct):
@@ -171,6 +181,8 @@ async def drive(name: str, concurrency: int, requests: int, seconds: float, call
                 level.levels[out.degradation_level] += 1
                 level.server_ms.append(out.metrics.total_ms)
                 level.strategies[out.branches.cold.source or out.branches.cold.outcome] += 1
+                if out.branches.cold.outcome == "ok" and out.branches.cold.count is not None:
+                    level.cold_candidates.append(out.branches.cold.count)
                 r = out.retrieval
                 level.runs[f"?->{out.branches.cold.source or out.branches.cold.outcome}" if r is None
                            else f"{r.planned}->{r.ran or 'none'} ({r.reason})"] += 1

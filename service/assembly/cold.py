@@ -1,13 +1,13 @@
 """The cold branch of an assembly: the retrieval engine's search, full or light, under the cold budget.
 
 The search runs on an engine of its own whose lexical, embedding and vector deadlines are derived
-from the cold budget (:func:`cold_step_timeouts`). By default each branch ranks the org's best
-``n * cold_overfetch`` rows and keeps the agent's own and org-wide ones among them, with their
-scoring fields (:meth:`ColdBranch.rows_for`); the ``n`` candidates kept follow the memory budget
-(:mod:`service.assembly.cold_limit`). A search goes light (lexical, fewer postings per term) only
-when the recent full searches with as many assemblies running say a full one would miss this one's
-budget (:mod:`service.retrieval.shedding`), and the response then says so (``retrieval.reason``
-``light``). See :mod:`service.assembly.orchestrator` for the whole timeline.
+from the cold budget (:func:`cold_step_timeouts`). Each branch ranks the best ``n`` of the agent's own
+and (by default) the org-wide rows, passing over other agents' rows as it goes, and returns them with
+their scoring fields; ``n`` follows the memory budget (:mod:`service.assembly.cold_limit`). A search
+goes light (lexical, fewer postings per term) only when the recent full searches with as many assemblies
+running say a full one would miss this one's budget (:mod:`service.retrieval.shedding`), and the
+response then says so (``retrieval.reason`` ``light``). See :mod:`service.assembly.orchestrator` for the
+whole timeline.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class ColdBranch:
             filters = opts.filters
         else:
             filters = msgspec.structs.replace(opts.filters, agent_id=req.agent_id)
-        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=self.rows_for(keep, req),
+        search = SearchRequest(query=req.query, strategy=opts.strategy, limit=keep,
                                filters=filters, tuning=opts.tuning)
         self.engine.validate(search)  # bad input is the caller's 400, not a failed branch
         if opts.complete_from_history:
@@ -111,18 +111,6 @@ class ColdBranch:
             if len(query) <= self.engine.settings.max_query_chars:  # names never make a valid query too long
                 search = msgspec.structs.replace(search, query=query)
         return search, keep
-
-    def rows_for(self, keep: int, req: AssembleRequest) -> int:
-        """Rows of the org the search ranks to hand ``keep`` candidates on. With org-wide memories
-        the agent's scope cannot be a search filter, so the search ranks ``cold_limit *
-        cold_overfetch`` rows and keeps those in scope; a larger budget raises that to ``keep``
-        rows, not ``keep`` times the overfetch: ranking three times the rows cost ~45% more CPU per
-        assembly at 100K memories (benchmarks/assemble_load.py, concurrency 1), while where every
-        row is in scope (org-wide memories) ``keep`` rows are the candidates the budget asked for."""
-        if not req.retrieval.include_org_wide:
-            return keep
-        s = self.settings
-        return min(self.engine.max_limit, max(keep, s.cold_limit * max(1, s.cold_overfetch)))
 
     async def run(self, org_id: UUID, req: AssembleRequest, search: SearchRequest, keep: int,
                   timeout_ms: float, queued_ms: float, *, extended: bool = False) -> ColdResult:
@@ -187,7 +175,7 @@ class ColdBranch:
         if light and req.retrieval.limit is None and keep > s.cold_limit:
             # Under load the budget does not buy more candidates: fewer rows, less ranking.
             keep = s.cold_limit
-            search = msgspec.structs.replace(search, limit=self.rows_for(keep, req))
+            search = msgspec.structs.replace(search, limit=keep)
         started = time.perf_counter()
         try:
             response, found = await self.engine.search_rows(

@@ -31,11 +31,11 @@ full planned retrieval.
   budget, embedding and vector query half each; of a caller's longer budget the vector query keeps
   100 ms and the embedding may take the rest), so the engine's own fallbacks (e.g. a slow
   embedder -> lexical only) happen inside the cold budget instead of the whole branch timing out.
-  The search API filters one agent exactly but cannot say "this agent or org-wide", so by default
-  each branch ranks the org's best ``n * cold_overfetch`` rows and returns only the agent's own
-  and org-wide ones among them, with the scoring fields (embedding, importance, last access, ...)
-  (``RetrievalEngine.search_rows``): no second read, and no other agent's rows on the wire. The
-  ``n`` candidates kept follow the memory budget (:mod:`service.assembly.cold_limit`): enough to
+  Each branch ranks the best ``n`` of the agent's own and (by default) the org-wide rows, passing over
+  other agents' rows as it goes (ranking the whole org and keeping what is in scope left an agent of a
+  many-agent org a few candidates, or none), and returns them with the scoring fields (embedding,
+  importance, last access, ...) (``RetrievalEngine.search_rows``): no second read, and no other agent's
+  rows on the wire. The ``n`` candidates follow the memory budget (:mod:`service.assembly.cold_limit`): enough to
   fill it, from ``cold_limit`` to ``cold_limit_max``; a light search under load keeps to ``cold_limit``.
 * **Relevance** of cold items is their fused score scaled to [0, 1]; of hot items the cosine of
   their embedding with the query's (taken from the engine's query-embedding cache, which the cold

@@ -59,11 +59,11 @@ async def lexical_bm25(tx: TenantTx, query: str, filters: SearchFilters, *, limi
                        k1: float, b: float, context_weight: float,
                        rows_scope: RowsScope | None = None) -> list[Hit]:
     """BM25 hits (a memory's ``search_context`` terms weighted ``context_weight`` against its text's);
-    with ``rows_scope`` only those of the best ``limit`` that are that agent's (or org-wide), carrying
-    their embedding and last access too."""
-    # Unfiltered, the best limit+margin scores are enough; with filters we cannot know how many
-    # scored ids will pass, so every read posting is joined.
-    prefetch = limit + PREFETCH_MARGIN if filters.is_empty() else UNBOUNDED_PREFETCH
+    with ``rows_scope`` the best ``limit`` that are that agent's (or org-wide), carrying their embedding
+    and last access too."""
+    # Unfiltered, the best limit+margin scores are enough; with filters or a scope we cannot know how
+    # many scored ids will pass, so every read posting is joined.
+    prefetch = limit + PREFETCH_MARGIN if filters.is_empty() and rows_scope is None else UNBOUNDED_PREFETCH
     rows = await tx.fetch("retrieval.lexical_bm25", tx.org_id, query, postings_per_term, prefetch, limit, k1, b,
                           *lexical_args(filters, rows_scope, context_weight))
     return hits_from_rows(rows)
@@ -88,8 +88,8 @@ def hnsw_settings(*, limit: int, ef_search: int) -> dict[str, str]:
 async def semantic_hnsw(tx: TenantTx, embedding: npt.NDArray[np.float32], filters: SearchFilters, *, limit: int,
                         ef_search: int, rows_scope: RowsScope | None = None) -> list[Hit]:
     """HNSW search; costs no extra round trip when the transaction began with :func:`hnsw_settings`.
-    With ``rows_scope`` only those of the nearest ``limit`` that are that agent's (or org-wide),
-    carrying their embedding and last access too."""
+    With ``rows_scope`` the nearest ``limit`` that are that agent's (or org-wide), the walk passing
+    over the others, carrying their embedding and last access too."""
     await tx.set_local(hnsw_settings(limit=limit, ef_search=ef_search))
     rows = await tx.fetch("retrieval.semantic_hnsw", tx.org_id, Vector(embedding), limit,
                           *semantic_args(filters, rows_scope))

@@ -221,7 +221,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             cold_limit_max=env_int(env, "PGCONTEXT_ASSEMBLY_COLD_LIMIT_MAX", 60),
             cold_candidates_per_slot=env_float(env, "PGCONTEXT_ASSEMBLY_COLD_CANDIDATES_PER_SLOT", 2.0),
             cold_tokens_per_memory=env_int(env, "PGCONTEXT_ASSEMBLY_COLD_TOKENS_PER_MEMORY", 40),
-            cold_overfetch=env_int(env, "PGCONTEXT_ASSEMBLY_COLD_OVERFETCH", 3),
             max_in_flight=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_MAX_IN_FLIGHT", 2 * usable_cpus())),
             max_queued=max(0, env_int(env, "PGCONTEXT_ASSEMBLY_MAX_QUEUED", 256)),
             queue_target_ms=max(1, env_int(env, "PGCONTEXT_ASSEMBLY_QUEUE_TARGET_MS", 100)),

@@ -57,9 +57,6 @@ class AssemblySettings:
     matches, so filling the budget takes more candidates than it holds."""
     cold_tokens_per_memory: int = 40
     """Typical tokens of a packed memory line, until the org's own recent candidates say otherwise."""
-    cold_overfetch: int = 3
-    """The search asks for ``cold_limit * cold_overfetch`` rows of the whole org, then keeps the
-    agent's own and org-wide ones (the search API filters one agent exactly, not "agent or org-wide")."""
     max_in_flight: int = field(default_factory=lambda: 2 * usable_cpus())
     """Assemblies processed at once per machine (divided among the workers; 0 = no limit). Further
     ones wait in line (briefly, see ``queue_target_ms``), and their deadline starts when they are admitted

@@ -1,8 +1,9 @@
 -- BM25 over impact-ordered postings (at most $3 per query term), best $4 ids, then live rows passing the filters
 -- ($8-$16, see service.retrieval.filters). Rows carry agent, metadata, event time and (messages) their place in
 -- their conversation for the results.
--- $17: for context assembly, which keeps only the rows of agent $18 (and org-wide ones when $19): of the best $5,
--- return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
+-- $17: for context assembly, the best $5 rows of agent $18 (and org-wide ones when $19) among the scored ones
+-- (others' rows do not take the places), with the scoring fields it needs (embedding, last access), saving it a
+-- second read.
 -- $20: weight of search_context terms (BM25F: tf + $20 * ctx_tf, doc_len + $20 * ctx_len; migration 0008).
 -- $21-$22: sources and collections filters (with $17, agent $18's own document chunks whatever their collection);
 -- $23: with $17, whether org-wide document chunks are kept
@@ -58,6 +59,8 @@ WITH q AS (
        AND ($22::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($22)
             OR ($17::bool AND m.agent_id = $18::text))
        AND ($26::text[] IS NULL OR m.kind <> 'message' OR m.conversation_id = ANY($26))
+       AND (NOT $17::bool OR m.agent_id = $18::text
+            OR ($19::bool AND m.agent_id IS NULL AND ($23::bool OR m.kind <> 'document_chunk')))
        AND CASE WHEN $24::timestamptz IS NOT NULL THEN m.occurred_at <= $24 AND (m.valid_until IS NULL OR m.valid_until > $24)
                 WHEN $25::bool THEN true
                 ELSE m.superseded_by IS NULL AND (m.valid_until IS NULL OR m.valid_until > now()) END
@@ -72,6 +75,4 @@ SELECT b.id, b.text, b.kind, b.source_path, b.line_start, b.line_end, b.level, b
        CASE WHEN $17::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = b.org_id AND a.memory_id = b.id) END AS last_accessed_at
   FROM best b
- WHERE NOT $17::bool OR b.agent_id = $18::text
-    OR ($19::bool AND b.agent_id IS NULL AND ($23::bool OR b.kind <> 'document_chunk'))
  ORDER BY b.score DESC, b.id

@@ -1,8 +1,9 @@
 -- Nearest live rows by cosine distance via HNSW (the caller sets iterative scan + ef_search), filters applied
 -- ($4-$12, see service.retrieval.filters). Rows carry agent, metadata, event time and (messages) their place in
 -- their conversation for the results.
--- $13: for context assembly, which keeps only the rows of agent $14 (and org-wide ones when $15): of the nearest
--- $3, return just those, with the scoring fields it needs (embedding, last access), saving it a second read.
+-- $13: for context assembly, the nearest $3 rows of agent $14 (and org-wide ones when $15), others passed over
+-- during the walk (not cut afterwards: in an org of many agents the others' rows would take the places), with the
+-- scoring fields it needs (embedding, last access), saving it a second read.
 -- $16-$17: sources and collections filters (with $13, agent $14's own document chunks whatever their collection);
 -- $18: with $13, whether org-wide document chunks are kept
 -- (service.retrieval.filters.source_args).
@@ -33,6 +34,8 @@ WITH nearest AS (
        AND ($17::text[] IS NULL OR m.kind <> 'document_chunk' OR m.metadata->>'collection' = ANY($17)
             OR ($13::bool AND m.agent_id = $14::text))
        AND ($21::text[] IS NULL OR m.kind <> 'message' OR m.conversation_id = ANY($21))
+       AND (NOT $13::bool OR m.agent_id = $14::text
+            OR ($15::bool AND m.agent_id IS NULL AND ($18::bool OR m.kind <> 'document_chunk')))
      ORDER BY m.embedding <=> $2::vector
      LIMIT $3
 )
@@ -44,8 +47,6 @@ SELECT n.id, n.text, n.kind, n.source_path, n.line_start, n.line_end, n.level, n
        CASE WHEN $13::bool THEN (SELECT a.last_accessed_at FROM memory_access a
                                   WHERE a.org_id = n.org_id AND a.memory_id = n.id) END AS last_accessed_at
   FROM nearest n
- WHERE (NOT $13::bool OR n.agent_id = $14::text
-        OR ($15::bool AND n.agent_id IS NULL AND ($18::bool OR n.kind <> 'document_chunk')))
-   AND CASE WHEN $19::timestamptz IS NOT NULL THEN n.occurred_at <= $19 AND (n.valid_until IS NULL OR n.valid_until > $19)
+ WHERE CASE WHEN $19::timestamptz IS NOT NULL THEN n.occurred_at <= $19 AND (n.valid_until IS NULL OR n.valid_until > $19)
             WHEN $20::bool THEN true
             ELSE n.superseded_by IS NULL AND (n.valid_until IS NULL OR n.valid_until > now()) END
