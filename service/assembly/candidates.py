@@ -55,11 +55,13 @@ def hot_candidates(read: HotRead, query: str, query_vector: npt.NDArray[np.float
 
 
 def line_span(row: asyncpg.Record) -> LineSpan | None:
-    """The file lines a document chunk covers (None for other memories)."""
+    """The file lines a document chunk covers (None for other memories); an L2 chunk of one line whose
+    text does not end in a newline is ``partial``, a piece of an over-long line before its last."""
     path, start, end, level = row["source_path"], row["line_start"], row["line_end"], row["level"]
     if path is None or start is None or end is None or level is None:
         return None
-    return LineSpan(path, start, end, level)
+    partial = level == 2 and start == end and not str(row["text"]).endswith("\n")
+    return LineSpan(path, start, end, level, chunk=str(row["id"]), partial=partial)
 
 
 def cold_text(row: asyncpg.Record) -> str:

@@ -93,18 +93,43 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class LineSpan:
     """Lines ``start..end`` (1-based, inclusive) of ``path``, covered by a chunk of ``level`` (0 file
-    summary, 1 section, 2 chunk: higher is more specific)."""
+    summary, 1 section, 2 chunk: higher is more specific).
+
+    A line over the chunk bound is stored as several L2 chunks, its pieces, all with that line as
+    their span (:mod:`service.documents.long_lines`). Pieces hold different parts of the line, so two
+    pieces of one line neither contain nor overlap each other, and the packer may choose several; a
+    span over the line (a section, the file, a chunk of several lines) still contains each piece. Two
+    spans are such pieces when they are L2 spans of the same single line of different chunks and one
+    of them is ``partial``. Spans without a ``chunk`` compare by their lines alone.
+
+    Of two spans of the same lines and different levels, only the less specific one contains the
+    other: a chunk (a piece, even more so) does not contain a section of the same lines, which would
+    otherwise take its place in packing (in a one-line file, every section's span is that line).
+    """
 
     path: str
     start: int
     end: int
     level: int
+    chunk: str | None = None
+    """The chunk's memory id, which tells pieces of one line apart."""
+    partial: bool = False
+    """A single-line L2 chunk whose text stops before the line's end (a piece before the last one)."""
 
     def contains(self, other: LineSpan) -> bool:
-        return self.path == other.path and self.start <= other.start and other.end <= self.end
+        if self.path != other.path or other.start < self.start or self.end < other.end or self._other_piece(other):
+            return False
+        return self.level <= other.level or (self.start, self.end) != (other.start, other.end)
 
     def overlaps(self, other: LineSpan) -> bool:
-        return self.path == other.path and self.start <= other.end and other.start <= self.end
+        return (self.path == other.path and self.start <= other.end and other.start <= self.end
+                and not self._other_piece(other))
+
+    def _other_piece(self, other: LineSpan) -> bool:
+        """Whether ``self`` and ``other`` are different pieces of one line (their paths being equal)."""
+        return ((self.partial or other.partial) and self.chunk is not None and other.chunk is not None
+                and self.chunk != other.chunk and self.level == other.level == 2
+                and self.start == self.end == other.start == other.end)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,19 +3,24 @@
 * **L0** — one per file: a generated summary (path, language, line count, a one-paragraph description
   when the file has one, top-level symbols or headings). Its span is the whole file.
 * **L1** — one per section/symbol of the file's outline (:mod:`service.documents.languages`): the
-  section's own lines. A huge section's text is cut to ``max_section_tokens`` (whole lines, then
-  characters if even its first line is too big) and flagged ``truncated``; its span stays the
-  section's full span, because the span is what anchors the chunk in the file.
-* **L2** — size-bounded chunks that tile the file: every line is in exactly one L2 chunk, in order,
-  and ``"".join(c.text for c in l2) == content`` byte for byte (CRLF, a missing final newline and
-  an empty file included). A chunk is whole lines and, unless it is a single line, at most
-  ``max_chunk_tokens`` tokens as measured by ``count_tokens`` on its text. Cuts prefer section
-  boundaries (shallower first), then blank lines, as long as the chunk stays reasonably full.
+  section's own lines. A huge section's text is cut to ``max_section_tokens`` (whole lines, or if
+  even its first line is too big, a prefix of that line cut as an L2 piece would be) and flagged
+  ``truncated``; its span stays the section's full span, because the span is what anchors the chunk
+  in the file.
+* **L2** — size-bounded chunks that tile the file, in order, with
+  ``"".join(c.text for c in l2) == content`` byte for byte (CRLF, a missing final newline and an
+  empty file included); each is at most ``max_chunk_tokens`` tokens as measured by ``count_tokens``
+  on its text. A chunk is whole lines; cuts prefer section boundaries (shallower first), then blank
+  lines, as long as the chunk stays reasonably full. A line over the bound is the one exception: it
+  is cut into consecutive pieces (:mod:`service.documents.long_lines`: after whitespace or
+  punctuation when there is some, never inside a character or ``"\\r\\n"``, the terminator in the
+  last piece), each its own chunk with ``line_start == line_end`` that line.
 
 Line model (shared with :func:`split_lines`): lines are 1-based and end after each ``"\\n"``; a
 line's text includes its terminator (``"\\r\\n"`` stays inside the line), and a final line without
 ``"\\n"`` is still a line. A chunk's ``text`` is exactly the concatenation of lines
-``line_start..line_end`` — for L0 (generated) and truncated L1 chunks it is not.
+``line_start..line_end`` — for L0 (generated), truncated L1 chunks and the pieces of an over-long
+line it is not (the pieces of a line, in order, are that line).
 An empty file has ``line_count == 0``, no L1/L2 chunks, and an L0 with the empty span (1, 0).
 """
 
@@ -23,12 +28,13 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
 from service.documents.languages import breadcrumb, detect_language, outline, split_lines
+from service.documents.long_lines import CountTokens, cut_line, line_prefix
 from service.documents.sections import Section
 
 __all__ = [
@@ -40,8 +46,6 @@ __all__ = [
     "detect_language",
     "split_lines",
 ]
-
-CountTokens = Callable[[str], int]
 
 LEVEL_FILE: Final = 0
 LEVEL_SECTION: Final = 1
@@ -137,18 +141,12 @@ def chunk_file(
     strength = _cut_strength(lang, lines, sections)
     for start, end in _l2_spans(lines, estimates, strength, max_chunk_tokens, count_tokens):
         owner = sections[owners[start]] if owners[start] >= 0 else None
-        chunks.append(
-            Chunk(
-                level=LEVEL_CHUNK,
-                line_start=start + 1,
-                line_end=end,
-                text="".join(lines[start:end]),
-                section_title=owner.title if owner else None,
-                breadcrumb=breadcrumb(path, owner.trail if owner else ()),
-                symbol=owner.symbol if owner else None,
-                language=lang,
-            )
-        )
+        title, symbol, trail = (owner.title, owner.symbol, owner.trail) if owner else (None, None, ())
+        # A span is one line when that line alone is over the bound: it is cut into pieces.
+        texts = (["".join(lines[start:end])] if end - start > 1 or estimates[start] <= max_chunk_tokens
+                 else cut_line(lines[start], max_chunk_tokens, count_tokens, estimates[start]))
+        chunks.extend(Chunk(level=LEVEL_CHUNK, line_start=start + 1, line_end=end, text=text, section_title=title,
+                            breadcrumb=breadcrumb(path, trail), symbol=symbol, language=lang) for text in texts)
     return FileChunks(
         path=path,
         language=lang,
@@ -168,7 +166,8 @@ def _l2_spans(
     bound: int,
     count: CountTokens,
 ) -> list[tuple[int, int]]:
-    """0-based half-open line ranges tiling ``lines``, each within ``bound`` unless a single line.
+    """0-based half-open line ranges tiling ``lines``, each within ``bound`` unless a single line
+    (which :func:`~service.documents.long_lines.cut_line` then cuts).
 
     Greedy on the per-line ``estimates``, then the cut is moved back to the strongest boundary that
     keeps the chunk at least ``_MIN_FILL`` full, then checked with one real count of the chunk's
@@ -252,20 +251,23 @@ def _section_text(
 ) -> tuple[str, bool]:
     """A section's lines, or for a huge one a prefix of them within ``bound`` tokens.
 
-    The per-line estimates pick the candidate prefix so that a 5000-line class is never counted
-    whole: real counting stays proportional to ``bound`` per section.
+    The per-line counts (``prefix``) pick the candidate prefix so that a 5000-line class is never
+    counted whole, and a first line over ``bound`` is cut like a long L2 line: real counting stays
+    proportional to ``bound`` per section, however long its lines.
     """
     first, last = section.line_start - 1, section.line_end
+    if prefix[first + 1] - prefix[first] > bound:
+        return line_prefix(lines[first], bound, count, prefix[first + 1] - prefix[first]), True
     fitting = bisect_right(prefix, prefix[first] + bound, lo=first, hi=last + 1) - 1
     if fitting >= last:
         return _bounded_prefix(lines[first:last], bound, count)
-    text, _ = _bounded_prefix(lines[first : max(fitting, first + 1)], bound, count)
+    text, _ = _bounded_prefix(lines[first:fitting], bound, count)
     return text, True
 
 
 def _bounded_prefix(lines: Sequence[str], bound: int, count: CountTokens) -> tuple[str, bool]:
     """The lines' text if within ``bound`` tokens, else its longest fitting prefix of whole lines
-    (or of characters, when even the first line is over) and True."""
+    (or :func:`~service.documents.long_lines.line_prefix` of the first, when even it is over) and True."""
     text = "".join(lines)
     if count(text) <= bound:
         return text, False
@@ -278,15 +280,7 @@ def _bounded_prefix(lines: Sequence[str], bound: int, count: CountTokens) -> tup
             hi = mid - 1
     if lo > 0:
         return "".join(lines[:lo]), True
-    first = lines[0]
-    lo, hi = 0, len(first) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count(first[:mid]) <= bound:
-            lo = mid
-        else:
-            hi = mid - 1
-    return first[:lo], True
+    return line_prefix(lines[0], bound, count), True
 
 
 def _summary_chunk(

@@ -23,6 +23,9 @@ WHERE clause and by row-level security)::
     coarser level is dropped when a finer hit of the same file already covers its matched lines (an
     L1 section is returned only for a match that spans an L2 boundary; an L0 summary only when the
     file has no other hit). Score: ``2/1/0`` for L2/L1/L0 + ``0.5`` whole word + ``min(n, 20)/40``.
+    A line over the chunk bound is stored as several L2 pieces of that line (cut after whitespace or
+    punctuation where it has some): each piece is a hit of its own, on that line, and a match that
+    straddles two pieces is in neither (only an L1 section whose text holds it can find it).
 ``path``
     Glob or prefix over ``source_path``. Without wildcards the pattern matches the path exactly
     (score 1.0), a file whose name equals it (0.9, only for patterns without ``/``), a directory
@@ -183,8 +186,8 @@ def _ranked(hits: Sequence[LookupHit], limit: int) -> list[LookupHit]:
 
 
 MAX_MATCHES_PER_CHUNK: Final = 200
-"""``exact`` places at most this many matches of a chunk on its lines: a one-line chunk of minified code
-can hold hundreds of thousands of matches of a short query, and only the first lines show anyway."""
+"""``exact`` places at most this many matches of a chunk on its lines: a chunk of minified code can hold
+hundreds of matches of a short query (an L1 section, thousands), and only the first lines show anyway."""
 _NEWLINE: Final = re.compile("\n")
 
 

@@ -16,7 +16,9 @@ import asyncpg
 import httpx
 import pytest
 
+from service.db import Database, create_pool
 from service.embedded.postgres import free_port
+from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
@@ -88,3 +90,13 @@ async def app_conn(app_dsn: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture(scope="module")
+async def db(endpoints: Endpoints) -> AsyncIterator[Database]:
+    """A pool of the app role on the tests' event loop (an app's own pool belongs to its test client's loop)."""
+    database = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
+    try:
+        yield database
+    finally:
+        await database.close()

@@ -4,18 +4,16 @@ identifier semantic search ranks poorly."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from service.db import Database, TenantTx, create_pool
+from service.db import Database, TenantTx
 from service.documents import lookup
 from service.documents.globs import compile_path
 from service.documents.lookup import LookupFilters, applicable_modes
 from service.embeddings import Embedder
-from service.runtime import Endpoints
 from tests.conftest import Tenant
 
 SPHERE = '''import math
@@ -128,11 +126,6 @@ FILES = {"geo/sphere.py": SPHERE, "text/slug.py": SLUG, "net/retry.py": RETRY, "
          "billing/ledger.py": LEDGER, "README.md": README}
 
 
-@pytest.fixture(scope="module")
-async def db(endpoints: Endpoints) -> AsyncIterator[Database]:
-    database = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=2), statement_timeout_ms=5000)
-    yield database
-    await database.close()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from litestar.testing import AsyncTestClient
 
-from service.db import Database, create_pool
+from service.db import Database
 from service.embeddings import Embedder
 from service.retrieval import RetrievalEngine, SearchRequest, SearchResponse
 from service.runtime import Endpoints
@@ -91,13 +91,6 @@ def stub_server() -> Iterator[Stub]:
         loop.close()
 
 
-@pytest.fixture
-async def db(endpoints: Endpoints) -> AsyncIterator[Database]:
-    database = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
-    try:
-        yield database
-    finally:
-        await database.close()
 
 
 def rerank_settings(stub: Stub, provider: RerankProvider, **kw: Any) -> RerankSettings:

@@ -3,14 +3,14 @@ machine — one query shape, one result shape, RRF across modes — against real
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from service.db import Database, create_pool
+from service.db import Database
 from service.embeddings import Embedder
 from service.retrieval import SearchRequest, modes
 from service.runtime import Endpoints
@@ -63,12 +63,6 @@ def lines_with(content: str, needle: str) -> set[int]:
     return {i for i, line in enumerate(content.splitlines(), start=1) if needle in line}
 
 
-@pytest.fixture(scope="module")
-async def db(endpoints: Endpoints) -> AsyncIterator[Database]:
-    """A pool on the tests' event loop (the app's pool belongs to the test client's loop)."""
-    database = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=2), statement_timeout_ms=5000)
-    yield database
-    await database.close()
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -298,6 +299,76 @@ def test_partly_overlapping_chunks_are_not_packed_twice(counter: TokenCounter) -
     result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert [p.id for p in result.chosen] == ["one", "three"]
     assert [(d.id, d.reason) for d in result.dropped] == [("two", "nested")]
+
+
+def piece(id: str, partial: bool, line: int = 1, path: str = "app.min.js") -> LineSpan:
+    """An L2 piece of an over-long line (``partial``: one before the line's last)."""
+    return LineSpan(path, line, line, 2, chunk=id, partial=partial)
+
+
+def test_pieces_of_one_line_neither_contain_nor_overlap_each_other() -> None:
+    pieces = [piece("p1", True), piece("p2", True), piece("p3", False)]  # p3 ends the line
+    for a in pieces:
+        assert a.contains(a) and a.overlaps(a)
+        for b in pieces:
+            if a is not b:
+                assert not a.contains(b) and not a.overlaps(b), (a.chunk, b.chunk)
+    # The same chunk read twice (a hot and a cold copy) is still the same lines.
+    assert pieces[0].contains(piece("p1", True)) and pieces[0].overlaps(piece("p1", True))
+    # Pieces of another line or file are other lines anyway.
+    assert not pieces[0].overlaps(piece("q1", True, line=2)) and not pieces[0].overlaps(piece("r1", True, path="b.js"))
+
+
+def test_a_span_over_the_line_contains_each_of_its_pieces() -> None:
+    pieces = [piece("p1", True), piece("p2", True), piece("p3", False)]
+    section = LineSpan("app.min.js", 1, 1, 1, chunk="section")  # in a one-line file, every section is line 1
+    summary = LineSpan("app.min.js", 1, 1, 0, chunk="file")
+    several = LineSpan("app.min.js", 4, 9, 2, chunk="several")
+    unkeyed = LineSpan("app.min.js", 1, 3, 1)
+    for p in pieces:
+        for over in (section, summary, unkeyed):
+            assert over.contains(p) and over.overlaps(p) and p.overlaps(over)
+            # A piece holds part of the line, never the section or file over it.
+            assert not p.contains(over)
+    middle = piece("m", True, line=6)
+    assert several.contains(middle) and several.overlaps(middle) and not middle.contains(several)
+
+
+def test_identical_spans_of_whole_line_chunks_contain_each_other() -> None:
+    # Two L2 chunks of the same lines that are not pieces (none stops before its line's end), or
+    # spans without chunk ids: compared by their lines, as they always were.
+    for a, b in [(LineSpan("a.py", 5, 5, 2, chunk="a"), LineSpan("a.py", 5, 5, 2, chunk="b")),
+                 (LineSpan("a.py", 5, 5, 2), LineSpan("a.py", 5, 5, 2, partial=True)),
+                 (LineSpan("a.py", 3, 8, 2, chunk="a"), LineSpan("a.py", 3, 8, 2, chunk="b"))]:
+        assert a.contains(b) and b.contains(a) and a.overlaps(b) and b.overlaps(a)
+    # Of the same lines at two levels, the section contains the chunk and not the other way round.
+    section, chunk_span = LineSpan("a.py", 5, 5, 1, chunk="s"), LineSpan("a.py", 5, 5, 2, chunk="c")
+    assert section.contains(chunk_span) and not chunk_span.contains(section) and chunk_span.overlaps(section)
+
+
+def line_piece(id: str, partial: bool, relevance: float, n: int) -> Candidate:
+    text = " ".join(f"minified{n}w{k}" for k in range(12))
+    return cand(id, text, relevance=relevance, lines=piece(id, partial))
+
+
+def test_the_packer_chooses_several_pieces_of_one_line(counter: TokenCounter) -> None:
+    cands = [
+        line_piece("p1", True, relevance=1.0, n=1),
+        line_piece("p2", True, relevance=0.9, n=2),
+        line_piece("p3", False, relevance=0.85, n=3),
+        cand("section", " ".join(f"section{k}" for k in range(12)), relevance=0.8,
+             lines=LineSpan("app.min.js", 1, 1, 1, chunk="section")),
+    ]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    # The best piece is chosen, not the section over its line (which it does not contain); the other
+    # pieces are other parts of the line, and the section holds the chosen one's part again.
+    assert [p.id for p in result.chosen] == ["p1", "p2", "p3"]
+    assert [(d.id, d.reason) for d in result.dropped] == [("section", "nested")]
+    # With the section first, it is the pieces that match that go in for it, the best first.
+    cands[3] = dataclasses.replace(cands[3], relevance=1.0)
+    cands[0] = dataclasses.replace(cands[0], relevance=0.95)
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["p1", "p2", "p3"]
 
 
 # -- the packer against a plain restatement of its contract -------------------------------------------

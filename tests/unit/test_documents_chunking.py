@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,12 +43,21 @@ def assert_invariants(fc: FileChunks, content: str, *, bound: int, count: Counte
     l2 = fc.at_level(2)
     assert "".join(c.text for c in l2) == content
     expected_start = 1
-    for c in l2:
-        assert c.line_start == expected_start and c.line_end >= c.line_start
-        assert c.text == "".join(lines[c.line_start - 1 : c.line_end])
-        assert count(c.text) <= bound or c.line_start == c.line_end
-        assert c.breadcrumb.startswith(fc.path)
-        expected_start = c.line_end + 1
+    # Every L2 chunk is within the bound: whole lines, or consecutive pieces of one over-long line.
+    for (start, end), same_span in itertools.groupby(l2, key=lambda c: (c.line_start, c.line_end)):
+        group = list(same_span)
+        assert start == expected_start and end >= start
+        span = "".join(lines[start - 1 : end])
+        assert "".join(c.text for c in group) == span
+        for c in group:
+            assert c.text and count(c.text) <= bound
+            assert c.breadcrumb == group[0].breadcrumb and c.breadcrumb.startswith(fc.path)
+        if len(group) > 1:
+            assert start == end and count(span) > bound
+            assert all("\n" not in c.text for c in group[:-1])  # the terminator stays in the last piece
+            terminator = "\r\n" if span.endswith("\r\n") else "\n" if span.endswith("\n") else ""
+            assert group[-1].text.endswith(terminator)
+        expected_start = end + 1
     assert expected_start == fc.line_count + 1
 
     for c in fc.at_level(1):
@@ -107,19 +117,23 @@ def test_empty_file() -> None:
     assert fc.content_hash == hashlib.sha256(b"").hexdigest()
 
 
-def test_single_line_longer_than_bound_is_its_own_chunk() -> None:
+def test_single_line_longer_than_bound_is_cut_into_pieces_of_that_line() -> None:
     long_line = " ".join(f"w{i}" for i in range(50)) + "\n"
     content = "a b\nc d\n" + long_line + "e f\n"
     fc = chunk("f.txt", content, bound=5)
-    spans = [(c.line_start, c.line_end) for c in fc.at_level(2)]
-    assert (3, 3) in spans
-    assert next(c for c in fc.at_level(2) if c.line_start == 3).text == long_line
+    pieces = [c for c in fc.at_level(2) if c.line_start == 3]
+    assert len(pieces) >= 10 and all(c.line_end == 3 and words(c.text) <= 5 for c in pieces)
+    assert "".join(c.text for c in pieces) == long_line
+    assert all(c.text.endswith(" ") for c in pieces[:-1])  # cut after whitespace, no word split
+    assert pieces[-1].text.endswith("w49\n")
 
 
 def test_file_with_one_huge_line_and_no_newline() -> None:
     content = "x " * 1000
     fc = chunk("f.txt", content, bound=10)
-    assert [(c.line_start, c.line_end, c.text) for c in fc.at_level(2)] == [(1, 1, content)]
+    l2 = fc.at_level(2)
+    assert len(l2) >= 100 and {(c.line_start, c.line_end) for c in l2} == {(1, 1)}
+    assert "".join(c.text for c in l2) == content
 
 
 def test_crlf_survives_byte_for_byte() -> None:
@@ -173,6 +187,13 @@ _line_text = st.one_of(
         alphabet=st.characters(blacklist_characters="\n", blacklist_categories=["Cs"]),
         max_size=60,
     ),
+    # Long lines: minified code, prose on one line, emoji and combining sequences, runs without breaks.
+    st.lists(
+        st.sampled_from(["word ", "alpha", ",", ";", "}", " ", "\t", "\r", "\U0001f389", "\u200d", "e\u0301",
+                         "x" * 30]),
+        min_size=20,
+        max_size=200,
+    ).map("".join),
 )
 
 
@@ -194,6 +215,7 @@ def line_structured_texts(draw: st.DrawFn) -> str:
     use_quarter=st.booleans(),
 )
 def test_property_l2_tiles_file_exactly(content: str, path: str, bound: int, use_quarter: bool) -> None:
+    """L2 tiles the file byte for byte and every L2 chunk is within the bound, long lines included."""
     count = quarter if use_quarter else words
     chunk(path, content, bound=bound, count=count, max_section_tokens=40)
 
