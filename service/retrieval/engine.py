@@ -36,7 +36,7 @@ from service.retrieval.modes_search import search_modes
 from service.retrieval.planner import EMBEDDER_BUSY, EMBEDDER_DOWN, Plan, choose, planned_strategy
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.query_embedding import QueryEmbedder
-from service.retrieval.run import SearchRun, StepTimeouts, fusion_depth
+from service.retrieval.run import SearchRun, StepTimeouts, fusion_depth, semantic_depth
 from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import (
     Mode,
@@ -286,11 +286,11 @@ class RetrievalEngine:
         # starts the moment the embedding is ready, on a second connection.
         lexical_task = asyncio.ensure_future(
             self._lexical(org_id, request, fusion_depth(tuning.lexical_candidates, request.limit, run), run))
-        semantic_depth = fusion_depth(tuning.semantic_candidates, request.limit, run)
+        depth = semantic_depth(tuning.semantic_candidates, request.limit, run)
         lexical, semantic = await asyncio.gather(
             lexical_task,
-            self._semantic(org_id, request, semantic_depth, run) if speaker is None else
-            self._speaker_semantic(org_id, request, semantic_depth, run, lexical_task, speaker),
+            self._semantic(org_id, request, depth, run) if speaker is None else
+            self._speaker_semantic(org_id, request, depth, run, lexical_task, speaker),
             return_exceptions=True,
         )
         for outcome in (lexical, semantic):

@@ -14,6 +14,7 @@ from service.retrieval.filters import filter_args, like_prefix
 from service.retrieval.hits import Hit
 from service.retrieval.planner import choose, looks_like_identifier_query
 from service.retrieval.query_cache import QueryEmbeddingCache
+from service.retrieval.run import SearchRun, fusion_depth, semantic_depth
 from service.retrieval.speakers import SpeakerBoost
 from service.retrieval.types import MessageRef, SearchFilters
 from service.settings import load_settings
@@ -297,3 +298,13 @@ def test_retrieval_settings_from_env() -> None:
                        "PGCONTEXT_RETRIEVAL_EMBEDDING_TIMEOUT_MS": "300"}).retrieval
     assert (s.branch_delay_ms, s.ef_search, s.embedding_timeout_ms) == (25, 64, 300)
     assert load_settings({}).retrieval.branch_delay_ms == 0
+
+
+def test_an_assemblys_semantic_branch_ranks_half_the_depth() -> None:
+    """A search ranks each branch twice ``limit`` deep (at least the candidates asked for); an assembly's
+    lexical branch ``limit`` deep and its semantic branch half that, at least 20 rows."""
+    search, assembly = SearchRun(), SearchRun(rows_scope=("agent", True, False))
+    assert (fusion_depth(50, 60, search), semantic_depth(50, 60, search)) == (120, 120)
+    assert (fusion_depth(50, 60, assembly), semantic_depth(50, 60, assembly)) == (60, 30)
+    assert (fusion_depth(10, 20, assembly), semantic_depth(10, 20, assembly)) == (20, 20)
+    assert semantic_depth(50, 45, assembly) == 25  # the candidates' floor of 50, halved and rounded up
