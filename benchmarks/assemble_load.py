@@ -105,7 +105,7 @@ async def run_levels(url: str, headers: dict[str, str], queries: list[str], agen
         rng = random.Random(3)
 
         async def directive(i: int) -> tuple[int, bytes]:
-            async with http.get(f"/v1/agents/agent-{1 + i % (agents - 1)}/directive") as r:
+            async with http.get(f"/v1/agents/agent-{1 + i % (agents - 1) if agents > 1 else 0}/directive") as r:
                 return r.status, await r.read()
 
         async def assemble(i: int) -> tuple[int, bytes]:

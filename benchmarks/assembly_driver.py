@@ -204,8 +204,11 @@ def assemble_body(i: int, queries: Sequence[str], agents: int, rng: random.Rando
     retrieval: dict[str, Any] = {} if strategy is None else {"retrieval": {"strategy": strategy}}
     if timeout_ms is not None:
         retrieval["timeout_ms"] = timeout_ms  # the caller's deadline (X-Timeout-Ms's body field)
+    # agent-0 holds no memory of its own when the agents divide --org-wide-every (i % 20 == 0 is org-wide
+    # too), so the others are asked for; with one agent, agent-0 holds every memory that is not org-wide.
     return {**retrieval,
-        "agent_id": f"agent-{rng.randrange(1, agents)}", "query": query, "model": MODEL, "max_context_tokens": 4000,
+        "agent_id": f"agent-{rng.randrange(1, agents) if agents > 1 else 0}", "query": query, "model": MODEL,
+        "max_context_tokens": 4000,
         "reserve_tokens": 500,
         "recent_messages": [{"role": "user", "content": f"I am reading about this: {query}"},
                             {"role": "assistant", "content": "Let me look at what we know about it."},
