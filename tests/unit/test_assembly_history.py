@@ -9,7 +9,8 @@ from uuid import UUID, uuid4
 from service.assembly.history import InHistory, split
 from service.assembly.scoring import Candidate
 from service.assembly.types import AssembleRequest, Message
-from service.retrieval.types import MessageRef, SearchResult
+from service.memories.types import MessageRef
+from service.retrieval.types import SearchResult
 from service.text.tokens import Tokenizers
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
+from service.memories.types import MessageRef
 from service.retrieval import fusion
 from service.retrieval.filters import filter_args, like_prefix
 from service.retrieval.hits import Hit
@@ -16,7 +17,7 @@ from service.retrieval.planner import choose, looks_like_identifier_query
 from service.retrieval.query_cache import QueryEmbeddingCache
 from service.retrieval.run import SearchRun, fusion_depth, semantic_depth
 from service.retrieval.speakers import SpeakerBoost
-from service.retrieval.types import MessageRef, SearchFilters
+from service.retrieval.types import SearchFilters
 from service.settings import load_settings
 
 

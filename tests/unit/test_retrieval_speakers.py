@@ -8,6 +8,7 @@ from uuid import UUID, uuid4
 import numpy as np
 import pytest
 
+from service.memories.types import MessageRef
 from service.retrieval.hits import Hit
 from service.retrieval.speakers import (
     MAX_SPEAKERS,
@@ -15,7 +16,6 @@ from service.retrieval.speakers import (
     person_asked_about,
     semantic_hits,
 )
-from service.retrieval.types import MessageRef
 
 A = uuid4()
 
