@@ -97,8 +97,8 @@ class ColdBranch:
     def request(self, org_id: UUID, req: AssembleRequest, sel: SelectiveBudget | None) -> tuple[SearchRequest, int]:
         """The search for ``req`` and how many of its candidates to keep (400 on bad input)."""
         opts = req.retrieval
-        keep = opts.limit or self.limits.for_budget(
-            org_id, memories_budget_bound(req, sel, self.settings.default_reserve_tokens))
+        keep = opts.limit or min(self.engine.max_limit, self.limits.for_budget(  # a search's most rows
+            org_id, memories_budget_bound(req, sel, self.settings.default_reserve_tokens)))
         if opts.include_org_wide:
             filters = opts.filters
         else:

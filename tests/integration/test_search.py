@@ -332,13 +332,14 @@ async def test_hybrid_fuses_at_least_twice_the_limit_from_each_branch(
     floor = await search(client, tenant, query="project note item", strategy="hybrid", limit=30,
                          tuning={"lexical_candidates": 70, "semantic_candidates": 20})
     assert (floor["metrics"]["lexical_candidates"], floor["metrics"]["semantic_candidates"]) == (70, 60)
-    # Context assembly's search (rows with their scoring fields) keeps max(candidates, limit) per branch.
+    # Context assembly's search (rows with their scoring fields) keeps max(candidates, limit) of the lexical
+    # branch and half as many (at least 20) of the semantic one.
     db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=4), statement_timeout_ms=5000)
     try:
         engine = RetrievalEngine(db, embedder, settings.retrieval, max_limit=200)
         request = SearchRequest(query="project note item", strategy="hybrid", limit=60)
         response, rows = await engine.search_rows(tenant.org_id, request, ("someone", True, True))
-        assert (response.metrics.lexical_candidates, response.metrics.semantic_candidates) == (60, 60)
+        assert (response.metrics.lexical_candidates, response.metrics.semantic_candidates) == (60, 30)
         assert len(response.results) == 60 and set(rows) >= {r.id for r in response.results}
     finally:
         await db.close()
