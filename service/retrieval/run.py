@@ -110,6 +110,6 @@ def semantic_depth(candidates: int, limit: int, run: SearchRun) -> int:
     other agents' rows to find the agent's own and the org-wide ones, so each row it ranks costs more
     the more agents the org holds (at 100K memories over 20 agents: 7.3 ms of Postgres for 60 rows,
     3.7 ms for 30), and the deeper half moved no evidence (LoCoMo dev, 1,000 tokens: 0.8170 with 60,
-    0.8189 with 30): the lexical branch keeps the whole depth."""
+    0.8189 and 0.8170 with 30): the lexical branch keeps the whole depth."""
     depth = fusion_depth(candidates, limit, run)
     return depth if run.rows_scope is None else max(ASSEMBLY_SEMANTIC_FLOOR, -(-depth // 2))
