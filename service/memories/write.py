@@ -75,18 +75,21 @@ def parse_create_body(body: bytes, limits: LimitSettings) -> tuple[list[MemoryIn
         raise PayloadTooLarge(f"a batch holds at most {limits.max_batch} memories, got {len(items)}",
                               code="batch_too_large", details={"limit": limits.max_batch})
     for index, item in enumerate(items):
-        where = "text" if len(items) == 1 else f"memories[{index}].text"
-        check_text(item.text, limits, field=where)
-        check_text_limits(item.search_context, limits,
-                          field="search_context" if len(items) == 1 else f"memories[{index}].search_context")
-        check_kind(item.kind)
-        check_metadata(item.metadata, limits)
-        for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at),
-                            ("valid_until", item.valid_until)):
-            if value is not None:
-                check_occurred_at(value, field=name if len(items) == 1 else f"memories[{index}].{name}")
+        check_item(item, limits, "" if len(items) == 1 else f"memories[{index}].")
     facts.check_items(items)
     return items, policy
+
+
+def check_item(item: MemoryIn, limits: LimitSettings, where: str = "") -> None:
+    """What a write checks of one memory beyond its schema; ``where`` prefixes the field names."""
+    check_text(item.text, limits, field=f"{where}text")
+    check_text_limits(item.search_context, limits, field=f"{where}search_context")
+    check_kind(item.kind)
+    check_metadata(item.metadata, limits)
+    for name, value in (("occurred_at", item.occurred_at), ("expires_at", item.expires_at),
+                        ("valid_until", item.valid_until)):
+        if value is not None:
+            check_occurred_at(value, field=f"{where}{name}")
 
 
 async def embed_texts(services: Services, org_id: UUID, texts: list[str]) -> np.ndarray:

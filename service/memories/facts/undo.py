@@ -5,14 +5,19 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+import msgspec
+
 from service.embeddings.lanes import lanes_of
-from service.errors import Conflict, NotFound, Unprocessable
+from service.errors import AppError, Conflict, NotFound, Unprocessable
 from service.memories import repo
 from service.memories.facts import write as facts
 from service.memories.facts.history import Events, item_from
 from service.memories.facts.types import UNDOABLE, UndoResult
 from service.memories.facts.write import scope_key
+from service.memories.types import MemoryIn
+from service.memories.write import check_item
 from service.runtime import Services
+from service.settings import LimitSettings
 
 
 def _not_undone(event: Any, event_id: UUID) -> None:
@@ -20,10 +25,40 @@ def _not_undone(event: Any, event_id: UUID) -> None:
         raise Conflict(f"event {event_id} was already undone by {event['undone_by']}", code="already_undone")
 
 
-def _restorable(event: Any) -> dict[str, Any] | None:
-    """The item a merge absorbed (a rule's merge, or a model's ``merge`` decision)."""
-    item = event["detail"].get("item")
-    return item if isinstance(item, dict) else None
+def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict[str, Any]] | None, list[UUID]]:
+    """What undoing ``event`` takes: the item a merge absorbed (a rule's merge, or a model's ``merge``
+    decision: its id, the item, the metadata keys the merge added to the kept memory) and the memories a
+    model's decision retired. An event's detail is checked as a write checks a memory: one an import
+    wrote can hold anything (422 ``not_undoable``, not a failure of the service)."""
+    detail = event["detail"] if isinstance(event["detail"], dict) else {}
+
+    def refused(why: str) -> Unprocessable:
+        return Unprocessable(f"event {event['id']} cannot be undone: {why}", code="not_undoable")
+
+    merged = None
+    raw = detail.get("item")
+    if isinstance(raw, dict):
+        added = detail.get("added_metadata", {})
+        try:
+            ident, item = UUID(str(raw.get("id"))), item_from(raw)
+            check_item(item, limits, "detail.item.")
+        except (ValueError, msgspec.ValidationError) as exc:
+            raise refused(f"its merged item is not a memory a write could make ({exc})") from exc
+        except AppError as exc:
+            raise refused(f"its merged item is not a memory a write could make ({exc.message})") from exc
+        if not isinstance(added, dict):
+            raise refused("its added_metadata is not an object")
+        merged = ident, item, added
+    retired: list[UUID] = []
+    if event["event"] == "consolidated":
+        names = detail.get("retired", [])
+        try:
+            retired = [UUID(str(i)) for i in names] if isinstance(names, list) else []
+        except ValueError as exc:
+            raise refused(f"its retired memories are not memory ids ({exc})") from exc
+        if not isinstance(names, list):
+            raise refused("its retired memories are not a list")
+    return merged, retired
 
 
 async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID, *,
@@ -36,21 +71,20 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
         event = await tx.fetchrow("facts.event", org_id, memory_id, event_id)
     if event is None:
         raise NotFound(f"event {event_id} of memory {memory_id} not found")
-    item = _restorable(event)
-    retired = [UUID(i) for i in event["detail"].get("retired", [])] if event["event"] == "consolidated" else []
-    if event["event"] not in UNDOABLE or (item is None and not retired):
+    merged, retired = _plan(event, services.settings.limits) if event["event"] in UNDOABLE else (None, [])
+    if merged is None and not retired:
         raise Unprocessable(f"a {event['event']!r} event cannot be undone (merges and model decisions that "
                             "changed memories can; a merged-away memory is restored from the history of the "
                             "memory it was merged into)", code="not_undoable")
     _not_undone(event, event_id)
     embedding = None
-    if item is not None:
-        embedding = await lanes_of(services).embed_bulk(org_id, [item["text"]])
+    if merged is not None:
+        embedding = await lanes_of(services).embed_bulk(org_id, [merged[1].text])
     touched: set[str | None] = {event["agent_id"]}
     async with services.db.tenant(org_id) as tx:
         # scopes first (sorted), then rows, as every fact path; then the event again, under those locks:
         # a concurrent undo of it has committed or waits until this one has
-        agents = [event["agent_id"], *([item.get("agent_id")] if item is not None else [])]
+        agents = [event["agent_id"], *([merged[1].agent_id] if merged is not None else [])]
         for ident in (memory_id, *retired):
             agents.append((await repo.agent_of(tx, ident))[1])
         await tx.fetchval("facts.lock_scopes", str(org_id), sorted({scope_key(a) for a in agents}))
@@ -60,10 +94,11 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
         _not_undone(again, event_id)
         events = Events()
         restored = None
-        if item is not None and embedding is not None:
-            agent = await tx.fetchval("facts.unreinforce", org_id, memory_id, event["detail"].get("added_metadata", {}))
-            written, changed = await facts.write(tx, services.settings.facts, [item_from(item)], embedding, "keep",
-                                                 ids=[UUID(item["id"])], decided_by="undo")
+        if merged is not None and embedding is not None:
+            ident, item, added = merged
+            agent = await tx.fetchval("facts.unreinforce", org_id, memory_id, added)
+            written, changed = await facts.write(tx, services.settings.facts, [item], embedding, "keep",
+                                                 ids=[ident], decided_by="undo")
             restored = written[0].id
             touched |= changed | {agent}
         for rid in retired:
