@@ -5,7 +5,10 @@ that is not already resolved (:class:`service.auth.KeyCache`) takes a token *bef
 and gives it back when the lookup finds it: unknown keys from one address reach Postgres at most
 ``burst`` times, then ``rate_per_s`` times a second, however many are sent and however concurrently.
 An address with no token left is answered 429 ``auth_rate_limited`` (``Retry-After``) at the edge;
-its cached keys keep working. IPv6 addresses count by their /64 (one host holds a whole subnet).
+its cached keys keep working, and so does a key that was found within the last ``KNOWN_GOOD_S``
+(looked up again when its cache entry ends, but without a token: clients behind one proxy or NAT
+share an address, and one of them still sending a revoked key must not lock the others out). A key
+found no more is forgotten at once. IPv6 addresses count by their /64 (one host holds a whole subnet).
 
 The addresses remembered are bounded (least recently seen forgotten first, and a forgotten address is
 simply full again): a stranger spreading over many addresses costs at most ``max_addresses`` small
@@ -27,6 +30,10 @@ AUTH_RATE_LIMITED = Counter("pgcontext_auth_rate_limited_total",
                             "Requests refused with 429 because their address sent too many unknown API keys")
 
 
+KNOWN_GOOD_S = 900.0
+"""How long a key that was found is looked up again without taking a token of its address."""
+
+
 def address_key(address: str) -> str:
     """The unit an address is counted in: itself, or its /64 for IPv6."""
     try:
@@ -45,6 +52,8 @@ class FailedAuthLimiter:
         self.max_addresses = max_addresses
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         """Per address: (tokens, monotonic time they were counted)."""
+        self._good: OrderedDict[bytes, float] = OrderedDict()
+        """Hashes of keys found recently: monotonic time until which they need no token."""
 
     @property
     def enabled(self) -> bool:
@@ -77,6 +86,23 @@ class FailedAuthLimiter:
         while len(self._buckets) > self.max_addresses:
             self._buckets.popitem(last=False)
         return None
+
+    def known(self, key_hash: bytes) -> bool:
+        """Whether the key was found within the last ``KNOWN_GOOD_S`` (its lookup takes no token)."""
+        until = self._good.get(key_hash)
+        return until is not None and until > time.monotonic()
+
+    def vouch(self, key_hash: bytes) -> None:
+        """The key was found: for ``KNOWN_GOOD_S`` its lookups take no token (at most ``max_addresses``
+        keys remembered, the least recently found forgotten first)."""
+        self._good[key_hash] = time.monotonic() + KNOWN_GOOD_S
+        self._good.move_to_end(key_hash)
+        while len(self._good) > self.max_addresses:
+            self._good.popitem(last=False)
+
+    def forget(self, key_hash: bytes) -> None:
+        """The key was not found (revoked): its lookups take tokens again."""
+        self._good.pop(key_hash, None)
 
     def give_back(self, address: str) -> None:
         """The key was found: its lookup was no failure."""

@@ -60,15 +60,20 @@ async def authenticate(request: Request, services: Services) -> UUID:  # type: i
     org_id = cache.get(key_hash)
     if org_id is None:
         failures = services.extras.get("auth_failures")
+        limited = isinstance(failures, FailedAuthLimiter) and not failures.known(key_hash)
         address = request.client.host if request.client is not None else ""
-        if isinstance(failures, FailedAuthLimiter):
+        if limited and isinstance(failures, FailedAuthLimiter):
             refusal = failures.take(address)  # before the lookup: concurrent unknown keys are bounded too
             if refusal is not None:
                 raise refusal
         org_id = await _lookup(services, key_hash, request)
         if org_id is None:
+            if isinstance(failures, FailedAuthLimiter):
+                failures.forget(key_hash)
             raise InvalidToken("invalid or revoked API key")
         if isinstance(failures, FailedAuthLimiter):
-            failures.give_back(address)
+            if limited:
+                failures.give_back(address)
+            failures.vouch(key_hash)
         cache.put(key_hash, org_id)
     return org_id

@@ -64,12 +64,16 @@ def _edge_refusal(scope: Scope) -> TooManyRequests | None:
     cache = services.extras.get("key_cache")
     if scheme.lower() != b"bearer" or not key.strip() or not isinstance(cache, KeyCache):
         return None
-    org_id = cache.get(hash_key(key.strip().decode("latin-1")))
+    key_hash = hash_key(key.strip().decode("latin-1"))
+    org_id = cache.get(key_hash)
     if org_id is None:
-        # A key to look up: not from an address that has sent too many unknown ones.
+        # A key to look up: not from an address that has sent too many unknown ones (unless it was found
+        # recently: another client of a shared address may be the one sending unknown keys).
         failures = services.extras.get("auth_failures")
+        if not isinstance(failures, FailedAuthLimiter) or failures.known(key_hash):
+            return None
         client = scope.get("client")
-        return failures.refusal(client[0] if client else "") if isinstance(failures, FailedAuthLimiter) else None
+        return failures.refusal(client[0] if client else "")
     limiter = getattr(services, "rate_limiter", None)
     if not isinstance(limiter, RateLimiter) or not (limiter.enabled or limiter.settings.max_in_flight > 0):
         return None

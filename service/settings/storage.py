@@ -170,8 +170,9 @@ class ServerSettings:
     auth_failure_burst: int = 20
     """Unknown API keys one source address may have looked up in Postgres at once, per process (IPv6: per
     /64); past it the address gets 429 ``auth_rate_limited`` with ``Retry-After``, answered without a
-    database round trip, while its already resolved keys keep working (0 = no limit). Behind a proxy,
-    let uvicorn take the client's address from ``X-Forwarded-For`` (``FORWARDED_ALLOW_IPS``)."""
+    database round trip, while its already resolved keys, and keys found in the last 15 minutes, keep
+    working (0 = no limit). Behind a proxy, let uvicorn take the client's address from
+    ``X-Forwarded-For`` (``FORWARDED_ALLOW_IPS``)."""
     auth_failure_rate_per_s: float = 1.0
     """How fast an address's budget of unknown-key lookups refills (lookups per second)."""
     metrics_token: str | None = secret("value")

@@ -1,8 +1,8 @@
 """Failed authentications are limited per source address, in the process, before the key lookup: an
 address that sent ``auth_failure_burst`` unknown keys gets 429 (``Retry-After``) without a database
-round trip until its bucket refills at ``auth_failure_rate_per_s``; keys already resolved (cached)
-still work from it, and other addresses are untouched. Real HTTP on a real port, each client from its
-own loopback address."""
+round trip until its bucket refills at ``auth_failure_rate_per_s``; keys already resolved (cached, or
+found within the last 15 minutes) still work from it, and other addresses are untouched. Real HTTP on a
+real port, each client from its own loopback address."""
 
 from __future__ import annotations
 
@@ -90,6 +90,30 @@ async def test_concurrent_unknown_keys_are_bounded_too(limited_service: tuple[st
             for _ in range(40)))
     assert sorted(r.status_code for r in responses) == [401] * BURST + [429] * (40 - BURST)
     assert lookups == [BURST]
+
+
+async def test_a_key_found_recently_keeps_working_from_a_flooded_address(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, other_tenant: Tenant) -> None:
+    """Clients behind one proxy share an address: one of them sending unknown (revoked) keys must not lock
+    the others out once their keys' cache entries end. A key found within the last 15 minutes is looked
+    up again without a token; a key never seen from anywhere still waits for the address's budget."""
+    import asyncio
+
+    server = dataclasses.replace(settings.server, auth_cache_ttl_s=0.2, auth_failure_burst=BURST,
+                                 auth_failure_rate_per_s=0.001)
+    app = create_app(dataclasses.replace(settings, server=server), endpoints, embedder=embedder)
+    with served(app) as url:
+        async with from_address(url, "127.0.0.5") as shared:
+            assert (await shared.get("/v1/memories", headers=tenant.headers)).status_code == 200
+            flood = [(await shared.get("/v1/memories", headers={
+                "Authorization": f"Bearer pgc_{secrets.token_urlsafe(32)}"})).status_code for _ in range(10)]
+            assert flood == [401] * BURST + [429] * (10 - BURST)
+            await asyncio.sleep(0.3)  # the key's cache entry has ended: it is looked up again
+            for _ in range(3):
+                assert (await shared.get("/v1/memories", headers=tenant.headers)).status_code == 200
+                await asyncio.sleep(0.25)
+            r = await shared.get("/v1/memories", headers=other_tenant.headers)  # never found: no exception
+            assert r.status_code == 429 and r.json()["error"]["code"] == "auth_rate_limited", r.text
 
 
 def test_the_addresses_remembered_are_bounded() -> None:
