@@ -22,8 +22,9 @@ counted ``skipped``. An import bypasses duplicate detection and supersession: it
 that was consistent when exported. It still refuses what no other write could make
 (:mod:`service.export.collisions`): a second current memory of one key, a message at a position or
 with a ``message_id`` its conversation already holds (409 ``conflict``), a message of another agent
-than its conversation's (409 ``conversation_agent_mismatch``); and a conversation's message is
-checked as an append checks it (its ids, speaker and role). A bad line anywhere: nothing written.
+than its conversation's (409 ``conversation_agent_mismatch``); a conversation's message is
+checked as an append checks it (its ids, speaker and role), and every memory line as a write checks a
+memory (its texts, times, ranges). A bad line anywhere: nothing written.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ from service.export.collisions import check_request, claim
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
-from service.memories.validation import check_kind, check_metadata, check_occurred_at, check_text
+from service.memories.validation import (
+    check_kind,
+    check_metadata,
+    check_occurred_at,
+    check_text,
+    check_text_limits,
+)
 from service.memories.write import embed_texts
 from service.runtime import Services
 from service.settings import LimitSettings
@@ -113,6 +120,13 @@ class _Directive(msgspec.Struct, tag_field="type", tag="directive"):
     content: str
 
 
+_MAX_COUNT: Final = 2**31 - 1
+"""The most a count or a message's position can be (no write of the API comes near it)."""
+_TIMES: Final = ("created_at", "updated_at", "occurred_at", "valid_until", "expires_at", "superseded_at",
+                 "last_seen_at", "first_occurred_at", "last_occurred_at", "last_accessed_at")
+"""A memory line's times: each within the bounds a write's ``occurred_at`` has."""
+
+
 class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
     """What the import checks of a memory line (the rest goes to Postgres as exported)."""
 
@@ -127,12 +141,22 @@ class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
     valid_until: AwareDatetime | None = None
     superseded_by: UUID | None = None
     superseded_at: AwareDatetime | None = None
-    seen_count: Annotated[int, msgspec.Meta(ge=1)] = 1
-    access_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    seen_count: Annotated[int, msgspec.Meta(ge=1, le=_MAX_COUNT)] = 1
+    access_count: Annotated[int, msgspec.Meta(ge=0, le=_MAX_COUNT)] = 0
     last_accessed_at: AwareDatetime | None = None
+    importance: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    usefulness: Annotated[float, msgspec.Meta(ge=-1, le=1)] = 0.0
+    feedback_count: Annotated[int, msgspec.Meta(ge=0, le=_MAX_COUNT)] = 0
+    pinned: bool = False
+    updated_at: AwareDatetime | None = None
+    expires_at: AwareDatetime | None = None
+    last_seen_at: AwareDatetime | None = None
+    first_occurred_at: AwareDatetime | None = None
+    last_occurred_at: AwareDatetime | None = None
+    search_context: str | None = None
     conversation_id: str | None = None
     """A message's (ids are checked by :func:`check_ident`, as an append's are)."""
-    position: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    position: Annotated[int, msgspec.Meta(ge=1, le=_MAX_COUNT)] | None = None
     message_id: str | None = None
     session_id: str | None = None
     speaker: Speaker | None = None
@@ -207,6 +231,11 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             _check_memory(line, index, services.settings.limits)
             out.memories.append((index, line, raw))
         elif isinstance(line, _Event):
+            try:
+                check_occurred_at(line.at, field="at")
+            except BadRequest as exc:
+                raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code,
+                                    details=_field(index, "at")) from exc
             out.events.append(raw)
     if len(out.memories) > limits.max_batch:
         raise PayloadTooLarge(f"{len(out.memories)} memories in one request; the limit is {limits.max_batch} "
@@ -219,11 +248,24 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
 
 
 def _check_memory(line: _Memory, index: int, limits: LimitSettings) -> None:
+    """A memory line as a write checks a memory (text, search context, kind, metadata, times, valid time
+    after the event), and what only an import can send (a memory superseded by itself); 422 naming
+    ``lines[i].field``."""
     try:
         check_text(line.text, limits)
+        check_text_limits(line.search_context, limits)
         if line.kind != MESSAGE_KIND:  # a conversation's message comes back as it was exported
             check_kind(line.kind)
         check_metadata(line.metadata, limits)
+        for name in _TIMES:
+            if (value := getattr(line, name)) is not None:
+                check_occurred_at(value, field=name)
+        if line.valid_until is not None and line.occurred_at is not None and line.valid_until <= line.occurred_at:
+            raise Unprocessable("valid_until must be after occurred_at", code="validation_error",
+                                details={"field": "valid_until"})
+        if line.superseded_by == line.id:
+            raise Unprocessable("a memory cannot supersede itself", code="validation_error",
+                                details={"field": "superseded_by"})
         _check_message(line)
     except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
         raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code,
@@ -236,7 +278,7 @@ def _check_memory(line: _Memory, index: int, limits: LimitSettings) -> None:
 def _check_message(line: _Memory) -> None:
     """A message's own columns as the database keeps them together (only on a message; a conversation
     and a position together; a message of no conversation, from before conversations, has none), and
-    its ids, speaker and time as an append checks them (its role and the speaker's length: the type)."""
+    its ids and speaker as an append checks them (its role and the speaker's length: the type)."""
     given = [name for name in _MESSAGE_FIELDS if getattr(line, name) is not None]
     if line.kind != MESSAGE_KIND:
         if given:
@@ -254,8 +296,6 @@ def _check_message(line: _Memory) -> None:
         check_ident(getattr(line, name), name)
     if line.speaker is not None:
         clean_speaker(line.speaker, "speaker")  # checked, not trimmed: a message comes back as exported
-    if line.occurred_at is not None:
-        check_occurred_at(line.occurred_at)
 
 
 async def restore(services: Services, org_id: UUID, request: ImportRequest) -> ImportResult:

@@ -327,6 +327,40 @@ async def test_messages_are_checked_as_an_append_checks_them(
     await assert_messages(client, other_tenant, CONVERSATION, ["g1"])
 
 
+async def test_memory_lines_are_checked_as_a_write_checks_a_memory(
+        client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
+    """What no write could make is refused with the line and field named (it was written as sent, or
+    failed in Postgres with its SQLSTATE): times out of bounds, valid time before the event, a search
+    context over the text limit, a memory superseded by itself, values out of their columns' range."""
+    await write(client, tenant, {"text": "The user drinks oat milk.", "occurred_at": "2024-02-01T00:00:00Z"})
+    memory = next(line for line in await export_org(client, tenant) if line["type"] == "memory")
+    fresh = "33333333-3333-4333-8333-333333333333"
+    for changes, code, field in (
+            ({"occurred_at": "0001-01-01T00:00:00Z"}, "validation_error", "occurred_at"),
+            ({"created_at": "9999-12-31T00:00:00Z"}, "validation_error", "created_at"),
+            ({"expires_at": "1000-01-01T00:00:00Z"}, "validation_error", "expires_at"),
+            ({"valid_until": "2020-01-01T00:00:00Z"}, "validation_error", "valid_until"),
+            ({"search_context": "c" * 40_000}, "text_too_long", "search_context"),
+            ({"search_context": "nul\u0000"}, "validation_error", "search_context"),
+            ({"superseded_by": fresh}, "validation_error", "superseded_by"),
+            ({"importance": 5}, "invalid_line", ""), ({"usefulness": 1e308}, "invalid_line", ""),
+            ({"feedback_count": -7}, "invalid_line", ""), ({"access_count": 2**63}, "invalid_line", ""),
+            ({"expires_at": "not a date"}, "invalid_line", "")):
+        r = await client.post("/v1/import", json={"lines": [{**memory, "id": fresh, **changes}]},
+                              headers=other_tenant.headers)
+        assert_error(r, 422, code)
+        error = r.json()["error"]
+        assert error["details"] == {"field": "lines[0]" + (f".{field}" if field else "")}, (changes, error)
+        assert "sqlstate" not in json.dumps(error).lower(), error
+    events = [{"type": "event", "id": fresh, "memory_id": memory["id"], "event": "created", "at": at}
+              for at in ("0001-01-01T00:00:00Z", "9999-01-01T00:00:00Z")]
+    for line in events:
+        r = await client.post("/v1/import", json={"lines": [line]}, headers=other_tenant.headers)
+        assert_error(r, 422, "validation_error")
+        assert r.json()["error"]["details"] == {"field": "lines[0].at"}
+    assert await list_all(client, other_tenant, include_superseded="true") == []
+
+
 async def test_messages_keep_their_conversations_agent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     _, line = await message_lines(client, tenant)
     for agent in ("different-agent", None):
