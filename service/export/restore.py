@@ -1,30 +1,28 @@
 """``POST /v1/import``: the lines of an export (``GET /v1/export``) written back into the caller's org.
 
-Memories keep their ids (every key of the schema includes the org, so another org's ids never
-collide), so what refers to a memory -- ``superseded_by``, a history event's ``memory_id``,
-``related_id``, ``undoes`` and the ids inside its ``detail`` (a merge record's duplicate) -- stays
-right without rewriting, and an export can be sent in several requests in any order. A memory or an
-event the org already holds (the same id) is left as it is and counted ``existing``: a retried
-request writes nothing twice. Everything else of a request is written in one transaction, or
-nothing is.
+Memories keep their ids (every key of the schema includes the org, so another org's ids never collide),
+so what refers to a memory -- ``superseded_by``, a history event's ``memory_id``, ``related_id``,
+``undoes`` and the ids inside its ``detail`` (a merge record's duplicate) -- stays right without
+rewriting, and an export can be sent in several requests in any order. A memory or an event the org
+already holds (the same id) is left as it is and counted ``existing``: a retried request writes nothing
+twice. Everything else of a request is written in one transaction, or nothing is.
 
-What comes back: a memory's columns as exported -- text, agent, kind, metadata, importance,
-usefulness and feedback, pin, expiry, record time (``created_at``, ``updated_at``), valid time
-(``occurred_at``, ``valid_until``), its ``key`` and supersession (``superseded_by``,
-``superseded_at``), reinforcement (``seen_count``, ``last_seen_at``, the occurred-at range) and
-access statistics -- and every history event. Vectors are not exported: the texts are embedded
-again by this service's embedder, and the normalized-text hash (the exact-duplicate lookup) is
-computed again. Lines written before the lifecycle fields existed import with their defaults (seen
-once, current, no key). ``directive`` lines replace the agent's directive (its version starts
-again); a ``settings`` line sets the org's defaults (``PATCH /v1/org/settings``). Documents and their
-chunks are not restored here (mirror the files again with ``pgcontext import``): their lines are
-counted ``skipped``. An import bypasses duplicate detection and supersession: it restores a state
-that was consistent when exported. It still refuses what no other write could make
-(:mod:`service.export.collisions`): a second current memory of one key, a message at a position or
-with a ``message_id`` its conversation already holds (409 ``conflict``), a message of another agent
-than its conversation's (409 ``conversation_agent_mismatch``); a conversation's message is
-checked as an append checks it (its ids, speaker and role), and every memory line as a write checks a
-memory (its texts, times, ranges). A bad line anywhere: nothing written.
+What comes back: a memory's columns as exported -- text, agent, kind, metadata, importance, usefulness
+and feedback, pin, expiry, record time (``created_at``, ``updated_at``), valid time (``occurred_at``,
+``valid_until``), its ``key`` and supersession (``superseded_by``, ``superseded_at``), reinforcement
+(``seen_count``, ``last_seen_at``, the occurred-at range) and access statistics -- and every history
+event. Vectors are not exported: the texts are embedded again by this service's embedder, and the
+normalized-text hash (the exact-duplicate lookup) is computed again. Lines written before the lifecycle
+fields existed import with their defaults (seen once, current, no key). A ``directive`` line replaces
+the agent's directive when its text differs (the same text is counted ``existing``); a ``settings`` line
+sets the org's defaults (``PATCH /v1/org/settings``). Documents and their chunks are not restored here
+(mirror the files again with ``pgcontext import``): their lines are counted ``skipped``. An import
+bypasses duplicate detection and supersession: it restores a state that was consistent when exported. It
+still refuses what no other write could make (:mod:`service.export.collisions`): a second current memory
+of one key, a message at a position or with a ``message_id`` its conversation already holds (409
+``conflict``), a message of another agent than its conversation's (409 ``conversation_agent_mismatch``);
+a conversation's message is checked as an append checks it (its ids, speaker and role), and every memory
+line as a write checks a memory (its texts, times, ranges). A bad line anywhere: nothing written.
 """
 
 from __future__ import annotations
@@ -329,6 +327,10 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
     store = services.extras["directives"]
     assert isinstance(store, DirectiveStore)
     for agent_id, content in parsed.directives.items():
+        current = await store.read_postgres(org_id, agent_id)
+        if current is not None and current.content == content:  # a restore run again changes nothing
+            existing.directive += 1
+            continue
         await store.put(org_id, agent_id, content)
         imported.directive += 1
     if agents:

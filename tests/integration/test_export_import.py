@@ -164,10 +164,13 @@ async def test_an_org_round_trips_with_its_history_and_supersession(
         said, alone = await embedder.embed([f"{message['speaker']}: {message['text']}", message["text"]])
         assert float(restored @ said) > float(restored @ alone) + 0.01, message["text"]
 
-    # A retried import writes nothing twice.
+    # A retried import writes nothing twice (the directive neither: its version stays).
+    version = (await client.get(f"/v1/agents/{AGENT}/directive", headers=fresh.headers)).json()["version"]
     retried = await import_lines(client, fresh, lines)
-    assert retried["imported"] == {"directive": 1, "memory": 0, "event": 0, "settings": 0}
+    assert retried["imported"] == {"directive": 0, "memory": 0, "event": 0, "settings": 0}
     assert retried["existing"]["memory"] == 12 and retried["existing"]["event"] == len(events)
+    assert retried["existing"]["directive"] == 1
+    assert (await client.get(f"/v1/agents/{AGENT}/directive", headers=fresh.headers)).json()["version"] == version
 
 
 async def test_the_orgs_defaults_come_with_a_whole_org_export(client: AsyncTestClient[Any], tenant: Tenant,
