@@ -50,6 +50,8 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            # a JSON line carries the traceback of log.exception(...) as "exception" (the console prints it)
+            *([structlog.processors.format_exc_info] if json else []),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),

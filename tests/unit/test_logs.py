@@ -84,3 +84,20 @@ def test_each_json_line_reaches_the_file_in_one_write(monkeypatch: pytest.Monkey
     assert len(raw.calls) == 3
     assert all(c.endswith(b"\n") and c.count(b"\n") == 1 for c in raw.calls)
     assert [json.loads(c)["n"] for c in raw.calls] == [0, 1, 2]
+
+
+def test_an_exception_logged_as_json_carries_its_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator reading a 500's ``unhandled_error`` line needs where it failed, not only that it did."""
+    configure("info", json=True)
+    try:
+        try:
+            {}["missing"]
+        except KeyError:
+            structlog.get_logger("t").exception("unhandled_error", error_type="KeyError")
+    finally:
+        structlog.reset_defaults()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    logged = json.loads(line)
+    assert logged["event"] == "unhandled_error" and logged["level"] == "error"
+    assert logged["exception"].startswith("Traceback (most recent call last):")
+    assert "KeyError: 'missing'" in logged["exception"] and "test_logs.py" in logged["exception"]
