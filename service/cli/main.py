@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import sys
+import unicodedata
 from collections.abc import Callable
 
 import asyncpg
@@ -39,9 +40,17 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _bad_label(text: str) -> bool:
+    """Not a name to list in a table: empty, over 200 characters, spaces around it, or a control, format
+    or line-separator character in it."""
+    return (not 1 <= len(text.strip()) <= 200 or text != text.strip()
+            or any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text))
+
+
 def cmd_orgs_create(settings: Settings, args: argparse.Namespace) -> int:
-    if not 1 <= len(args.name.strip()) <= 200 or args.name != args.name.strip():
-        print("error: an org's name is 1-200 characters, without leading or trailing spaces", file=sys.stderr)
+    if _bad_label(args.name):
+        print("error: an org's name is 1-200 characters on one line, without leading or trailing spaces or "
+              "control characters", file=sys.stderr)
         return 2
     with servers.owner_dsn(settings) as dsn:
         migrations.upgrade(dsn)
@@ -54,6 +63,10 @@ def cmd_orgs_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
+    if args.name is not None and _bad_label(args.name):
+        print("error: a key's --name is 1-200 characters on one line, without leading or trailing spaces or "
+              "control characters", file=sys.stderr)
+        return 2
     with servers.owner_dsn(settings) as dsn:
         migrations.upgrade(dsn)
 
