@@ -121,7 +121,9 @@ async def create(services: Services, org_id: UUID, body: bytes, idempotency_key:
     if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
         raise BadRequest(f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters", code="validation_error")
     items, policy = parse_create_body(body, services.settings.limits)
-    request_hash = hashlib.sha256(body).digest()
+    # The same JSON is the same request, however it is spaced or its keys are ordered (a client that
+    # serialises its body again on a retry is replayed, not refused).
+    request_hash = hashlib.sha256(msgspec.json.encode(msgspec.json.decode(body), order="sorted")).digest()
     if idempotency_key is not None:
         async with services.db.tenant(org_id, readonly=True) as tx:
             stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)

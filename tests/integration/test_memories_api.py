@@ -129,6 +129,12 @@ async def test_idempotency_key_replays_and_creates_once(client: AsyncTestClient[
     assert second.headers["idempotent-replayed"] == "true"
     assert second.json()["ids"] == first.json()["ids"]
     assert await count_rows(owner_dsn, tenant.org_id) == 2
+    # The same JSON serialised again (other spacing, other key order) is the same request: replayed.
+    respaced = json.dumps(body, indent=2, sort_keys=True).encode()
+    third = await client.post("/v1/memories", content=respaced,
+                              headers={**headers, "Content-Type": "application/json"})
+    assert third.status_code == 201 and third.headers["idempotent-replayed"] == "true", third.text
+    assert await count_rows(owner_dsn, tenant.org_id) == 2
 
     other = await client.post("/v1/memories", json={"memories": [{"text": "A different body."}]}, headers=headers)
     assert_error(other, 409, "idempotency_key_reused")
