@@ -90,8 +90,9 @@ def test_an_exception_logged_as_json_carries_its_traceback(capsys: pytest.Captur
     """An operator reading a 500's ``unhandled_error`` line needs where it failed, not only that it did."""
     configure("info", json=True)
     try:
+        empty: dict[str, int] = {}
         try:
-            {}["missing"]
+            empty["missing"]
         except KeyError:
             structlog.get_logger("t").exception("unhandled_error", error_type="KeyError")
     finally:
