@@ -4,6 +4,8 @@ write time, each item's outcome reported, history recorded and merges undone; me
 from __future__ import annotations
 
 import asyncio
+import base64
+import uuid
 from typing import Any
 
 from litestar.testing import AsyncTestClient
@@ -207,7 +209,9 @@ async def test_patch_into_a_duplicate_merges(client: AsyncTestClient[Any], tenan
     assert got["text"] == "the meeting room is on floor two"
 
 
-async def test_history_of_deleted_and_erased_memories(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+async def test_history_of_deleted_and_erased_memories(client: AsyncTestClient[Any], tenant: Tenant,
+                                                      other_tenant: Tenant) -> None:
+    other_headers = other_tenant.headers
     (a,) = (await write(client, tenant, {"text": "Rosa likes jazz.", "agent_id": "r"}))["ids"]
     (b,) = (await write(client, tenant, {"text": "Rosa plays cello.", "agent_id": "r"}))["ids"]
     r = await client.patch(f"/v1/memories/{a}", json={"importance": 0.9}, headers=tenant.headers)
@@ -216,6 +220,14 @@ async def test_history_of_deleted_and_erased_memories(client: AsyncTestClient[An
     events = await history(client, tenant, a)
     assert [e["event"] for e in events] == ["created", "updated", "deleted"]
     assert events[1]["detail"]["changes"] == {"importance": 0.9}
+    # past the last event of a deleted memory's history: an empty page; of a memory unknown here: 404,
+    # with a cursor as without one
+    after_last = base64.urlsafe_b64encode(uuid.UUID(events[-1]["id"]).bytes).decode().rstrip("=")
+    r = await client.get(f"/v1/memories/{a}/history", params={"cursor": after_last}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["items"] == [], r.text
+    for unknown, headers in ((str(uuid.uuid4()), tenant.headers), (a, other_headers)):
+        r = await client.get(f"/v1/memories/{unknown}/history", params={"cursor": after_last}, headers=headers)
+        assert r.status_code == 404, r.text
     assert (await client.delete(f"/v1/memories/{b}?erase=true", headers=tenant.headers)).status_code == 204
     assert (await client.get(f"/v1/memories/{b}/history", headers=tenant.headers)).status_code == 404
     # a memory deleted before can still be erased: its history goes, once

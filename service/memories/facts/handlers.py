@@ -37,9 +37,11 @@ class HistoryController(Controller):
         check_page_limit(limit, services.settings.limits.max_page_size)
         async def read(tx: TenantTx) -> HistoryPage | None:
             found = await history.page(tx, ident, cursor, limit)
-            if found.items or cursor is not None or await tx.fetchrow("memories.get", tx.org_id, ident):
+            if found.items or await tx.fetchrow("memories.get", tx.org_id, ident):
                 return found  # a conversation's message is never changed: an empty history
-            return None
+            if cursor is not None and await tx.fetch("facts.history", tx.org_id, ident, None, 1):
+                return found  # the page after the last of a deleted memory's history
+            return None  # unknown here, with a cursor or without
 
         result = await services.db.read(org_id, read)
         if result is None:
