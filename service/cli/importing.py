@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 from rich.console import Console
 
 from service.cli.answers import reason
-from service.cli.transfer import INTERRUPTED
+from service.cli.transfer import INTERRUPTED, service_access
 from service.documents.importer import ImportFailed, ImportOptions, ImportSummary, print_summary, run_import
 from service.settings import Settings
 
@@ -70,11 +69,10 @@ async def _run(options: ImportOptions, watch: Watch, console: Console, show_prog
 
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    url = args.url or os.environ.get("PGCONTEXT_URL") or f"http://{settings.server.host}:{settings.server.port}"
-    key = args.key or os.environ.get("PGCONTEXT_API_KEY")
-    if not key:
-        print("error: an API key is required (--key or PGCONTEXT_API_KEY)", file=sys.stderr)
+    access = service_access(settings, args)
+    if access is None:
         return 2
+    url, key = access
     root = Path(args.path)
     if not root.is_dir():
         print(f"error: {root} is not a directory", file=sys.stderr)

@@ -59,19 +59,21 @@ async def authenticate(request: Request, services: Services) -> UUID:  # type: i
     assert isinstance(cache, KeyCache)
     org_id = cache.get(key_hash)
     if org_id is None:
-        failures = services.extras.get("auth_failures")
-        limited = isinstance(failures, FailedAuthLimiter) and not failures.known(key_hash)
+        extra = services.extras.get("auth_failures")
+        failures = extra if isinstance(extra, FailedAuthLimiter) else None
+        # A key found recently takes no token: another client of a shared address may be the one failing.
+        limited = failures is not None and not failures.known(key_hash)
         address = request.client.host if request.client is not None else ""
-        if limited and isinstance(failures, FailedAuthLimiter):
+        if failures is not None and limited:
             refusal = failures.take(address)  # before the lookup: concurrent unknown keys are bounded too
             if refusal is not None:
                 raise refusal
         org_id = await _lookup(services, key_hash, request)
         if org_id is None:
-            if isinstance(failures, FailedAuthLimiter):
+            if failures is not None:
                 failures.forget(key_hash)
             raise InvalidToken("invalid or revoked API key")
-        if isinstance(failures, FailedAuthLimiter):
+        if failures is not None:
             if limited:
                 failures.give_back(address)
             failures.vouch(key_hash)

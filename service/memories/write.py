@@ -121,9 +121,7 @@ async def create(services: Services, org_id: UUID, body: bytes, idempotency_key:
     if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
         raise BadRequest(f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters", code="validation_error")
     items, policy = parse_create_body(body, services.settings.limits)
-    # The same JSON is the same request, however it is spaced or its keys are ordered (a client that
-    # serialises its body again on a retry is replayed, not refused).
-    request_hash = hashlib.sha256(msgspec.json.encode(msgspec.json.decode(body), order="sorted")).digest()
+    request_hash = _request_hash(body) if idempotency_key is not None else b""
     if idempotency_key is not None:
         async with services.db.tenant(org_id, readonly=True) as tx:
             stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)
@@ -151,6 +149,12 @@ async def create(services: Services, org_id: UUID, body: bytes, idempotency_key:
             await tx.execute("memories.purge_expired", org_id, 100)
     await services.memories_changed(org_id, touched | {m.agent_id for m in items})
     return result, False
+
+
+def _request_hash(body: bytes) -> bytes:
+    """What an Idempotency-Key is bound to: the body as JSON, however it is spaced or its keys are
+    ordered (a client that serialises its body again on a retry is replayed, not refused)."""
+    return hashlib.sha256(msgspec.json.encode(msgspec.json.decode(body), order="sorted")).digest()
 
 
 def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:

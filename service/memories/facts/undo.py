@@ -52,12 +52,12 @@ def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict
     retired: list[UUID] = []
     if event["event"] == "consolidated":
         names = detail.get("retired", [])
-        try:
-            retired = [UUID(str(i)) for i in names] if isinstance(names, list) else []
-        except ValueError as exc:
-            raise refused(f"its retired memories are not memory ids ({exc})") from exc
         if not isinstance(names, list):
             raise refused("its retired memories are not a list")
+        try:
+            retired = [UUID(str(i)) for i in names]
+        except ValueError as exc:
+            raise refused(f"its retired memories are not memory ids ({exc})") from exc
     return merged, retired
 
 
