@@ -63,7 +63,7 @@ from redis.exceptions import RedisError
 from service.assembly.types import HotMemoryOut, HotSetOut
 from service.db import Database
 from service.db.epochs import CacheEpochs
-from service.db.redisconn import RedisClient
+from service.db.redisconn import RedisClient, org_prefix
 from service.settings import AssemblySettings
 from service.tenancy.cachebound import BOUND_LUA, lru_key, sizes_key
 
@@ -73,7 +73,7 @@ V = TypeVar("V")
 
 
 def hot_key(org_id: UUID, agent_id: str) -> str:
-    return f"{{{org_id}}}:hot_memories:{agent_id}"
+    return f"{org_prefix(org_id)}hot_memories:{agent_id}"
 
 
 ORG_WIDE = "#org-wide"
@@ -81,11 +81,11 @@ ORG_WIDE = "#org-wide"
 
 
 def generation_key(org_id: UUID) -> str:
-    return f"{{{org_id}}}:hot_gen"
+    return f"{org_prefix(org_id)}hot_gen"
 
 
 def version_key(org_id: UUID, agent_id: str) -> str:
-    return f"{{{org_id}}}:hot_ver:{agent_id}"
+    return f"{org_prefix(org_id)}hot_ver:{agent_id}"
 
 
 HOT_CACHE = "hot"

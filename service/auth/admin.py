@@ -36,6 +36,39 @@ async def org_id_by_name(conn: asyncpg.Connection, name: str) -> UUID:
     return UUID(str(value))
 
 
+@dataclass(frozen=True)
+class OrgContents:
+    """What deleting an org takes with it."""
+    active_keys: int
+    memories: int
+    document_chunks: int
+    conversations: int
+    directives: int
+
+    def summary(self) -> str:
+        return (f"{self.active_keys} active key(s), {self.memories} memories, {self.document_chunks} document "
+                f"chunk(s), {self.conversations} conversation(s), {self.directives} directive(s)")
+
+
+async def org_contents(conn: asyncpg.Connection, org_id: UUID) -> OrgContents:
+    row = await conn.fetchrow(query("admin.org_contents"), org_id)
+    assert row is not None
+    return OrgContents(**{name: int(value) for name, value in dict(row).items()})
+
+
+async def revoke_org_keys(conn: asyncpg.Connection, org_id: UUID) -> int:
+    return int(await conn.fetchval(query("admin.revoke_org_keys"), org_id))
+
+
+async def delete_org(conn: asyncpg.Connection, org_id: UUID) -> bool:
+    """Delete the org and everything it holds, in one transaction: its memories first (their delete
+    trigger needs the org's term statistics), then its row, which every other table's ``org_id`` foreign
+    key follows."""
+    async with conn.transaction():
+        await conn.execute(query("admin.delete_org_memories"), org_id)
+        return await conn.fetchval(query("admin.delete_org"), org_id) is not None
+
+
 async def create_key(conn: asyncpg.Connection, org_name: str, key_name: str | None = None) -> IssuedKey:
     org_id = await org_id_by_name(conn, org_name)
     key = new_key()

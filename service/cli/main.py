@@ -15,7 +15,7 @@ import asyncpg
 from alembic.util.exc import CommandError as AlembicError
 
 from service.auth import admin
-from service.cli import importing, servers, transfer
+from service.cli import importing, orgs_delete, servers, transfer
 from service.cli.config_reference import unknown_variables
 from service.cli.serve import ListenError, check_listen_address, cmd_serve
 from service.cli.uvicorn_logs import uvicorn_log_config
@@ -263,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     list_orgs = orgs.add_parser("list", help="every org: name, id, created, key and memory counts")
     list_orgs.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     list_orgs.set_defaults(func=cmd_orgs_list)
+    delete_org = orgs.add_parser("delete", help="delete an org and everything it holds (keys revoked first; "
+                                                "without --yes only says what it holds)")
+    delete_org.add_argument("name")
+    delete_org.add_argument("--yes", action="store_true", help="really delete it")
+    delete_org.set_defaults(func=orgs_delete.cmd_orgs_delete)
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create_key = keys.add_parser("create", help="create a key; the key is the last line of stdout")

@@ -21,6 +21,7 @@ during a failover): without it a directive read or a write's hot-set invalidatio
 from __future__ import annotations
 
 from typing import Any, TypeAlias
+from uuid import UUID
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
@@ -34,6 +35,28 @@ from service.settings.redis_url import is_cluster_url, startup_nodes
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What the service holds: both kinds answer the same commands, scripts and (non-transactional) pipelines."""
+
+
+
+def org_prefix(org_id: UUID) -> str:
+    """``{<org_id>}:``, the start of every key of the org (the braces are its hash tag)."""
+    return f"{{{org_id}}}:"
+
+
+async def forget_org(redis: RedisClient, org_id: UUID, *, batch: int = 500) -> int:
+    """Delete every key of the org (hot sets, cached directives, bounded-cache bookkeeping, its rate
+    bucket, ...); returns how many. A cluster holds them in one slot, so on one node."""
+    removed = 0
+    keys: list[Any] = []
+    async for key in redis.scan_iter(match=org_prefix(org_id) + "*", count=batch):
+        keys.append(key)
+        if len(keys) >= batch:
+            removed += int(await redis.delete(*keys))
+            keys = []
+    if keys:
+        removed += int(await redis.delete(*keys))
+    return removed
+
 
 HEALTH_CHECK_INTERVAL_S = 30
 CLUSTER_RETRIES = 3

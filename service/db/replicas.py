@@ -36,6 +36,8 @@ import structlog
 from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
+from service.db.redisconn import org_prefix
+
 if TYPE_CHECKING:
     from service.db.redisconn import RedisClient
     from service.settings import DatabaseSettings
@@ -65,7 +67,7 @@ WRITE_LSN = "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint"
 
 
 def lsn_key(org_id: UUID) -> str:
-    return f"{{{org_id}}}:pg:write_lsn"
+    return f"{org_prefix(org_id)}pg:write_lsn"
 
 
 def _hex(lsn: int) -> str:

@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 
 from service.db import Database
 from service.db.epochs import CacheEpochs
-from service.db.redisconn import RedisClient
+from service.db.redisconn import RedisClient, org_prefix
 from service.directives.last_known import LastKnown
 from service.directives.types import DirectiveOut
 from service.tenancy.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
@@ -68,7 +68,7 @@ return 1
 
 
 def cache_key(org_id: UUID, agent_id: str) -> str:
-    return f"{{{org_id}}}:directive:{agent_id}"
+    return f"{org_prefix(org_id)}directive:{agent_id}"
 
 
 class Envelope(DirectiveOut, kw_only=True):

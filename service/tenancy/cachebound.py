@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Final
 from uuid import UUID
 
+from service.db.redisconn import org_prefix
+
 TOTAL_FIELD: Final = "#total"
 
 BOUND_LUA: Final = """
@@ -62,8 +64,8 @@ return old
 
 
 def lru_key(org_id: UUID, name: str) -> str:
-    return f"{{{org_id}}}:{name}_lru"
+    return f"{org_prefix(org_id)}{name}_lru"
 
 
 def sizes_key(org_id: UUID, name: str) -> str:
-    return f"{{{org_id}}}:{name}_bytes"
+    return f"{org_prefix(org_id)}{name}_bytes"

@@ -41,7 +41,7 @@ from litestar.types import Receive, ReceiveMessage
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
-from service.db.redisconn import RedisClient
+from service.db.redisconn import RedisClient, org_prefix
 from service.errors import TooManyRequests
 from service.settings import RateLimitSettings
 from service.tenancy.ratecost import base_cost
@@ -93,7 +93,7 @@ SLOT_STATE = "org_slot"
 
 
 def bucket_key(org_id: UUID) -> str:
-    return f"{{{org_id}}}:ratelimit"
+    return f"{org_prefix(org_id)}ratelimit"
 
 
 class RateLimiter:
