@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -59,6 +59,11 @@ def _timestamp(name: str, value: str | None) -> datetime | None:
     if parsed.tzinfo is None:
         raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                          code="validation_error", details={"field": name})
+    try:
+        parsed.astimezone(UTC)  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC: no time PostgreSQL takes
+    except OverflowError as exc:
+        raise BadRequest(f"{name} is out of range: in UTC it must fall in the years 1-9999", code="validation_error",
+                         details={"field": name}) from exc
     return parsed
 
 

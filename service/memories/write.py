@@ -261,10 +261,10 @@ async def delete(services: Services, org_id: UUID, memory_id: UUID, *, erase: bo
         row = await repo.current(tx, memory_id)
         if row is None and erase and await tx.fetchval("facts.erase_history", tx.org_id, [memory_id], None):
             return
-        _changeable(row, memory_id)
+        before = _changeable(row, memory_id)
         found, agent_id = await repo.delete(tx, memory_id)
         if found:
-            await fact_patch.deleted(tx, memory_id, agent_id, erase=erase)
+            await fact_patch.deleted(tx, memory_id, before, erase=erase)
     if not found:
         raise NotFound(f"memory {memory_id} not found")
     await services.memories_changed(org_id, {agent_id})

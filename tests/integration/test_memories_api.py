@@ -354,6 +354,9 @@ BAD_READS: list[tuple[str, str, dict[str, Any], str]] = [
      "validation_error"),
     ("created_before without a timezone", "/v1/memories", {"created_before": "2026-01-01T00:00:00"},
      "validation_error"),
+    ("as_of before year 1 in UTC", "/v1/memories", {"as_of": "0001-01-01T00:00:00+05:00"}, "validation_error"),
+    ("occurred_after before year 1 in UTC", "/v1/memories", {"occurred_after": "0001-01-01T00:00:00+05:00"},
+     "validation_error"),
 ]
 
 

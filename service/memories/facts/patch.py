@@ -65,6 +65,8 @@ async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: 
     row = await repo.update(tx, memory_id, change, embedding, text_hash)
     if row is not None:
         events.add(memory_id, row["agent_id"], "updated", changes=changes)
+        if row["agent_id"] != before["agent_id"]:  # moved: the timeline it left goes on without it
+            await left_timeline(tx, memory_id, before, events)
         await events.record(tx)
     return row, "updated"
 
@@ -84,11 +86,25 @@ def as_item(row: asyncpg.Record) -> MemoryIn:
                     valid_until=row["valid_until"])
 
 
-async def deleted(tx: TenantTx, memory_id: UUID, agent_id: str | None, *, erase: bool) -> None:
-    """After a delete: record it in the history, or (``erase``) remove the history too."""
+async def deleted(tx: TenantTx, memory_id: UUID, before: asyncpg.Record, *, erase: bool) -> None:
+    """After a delete of ``before``: its key's timeline closes the gap; the history records the deletion, or
+    (``erase``) goes too."""
+    events = Events()
+    await left_timeline(tx, memory_id, before, events)
     if erase:
         await tx.fetchval("facts.erase_history", tx.org_id, [memory_id], None)
-        return
-    events = Events()
-    events.add(memory_id, agent_id, "deleted")
+    else:
+        events.add(memory_id, before["agent_id"], "deleted")
     await events.record(tx)
+
+
+async def left_timeline(tx: TenantTx, memory_id: UUID, before: asyncpg.Record, events: Events) -> None:
+    """A keyed value (as ``before`` held it) left its key's timeline in its agent scope: deleted, or moved to
+    another agent. The value it retired there is followed by what followed it, or, when it was the current
+    value, is current again: the newest value left holds, as if the one gone had never been written."""
+    if before["key"] is None:
+        return
+    for row in await tx.fetch("facts.unlink_value", tx.org_id, memory_id, before["superseded_by"],
+                              before["occurred_at"], before["key"], before["agent_id"]):
+        events.add(row["id"], row["agent_id"], "updated", related=memory_id, reason="key", key=before["key"],
+                   changes={"superseded_by": row["superseded_by"], "valid_until": row["valid_until"]})

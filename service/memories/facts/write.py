@@ -97,12 +97,15 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
     if rejected:
         raise Conflict("the text duplicates a current memory (on_duplicate=reject)", code="duplicate",
                        details={"items": [_duplicate_detail(i, findings.matches[i], plans) for i in rejected]})
+    retired_before: set[UUID] = set()  # named in supersedes by the items before this one
     for plan in plans:
         found = findings.matches[plan.index]
         if found is not None:
-            plan.match = found
-            plan.merged_into = found.target if found.batch_index is None \
+            target = found.target if found.batch_index is None \
                 else (plans[found.batch_index].merged_into or plans[found.batch_index].id)
+            if target not in retired_before:  # a memory an earlier item retires takes no merge: this one is written
+                plan.match, plan.merged_into = found, target
+        retired_before.update(items[plan.index].supersedes)
 
     events = Events()
     outcomes: dict[int, WrittenItem] = {}
@@ -110,6 +113,8 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
     plain: list[Plan] = []
     for plan in plans:
         item = items[plan.index]
+        if item.key is not None and plan.merged_into is not None:
+            await _still_current(tx, item, plan, words[plan.index])
         if plan.merged_into is not None:
             continue
         if item.key is not None:  # one at a time: each may retire the one before
@@ -268,6 +273,22 @@ async def _write_keyed(tx: TenantTx, item: MemoryIn, plan: Plan, embeddings: np.
                            current=False, superseded_by=successor["id"])
     return WrittenItem(id=plan.id, status="superseded" if retired else "created", superseded=retired,
                        current=is_current(None, valid_until))
+
+
+async def _still_current(tx: TenantTx, item: MemoryIn, plan: Plan, words: tuple[str, ...]) -> None:
+    """A keyed item found a duplicate before the batch was written; an earlier value of the batch may have
+    retired it since (Paris, then Lisbon, then Paris again). As written one at a time, the item merges into
+    the key's current value if that is the duplicate (or holds the same words) and began no later than the
+    item; else it is a value of its own (one that happened before the current value is history on the key's
+    timeline, which ``as_of`` answers with)."""
+    holder = await tx.fetchrow("facts.key_current", tx.org_id, item.agent_id, item.key)
+    if holder is not None and holder["occurred_at"] <= plan.occurred_at and (
+            holder["id"] == plan.merged_into or (
+                holder["kind"] == item.kind and holder["text_hash"] is not None
+                and bytes(holder["text_hash"]) == _hash(words, item) and is_current(None, holder["valid_until"]))):
+        plan.merged_into = holder["id"]
+        return
+    plan.merged_into = plan.match = None
 
 
 def _with_valid_until(item: MemoryIn, valid_until: datetime | None) -> MemoryIn:
