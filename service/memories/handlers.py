@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -27,6 +27,7 @@ from service.memories.types import (
     MemoryPage,
     MemoryPatch,
     PatchedMemory,
+    holds_in_utc,
 )
 from service.memories.validation import check_metadata, check_time_range
 
@@ -59,11 +60,9 @@ def _timestamp(name: str, value: str | None) -> datetime | None:
     if parsed.tzinfo is None:
         raise BadRequest(f"{name} must carry a timezone (RFC 3339, e.g. 2024-05-01T14:30:00Z)",
                          code="validation_error", details={"field": name})
-    try:
-        parsed.astimezone(UTC)  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC: no time PostgreSQL takes
-    except OverflowError as exc:
+    if not holds_in_utc(parsed):
         raise BadRequest(f"{name} is out of range: in UTC it must fall in the years 1-9999", code="validation_error",
-                         details={"field": name}) from exc
+                         details={"field": name})
     return parsed
 
 

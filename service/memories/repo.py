@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -16,7 +16,7 @@ from pgvector import Vector
 from service.db import TenantTx
 from service.errors import BadRequest
 from service.memories.facts.types import is_current
-from service.memories.types import MemoryIn, MemoryOut, MemoryPatch, MessageRef
+from service.memories.types import MemoryIn, MemoryOut, MemoryPatch, MessageRef, holds_in_utc
 
 
 def message_ref(row: asyncpg.Record) -> MessageRef | None:
@@ -98,10 +98,8 @@ def cursor_time(stamp: str) -> datetime:
     at = datetime.fromisoformat(stamp)
     if at.tzinfo is None:
         raise ValueError(f"{stamp!r} has no offset")
-    try:
-        at.astimezone(UTC)
-    except OverflowError as exc:
-        raise ValueError(f"{stamp!r} is out of range") from exc
+    if not holds_in_utc(at):
+        raise ValueError(f"{stamp!r} is out of range")
     return at
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -33,6 +33,16 @@ Kind = Annotated[str, msgspec.Meta(pattern=KIND_PATTERN)]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 """An RFC 3339 timestamp with its timezone (``Z`` or an offset): a naive time would be ambiguous."""
+
+
+def holds_in_utc(moment: datetime) -> bool:
+    """Whether an aware time is one PostgreSQL and Python both hold: in UTC, within the years 1-9999
+    (``0001-01-01T00:00:00+05:00`` is not)."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 DOCUMENT_CHUNK_KIND = "document_chunk"
 """Written only by the documents API, which keeps path, line span and the documents table consistent."""

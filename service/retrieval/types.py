@@ -9,7 +9,7 @@ from uuid import UUID
 import msgspec
 
 from service.documents.types import Collection
-from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime, Kind, MessageRef
+from service.memories.types import AGENT_ID_PATTERN, AgentId, AwareDatetime, Kind, MessageRef, holds_in_utc
 
 Strategy = Literal["auto", "hybrid", "lexical_first", "semantic", "lexical"]
 UsedStrategy = Literal["hybrid", "lexical_first", "semantic", "lexical", "modes"]
@@ -113,11 +113,16 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Also retired memories (superseded, or past their ``valid_until``), marked ``current: false``."""
 
     def __post_init__(self) -> None:
-        """PostgreSQL text and jsonb cannot hold NUL: reject it here (a 400), not as a database error."""
+        """What PostgreSQL cannot take is rejected here (a 400), not as a database error: NUL in text and
+        jsonb, a time outside years 1-9999 in UTC (``0001-01-01T00:00:00+05:00``)."""
         if self.source_prefix is not None and "\x00" in self.source_prefix:
             raise ValueError("filters.source_prefix must not contain NUL characters")
         if self.metadata is not None and b"\\u0000" in msgspec.json.encode(self.metadata):
             raise ValueError("filters.metadata must not contain NUL characters")
+        for name in ("created_after", "created_before", "occurred_after", "occurred_before", "as_of"):
+            value = getattr(self, name)
+            if value is not None and not holds_in_utc(value):
+                raise ValueError(f"filters.{name} is out of range: in UTC it must fall in the years 1-9999")
 
     def is_empty(self) -> bool:
         """No filter beyond the default (current memories only)."""

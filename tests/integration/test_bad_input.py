@@ -148,6 +148,19 @@ async def test_nul_in_text_filters_is_400(client: AsyncTestClient[Any], tenant: 
     assert_error(r, 400, "validation_error")
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/memories/search", {"query": "a", "filters": {"as_of": "0001-01-01T00:00:00+05:00"}}),
+    ("/v1/memories/search", {"query": "a", "filters": {"created_after": "9999-12-31T23:00:00-05:00"}}),
+    ("/v1/context/assemble", {"agent_id": "a1", "query": "a", "model": "gpt-4o", "max_context_tokens": 1000,
+                              "retrieval": {"filters": {"occurred_before": "0001-01-01T00:30:00+01:00"}}}),
+], ids=["search as_of", "search created_after", "assemble occurred_before"])
+async def test_filter_times_outside_utc_years_1_to_9999_are_400(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                 path: str, body: dict[str, Any]) -> None:
+    r = await client.post(path, json=body, headers=tenant.headers)
+    assert_error(r, 400, "validation_error")
+    assert "out of range" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(("path", "params"), [
     ("/v1/memories", {"metadata": '{"k": "v\\u0000"}'}),
     ("/v1/documents", {"path_prefix": "pkg\u0000"}),
