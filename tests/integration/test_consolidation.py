@@ -37,6 +37,8 @@ class Stub:
     fail_next: int = 0
     garbage_next: int = 0
     release: threading.Event = field(default_factory=threading.Event)
+    arrived: threading.Event = field(default_factory=threading.Event)
+    """Set when a call reaches the endpoint (before it waits for ``release``)."""
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = body["messages"][-1]["content"]
@@ -55,6 +57,7 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            stub.arrived.set()
             stub.release.wait(30)
             stub.calls.append(body)
             if stub.fail_next:
@@ -143,6 +146,30 @@ async def test_a_model_supersedes_after_the_write_and_is_undone(consolidating: A
     assert r.status_code == 200, r.text
     assert r.json()["reinstated"] == [old]
     assert {m["id"] for m in await list_all(client, tenant, agent_id="c")} == {old, new["id"]}
+
+
+async def test_a_decision_on_a_memory_retired_meanwhile_is_not_applied(consolidating: AsyncTestClient[Any],
+                                                                       tenant: Tenant, stub: Stub) -> None:
+    """The model decides on what it was shown; a write that retires the new memory before the decision
+    lands wins: a retired memory retires nothing."""
+    client = consolidating
+    (old,) = (await write(client, tenant, {"text": "The user prefers dark roast coffee.", "agent_id": "r",
+                                           "occurred_at": "2024-01-01T00:00:00Z"}))["ids"]
+    stub.release.clear()
+    stub.arrived.clear()
+    (new,) = (await write(client, tenant, {"text": "The user now prefers medium roast coffee.", "agent_id": "r",
+                                           "occurred_at": "2024-05-01T00:00:00Z"}))["ids"]
+    assert await asyncio.to_thread(stub.arrived.wait, 30), "the worker never asked the model"
+    (tea,) = (await write(client, tenant, {"text": "The user switched to green tea.", "agent_id": "r",
+                                           "occurred_at": "2024-06-01T00:00:00Z", "supersedes": [new]}))["ids"]
+    stub.release.set()
+
+    async def decided() -> list[dict[str, Any]]:
+        return [e for e in await history(client, tenant, new) if e["event"] == "consolidated"]
+
+    (event,) = await _until(decided)
+    assert event["detail"]["decision"] == "supersede" and event["detail"]["applied"] is False
+    assert {m["id"] for m in await list_all(client, tenant, agent_id="r")} == {old, tea}
 
 
 async def test_a_model_merge_is_recorded_and_undone(consolidating: AsyncTestClient[Any], tenant: Tenant) -> None:

@@ -131,7 +131,9 @@ async def _apply_in(tx: TenantTx, memory_id: UUID, verdict: Verdict,
     new, target = rows.get(memory_id), rows.get(verdict.target) if verdict.target else None
     common: dict[str, Any] = {"decision": verdict.decision, "reason": verdict.reason, "decided_by": "model",
                               "candidates": candidates}
-    if new is None or (verdict.target is not None and (target is None or target["superseded_by"] is not None)):
+    # Under the scope locks: what the model was shown may have changed since (deleted, or retired by a write).
+    if new is None or new["superseded_by"] is not None or (
+            verdict.target is not None and (target is None or target["superseded_by"] is not None)):
         events.add(memory_id, None if new is None else new["agent_id"], "consolidated", related=verdict.target,
                    **common, applied=False, note="the memories changed before the decision")
         await events.record(tx)
