@@ -148,6 +148,28 @@ async def test_a_model_supersedes_after_the_write_and_is_undone(consolidating: A
     assert {m["id"] for m in await list_all(client, tenant, agent_id="c")} == {old, new["id"]}
 
 
+async def test_undoing_a_model_supersede_gives_back_the_end_the_memory_had(consolidating: AsyncTestClient[Any],
+                                                                          tenant: Tenant) -> None:
+    client = consolidating
+    (old,) = (await write(client, tenant, {"text": "The user prefers dark roast coffee.", "agent_id": "e",
+                                           "occurred_at": "2024-01-01T00:00:00Z",
+                                           "valid_until": "2030-01-01T00:00:00Z"}))["ids"]
+    (new,) = (await write(client, tenant, {"text": "The user now prefers medium roast coffee.", "agent_id": "e",
+                                           "occurred_at": "2024-05-01T00:00:00Z"}))["ids"]
+
+    async def decided() -> list[dict[str, Any]]:
+        return [e for e in await history(client, tenant, new) if e["event"] == "consolidated"]
+
+    (event,) = await _until(decided)
+    assert event["detail"]["retired"] == [old]
+    retired = await client.get(f"/v1/memories/{old}", headers=tenant.headers)
+    assert retired.json()["valid_until"].startswith("2024-05-01"), retired.text
+    r = await client.post(f"/v1/memories/{new}/history/{event['id']}/undo", json={}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["reinstated"] == [old], r.text
+    back = (await client.get(f"/v1/memories/{old}", headers=tenant.headers)).json()
+    assert back["current"] and back["valid_until"].startswith("2030-01-01"), back
+
+
 async def test_a_decision_on_a_memory_retired_meanwhile_is_not_applied(consolidating: AsyncTestClient[Any],
                                                                        tenant: Tenant, stub: Stub) -> None:
     """The model decides on what it was shown; a write that retires the new memory before the decision

@@ -163,7 +163,8 @@ async def _apply_in(tx: TenantTx, memory_id: UUID, verdict: Verdict,
             events.add(row["id"], row["agent_id"], "superseded", related=memory_id, valid_until=row["valid_until"],
                        reason="model")
         events.add(memory_id, new["agent_id"], "consolidated", related=target["id"], **common,
-                   retired=[str(target["id"])], applied=True)
+                   retired=[str(target["id"])], applied=True,
+                   retired_until={str(r["id"]): r["previous_valid_until"] for r in rows_retired})
         await events.record(tx)
         return {new["agent_id"], target["agent_id"]}, True
     events.add(memory_id, new["agent_id"], "consolidated", related=verdict.target, **common, applied=False)

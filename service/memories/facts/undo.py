@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +15,7 @@ from service.memories.facts import write as facts
 from service.memories.facts.history import Events, item_from
 from service.memories.facts.types import UNDOABLE, UndoResult
 from service.memories.facts.write import scope_key
-from service.memories.types import MemoryIn
+from service.memories.types import MemoryIn, holds_in_utc
 from service.memories.write import check_item
 from service.runtime import Services
 from service.settings import LimitSettings
@@ -25,11 +26,16 @@ def _not_undone(event: Any, event_id: UUID) -> None:
         raise Conflict(f"event {event_id} was already undone by {event['undone_by']}", code="already_undone")
 
 
-def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict[str, Any]] | None, list[UUID]]:
+Retired = list[tuple[UUID, datetime | None]]
+"""Memories a model's decision retired, each with the end of its valid time before (None: open)."""
+
+
+def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict[str, Any]] | None, Retired]:
     """What undoing ``event`` takes: the item a merge absorbed (a rule's merge, or a model's ``merge``
     decision: its id, the item, the metadata keys the merge added to the kept memory) and the memories a
-    model's decision retired. An event's detail is checked as a write checks a memory: one an import
-    wrote can hold anything (422 ``not_undoable``, not a failure of the service)."""
+    model's decision retired, with their ends before (``retired_until``; a decision recorded without it
+    reopens them). An event's detail is checked as a write checks a memory: one an import wrote can hold
+    anything (422 ``not_undoable``, not a failure of the service)."""
     detail = event["detail"] if isinstance(event["detail"], dict) else {}
 
     def refused(why: str) -> Unprocessable:
@@ -49,16 +55,26 @@ def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict
         if not isinstance(added, dict):
             raise refused("its added_metadata is not an object")
         merged = ident, item, added
-    retired: list[UUID] = []
+    retired: Retired = []
     if event["event"] == "consolidated":
-        names = detail.get("retired", [])
-        if not isinstance(names, list):
-            raise refused("its retired memories are not a list")
+        names, ends = detail.get("retired", []), detail.get("retired_until", {})
+        if not isinstance(names, list) or not isinstance(ends, dict):
+            raise refused("its retired memories are not a list, or their ends not an object")
         try:
-            retired = [UUID(str(i)) for i in names]
+            retired = [(UUID(str(i)), _end(ends.get(str(i)))) for i in names]
         except ValueError as exc:
-            raise refused(f"its retired memories are not memory ids ({exc})") from exc
+            raise refused(f"its retired memories are not memory ids with their ends ({exc})") from exc
     return merged, retired
+
+
+def _end(value: object) -> datetime | None:
+    """A recorded end of valid time (an RFC 3339 string with its offset), or None; else ValueError."""
+    if value is None:
+        return None
+    end = datetime.fromisoformat(str(value))
+    if end.tzinfo is None or not holds_in_utc(end):
+        raise ValueError(f"{value!r} is not a time with its offset in the years 1-9999")
+    return end
 
 
 async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID, *,
@@ -85,7 +101,7 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
         # scopes first (sorted), then rows, as every fact path; then the event again, under those locks:
         # a concurrent undo of it has committed or waits until this one has
         agents = [event["agent_id"], *([merged[1].agent_id] if merged is not None else [])]
-        for ident in (memory_id, *retired):
+        for ident in (memory_id, *(rid for rid, _ in retired)):
             agents.append((await repo.agent_of(tx, ident))[1])
         await tx.fetchval("facts.lock_scopes", str(org_id), sorted({scope_key(a) for a in agents}))
         again = await tx.fetchrow("facts.event", org_id, memory_id, event_id)
@@ -101,8 +117,8 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
                                                  ids=[ident], decided_by="undo")
             restored = written[0].id
             touched |= changed | {agent}
-        for rid in retired:
-            row = await tx.fetchrow("facts.unretire", org_id, rid, None)
+        for rid, until in retired:
+            row = await tx.fetchrow("facts.unretire", org_id, rid, until)
             if row is not None:
                 touched.add(row["agent_id"])
                 events.add(rid, row["agent_id"], "undone", undoes=None, related=memory_id, reinstated=True)
@@ -110,4 +126,4 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
                    undone_event=event["event"], reason=reason)
         recorded = await events.record(tx)
     await services.memories_changed(org_id, touched)
-    return UndoResult(undone=event_id, event=recorded[-1], restored=restored, reinstated=retired)
+    return UndoResult(undone=event_id, event=recorded[-1], restored=restored, reinstated=[rid for rid, _ in retired])
