@@ -195,13 +195,30 @@ class AsyncClient(_Api):
                  retry: RetryPolicy | None = None, http: httpx.AsyncClient | None = None) -> None:
         base, key = _settings(url, api_key)
         self.retry = retry or RetryPolicy()
-        self._http = http or httpx.AsyncClient(base_url=base, timeout=timeout,
-                                               headers=auth_headers(key, USER_AGENT))
+        self._make_http = functools.partial(httpx.AsyncClient, base_url=base, timeout=timeout,
+                                            headers=auth_headers(key, USER_AGENT))
+        self._http = http or self._make_http()
         self._owns_http = http is None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _bound_http(self) -> httpx.AsyncClient:
+        """The httpx client for the running event loop. Its pooled connections belong to the loop that
+        opened them: one this client made is made anew on another loop (``asyncio.run`` twice, a
+        notebook's cells, a framework's worker threads), instead of failing with "Event loop is closed"."""
+        loop = asyncio.get_running_loop()
+        if self._owns_http and self._loop is not None and self._loop is not loop:
+            self._http = self._make_http()  # the old one's connections died with their loop
+        self._loop = loop
+        return self._http
 
     async def aclose(self) -> None:
-        if self._owns_http:
+        if not self._owns_http:
+            return
+        if self._loop in (None, asyncio.get_running_loop()):
             await self._http.aclose()
+        else:  # its connections belong to another loop, closed or not this one's to drive: let them go
+            self._http = self._make_http()
+            self._loop = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -214,15 +231,16 @@ class AsyncClient(_Api):
         headers = call.prepared_headers()
         content = call.content()
         attempt = 0
+        http = self._bound_http()
         while True:
             attempt += 1
-            request = call.request(self._http, headers, content)
+            request = call.request(http, headers, content)
             try:
-                response = await self._http.send(request, stream=stream)
+                response = await http.send(request, stream=stream)
             except httpx.TransportError as exc:
                 wait = self.retry.after_transport_error(call, attempt)
                 if wait is None:
-                    raise transport_error(exc, call, self._http.base_url) from exc
+                    raise transport_error(exc, call, http.base_url) from exc
             else:
                 wait = self.retry.after_response(call, response, attempt)
                 if wait is None:

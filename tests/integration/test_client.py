@@ -188,6 +188,21 @@ async def test_directives_assembly_and_documents_with_the_async_client(live_url:
         assert lines[-1]["type"] == "end" and lines[-1]["counts"]["memory"] == 2
 
 
+async def test_an_async_client_serves_one_event_loop_after_another(live_url: str, tenant: Tenant) -> None:
+    """``asyncio.run`` twice with one client (a notebook's cells, a framework's worker threads): the
+    second loop gets connections of its own instead of the first loop's dead ones."""
+    agent = f"loops-{uuid4().hex[:8]}"
+    pg = AsyncClient(live_url, tenant.key)
+
+    def two_loops() -> list[str]:
+        asyncio.run(pg.put_directive(agent, "First."))
+        asyncio.run(pg.put_directive(agent, "Second."))
+        return [asyncio.run(pg.get_directive(agent)).content]
+
+    assert await asyncio.to_thread(two_loops) == ["Second."]
+    await pg.aclose()
+
+
 async def test_conversations_append_list_assemble_and_delete(live_url: str, tenant: Tenant) -> None:
     agent, chat = f"client-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
     turns: list[MessageIn | dict[str, Any]] = [
