@@ -1,6 +1,7 @@
 """``pgcontext_langchain`` against a live service: LangChain's standard retriever tests, both retriever modes,
 a retrieval chain with a fake chat model, the chat message history over a conversation (sync, async,
-round trip of message types, clear, tenant isolation) and the README example."""
+round trip of message types, long messages, odd ids, long batches, conversations written without it, clear,
+tenant isolation) and the README example."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompt_values import PromptValue
 from langchain_core.prompts import ChatPromptTemplate
@@ -196,3 +197,56 @@ def test_the_readme_example_runs(live_url: str, tenant: Tenant, tmp_path: Path) 
     assert out[0].startswith("The user is allergic to peanuts. ")
     assert out[1] == "Skip the satay: the user is allergic to peanuts."
     assert out[2] == "[('human', 'What should I not cook tonight?'), ('ai', 'Anything with peanuts.')]"
+
+
+def test_a_memorys_own_metadata_never_hides_the_documents_id_and_score(live_url: str, tenant: Tenant) -> None:
+    agent = f"lc-{uuid4().hex[:8]}"
+    with Client(live_url, tenant.key) as pg:
+        mid = str(pg.create_memory("The user's passport is in the blue drawer.", agent_id=agent,
+                                   metadata={"id": "ext-7", "score": 99, "kind": "mine", "source": "crm"}).id)
+    retriever = PgcontextRetriever(url=live_url, api_key=tenant.key, agent_id=agent)
+    doc = retriever.invoke("where is the passport?")[0]
+    assert doc.metadata["id"] == mid and 0.0 <= doc.metadata["score"] <= 1.0 and doc.metadata["kind"] == "fact"
+    assert doc.metadata["source"] == "crm"
+    assert retriever.invoke("where is the passport?", k=0) == []
+
+
+def test_chat_history_keeps_long_messages_and_any_message_id(live_url: str, tenant: Tenant,
+                                                             settings: Settings) -> None:
+    chat = f"chat-{uuid4().hex[:8]}"
+    history = PgcontextChatMessageHistory(chat, agent_id=f"lc-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    over = settings.limits.max_metadata_bytes + 2000  # longer than the metadata may be: its text is kept once
+    sent = [HumanMessage("a" * over, id="msg 1/ü"), AIMessage("界" * (over // 3)),
+            AIMessage([{"type": "text", "text": "b" * over}], tool_calls=[{"name": "f", "args": {}, "id": "c-1"}]),
+            ToolMessage("c" * over, tool_call_id="c-1", id="x" * 300)]
+    history.add_messages(sent)
+    history.add_messages(sent[:1] + sent[3:])  # ids the service would refuse as they are: still written once
+    back = history.messages
+    assert [m.model_dump() for m in back] == [m.model_dump() for m in sent]
+    with Client(live_url, tenant.key) as pg:
+        assert pg.get_conversation(chat).message_count == 4
+
+
+def test_chat_history_appends_more_messages_than_one_append_takes(live_url: str, tenant: Tenant,
+                                                                  settings: Settings) -> None:
+    history = PgcontextChatMessageHistory(f"chat-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    sent = [HumanMessage(f"message {i}") for i in range(settings.limits.max_batch + 5)]
+    history.add_messages(sent)
+    assert [m.text for m in history.messages] == [m.text for m in sent]
+
+
+async def test_chat_history_reads_and_extends_a_conversation_written_without_it(live_url: str,
+                                                                                tenant: Tenant) -> None:
+    agent, chat = f"lc-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    with Client(live_url, tenant.key) as pg:
+        pg.append_messages(chat, [{"role": "user", "content": "What's the weather?"},
+                                  {"role": "tool", "content": "sunny, 21C"},
+                                  {"role": "assistant", "content": "Sunny and 21C."}], agent_id=agent)
+    history = PgcontextChatMessageHistory(chat, url=live_url, api_key=tenant.key)  # no agent_id: whoever owns it
+    await history.aadd_messages([HumanMessage("Thanks!")])
+    back = await history.aget_messages()
+    assert [(m.type, m.text) for m in back] == [("human", "What's the weather?"), ("chat", "sunny, 21C"),
+                                                 ("ai", "Sunny and 21C."), ("human", "Thanks!")]
+    assert isinstance(back[1], ChatMessage) and back[1].role == "tool"
+    with Client(live_url, tenant.key) as pg:
+        assert pg.get_conversation(chat).agent_id == agent

@@ -1,11 +1,14 @@
 """``pgcontext_langgraph.PgcontextStore`` against a live service: LangGraph's store interface (get, put, delete,
 search with query/filter/offset, list_namespaces with prefix/suffix/wildcards/depth, TTL, batches), sync and
-async, tenant isolation, a StateGraph that stores and recalls through it, and the README example."""
+async, racing writers of one item, tenant isolation, a StateGraph that stores and recalls through it, and the
+README example."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypedDict
@@ -217,3 +220,37 @@ def test_the_readme_example_runs(live_url: str, tenant: Tenant, tmp_path: Path) 
     assert lines[0].startswith("coffee The user drinks dark roast coffee. ")
     assert lines[1] == "['city']" and lines[2] == "[('assistant', 'user-42', 'memories')]"
     assert lines[3] == "The user lives in Lisbon."
+
+
+def test_puts_racing_to_create_one_item_leave_one(live_url: str, tenant: Tenant) -> None:
+    ns = (agent(), "race")
+    stores = [PgcontextStore(live_url, tenant.key, index={"fields": ["text"]}) for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            list(pool.map(lambda i: stores[i].put(ns, "k", {"text": f"value {i}"}), range(len(stores))))
+        items = stores[0].search(ns)
+        assert [i.key for i in items] == ["k"] and stores[0].get(ns, "k") == items[0]
+        stores[0].delete(ns, "k")
+        assert stores[0].get(ns, "k") is None and stores[0].search(ns) == []  # nothing left to resurface
+    finally:
+        for s in stores:
+            s.close()
+
+
+async def test_async_puts_racing_to_create_one_item_leave_one(live_url: str, tenant: Tenant) -> None:
+    ns = (agent(), "race")
+    async with PgcontextStore(live_url, tenant.key) as store:
+        await asyncio.gather(*(store.aput(ns, "k", {"n": i}) for i in range(4)))
+        assert [i.key for i in await store.asearch(ns)] == ["k"]
+        await asyncio.gather(store.adelete(ns, "k"), store.adelete(ns, "k"))  # racing deletes: no error
+        assert await store.aget(ns, "k") is None
+
+
+def test_a_query_with_a_filter_the_service_cannot_run_still_fills_the_page(store: PgcontextStore) -> None:
+    ns = (agent(), "notes")
+    for i in range(30):
+        store.put(ns, f"k{i}", {"text": f"A note about apples, number {i}.", "weight": 0.5 if i % 10 == 0 else 1.5,
+                                "tags": ["even"] if i % 2 == 0 else ["odd"]})
+    assert {h.key for h in store.search(ns, query="apples", filter={"weight": 0.5}, limit=5)} == {"k0", "k10", "k20"}
+    assert len(store.search(ns, query="apples", filter={"tags": ["odd"]}, limit=5)) == 5
+    assert len(store.search(ns, query="apples", limit=500)) == 30  # more than one search returns: the best 200

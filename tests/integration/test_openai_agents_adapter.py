@@ -1,6 +1,7 @@
 """``pgcontext_agents`` against a live service: an Agents SDK agent loop with a scripted stub model that stores
 and recalls memories through the tools and keeps its conversation in ``PgcontextSession``; the session
-protocol (limit, pop, clear, round trip of item types, tenant isolation) and the README example."""
+protocol (limit, pop, clear, round trip of item types, long items and long sessions, tenant isolation) and the
+README example."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from uuid import uuid4
 
 import pytest
 from agents import Agent, Model, ModelResponse, Runner
-from agents.memory import Session
+from agents.memory import Session, SessionSettings
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 from pgcontext_agents import PgcontextSession, memory_tools
@@ -190,3 +191,52 @@ def test_the_readme_example_runs(live_url: str, tenant: Tenant, tmp_path: Path) 
     out = run_readme(ROOT / "clients" / "openai-agents" / "README.md", live_url, tenant.key, tmp_path).splitlines()
     assert out == ["['remember', 'recall', 'assemble_context']", "[{'role': 'assistant', 'content': 'Nice to know!'}]",
                    "{'role': 'assistant', 'content': 'Nice to know!'}", "1"]
+
+
+async def test_pop_item_keeps_a_session_longer_than_one_append(live_url: str, tenant: Tenant,
+                                                               settings: Settings) -> None:
+    session = PgcontextSession(f"chat-{uuid4().hex[:8]}", agent_id=f"oa-{uuid4().hex[:8]}", url=live_url,
+                               api_key=tenant.key)
+    items: list[Any] = [{"role": "user", "content": f"item {i}"} for i in range(settings.limits.max_batch + 5)]
+    await session.add_items(items)  # more than one append takes
+    assert await session.pop_item() == items[-1]
+    assert await session.get_items() == items[:-1]
+    await session.clear_session()
+    await session.close()
+
+
+async def test_long_items_round_trip(live_url: str, tenant: Tenant, settings: Settings) -> None:
+    session = PgcontextSession(f"chat-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    over = settings.limits.max_metadata_bytes + 2000  # longer than the metadata may be: the text is kept once
+    items: list[Any] = [
+        {"role": "user", "content": "Summarise the page."},
+        {"type": "function_call", "call_id": "c-1", "name": "write", "arguments": json.dumps({"text": "a" * over})},
+        {"type": "function_call_output", "call_id": "c-1", "output": "界" * (over // 3)},
+        {"type": "function_call_output", "call_id": "c-2", "output": [{"type": "input_text", "text": "b" * over}]},
+        {"type": "custom_tool_call", "call_id": "c-3", "name": "patch", "input": "d" * over},
+        {"type": "custom_tool_call_output", "call_id": "c-3", "output": "e" * over},
+        {"id": "msg-1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "c" * over, "annotations": []}]}]
+    await session.add_items(items)
+    assert await session.get_items() == items
+    assert await session.pop_item() == items[-1] and await session.get_items() == items[:-1]
+    with Client(live_url, tenant.key) as pg:
+        roles = [m.role for m in pg.list_messages(session.session_id).items]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant", "tool"]
+    await session.clear_session()
+    await session.close()
+
+
+async def test_a_session_without_agent_id_extends_an_agents_conversation(live_url: str, tenant: Tenant) -> None:
+    agent, chat = f"oa-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    owner = PgcontextSession(chat, agent_id=agent, url=live_url, api_key=tenant.key)
+    await owner.add_items([{"role": "user", "content": "one"}])
+    session = PgcontextSession(chat, url=live_url, api_key=tenant.key,
+                               session_settings=SessionSettings(limit=2))  # whoever owns it
+    await session.add_items([{"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}])
+    assert [dict(i)["content"] for i in await session.get_items()] == ["two", "three"]  # the settings' limit
+    assert len(await session.get_items(limit=10)) == 3
+    with Client(live_url, tenant.key) as pg:
+        assert pg.get_conversation(chat).agent_id == agent
+    await owner.close()
+    await session.close()

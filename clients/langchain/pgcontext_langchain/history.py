@@ -10,8 +10,11 @@ from uuid import uuid4
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from pgcontext_client import AsyncClient, Client, NotFound, endpoints
-from pgcontext_client.plans import Plan, arun, run
-from pgcontext_client.types import MessageIn, MessagePage
+from pgcontext_client.plans import Plan, append_all, arun, run
+from pgcontext_client.stored import keep, kept
+from pgcontext_client.types import ConversationMessage, MessageIn, MessagePage
+
+from pgcontext_langchain.stored import META, message_id
 
 ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 """LangChain message types and the conversation roles they are stored with (others: no role)."""
@@ -24,9 +27,21 @@ def _text(message: BaseMessage) -> str:
 
 
 def _message_in(message: BaseMessage) -> MessageIn:
-    return MessageIn(content=_text(message), role=ROLES.get(message.type),  # type: ignore[arg-type]
-                     message_id=message.id or uuid4().hex,
-                     metadata={"langchain": message_to_dict(message)})
+    text = _text(message)
+    return MessageIn(content=text, role=ROLES.get(message.type),  # type: ignore[arg-type]
+                     message_id=message_id(message.id) if message.id else uuid4().hex,
+                     metadata=keep(META, message_to_dict(message), text))
+
+
+def _as_dict(message: ConversationMessage) -> dict[str, Any]:
+    """The LangChain message (``message_to_dict``) a conversation message holds; one appended without this
+    adapter reads as its role's type (a ``tool`` one, which names no tool call, as a ``ChatMessage``)."""
+    record = kept(META, message.metadata, message.content)
+    if record is not None:
+        return record
+    if message.role == "tool":
+        return {"type": "chat", "data": {"content": message.content, "role": "tool"}}
+    return {"type": _TYPES.get(message.role or "", "human"), "data": {"content": message.content}}
 
 
 class PgcontextChatMessageHistory(BaseChatMessageHistory):
@@ -34,9 +49,11 @@ class PgcontextChatMessageHistory(BaseChatMessageHistory):
 
     Each message is stored with its text (searchable, and what context assembly packs) and role, and the
     LangChain message itself in ``metadata.langchain``, so it reads back as it was written (type, id,
-    tool calls). ``agent_id`` owns a conversation its first append creates. ``clear()`` deletes the
-    conversation. A message keeps its ``id`` as the conversation's ``message_id`` (a new one when it has
-    none), so a retried append writes nothing twice.
+    tool calls; its long text is kept once, see ``pgcontext_langchain.stored``). ``agent_id`` owns a
+    conversation its first append creates (None: append to whoever owns it). ``clear()`` deletes the
+    conversation. A message keeps its ``id`` as the conversation's ``message_id`` (a digest of it when the
+    service's id rule refuses it, a new one when it has none), so a retried append writes nothing twice.
+    More messages than the service takes in one append go in several, in order.
     """
 
     def __init__(self, conversation_id: str, *, agent_id: str | None = None, url: str | None = None,
@@ -66,16 +83,14 @@ class PgcontextChatMessageHistory(BaseChatMessageHistory):
                 page: MessagePage = yield endpoints.list_messages(self.conversation_id, limit=PAGE, cursor=cursor)
             except NotFound:
                 return []
-            stored += [m.metadata.get("langchain") or {"type": _TYPES.get(m.role or "", "human"),
-                                                       "data": {"content": m.content}} for m in page.items]
+            stored += [_as_dict(m) for m in page.items]
             cursor = page.next_cursor
             if cursor is None:
                 return messages_from_dict(stored)
 
     def _append(self, messages: Sequence[BaseMessage]) -> Plan[None]:
-        if messages:
-            yield endpoints.append_messages(self.conversation_id, [_message_in(m) for m in messages],
-                                            agent_id=self.agent_id)
+        """One append, or several in order when there are more messages than the service takes at once."""
+        yield from append_all(self.conversation_id, [_message_in(m) for m in messages], agent_id=self.agent_id)
 
     def _clear(self) -> Plan[None]:
         with contextlib.suppress(NotFound):  # none yet: nothing to clear

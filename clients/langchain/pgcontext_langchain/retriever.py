@@ -21,9 +21,9 @@ class PgcontextRetriever(BaseRetriever):
     context assembly packs for the query into ``max_context_tokens`` (``POST /v1/context/assemble``; ``k``
     caps them), in packing order. Each document's ``metadata`` has the memory ``id``, its ``score`` (0-1,
     comparable across calls) and ``kind``, ``agent_id``, ``occurred_at``; assembled ones also ``tag`` and
-    ``origin``. ``invoke(query, k=3)`` overrides ``k`` for one call. ``conversations``, in both modes:
-    conversation messages only from these conversations (one person's chat, for an agent that talks with
-    many)."""
+    ``origin``; search hits also the memory's own metadata, under those. ``invoke(query, k=3)`` overrides
+    ``k`` for one call (0: no documents). ``conversations``, in both modes: conversation messages only from
+    these conversations (one person's chat, for an agent that talks with many)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -55,12 +55,14 @@ class PgcontextRetriever(BaseRetriever):
 
     def _plan(self, query: str, k: int | None) -> Plan[list[Document]]:
         limit = self.k if k is None else k
+        if limit <= 0:
+            return []
         if self.mode == "search":
             found: SearchResponse = yield endpoints.search(query, limit=limit, filters=SearchFilters(
                 agent_id=self.agent_id, kinds=self.kinds, metadata=self.metadata, conversations=self.conversations))
             return [Document(page_content=r.text, id=str(r.id), metadata={
-                "id": str(r.id), "score": r.score, "kind": r.kind, "agent_id": r.agent_id,
-                "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None, **r.metadata})
+                **r.metadata, "id": str(r.id), "score": r.score, "kind": r.kind, "agent_id": r.agent_id,
+                "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None})
                 for r in found.results]
         if self.agent_id is None:
             raise ValueError("mode='assemble' needs agent_id (whose memories and directive to assemble)")

@@ -5,11 +5,13 @@ An item ``(namespace, key) -> value`` is a memory of agent ``namespace[0]`` with
 Its metadata holds everything else under ``"langgraph"``: the whole namespace (its labels joined with
 ``.``, which a label cannot contain), every prefix of it (so a namespace prefix is a JSON containment
 filter the service runs), the key, the value and the TTL in minutes. The memory's text, what hybrid
-search reads, is the value's indexed fields (the store's or the put's ``index``), else its JSON.
+search reads, is the value's indexed fields (the store's or the put's ``index``), else its JSON. The
+memory's single-valued ``key`` (:func:`fact_key`) makes the service keep one current memory per item.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 import re
@@ -40,6 +42,13 @@ def joined(namespace: Sequence[str]) -> str:
     return ".".join(namespace)
 
 
+def fact_key(namespace: Sequence[str], key: str) -> str:
+    """The memory's single-valued ``key`` (per agent): the service keeps one current memory per item, so
+    writers racing to create the same item cannot leave two."""
+    digest = hashlib.sha256(json.dumps([list(namespace), key], ensure_ascii=False).encode()).hexdigest()
+    return f"langgraph:{digest[:48]}"
+
+
 def item_metadata(namespace: Sequence[str], key: str, value: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:
     prefixes = [joined(namespace[:depth]) for depth in range(1, len(namespace) + 1)]
     return {META: {"namespace": joined(namespace), "prefixes": prefixes, "key": key, "value": dict(value),
@@ -68,10 +77,20 @@ def containment(namespace_prefix: Sequence[str], key: str | None = None,
         inner["prefixes"] = [joined(namespace_prefix)]
     if key is not None:
         inner["namespace"], inner["key"] = joined(namespace_prefix), key
-    equal = {k: v for k, v in (filter or {}).items() if isinstance(v, str | bool | int) and not isinstance(v, float)}
+    equal = {k: v for k, v in (filter or {}).items() if _service_side(v)}
     if equal:
         inner["value"] = equal
     return {META: inner}
+
+
+def _service_side(wanted: Any) -> bool:
+    return isinstance(wanted, str | bool | int)
+
+
+def fully_contained(filter: Mapping[str, Any] | None) -> bool:
+    """Whether the service runs the whole filter (exact strings, integers and booleans), so :func:`matches`
+    drops nothing it returns."""
+    return all(_service_side(v) for v in (filter or {}).values())
 
 
 _OPS: Final[Mapping[str, Callable[[Any, Any], bool]]] = {

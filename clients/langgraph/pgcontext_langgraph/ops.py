@@ -3,6 +3,7 @@ receives their answers, so the sync and the async store run the same code (``pgc
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -19,7 +20,7 @@ from langgraph.store.base import (
     SearchOp,
     validate_op_namespace,
 )
-from pgcontext_client import Memory, SearchFilters, endpoints
+from pgcontext_client import Memory, NotFound, SearchFilters, endpoints
 from pgcontext_client.plans import Plan
 from pgcontext_client.types import MemoryPage, SearchResponse
 
@@ -28,8 +29,12 @@ from pgcontext_langgraph import mapping
 PAGE: Final = 200
 """Memories per list page (the service's maximum)."""
 MAX_CANDIDATES: Final = 200
-"""At most this many search hits are read to fill a page when the filter has operators the service
-cannot run (``$gt``, ``$ne``, ...); those are checked here."""
+"""At most this many search hits are read (the service's maximum): a query's page when the service runs
+the whole filter, else the best this many, filtered here (operators such as ``$gt``, exact floats, nulls,
+lists and objects)."""
+DUPLICATES: Final = 20
+"""How many memories of one item a write looks at: the item is one memory, but one written twice at once
+before the store kept a key per item may be several, which a put or delete then makes one or none."""
 
 
 def plan(op: Op, fields: Sequence[str] | None) -> Plan[Result]:
@@ -46,10 +51,24 @@ def plan(op: Op, fields: Sequence[str] | None) -> Plan[Result]:
     raise TypeError(f"unknown store operation {op!r}")
 
 
-def _find(namespace: Sequence[str], key: str) -> Plan[Memory | None]:
+def _find_all(namespace: Sequence[str], key: str, limit: int = DUPLICATES,
+              retired: bool = False) -> Plan[list[Memory]]:
+    """The item's memories, newest first (one, or none); ``retired``: with the values its key retired, which
+    a delete of the current one would make current again."""
     page: MemoryPage = yield endpoints.list_memories(
-        agent_id=mapping.agent_of(namespace), metadata=mapping.containment(namespace, key), limit=1)
-    return page.items[0] if page.items else None
+        agent_id=mapping.agent_of(namespace), metadata=mapping.containment(namespace, key), limit=limit,
+        include_superseded=retired or None)
+    return list(page.items)
+
+
+def _find(namespace: Sequence[str], key: str) -> Plan[Memory | None]:
+    found = yield from _find_all(namespace, key, limit=1)
+    return found[0] if found else None
+
+
+def _delete(memory_id: Any) -> Plan[None]:
+    with contextlib.suppress(NotFound):  # deleted meanwhile (a racing delete or put of None): gone all the same
+        yield endpoints.delete_memory(memory_id)
 
 
 def _item(memory_id: Any, metadata: dict[str, Any], score: float | None = None,
@@ -78,11 +97,15 @@ def get(op: GetOp) -> Plan[Item | None]:
 
 
 def put(op: PutOp, fields: Sequence[str] | None) -> Plan[None]:
-    memory = yield from _find(op.namespace, op.key)
     if op.value is None:
-        if memory is not None:
-            yield endpoints.delete_memory(memory.id)
+        gone = yield from _find_all(op.namespace, op.key, retired=True)
+        for stale in sorted(gone, key=lambda m: m.current):  # retired values first: none comes back meanwhile
+            yield from _delete(stale.id)
         return None
+    found = yield from _find_all(op.namespace, op.key)
+    memory, extra = (found[0], found[1:]) if found else (None, [])
+    for stale in extra:
+        yield from _delete(stale.id)
     now = datetime.now(UTC)
     metadata = mapping.item_metadata(op.namespace, op.key, op.value, op.ttl)
     stamps = metadata[mapping.META]
@@ -91,12 +114,16 @@ def put(op: PutOp, fields: Sequence[str] | None) -> Plan[None]:
     kind = mapping.UNINDEXED_KIND if op.index is False else mapping.KIND
     text = mapping.item_text(op.key, op.value, fields if op.index is None or op.index is False else op.index)
     expires = mapping.expiry(op.ttl, now)
-    if memory is None:
-        yield endpoints.create_memory(text, agent_id=mapping.agent_of(op.namespace), kind=kind, metadata=metadata,
-                                      expires_at=expires, on_duplicate="keep")
-    else:
-        yield endpoints.update_memory(memory.id, text=text, kind=kind, metadata=metadata, expires_at=expires,
-                                      on_duplicate="keep")
+    if memory is not None:
+        try:
+            yield endpoints.update_memory(memory.id, text=text, kind=kind, metadata=metadata, expires_at=expires,
+                                          on_duplicate="keep")
+            return None
+        except NotFound:  # deleted meanwhile: written anew
+            pass
+    # keyed: of puts racing to create the item, the last one's memory is the only current one
+    yield endpoints.create_memory(text, agent_id=mapping.agent_of(op.namespace), kind=kind, metadata=metadata,
+                                  expires_at=expires, key=mapping.fact_key(op.namespace, op.key), on_duplicate="keep")
     return None
 
 
@@ -106,8 +133,7 @@ def search(op: SearchOp) -> Plan[list[SearchItem]]:
     wanted = op.offset + op.limit
     found: list[tuple[Any, dict[str, Any], float | None]] = []
     if op.query:
-        operators = any(isinstance(v, dict) for v in (op.filter or {}).values())
-        limit = min(MAX_CANDIDATES, wanted * 4) if operators else wanted
+        limit = min(MAX_CANDIDATES, wanted) if mapping.fully_contained(op.filter) else MAX_CANDIDATES
         answer: SearchResponse = yield endpoints.search(
             op.query, limit=max(1, limit),
             filters=SearchFilters(agent_id=agent, kinds=[mapping.KIND], metadata=contains))

@@ -8,55 +8,66 @@ from typing import Any, cast
 from uuid import uuid4
 
 from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from pgcontext_client import AsyncClient, NotFound
+from pgcontext_client.plans import append_all, arun
+from pgcontext_client.stored import keep, kept
 from pgcontext_client.types import ConversationMessage, MessageIn
 from pgcontext_client.types.conversations import Role
 
 META = "openai_agents"
+"""The metadata key an item is kept under (``pgcontext_client.stored``)."""
 PAGE = 200
 
 
+def _parts(parts: list[Any]) -> str:
+    return " ".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
 def _text(item: dict[str, Any]) -> str:
-    """What an item says, as the conversation's searchable text."""
-    content = item.get("content")
+    """What an item says, as the conversation's searchable text: a message's words, a tool call's name and
+    arguments (``input`` for a custom tool), a tool's output."""
+    content, kind = item.get("content"), str(item.get("type", ""))
+    call = item.get("arguments", item.get("input"))
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):
-        text = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    elif item.get("type") == "function_call":
-        text = f"{item.get('name')}({item.get('arguments', '')})"
-    elif item.get("type") == "function_call_output":
-        output = item.get("output")
+        text = _parts(content)
+    elif kind.endswith("_call") and isinstance(call, str):
+        text = f"{item.get('name')}({call})"
+    elif kind.endswith("_output") and "output" in item:
+        output = item["output"]
+        if isinstance(output, list):  # content parts (input_text, input_image, ...)
+            output = _parts(output)
         text = output if isinstance(output, str) else json.dumps(output)
     else:
         text = ""
-    return text if text.strip() else f"({item.get('type', 'item')})"
+    return text if text.strip() else f"({kind or 'item'})"
 
 
 def _role(item: dict[str, Any]) -> Role | None:
-    role = item.get("role")
+    role, kind = item.get("role"), str(item.get("type", ""))
     if role in ("user", "assistant", "system"):
         return cast(Role, role)
     if role == "developer":
         return "system"
-    if item.get("type") == "function_call_output":
+    if kind.endswith("_call_output"):
         return "tool"
-    if item.get("type") in ("function_call", "reasoning"):
+    if kind.endswith("_call") or kind == "reasoning":
         return "assistant"
     return None
 
 
 def _message(item: TResponseInputItem) -> MessageIn:
     data: dict[str, Any] = dict(item)
-    return MessageIn(content=_text(data), role=_role(data),
-                     message_id=uuid4().hex, metadata={META: data})
+    text = _text(data)
+    return MessageIn(content=text, role=_role(data), message_id=uuid4().hex, metadata=keep(META, data, text))
 
 
 def _item(message: ConversationMessage) -> TResponseInputItem:
-    stored = message.metadata.get(META)
-    if isinstance(stored, dict):
-        return stored  # type: ignore[return-value]
+    item = kept(META, message.metadata, message.content)
+    if item is not None:
+        return cast(TResponseInputItem, item)
     plain: dict[str, Any] = {"role": message.role if message.role in ("user", "assistant", "system") else "user",
                              "content": message.content}
     return plain  # type: ignore[return-value]  # an EasyInputMessageParam
@@ -67,9 +78,11 @@ class PgcontextSession:
     session=PgcontextSession("chat-1", agent_id="support"))`` keeps the run's items in pgcontext.
 
     Each item is appended as a conversation message with its text and role (searchable, and what context
-    assembly packs) and the item itself in ``metadata.openai_agents``, which ``get_items`` returns.
-    ``agent_id`` owns a conversation its first append creates. ``pop_item`` rewrites the conversation
-    without its last message; ``clear_session`` deletes the conversation.
+    assembly packs) and the item itself in ``metadata.openai_agents`` (its long text kept once, see
+    ``pgcontext_client.stored``), which ``get_items`` returns. ``agent_id`` owns a conversation its first
+    append creates (None: append to whoever owns it). ``pop_item`` rewrites the conversation without its
+    last message; ``clear_session`` deletes the conversation. More items than the service takes in one
+    append go in several, in order.
     """
 
     session_settings: SessionSettings | None = None
@@ -94,8 +107,14 @@ class PgcontextSession:
             if cursor is None:
                 return found
 
+    async def _append(self, messages: list[MessageIn], agent_id: str | None) -> None:
+        """One append, or several in order when there are more messages than the service takes at once.
+        ``agent_id`` None: whoever owns the conversation (a new one: the whole org)."""
+        await arun(self.client, append_all(self.session_id, messages, agent_id=agent_id))
+
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The session's items in order; ``limit``: only the latest that many."""
+        """The session's items in order; ``limit`` (else ``session_settings.limit``): only the latest that many."""
+        limit = resolve_session_limit(limit, self.session_settings)
         messages = await self._messages()
         if limit is not None:
             messages = messages[-limit:] if limit > 0 else []
@@ -103,8 +122,7 @@ class PgcontextSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if items:
-            await self.client.append_messages(self.session_id, [_message(i) for i in items],
-                                              agent_id=self.agent_id)
+            await self._append([_message(i) for i in items], self.agent_id)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """The last item, removed. The conversation API never removes one message, so this rewrites the
@@ -119,7 +137,7 @@ class PgcontextSession:
                           occurred_at=m.occurred_at, session_id=m.session_id, message_id=m.message_id,
                           metadata=m.metadata) for m in messages[:-1]]
         if kept:
-            await self.client.append_messages(self.session_id, kept, agent_id=owner)
+            await self._append(kept, owner)
         return _item(messages[-1])
 
     async def clear_session(self) -> None:
