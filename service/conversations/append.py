@@ -7,7 +7,11 @@ anything, so concurrent appends are serialised there and every message gets a di
 1, 2, ... without gaps, in the order the appends committed. Idempotency: ``message_id`` is unique
 per conversation (a unique index), and the check for existing ids runs under that lock, so two
 appends of the same message write it once. Embedding happens before the transaction (it is the
-slow part), so a retried append embeds again but writes nothing twice.
+slow part), and only for the messages that a read just before it did not find: a retried append (or
+a client that sends the whole transcript each turn) embeds nothing it already wrote, and succeeds
+while the embedding provider is down. Should a message turn out to be missing under the lock after
+all (its conversation was deleted meanwhile), the transaction is rolled back and the append runs
+once more with every message embedded.
 
 Messages never reach hot sets (migration 0012), so an append invalidates no cache.
 """
@@ -42,10 +46,41 @@ def embedding_text(content: str, speaker: str | None) -> str:
     return f"{speaker}: {content}" if speaker else content
 
 
+class _Unembedded(Exception):
+    """A message the append must write was in the conversation when it embedded, and is not any more."""
+
+
+def _new(messages: list[MessageIn], existing: dict[str, Any]) -> list[int]:
+    """The messages an append writes: those without a ``message_id`` the conversation holds."""
+    return [i for i, m in enumerate(messages) if m.message_id is None or m.message_id not in existing]
+
+
+async def _embed(services: Services, org_id: UUID, messages: list[MessageIn], indices: list[int],
+                 into: dict[int, Any]) -> None:
+    if indices:
+        vectors = await embed_texts(services, org_id, [embedding_text(messages[i].content, messages[i].speaker)
+                                                       for i in indices])
+        into.update(zip(indices, vectors, strict=True))
+
+
 async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:
     check_ident(conversation_id, "conversation_id")
     messages = check_messages(body.messages, services.settings.limits)
-    embeddings = await embed_texts(services, org_id, [embedding_text(m.content, m.speaker) for m in messages])
+    held = await services.db.read(org_id, lambda tx: _existing(tx, conversation_id, messages)) \
+        if any(m.message_id is not None for m in messages) else {}
+    embeddings: dict[int, Any] = {}
+    await _embed(services, org_id, messages, _new(messages, held), embeddings)
+    try:
+        return await _write(services, org_id, conversation_id, body, messages, embeddings)
+    except _Unembedded:  # rare: the conversation was deleted meanwhile; the second try has every vector
+        await _embed(services, org_id, messages, [i for i in range(len(messages)) if i not in embeddings], embeddings)
+        return await _write(services, org_id, conversation_id, body, messages, embeddings)
+
+
+async def _write(services: Services, org_id: UUID, conversation_id: str, body: AppendIn, messages: list[MessageIn],
+                 embeddings: dict[int, Any]) -> AppendOut:
+    """The append's transaction (see the module docstring); :class:`_Unembedded` (rolled back) when a
+    message it must write has no vector yet."""
     agent = body.agent_id if body.agent_id is not msgspec.UNSET else None
     async with services.db.tenant(org_id) as tx:
         conv = await tx.fetchrow("conversations.open", org_id, conversation_id, agent)
@@ -57,7 +92,9 @@ async def append(services: Services, org_id: UUID, conversation_id: str, body: A
                            f"{'agent ' + repr(body.agent_id) if body.agent_id else 'the whole org'}",
                            code="conversation_agent_mismatch", details={"agent_id": owner})
         existing = await _existing(tx, conversation_id, messages)
-        new = [i for i, m in enumerate(messages) if m.message_id is None or m.message_id not in existing]
+        new = _new(messages, existing)
+        if any(i not in embeddings for i in new):
+            raise _Unembedded
         written: dict[int, tuple[UUID, int]] = {}
         if new:
             contexts = await _contexts(tx, services, conversation_id, count, [messages[i] for i in new])

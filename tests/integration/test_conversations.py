@@ -119,6 +119,22 @@ async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any],
     assert len(await all_messages(client, tenant, "idem")) == 3
 
 
+async def test_a_resent_message_keeps_its_stored_time_and_metadata(client: AsyncTestClient[Any],
+                                                                    tenant: Tenant) -> None:
+    sent = {**TURNS[0], "message_id": "m0", "occurred_at": "2026-03-02T08:30:00Z", "metadata": {"channel": "sms"}}
+    first = await append(client, tenant, "resent-meta", [sent])
+    again = await append(client, tenant, "resent-meta", [{**sent, "occurred_at": "2026-03-09T10:00:00Z",
+                                                          "metadata": {"channel": "email"}}])
+    assert again["messages"] == [first["messages"][0] | {"created": False}]
+    [stored] = await all_messages(client, tenant, "resent-meta")
+    assert stored["occurred_at"] == "2026-03-02T08:30:00Z" and stored["metadata"] == {"channel": "sms"}
+    # nothing of an append is written when one of its messages reuses a message_id with other words
+    r = await client.post("/v1/conversations/resent-meta/messages", headers=tenant.headers, json={"messages": [
+        {"content": "A new turn."}, {**sent, "content": "Other words."}]})
+    assert_error(r, 409, "message_id_reused")
+    assert len(await all_messages(client, tenant, "resent-meta")) == 1
+
+
 async def test_concurrent_appends_keep_one_order(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     writers, each = 8, 3
 
@@ -239,6 +255,15 @@ async def test_erasing_an_agent_removes_its_conversations(client: AsyncTestClien
     assert (await client.get("/v1/conversations/other-chat", headers=tenant.headers)).status_code == 200
 
 
+async def held_until_waited_on(conn: asyncpg.Connection, what: str) -> None:
+    """Returns once another session waits for a lock ``conn``'s transaction holds (which then commits)."""
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
+    for _ in range(2000):
+        if await conn.fetchval(waiting, conn.get_server_pid()):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{what} never waited")
+
 def _append_under_way(owner_dsn: str, org_id: UUID, holding: threading.Event) -> None:
     """An append of a third message to "racing", caught half-way: it holds the conversation's row and has
     written its message, and commits once another session waits for it (on a thread and loop of its own:
@@ -254,12 +279,7 @@ def _append_under_way(owner_dsn: str, org_id: UUID, holding: threading.Event) ->
                     "  FROM memories WHERE org_id = $1 AND conversation_id = 'racing' AND position = 1", org_id)
                 await conn.execute(query("conversations.advance"), org_id, "racing", 3)
                 holding.set()
-                waiting = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
-                for _ in range(2000):
-                    if await conn.fetchval(waiting, conn.get_server_pid()):
-                        return
-                    await asyncio.sleep(0.005)
-                raise AssertionError("the delete never waited for the append")
+                await held_until_waited_on(conn, "the delete")
         finally:
             await conn.close()
 
