@@ -24,6 +24,7 @@ from service.assembly.branches import BranchTimedOut
 from service.assembly.candidates import ColdResult, cold_candidates
 from service.assembly.cold_limit import ColdLimit, memories_budget_bound
 from service.assembly.followup import search_query
+from service.assembly.history import seen_bound
 from service.assembly.intent import SelectiveBudget
 from service.assembly.types import AssembleRequest
 from service.errors import ServiceUnavailable
@@ -97,8 +98,10 @@ class ColdBranch:
     def request(self, org_id: UUID, req: AssembleRequest, sel: SelectiveBudget | None) -> tuple[SearchRequest, int]:
         """The search for ``req`` and how many of its candidates to keep (400 on bad input)."""
         opts = req.retrieval
-        keep = opts.limit or min(self.engine.max_limit, self.limits.for_budget(  # a search's most rows
-            org_id, memories_budget_bound(req, sel, self.settings.default_reserve_tokens)))
+        wanted = opts.limit or self.limits.for_budget(org_id, memories_budget_bound(
+            req, sel, self.settings.default_reserve_tokens))
+        # the turns history-aware packing leaves out take no places of the others (a search's most rows)
+        keep = min(self.engine.max_limit, wanted + seen_bound(req))
         if opts.include_org_wide:
             filters = opts.filters
         else:

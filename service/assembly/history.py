@@ -47,6 +47,16 @@ def _words(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
+def seen_bound(req: AssembleRequest) -> int:
+    """At most how many of the cold search's results :func:`split` leaves out as in the model's
+    history: the conversation's last ``history_turns`` messages and one per recent message (a turn said
+    twice in the same words aside). The cold search asks for this many more results, so the turns the
+    model already sees do not take the places of the memories it does not."""
+    if req.conversation_id is None:
+        return 0
+    return (req.history_turns or 0) + len(req.recent_messages)
+
+
 async def last_position(db: Database, org_id: UUID, conversation_id: str) -> int:
     """The conversation's last position (0 when it has no messages or does not exist)."""
     async def read(tx: TenantTx) -> int:

@@ -41,3 +41,24 @@ async def test_a_turn_trimmed_out_of_the_history_is_packed(settings: Settings, e
     memories = body["context"].split("<memories>")[1].split("</memories>")[0]
     assert "ALPHA-7" in memories and "Tell me about zephyrine." not in memories
     assert "<history>" in body["context"] and "ALPHA-7" not in body["context"].split("<history>")[1]
+
+
+async def test_the_turns_the_model_sees_take_no_places_of_what_it_does_not(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
+    chat = [{"role": "user" if n % 2 else "assistant",
+             "content": f"Ziggy the cat ate tuna again on day {n}, tuna is his favourite food."} for n in range(30)]
+    facts = ["Ziggy the cat is allergic to chicken, says the vet.", "Ziggy the cat weighs 5 kilograms."]
+    async with assembly_client(settings, endpoints, embedder, **GENEROUS, cold_limit=10, cold_limit_max=10) as client:
+        await append(client, tenant, "ziggy", chat, agent_id="zz4")
+        for text in facts:
+            r = await client.post("/v1/memories", headers=tenant.headers, json={"text": text, "agent_id": "zz4"})
+            assert r.status_code == 201, r.text
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": "zz4", "query": "What does Ziggy the cat eat?", "model": "gpt-4o",
+            "max_context_tokens": 2000, "conversation_id": "ziggy", "history_turns": len(chat),
+            "retrieval": {"strategy": "lexical"}})
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+    # the model sees the whole chat: its 30 turns are left out, and the search went past them to the facts
+    assert sum(d["reason"] == "in_history" for d in body["dropped"]) == len(chat), body["dropped"]
+    assert {m["text"] for m in body["memories_used"]} == set(facts), body["memories_used"]
