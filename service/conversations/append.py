@@ -34,6 +34,7 @@ from service.conversations.types import (
 )
 from service.db import TenantTx
 from service.errors import Conflict
+from service.memories import idempotency
 from service.memories.write import embed_texts
 from service.runtime import Services
 
@@ -63,26 +64,39 @@ async def _embed(services: Services, org_id: UUID, messages: list[MessageIn], in
         into.update(zip(indices, vectors, strict=True))
 
 
-async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn) -> AppendOut:
+async def append(services: Services, org_id: UUID, conversation_id: str, body: AppendIn,
+                 idempotency_key: str | None = None) -> tuple[AppendOut, bool]:
+    """Append ``body``'s messages; returns (result, replayed: the first answer under ``idempotency_key``)."""
     check_ident(conversation_id, "conversation_id")
+    idempotency.check_key(idempotency_key)
     messages = check_messages(body.messages, services.settings.limits)
+    key = None
+    if idempotency_key is not None:
+        key = idempotency_key, idempotency.request_hash(body, f"conversations/{conversation_id}/messages")
+        first = await idempotency.earlier(services, org_id, *key, AppendOut)
+        if first is not None:
+            return first, True
     held = await services.db.read(org_id, lambda tx: _existing(tx, conversation_id, messages)) \
         if any(m.message_id is not None for m in messages) else {}
     embeddings: dict[int, Any] = {}
     await _embed(services, org_id, messages, _new(messages, held), embeddings)
     try:
-        return await _write(services, org_id, conversation_id, body, messages, embeddings)
+        return await _write(services, org_id, conversation_id, body, messages, embeddings, key)
     except _Unembedded:  # rare: the conversation was deleted meanwhile; the second try has every vector
         await _embed(services, org_id, messages, [i for i in range(len(messages)) if i not in embeddings], embeddings)
-        return await _write(services, org_id, conversation_id, body, messages, embeddings)
+        return await _write(services, org_id, conversation_id, body, messages, embeddings, key)
 
 
 async def _write(services: Services, org_id: UUID, conversation_id: str, body: AppendIn, messages: list[MessageIn],
-                 embeddings: dict[int, Any]) -> AppendOut:
+                 embeddings: dict[int, Any], key: tuple[str, bytes] | None) -> tuple[AppendOut, bool]:
     """The append's transaction (see the module docstring); :class:`_Unembedded` (rolled back) when a
     message it must write has no vector yet."""
     agent = body.agent_id if body.agent_id is not msgspec.UNSET else None
     async with services.db.tenant(org_id) as tx:
+        if key is not None:
+            first = await idempotency.claim(tx, *key, AppendOut)
+            if first is not None:
+                return first, True
         conv = await tx.fetchrow("conversations.open", org_id, conversation_id, agent)
         assert conv is not None  # an upsert returns its row
         owner, count = conv["agent_id"], int(conv["message_count"])
@@ -104,6 +118,16 @@ async def _write(services: Services, org_id: UUID, conversation_id: str, body: A
             written = {i: (ident, position) for i, ident, position in zip(new, ids, positions, strict=True)}
             count += len(new)
             await tx.execute("conversations.advance", org_id, conversation_id, count)
+        result = AppendOut(conversation_id=conversation_id, agent_id=owner, created=bool(conv["created"]),
+                           message_count=count, messages=_answers(messages, written, existing))
+        if key is not None:
+            await idempotency.remember(tx, key[0], result)
+    return result, False
+
+
+def _answers(messages: list[MessageIn], written: dict[int, tuple[UUID, int]],
+             existing: dict[str, Any]) -> list[AppendedMessage]:
+    """Each message's place: where this append wrote it, or where it already was."""
     out = []
     for i, m in enumerate(messages):
         if i in written:
@@ -114,8 +138,7 @@ async def _write(services: Services, org_id: UUID, conversation_id: str, body: A
             row = existing[m.message_id or ""]
             out.append(AppendedMessage(id=row["id"], position=int(row["position"]), message_id=m.message_id,
                                        session_id=row["session_id"], created=False))
-    return AppendOut(conversation_id=conversation_id, agent_id=owner, created=bool(conv["created"]),
-                     message_count=count, messages=out)
+    return out
 
 
 async def _existing(tx: TenantTx, conversation_id: str, messages: list[MessageIn]) -> dict[str, Any]:

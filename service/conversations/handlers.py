@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, delete, get, post
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar import Controller, Response, delete, get, post
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from service.conversations import append, store
@@ -42,9 +42,13 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/messages", status_code=HTTP_201_CREATED, summary="Append messages",
           description=APPEND_DESCRIPTION, responses=errors(409, 413, 422))
-    async def append_messages(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
-                              data: JSONBody[AppendIn]) -> AppendOut:
-        return await append.append(services, org_id, conversation_id, data)
+    async def append_messages(
+        self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str], data: JSONBody[AppendIn],
+        idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+    ) -> Response[AppendOut]:
+        result, replayed = await append.append(services, org_id, conversation_id, data, idempotency_key)
+        headers = {"Idempotent-Replayed": "true"} if replayed else {}
+        return Response(result, status_code=HTTP_201_CREATED, headers=headers)
 
     @get("/{conversation_id:str}/messages", summary="A conversation's messages in order (cursor-paginated)",
          responses=errors(404))

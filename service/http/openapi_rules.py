@@ -95,8 +95,8 @@ def _text(max_length: int, pattern: str) -> dict[str, Any]:
 def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, parameter) -> constraints of path, query and header parameters checked in code."""
     from service.documents.handlers import MAX_DELETE_PATHS
+    from service.memories.idempotency import KEY_MAX as IDEMPOTENCY_KEY_MAX
     from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
-    from service.memories.write import IDEMPOTENCY_KEY_MAX
     from service.retrieval.types import CONVERSATION_ID_MAX_LENGTH, CONVERSATION_ID_PATTERN
 
     agent = {"min_length": 1, "max_length": AGENT_ID_MAX_LENGTH, "pattern": AGENT_ID_PATTERN}
@@ -111,6 +111,8 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         **{("/v1/memories", name): {"format": "date-time"} for name in (
             "created_after", "created_before", "occurred_after", "occurred_before", "as_of")},
         ("/v1/memories", "Idempotency-Key"): {"min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
+        ("/v1/conversations/{conversation_id}/messages", "Idempotency-Key"): {
+            "min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
         ("/v1/memories/{memory_id}", "memory_id"): {"format": "uuid"},
         ("/v1/memories/{memory_id}/history", "memory_id"): {"format": "uuid"},
         ("/v1/memories/{memory_id}/history", "limit"): {"maximum": settings.limits.max_page_size},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 from datetime import datetime
 from typing import Any
@@ -23,7 +22,7 @@ from service.errors import (
     Unprocessable,
     malformed_json,
 )
-from service.memories import repo
+from service.memories import idempotency, repo
 from service.memories.facts import patch as fact_patch
 from service.memories.facts import write as facts
 from service.memories.facts.types import OnDuplicate
@@ -46,7 +45,6 @@ from service.memories.validation import (
 from service.runtime import Services
 from service.settings import LimitSettings
 
-IDEMPOTENCY_KEY_MAX = 200
 _PURGE_EVERY = 50  # on average one write in this many also removes a few expired rows of the org
 _DELETE_AGENT_BATCH = 1000
 
@@ -118,53 +116,30 @@ async def _embeddings_for(services: Services, org_id: UUID, items: list[MemoryIn
 async def create(services: Services, org_id: UUID, body: bytes, idempotency_key: str | None) -> tuple[
         CreatedMemories, bool]:
     """Create the memories in ``body``; returns (result, replayed)."""
-    if idempotency_key is not None and not 0 < len(idempotency_key) <= IDEMPOTENCY_KEY_MAX:
-        raise BadRequest(f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} characters", code="validation_error")
+    idempotency.check_key(idempotency_key)
     items, policy = parse_create_body(body, services.settings.limits)
-    request_hash = _request_hash(body) if idempotency_key is not None else b""
-    if idempotency_key is not None:
-        async with services.db.tenant(org_id, readonly=True) as tx:
-            stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)
-        if stored is not None:  # cheap early answer for retries: no embedding work
-            return _replay(stored, request_hash), True
+    request_hash = idempotency.request_hash(body) if idempotency_key is not None else b""
+    if idempotency_key is not None:  # cheap early answer for retries: no embedding work
+        first = await idempotency.earlier(services, org_id, idempotency_key, request_hash, CreatedMemories)
+        if first is not None:
+            return first, True
     embeddings = await _embeddings_for(services, org_id, items)
     # The tenant default timeout: the BM25 counter rows this batch writes are on a shard no other
     # open transaction of the org holds (memory_lex_shard(), migration 0008), so a concurrent
     # document ingest does not make it wait.
     async with services.db.tenant(org_id) as tx:
         if idempotency_key is not None:
-            await tx.execute("idempotency.forget_stale", org_id, idempotency_key)
-            if await tx.fetchval("idempotency.claim", org_id, idempotency_key, request_hash) is None:
-                # A concurrent request with the same key committed first (the claim waited for it).
-                stored = await tx.fetchrow("idempotency.get", org_id, idempotency_key)
-                if stored is None:
-                    raise Conflict("a request with this Idempotency-Key is still in progress; retry",
-                                   code="idempotency_in_progress")
-                return _replay(stored, request_hash), True
+            first = await idempotency.claim(tx, idempotency_key, request_hash, CreatedMemories)
+            if first is not None:
+                return first, True
         written, touched = await facts.write(tx, services.settings.facts, items, embeddings, policy)
         result = CreatedMemories(ids=[w.id for w in written], items=written)
         if idempotency_key is not None:
-            await tx.execute("idempotency.store", org_id, idempotency_key, msgspec.to_builtins(result))
+            await idempotency.remember(tx, idempotency_key, result)
         if random.randrange(_PURGE_EVERY) == 0:
             await tx.execute("memories.purge_expired", org_id, 100)
     await services.memories_changed(org_id, touched | {m.agent_id for m in items})
     return result, False
-
-
-def _request_hash(body: bytes) -> bytes:
-    """What an Idempotency-Key is bound to: the body as JSON, however it is spaced or its keys are
-    ordered (a client that serialises its body again on a retry is replayed, not refused)."""
-    return hashlib.sha256(msgspec.json.encode(msgspec.json.decode(body), order="sorted")).digest()
-
-
-def _replay(stored: Any, request_hash: bytes) -> CreatedMemories:
-    if bytes(stored["request_hash"]) != request_hash:
-        raise Conflict("this Idempotency-Key was used with a different request body",
-                       code="idempotency_key_reused")
-    if stored["response"] is None:
-        raise Conflict("a request with this Idempotency-Key is still in progress; retry",
-                       code="idempotency_in_progress")
-    return msgspec.convert(stored["response"], CreatedMemories)
 
 
 async def patch(services: Services, org_id: UUID, memory_id: UUID, change: MemoryPatch) -> PatchedMemory:

@@ -119,6 +119,28 @@ async def test_message_ids_make_appends_idempotent(client: AsyncTestClient[Any],
     assert len(await all_messages(client, tenant, "idem")) == 3
 
 
+async def test_an_idempotency_key_makes_a_retry_of_messages_without_ids_write_nothing(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    body = {"agent_id": "coach", "messages": [{"speaker": "Ann", "content": "Book the 7am class."}]}
+    headers = {**tenant.headers, "Idempotency-Key": "turn-17"}
+    first = await client.post("/v1/conversations/keyed/messages", headers=headers, json=body)
+    assert first.status_code == 201 and "Idempotent-Replayed" not in first.headers, first.text
+    again = await client.post("/v1/conversations/keyed/messages", headers=headers,
+                              json={"messages": body["messages"], "agent_id": "coach"})  # keys in another order
+    assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true", again.text
+    assert again.json() == first.json()
+    assert [m["content"] for m in await all_messages(client, tenant, "keyed")] == ["Book the 7am class."]
+
+    other = {"agent_id": "coach", "messages": [{"speaker": "Ann", "content": "Book the 8am class."}]}
+    assert_error(await client.post("/v1/conversations/keyed/messages", headers=headers, json=other),
+                 409, "idempotency_key_reused")
+    assert_error(await client.post("/v1/conversations/elsewhere/messages", headers=headers, json=body),
+                 409, "idempotency_key_reused")  # bound to its conversation too
+    assert_error(await client.post("/v1/conversations/keyed/messages", json=body,
+                                   headers={**tenant.headers, "Idempotency-Key": "k" * 201}), 400, "validation_error")
+    assert [m["content"] for m in await all_messages(client, tenant, "keyed")] == ["Book the 7am class."]
+
+
 async def test_a_resent_message_keeps_its_stored_time_and_metadata(client: AsyncTestClient[Any],
                                                                     tenant: Tenant) -> None:
     sent = {**TURNS[0], "message_id": "m0", "occurred_at": "2026-03-02T08:30:00Z", "metadata": {"channel": "sms"}}

@@ -2528,7 +2528,9 @@ export interface operations {
     V1ConversationsConversationIdMessagesAppendMessages: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 conversation_id: string;
             };
