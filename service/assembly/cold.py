@@ -22,9 +22,8 @@ import msgspec
 from service.assembly.admission import Admission
 from service.assembly.branches import BranchTimedOut
 from service.assembly.candidates import ColdResult, cold_candidates
-from service.assembly.cold_limit import ColdLimit, memories_budget_bound
+from service.assembly.cold_limit import ColdLimit, memories_budget_bound, seen_bound
 from service.assembly.followup import search_query
-from service.assembly.history import seen_bound
 from service.assembly.intent import SelectiveBudget
 from service.assembly.types import AssembleRequest
 from service.errors import ServiceUnavailable

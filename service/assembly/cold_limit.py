@@ -66,3 +66,14 @@ class ColdLimit:
         self._line_tokens[org_id] = mean if seen is None else seen + ALPHA * (mean - seen)
         if len(self._line_tokens) > MAX_ORGS:
             self._line_tokens.popitem(last=False)
+
+
+def seen_bound(req: AssembleRequest) -> int:
+    """At most how many of the cold search's results history-aware packing leaves out as in the model's
+    history (``service.assembly.history``): the conversation's last ``history_turns`` messages and one
+    per recent message (a turn said twice in the same words aside). The cold search asks for this many
+    more results, so the turns the model already sees do not take the places of the memories it does
+    not."""
+    if req.conversation_id is None:
+        return 0
+    return (req.history_turns or 0) + len(req.recent_messages)

@@ -32,7 +32,7 @@ import structlog
 from service.assembly.candidates import ColdResult
 from service.assembly.format import format_body
 from service.assembly.scoring import Candidate
-from service.assembly.types import AssembleRequest, DroppedMemory
+from service.assembly.types import AssembleRequest, DroppedMemory, LeftOut
 from service.conversations.context import Turn, said
 from service.db import Database, TenantTx
 from service.memories.types import MessageRef
@@ -45,16 +45,6 @@ _SPACES = re.compile(r"\s+")
 
 def _words(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
-
-
-def seen_bound(req: AssembleRequest) -> int:
-    """At most how many of the cold search's results :func:`split` leaves out as in the model's
-    history: the conversation's last ``history_turns`` messages and one per recent message (a turn said
-    twice in the same words aside). The cold search asks for this many more results, so the turns the
-    model already sees do not take the places of the memories it does not."""
-    if req.conversation_id is None:
-        return 0
-    return (req.history_turns or 0) + len(req.recent_messages)
 
 
 async def last_position(db: Database, org_id: UUID, conversation_id: str) -> int:
@@ -140,12 +130,13 @@ async def bounded(read: asyncio.Future[int | None], seconds: float) -> int | Non
 
 async def leave_out_history(req: AssembleRequest, shown: Sequence[tuple[str, str]], candidates: list[Candidate],
                             cold: ColdResult | None, last_read: asyncio.Future[int | None] | None,
-                            counter: TokenCounter, seconds: float) -> tuple[list[Candidate], list[DroppedMemory]]:
-    """The candidates to rank and those in the model's history already (none without
+                            counter: TokenCounter, seconds: float) -> tuple[list[Candidate], LeftOut]:
+    """The candidates to rank and what was left out as in the model's history already (nothing without
     ``conversation_id``): ``shown`` is the history the budget kept (see :meth:`InHistory.of`);
     ``last_read`` (:func:`read_last`) is waited for at most ``seconds``."""
     if req.conversation_id is None:
-        return candidates, []
+        return candidates, LeftOut([])
     last = None if last_read is None else await bounded(last_read, seconds)
-    return split(candidates, cold.search.results if cold is not None else (), InHistory.of(req, shown, last),
-                 counter, explain=req.explain)
+    kept, dropped = split(candidates, cold.search.results if cold is not None else (),
+                          InHistory.of(req, shown, last), counter, explain=req.explain)
+    return kept, LeftOut(dropped, turns_unread=req.history_turns is not None and last is None)

@@ -25,6 +25,7 @@ from service.assembly.types import (
     DegradationReason,
     DirectiveUsed,
     DroppedMemory,
+    LeftOut,
     Level,
     MemoryUsed,
     Metrics,
@@ -54,7 +55,8 @@ class Ranked:
 
 
 def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
-                        cold_run: BranchRun[ColdResult], retrieval: RetrievalReport) -> list[DegradationReason]:
+                        cold_run: BranchRun[ColdResult], retrieval: RetrievalReport, *,
+                        turns_unread: bool = False) -> list[DegradationReason]:
     """What the context lacks of what was planned (``AssembleResponse.degradation_reasons``)."""
     reasons: list[DegradationReason] = []
     if directive_run.outcome != "ok":
@@ -65,6 +67,8 @@ def degradation_reasons(req: AssembleRequest, directive_run: BranchRun[Any], hot
         reasons.append("cold_unavailable")
     elif retrieval.reduced:
         reasons.append("retrieval_reduced")
+    if turns_unread:
+        reasons.append("history_turns_unread")
     return reasons
 
 
@@ -81,7 +85,7 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
                    sources: list[str], directive_run: BranchRun[Any], hot_run: BranchRun[HotRead],
                    cold_run: BranchRun[ColdResult], budget_ms: float, started: float,
                    counting: tuple[TokenCounter, ModelTokens], sel: SelectiveBudget,
-                   retrieval: RetrievalReport, in_history: list[DroppedMemory]) -> AssembleResponse:
+                   retrieval: RetrievalReport, in_history: LeftOut) -> AssembleResponse:
     """The response body: memories used and dropped (with their scores; ``in_history``: those left out
     before ranking, :mod:`service.assembly.history`), budget, branches, metrics. ``budget_ms``: the
     budget's calculation, all of it (before and after the branches)."""
@@ -107,7 +111,7 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
                              composite=round(d.scores.composite, 4), score=round(offered[d.id].score, 4),
                              message=said.get(UUID(d.id)), **_lines(offered[d.id].lines))
                for d in ranked.result.dropped]
-    for gone in in_history:
+    for gone in in_history.dropped:
         gone.message = said.get(gone.id)
     if req.explain:
         for out, d in zip(dropped, ranked.result.dropped, strict=True):
@@ -148,8 +152,9 @@ def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut
         context=ranked.context, refs={p.tag: memory_id for memory_id, p in zip(ids, chosen, strict=True)},
         directive=None if directive is None else DirectiveUsed(directive.content, directive.version,
                                                                directive.updated_at),
-        memories_used=memories, dropped=in_history + dropped, budget=budget, degradation_level=level,
-        degradation_reasons=degradation_reasons(req, directive_run, hot_run, cold_run, retrieval),
+        memories_used=memories, dropped=in_history.dropped + dropped, budget=budget, degradation_level=level,
+        degradation_reasons=degradation_reasons(req, directive_run, hot_run, cold_run, retrieval,
+                                                turns_unread=in_history.turns_unread),
         sources_available=sources, branches=branches, metrics=metrics, retrieval=retrieval,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal
 from uuid import UUID
@@ -14,7 +15,7 @@ from service.retrieval.types import ConversationId, RetrievalReport, SearchFilte
 Outcome = Literal["ok", "timeout", "error", "skipped"]
 Level = Literal["L0", "L1", "L2"]
 DegradationReason = Literal["directive_missing", "directive_unconfirmed", "hot_unavailable", "cold_unavailable",
-                            "retrieval_reduced"]
+                            "retrieval_reduced", "history_turns_unread"]
 """What an assembly's context lacks of what was planned (see ``AssembleResponse.degradation_reasons``)."""
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -142,6 +143,17 @@ class DroppedMemory(msgspec.Struct):
     line_end: int | None = None
 
 
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """What history-aware packing left out before ranking."""
+
+    dropped: list[DroppedMemory]
+    """Each memory left out as in the model's history (reason ``in_history``)."""
+    turns_unread: bool = False
+    """``history_turns`` was asked but the conversation's length was not read in time: its last turns
+    were not left out (only those matching ``recent_messages`` were)."""
+
 class BudgetOut(msgspec.Struct):
     """Token accounting: every ``*_tokens`` field is a tiktoken count in ``encoding``."""
 
@@ -236,7 +248,9 @@ class AssembleResponse(msgspec.Struct):
     old, stands in: ``branches.directive.source`` is ``memory`` and its ``detail`` gives the age),
     ``hot_unavailable`` (the hot set could not be read),
     ``cold_unavailable`` (the cold search gave no answer), ``retrieval_reduced`` (the cold search
-    ran less than planned: ``retrieval.reason``)."""
+    ran less than planned: ``retrieval.reason``), ``history_turns_unread`` (the conversation's length
+    was not read in time, so its last ``history_turns`` messages were not left out and may be packed
+    again)."""
     sources_available: list[str]
     branches: Branches
     metrics: Metrics

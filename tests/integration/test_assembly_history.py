@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
+
 from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings
@@ -62,3 +64,31 @@ async def test_the_turns_the_model_sees_take_no_places_of_what_it_does_not(
     # the model sees the whole chat: its 30 turns are left out, and the search went past them to the facts
     assert sum(d["reason"] == "in_history" for d in body["dropped"]) == len(chat), body["dropped"]
     assert {m["text"] for m in body["memories_used"]} == set(facts), body["memories_used"]
+
+
+async def test_last_turns_not_read_in_time_are_reported_not_left_out(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, owner_dsn: str) -> None:
+    """The conversation's length is read beside the branches; when it does not come within the wall the
+    last ``history_turns`` stay candidates, and the response says so (``history_turns_unread``)."""
+    deadlines = {"deadline_ms": 1500, "directive_timeout_ms": 500, "hot_timeout_ms": 500, "cold_timeout_ms": 1000}
+    async with assembly_client(settings, endpoints, embedder, **deadlines) as client:
+        await append(client, tenant, "asm5", TURNS[:1], agent_id="zz5")
+        conn = await asyncpg.connect(owner_dsn)
+        try:
+            async with conn.transaction():
+                await conn.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")  # the length read waits
+                r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+                    "agent_id": "zz5", "query": "What is the zephyrine launch code?", "model": "gpt-4o",
+                    "max_context_tokens": 1000, "conversation_id": "asm5", "history_turns": 1})
+        finally:
+            await conn.close()
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        assert "history_turns_unread" in body["degradation_reasons"], body["degradation_reasons"]
+        assert not [d for d in body["dropped"] if d["reason"] == "in_history"]
+        assert "ALPHA-7" in body["context"]
+        r = await client.post("/v1/context/assemble", headers=tenant.headers, json={
+            "agent_id": "zz5", "query": "What is the zephyrine launch code?", "model": "gpt-4o",
+            "max_context_tokens": 1000, "conversation_id": "asm5", "history_turns": 1})
+        assert r.status_code == 200 and r.json()["degradation_reasons"] == [], r.text
+        assert [d["reason"] for d in r.json()["dropped"]] == ["in_history"]

@@ -167,7 +167,8 @@ class AssembledContext(msgspec.Struct, kw_only=True):
     """L0: hot and cold memories both usable; L1: one of them; L2: neither."""
     degradation_reasons: list[str]
     """What the context lacks of what was planned (empty: complete): ``directive_missing``,
-    ``directive_unconfirmed``, ``hot_unavailable``, ``cold_unavailable``, ``retrieval_reduced``."""
+    ``directive_unconfirmed``, ``hot_unavailable``, ``cold_unavailable``, ``retrieval_reduced``,
+    ``history_turns_unread``."""
     sources_available: list[str]
     branches: Branches
     metrics: AssemblyMetrics

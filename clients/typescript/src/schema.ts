@@ -434,7 +434,7 @@ export interface components {
             budget: components["schemas"]["BudgetOut"];
             /** @enum {string} */
             degradation_level: "L0" | "L1" | "L2";
-            degradation_reasons: ("directive_missing" | "directive_unconfirmed" | "hot_unavailable" | "cold_unavailable" | "retrieval_reduced")[];
+            degradation_reasons: ("directive_missing" | "directive_unconfirmed" | "hot_unavailable" | "cold_unavailable" | "retrieval_reduced" | "history_turns_unread")[];
             sources_available: string[];
             branches: components["schemas"]["Branches"];
             metrics: components["schemas"]["Metrics"];
