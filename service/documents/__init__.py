@@ -3,9 +3,10 @@
 The pure part (no database, no network):
 
 * :mod:`service.documents.walk` — ``walk_tree``: the text files of a tree that git would track.
-* :mod:`service.documents.languages` — extension → language, and per-language outlines
-  (Markdown headings, Python ``ast``, TOML/INI tables) of :mod:`~service.documents.sections`;
-  other code through :mod:`service.documents.code_outline` (tree-sitter or a heuristic).
+* :mod:`service.documents.languages` — extension (or ``#!`` line) → language, and per-language outlines
+  (Python ``ast``, TOML/INI tables) of :mod:`~service.documents.sections`; Markdown headings through
+  :mod:`service.documents.markdown`, other code through :mod:`service.documents.code_outline`
+  (tree-sitter or a heuristic).
 * :mod:`service.documents.chunking` — ``chunk_file``: L0 file summary, L1 section/symbol and L2
   size-bounded, line-anchored chunks that reproduce the file exactly.
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
+from service.documents.describe import description
 from service.documents.languages import breadcrumb, detect_language, outline, split_lines
 from service.documents.long_lines import CountTokens, cut_line, line_prefix
 from service.documents.sections import Section
@@ -54,8 +55,8 @@ LEVEL_CHUNK: Final = 2
 # A cut is moved to a better boundary only while the chunk keeps at least this share of the budget:
 # below it, many tiny chunks would cost more retrieval quality than a cut mid-section.
 _MIN_FILL: Final = 0.25
-_DESCRIPTION_CHARS: Final = 300
 _COMMENT_PREFIXES: Final = ("#", "//", "/*", "*", "--", ";;", "///", "%")
+_BOM: Final = "\ufeff"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,19 +111,26 @@ def chunk_file(
 ) -> FileChunks:
     """Chunk ``content`` (the text of the file at relative posix ``path``) at levels 0, 1 and 2.
 
-    ``language`` overrides detection by extension. ``max_section_tokens`` bounds L0 and L1 texts.
+    ``language`` overrides detection (by name, else by a ``#!`` line). ``max_section_tokens`` bounds L0
+    and L1 texts.
     """
     if max_chunk_tokens < 1 or max_section_tokens < 1:
         raise ValueError("token bounds must be positive")
-    lang = language or detect_language(path)
+    lang = language or detect_language(path, content)
     lines = split_lines(content)
-    sections = outline(lang, content, lines)
+    # A byte order mark is an encoding mark, not text: parsers read the file without it (so that a
+    # heading, docstring or table on line 1 is seen), and the line numbers stay the same.
+    bom = content.startswith(_BOM)
+    source = content[len(_BOM) :] if bom else content
+    source_lines = split_lines(source) if bom else lines
+    sections = outline(lang, source, source_lines)
     # Per-line counts steer every cut; a non-empty line counts at least 1, so a counter that rounds
     # short lines down to 0 cannot make one window swallow the whole file.
     estimates = [max(1, count_tokens(line)) if line else 0 for line in lines]
     prefix = list(accumulate(estimates, initial=0))
-    chunks: list[Chunk] = [_summary_chunk(path, lang, lines, sections, count_tokens, max_section_tokens)]
-    for s in sections:
+    chunks: list[Chunk] = [_summary_chunk(path, lang, len(lines), description(lang, source_lines), sections,
+                                          count_tokens, max_section_tokens)]
+    for s in _distinct_sections(sections, prefix, max_section_tokens):
         text, truncated = _section_text(lines, prefix, s, max_section_tokens, count_tokens)
         chunks.append(
             Chunk(
@@ -246,6 +254,22 @@ def _innermost_sections(sections: Sequence[Section], line_count: int) -> list[in
 # ------------------------------------------------------------------------------------------ L0 / L1
 
 
+def _distinct_sections(sections: Sequence[Section], prefix: Sequence[int], bound: int) -> list[Section]:
+    """The sections whose L1 text differs from every earlier one's: the first of those with the same span,
+    and of those starting on a line over ``bound`` (their text is a prefix of that line whatever their
+    end) the first. Minified code holds thousands of symbols on one line, and each would otherwise be
+    one more copy of the same text to embed, store and find."""
+    seen: set[tuple[int, int]] = set()
+    kept: list[Section] = []
+    for s in sections:
+        first = s.line_start - 1
+        key = (s.line_start, s.line_start if prefix[first + 1] - prefix[first] > bound else s.line_end)
+        if key not in seen:
+            seen.add(key)
+            kept.append(s)
+    return kept
+
+
 def _section_text(
     lines: Sequence[str], prefix: Sequence[int], section: Section, bound: int, count: CountTokens
 ) -> tuple[str, bool]:
@@ -286,15 +310,15 @@ def _bounded_prefix(lines: Sequence[str], bound: int, count: CountTokens) -> tup
 def _summary_chunk(
     path: str,
     language: str,
-    lines: Sequence[str],
+    line_count: int,
+    about: str,
     sections: Sequence[Section],
     count: CountTokens,
     bound: int,
 ) -> Chunk:
-    header = [path, f"{language}, {len(lines)} lines"]
-    description = _description(language, lines)
-    if description:
-        header.append(description)
+    header = [path, f"{language}, {line_count} lines"]
+    if about:
+        header.append(about)
     entries = _outline_entries(language, sections)
     if entries:
         header.append("Headings:" if language == "markdown" else "Symbols:")
@@ -302,7 +326,7 @@ def _summary_chunk(
     return Chunk(
         level=LEVEL_FILE,
         line_start=1,
-        line_end=len(lines),
+        line_end=line_count,
         text=text,
         section_title=None,
         breadcrumb=path,
@@ -340,57 +364,3 @@ def _fit_summary(header: list[str], entries: list[str], bound: int, count: Count
     text = "\n".join([*header, *entries[:lo], f"… {len(entries) - lo} more"]) + "\n"
     prefix, _ = _bounded_prefix(split_lines(text), bound, count)
     return prefix
-
-
-def _description(language: str, lines: Sequence[str]) -> str:
-    """A module docstring (Python) or first paragraph (Markdown), flattened and clipped."""
-    paragraph: list[str] = []
-    if language == "python":
-        paragraph = _python_docstring(lines)
-    elif language == "markdown":
-        in_paragraph = False
-        start = 0
-        if lines and lines[0].rstrip() == "---":  # YAML front matter is metadata, not a description
-            start = next((i + 1 for i in range(1, len(lines)) if lines[i].rstrip() in ("---", "...")), 0)
-        for line in lines[start : start + 200]:
-            stripped = line.strip()
-            if not stripped:
-                if in_paragraph:
-                    break
-                continue
-            if stripped.startswith(("#", "```", "~~~", "<", "!", "[!", "---", "===", "|", ">")):
-                if in_paragraph:
-                    break
-                continue
-            in_paragraph = True
-            paragraph.append(stripped)
-    text = " ".join(" ".join(paragraph).split())
-    if len(text) > _DESCRIPTION_CHARS:
-        text = text[: _DESCRIPTION_CHARS - 1].rstrip() + "…"
-    return text
-
-
-def _python_docstring(lines: Sequence[str]) -> list[str]:
-    """First paragraph of a module docstring, found without a second ``ast`` parse."""
-    for index, line in enumerate(lines[:50]):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        body = stripped.lstrip("rRuUbB")
-        quote = body[:3] if body[:3] in ('"""', "'''") else None
-        if quote is None:
-            return []
-        first = body[3:]
-        if quote in first:
-            return [first.split(quote, 1)[0]]
-        out = [first] if first.strip() else []
-        for following in lines[index + 1 : index + 40]:
-            text = following.strip()
-            if quote in text:
-                before = text.split(quote, 1)[0]
-                return [*out, before] if before else out
-            if not text and out:
-                return out
-            out.append(text)
-        return out
-    return []

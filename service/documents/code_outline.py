@@ -4,8 +4,10 @@
   language's grammar package are installed (:func:`tree_sitter_sections`).
 * Other code (C, C++, C#, Ruby, shell, ...), and the above without a grammar: a line that starts
   (after modifiers such as ``export``/``pub``/``static``) with a definition keyword (``class``,
-  ``def``, ``function``, ``fn``, ``struct``, ...) opens a symbol, and the symbol runs until the next
-  non-blank line indented no deeper than it (:func:`heuristic_sections`).
+  ``def``, ``function``, ``fn``, ``fun``, ``struct``, ...) opens a symbol, and the symbol runs until the
+  next non-blank line indented no deeper than it (:func:`heuristic_sections`). C-family functions
+  (``name(`` at column 0, their return type on that line or the one above) and POSIX shell functions
+  (``name() {``) have no keyword and are recognised by their shape.
 
 Both return :class:`~service.documents.sections.Section` s; :func:`service.documents.languages.outline`
 picks the parser and normalises what it reports.
@@ -244,21 +246,31 @@ def _first_descendant(node: Any, node_type: str) -> Any | None:
 # ------------------------------------------------------------------------------------------ heuristic
 
 _MODIFIERS = (
-    r"(?:(?:export|default|declare|public|private|protected|internal|static|abstract|final|sealed|"
-    r"async|unsafe|extern|inline|virtual|override|open|data|partial|pub(?:\([^)]*\))?)\s+)*"
+    r"(?:(?:export|default|declare|public|private|protected|internal|fileprivate|static|abstract|final|sealed|"
+    r"async|suspend|unsafe|extern|inline|virtual|override|open|data|partial|inner|case|operator|infix|tailrec|"
+    r"pub(?:\([^)]*\))?)\s+)*"
 )
+# Kotlin's `fun`, Swift's `protocol`/`extension`; `enum class Color` (C++, Kotlin) names `Color`.
 _DEFINITION = re.compile(
-    r"(?P<indent>[ \t]*)" + _MODIFIERS + r"(?P<keyword>class|def|function\*?|func|fn|struct|enum|trait|"
-    r"impl|interface|module|namespace|object|record|message|service|sub|union)"
-    r"[ \t]+(?P<name>[A-Za-z_$][\w$.:]*)"
+    r"(?P<indent>[ \t]*)" + _MODIFIERS + r"(?P<keyword>class|def|function\*?|func|fun|fn|struct|enum|trait|"
+    r"impl|interface|protocol|extension|module|namespace|object|record|message|service|sub|union)"
+    r"(?:(?<=enum)[ \t]+(?:class|struct))?[ \t]+(?P<name>[A-Za-z_$][\w$.:]*)"
 )
 # C-family functions have no keyword: a return type and a name followed by "(" at column 0.
 _C_FUNCTION = re.compile(
     r"(?!(?:if|for|while|switch|return|else|do|case|typedef|using|#)\b)(?:[A-Za-z_][\w\s\*&:<>,~]*?\b)?"
     r"(?P<name>[A-Za-z_~][\w:~]*)[ \t]*\([^;]*"
 )
+# POSIX shell functions have no keyword: `deploy() {`.
+_SHELL_FUNCTION = re.compile(r"[ \t]*(?P<name>[A-Za-z_][\w.:-]*)[ \t]*\(\)")
+_C_RETURN_TYPE = re.compile(
+    r"(?!(?:else|return|do|case|default|goto|break|continue|typedef|using|public|private|protected)\b)"
+    r"[A-Za-z_][\w \t\*&:<>,]*"
+)
+"""A line that is only a return type (``static const char *``, ``template <typename T>``)."""
 _CONTAINER_KEYWORDS: Final = frozenset(
-    {"class", "struct", "enum", "trait", "impl", "interface", "module", "namespace", "object", "record"}
+    {"class", "struct", "enum", "trait", "impl", "interface", "protocol", "extension", "module", "namespace",
+     "object", "record"}
 )
 _CLOSER = re.compile(r"(?:[}\])]|end\b)")
 
@@ -270,22 +282,33 @@ def _indent_width(line: str) -> int:
 def heuristic_sections(language: str, lines: Sequence[str]) -> list[Section]:
     """Keyword/indentation outline, for code no parser is available for (see the module docstring)."""
     c_like = language in ("c", "cpp", "csharp")
-    found: list[tuple[int, int, str, str, bool]] = []  # (line index, indent, keyword, name, container)
+    shell = language == "shell"
+    # (line index, indent, keyword, name, container, first line of the header)
+    found: list[tuple[int, int, str, str, bool, int]] = []
     for i, raw in enumerate(lines):
         m = _DEFINITION.match(raw)
         if m:
             keyword = m.group("keyword").rstrip("*")
-            found.append((i, _indent_width(raw), keyword, m.group("name"), keyword in _CONTAINER_KEYWORDS))
+            # `class A:` (Python that does not parse) names `A`: a trailing `:` or `.` ends the header.
+            name = m.group("name").rstrip(":.") or m.group("name")
+            found.append((i, _indent_width(raw), keyword, name, keyword in _CONTAINER_KEYWORDS, i))
             continue
+        if shell:
+            posix = _SHELL_FUNCTION.match(raw)
+            if posix:
+                found.append((i, _indent_width(raw), "function", posix.group("name"), False, i))
+                continue
         # The C pattern backtracks on long lines; a signature is short and has a "(".
         if c_like and raw[:1].isalpha() and "(" in raw and len(raw) <= 400:
             c = _C_FUNCTION.match(raw.rstrip("\r\n"))
             if c and not raw.rstrip().endswith(";"):
-                found.append((i, 0, "function", c.group("name"), False))
+                # GNU style (PostgreSQL, BSD) puts the return type on the line above: `static int\nmain(`.
+                typed = i > 0 and _C_RETURN_TYPE.fullmatch(lines[i - 1].rstrip()) is not None
+                found.append((i, 0, "function", c.group("name"), False, i - 1 if typed else i))
     out: list[Section] = []
     stack: list[tuple[int, tuple[str, ...], tuple[str, ...], bool]] = []  # (end idx, trail, qual, cont.)
     indents: list[int | None] = [None] * len(lines)  # each line's indent, measured once (deep files)
-    for i, indent, keyword, name, container in found:
+    for i, indent, keyword, name, container, first in found:
         while stack and stack[-1][0] < i:
             stack.pop()
         if stack and not stack[-1][3]:
@@ -295,7 +318,7 @@ def heuristic_sections(language: str, lines: Sequence[str]) -> list[Section]:
         end = _block_end(lines, i, indent, indents)
         if stack:
             end = min(end, stack[-1][0])
-        start = _with_preceding_attributes(lines, i, indent)
+        start = _with_preceding_attributes(lines, first, indent)
         trail = stack[-1][1] if stack else ()
         qual = stack[-1][2] if stack else ()
         label = f"{keyword} {name}"

@@ -3,7 +3,8 @@
 The ``path`` lookup mode's pattern language (:mod:`service.documents.lookup`): ``**`` any number of
 directories, ``*`` and ``?`` within one segment, ``[abc]``/``[!abc]`` classes; a pattern without
 ``/`` matches a file name at any depth, one with ``/`` the whole path, a trailing ``/`` everything
-under a directory. A class PostgreSQL would reject is the caller's 400.
+under a directory. A pattern also matches the path (or file name) equal to it read as plain text, for
+file names that hold glob characters. A class PostgreSQL would reject is the caller's 400.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class PathPattern:
     """The pattern itself when it has no wildcards (ranks exact paths first), else None."""
     basename: bool
     """True when the pattern has no ``/`` and may match a file name at any depth."""
+    verbatim: str
+    """The pattern as a plain path: a path (or, for a pattern without ``/``, a file name) equal to it
+    matches and ranks first even when it holds glob characters (``app/[id]/page.tsx``)."""
 
 
 def _re_escape(text: str) -> str:
@@ -67,11 +71,13 @@ def compile_path(pattern: str) -> PathPattern | None:
     base = "/" not in p.rstrip("/")
     if not wild:
         if p.endswith("/"):
-            return PathPattern(like=escape_like(p) + "%", regex="^" + _re_escape(p), literal=None, basename=False)
+            return PathPattern(like=escape_like(p) + "%", regex="^" + _re_escape(p), literal=None, basename=False,
+                               verbatim=p)
         if base:
             regex = "(^|/)" + _re_escape(p)
-            return PathPattern(like="%", regex=regex, literal=p, basename=True)
-        return PathPattern(like=escape_like(p) + "%", regex="^" + _re_escape(p), literal=p, basename=False)
+            return PathPattern(like="%", regex=regex, literal=p, basename=True, verbatim=p)
+        return PathPattern(like=escape_like(p) + "%", regex="^" + _re_escape(p), literal=p, basename=False,
+                           verbatim=p)
     out: list[str] = []
     i = 0
     literal_prefix: list[str] = []
@@ -110,19 +116,26 @@ def compile_path(pattern: str) -> PathPattern | None:
                 literal_prefix.append(c)
         i += 1
     body = "".join(out)
+    # File names may hold glob characters (`[id].tsx`, `[...slug]`): the pattern read as a plain path
+    # matches too, so such a file can be looked up by its own path.
+    plain = _re_escape(p)
     if p.endswith("/"):
         body += ".*"
+        plain += ".*"
+    body = "(" + body + "|" + plain + ")"
     if base:
-        return PathPattern(like="%", regex="(^|/)" + body + "$", literal=None, basename=True)
+        return PathPattern(like="%", regex="(^|/)" + body + "$", literal=None, basename=True, verbatim=p)
     return PathPattern(like=escape_like("".join(literal_prefix)) + "%", regex="^" + body + "$", literal=None,
-                       basename=False)
+                       basename=False, verbatim=p)
 
 
 def path_score(p: PathPattern, path: str) -> float:
     """How well ``path`` matches ``p`` (the ``path`` mode's scores, see :mod:`service.documents.lookup`)."""
+    if path == p.verbatim:
+        return 1.0
     lit = p.literal
     if lit is None:
-        return 0.8
+        return 0.9 if p.basename and path.rsplit("/", 1)[-1] == p.verbatim else 0.8
     if path == lit:
         return 1.0
     if p.basename and path.rsplit("/", 1)[-1] == lit:

@@ -1,7 +1,8 @@
 """The client side of ``pgcontext import PATH``: mirror a directory tree into a document collection.
 
 1. Ask the server for its current embedder (``GET /v1/documents/index``) and for every document of
-   the collection with its content hash (``GET /v1/documents``, paginated).
+   the collection with its content hash (``GET /v1/documents``, paginated; a server that serves smaller
+   pages than asked for says so in its 400, and is asked again with its size).
 2. Walk ``PATH`` with :func:`~service.documents.walk.walk_tree` (``.gitignore`` honoured, ``.git``,
    version-control metadata and ignore lists unless ``include_vcs``, symlinks, binary, non-UTF-8 and
    files over ``max_file_bytes`` skipped with a reason) and hash each
@@ -155,6 +156,18 @@ def _error_message(response: httpx.Response) -> str:
         return f"{response.status_code} {response.text[:200]}"
 
 
+def _page_limit(response: httpx.Response) -> int | None:
+    """The largest page a 400 for ``limit`` names (``details.limit``), else None."""
+    if response.status_code != 400:
+        return None
+    try:
+        details = response.json()["error"]["details"]
+        limit = details["limit"] if details.get("field") == "limit" else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return limit if isinstance(limit, int) and limit >= 1 else None
+
+
 MAX_RATE_WAIT_S = 120.0
 """Longest an import waits out 429s in all for one request before it gives up."""
 
@@ -208,11 +221,16 @@ class _Client:
         embedder = index.json().get("semantic", {}).get("embedder")
         files: dict[str, ServerFile] = {}
         cursor: str | None = None
+        page_size = LIST_PAGE
         while True:
-            params: dict[str, Any] = {"collection": self.options.collection, "limit": LIST_PAGE}
+            params: dict[str, Any] = {"collection": self.options.collection, "limit": page_size}
             if cursor:
                 params["cursor"] = cursor
             response = await self.request("GET", "/v1/documents", params=params)
+            smaller = _page_limit(response)
+            if smaller is not None and smaller < page_size:
+                page_size = smaller  # the server serves smaller pages (PGCONTEXT_DOCUMENTS_MAX_LIST_PAGE)
+                continue
             if response.status_code != 200:
                 raise ImportFailed(f"GET /v1/documents failed: {_error_message(response)}")
             page = response.json()

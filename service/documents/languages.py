@@ -8,7 +8,7 @@ from. Parsers, best first:
 * Python: the standard library ``ast`` (exact spans, decorators included); on a syntax error the
   keyword/indentation heuristic (:mod:`service.documents.code_outline`).
 * Markdown: a line scanner for ATX (``#``) and setext (``===`` / ``---``) headings that skips fenced
-  code blocks and YAML front matter.
+  code blocks, HTML comments and YAML front matter (:mod:`service.documents.markdown`).
 * JavaScript, TypeScript/TSX, Go, Rust, Java: tree-sitter, when the ``tree-sitter`` package and the
   language's grammar package are installed; otherwise the heuristic (both in
   :mod:`service.documents.code_outline`).
@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import Final
 
 from service.documents.code_outline import TREE_SITTER_LANGUAGES, heuristic_sections, tree_sitter_sections
+from service.documents.markdown import markdown_sections
 from service.documents.sections import MAX_OUTLINE_DEPTH, Section
 
 LANGUAGE_BY_EXTENSION: Final[Mapping[str, str]] = MappingProxyType(
@@ -140,14 +141,35 @@ _HEURISTIC_LANGUAGES: Final = frozenset(
 BREADCRUMB_SEPARATOR: Final = " > "
 
 
-def detect_language(path: str) -> str:
-    """Language name for ``path`` from its file name or extension; ``"text"`` when unknown."""
+LANGUAGE_BY_INTERPRETER: Final[Mapping[str, str]] = MappingProxyType(
+    {"python": "python", "node": "javascript", "deno": "typescript", "bun": "javascript", "sh": "shell",
+     "bash": "shell", "zsh": "shell", "ksh": "shell", "dash": "shell", "ruby": "ruby", "perl": "perl",
+     "php": "php", "lua": "lua", "Rscript": "r"}
+)
+
+
+def detect_language(path: str, content: str = "") -> str:
+    """Language name for ``path`` from its file name or extension; for a name without a known extension,
+    from the ``#!`` line ``content`` starts with (``bin/deploy``: ``#!/usr/bin/env python3``); else ``"text"``."""
     name = PurePosixPath(path).name
     if name in LANGUAGE_BY_FILENAME:
         return LANGUAGE_BY_FILENAME[name]
     if name.startswith("Dockerfile."):
         return "dockerfile"
-    return LANGUAGE_BY_EXTENSION.get(PurePosixPath(name).suffix.lower(), "text")
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix in LANGUAGE_BY_EXTENSION or not content.startswith("#!"):
+        return LANGUAGE_BY_EXTENSION.get(suffix, "text")
+    return LANGUAGE_BY_INTERPRETER.get(_interpreter(content[2:200].partition("\n")[0]), "text")
+
+
+def _interpreter(shebang: str) -> str:
+    """``python`` for ``/usr/bin/env -S python3.11 -u``: the program a ``#!`` line runs, version dropped."""
+    words = shebang.split()
+    program = words[0].rsplit("/", 1)[-1] if words else ""
+    if program == "env":
+        rest = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        program = rest[0].rsplit("/", 1)[-1] if rest else ""
+    return program.rstrip("0123456789.") or program
 
 
 def split_lines(content: str) -> list[str]:
@@ -175,7 +197,7 @@ def outline(language: str, content: str, lines: Sequence[str]) -> list[Section]:
     if language == "python":
         sections = _python_sections(content)
     elif language == "markdown":
-        sections = _markdown_sections(lines)
+        sections = markdown_sections(lines)
     elif language in ("toml", "ini"):
         sections = _table_sections(lines)
     elif language in TREE_SITTER_LANGUAGES:
@@ -273,93 +295,6 @@ def _python_visit(
         elif isinstance(node, ast.Match):
             for case in node.cases:
                 _python_visit(case.body, trail, qual, in_class=in_class, out=out)
-
-
-# ------------------------------------------------------------------------------------------- Markdown
-
-_FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-_FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
-_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*")
-_NOT_PARAGRAPH = re.compile(r"(?:[ \t]*$| {4}|\t| {0,3}(?:[>#|]|[-+*][ \t]|\d{1,9}[.)][ \t]|<))")
-
-
-def _markdown_headings(lines: Sequence[str]) -> list[tuple[int, int, str]]:
-    """(line, level, title) of every heading outside fenced code blocks and front matter."""
-    headings: list[tuple[int, int, str]] = []
-    fence: str | None = None
-    prev_is_paragraph = False
-    start = 0
-    if lines and lines[0].rstrip("\r\n") == "---":
-        # YAML front matter: its closing "---" would otherwise read as a setext underline.
-        for i in range(1, len(lines)):
-            if lines[i].rstrip("\r\n").rstrip() in ("---", "..."):
-                start = i + 1
-                break
-    for i in range(start, len(lines)):
-        text = lines[i].rstrip("\r\n")
-        if fence is not None:
-            closing = _FENCE_CLOSE.fullmatch(text)
-            if closing and closing.group(1)[0] == fence[0] and len(closing.group(1)) >= len(fence):
-                fence = None
-            continue
-        opening = _FENCE_OPEN.fullmatch(text)
-        if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)):
-            fence = opening.group(1)
-            prev_is_paragraph = False
-            continue
-        atx = _atx_heading(text)
-        if atx is not None:
-            headings.append((i + 1, *atx))
-            prev_is_paragraph = False
-            continue
-        setext = _SETEXT.fullmatch(text)
-        if setext and prev_is_paragraph:
-            # Only the paragraph's last line becomes the title: multi-line setext titles are rare and
-            # the earlier lines stay with the previous section.
-            level = 1 if setext.group(1)[0] == "=" else 2
-            headings.append((i, level, lines[i - 1].strip()))
-            prev_is_paragraph = False
-            continue
-        prev_is_paragraph = not _NOT_PARAGRAPH.match(text) and not setext
-    return headings
-
-
-def _atx_heading(text: str) -> tuple[int, str] | None:
-    """(level, title) if ``text`` is an ATX heading — parsed by hand: a regex with optional closing
-    ``#`` s backtracks quadratically on long lines."""
-    stripped = text.lstrip(" ")
-    if len(text) - len(stripped) > 3 or not stripped.startswith("#"):
-        return None
-    level = len(stripped) - len(stripped.lstrip("#"))
-    rest = stripped[level:]
-    if level > 6 or (rest and rest[0] not in " \t"):
-        return None
-    rest = rest.strip(" \t")
-    without_closing = rest.rstrip("#")
-    if not without_closing:
-        rest = ""
-    elif without_closing[-1] in " \t":
-        rest = without_closing.rstrip(" \t")
-    return level, rest or "#" * level
-
-
-def _markdown_sections(lines: Sequence[str]) -> list[Section]:
-    """A heading's section runs to the line before the next heading of the same or a higher level."""
-    out: list[Section] = []
-    stack: list[tuple[int, int, str, tuple[str, ...]]] = []  # (line, level, title, trail)
-
-    def close(end: int) -> None:
-        line, _level, title, trail = stack.pop()
-        out.append(Section("heading", title, line, end, trail, title=title))
-
-    for line, level, title in _markdown_headings(lines):
-        while stack and stack[-1][1] >= level:
-            close(line - 1)
-        trail = (*stack[-1][3], title) if stack else (title,)
-        stack.append((line, level, title, trail))
-    while stack:
-        close(len(lines))
-    return out
 
 
 # ------------------------------------------------------------------------------------------ TOML/INI

@@ -32,7 +32,9 @@ WHERE clause and by row-level security)::
     prefix ``pattern/...`` (0.8) or a string prefix (0.7). With wildcards: ``**`` any number of
     directories, ``*`` and ``?`` within one segment, ``[abc]``/``[!abc]`` classes; a pattern without
     ``/`` matches the file name at any depth (``*.py``), one with ``/`` the whole path
-    (``service/**/*.py``), a trailing ``/`` everything under a directory; glob hits score 0.8. Shorter
+    (``service/**/*.py``), a trailing ``/`` everything under a directory; glob hits score 0.8. A
+    path equal to the pattern read as a plain path also matches and scores 1.0 (0.9 for a file name),
+    so a file whose name holds glob characters (``app/[id]/page.tsx``) is found by its path. Shorter
     paths rank first. Returns the L0 (file summary) chunk of each file unless ``filters.levels``
     asks for other levels.
 ``symbol``
@@ -254,7 +256,7 @@ async def path(tx: TenantTx, pattern: str, *, limit: int = 20,
     if compiled is None or limit < 1:
         return []
     levels = list(filters.levels) if filters.levels is not None else [0]
-    rows = await tx.fetch("documents.path", tx.org_id, compiled.like, compiled.regex, compiled.literal or "",
+    rows = await tx.fetch("documents.path", tx.org_id, compiled.like, compiled.regex, compiled.verbatim,
                           levels, limit * _CANDIDATE_FACTOR + 10, filters.collection, filters.agent_id,
                           _prefix(filters))
     hits = [_hit(r, "path", path_score(compiled, r["source_path"]), []) for r in rows]

@@ -16,7 +16,8 @@
   over ``max_file_bytes`` (decided from the size, without reading), a NUL byte (binary: git's test
   looks at the first 8 KiB; we look at the whole file, already in memory, because PostgreSQL
   ``text`` cannot store NUL at all), not valid UTF-8, unreadable, not a regular file, a symlink,
-  or a name that is not UTF-8.
+  or a name that is not UTF-8 or holds what a document path cannot (a control character, such as
+  the ``\\r`` of macOS's ``Icon\\r`` files, or a backslash); a directory of such a name is skipped whole.
   Files ignored by ``.gitignore`` are not reported: ignoring them is the intent.
 
 Order is deterministic: paths come out sorted by their relative posix string.
@@ -25,6 +26,7 @@ Order is deterministic: paths come out sorted by their relative posix string.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,8 @@ import pathspec
 SkipReason = Literal["too_large", "binary", "not_utf8", "unreadable", "not_regular", "symlink", "bad_name", "vcs"]
 
 BINARY_SNIFF_BYTES: Final = 8192
+_UNSTORABLE_NAME: Final = re.compile(r"[\x00-\x1f\x7f\\]")
+"""Characters a document path cannot hold (the service's 400 ``bad_path``): a macOS ``Icon\\r``, say."""
 VCS_DIRS: Final = frozenset({".hg", ".svn", ".bzr", "_darcs", ".jj", ".pijul", "CVS"})
 """Version-control directories skipped unless ``include_vcs`` (``.git`` is skipped always)."""
 VCS_FILES: Final = frozenset({".gitattributes", ".gitmodules", ".gitkeep", ".git-blame-ignore-revs", ".hgtags",
@@ -133,6 +137,11 @@ def _walk_dir(
         except UnicodeEncodeError:
             skip(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "bad_name", "")
             continue
+        if _UNSTORABLE_NAME.search(entry.name):
+            # The service refuses such a path (400): sending it would fail the import on every run.
+            skip(_shown(rel) + ("/" if is_dir else ""), "bad_name",
+                 "a control character or backslash in the name (document paths cannot hold one)")
+            continue
         if is_dir:
             yield from _walk_dir(Path(entry.path), rel, rules, max_file_bytes, skip, include_vcs)
             continue
@@ -179,12 +188,19 @@ def _read_entry(
     return WalkedFile(path=rel, content=content, size=len(data))
 
 
+def _shown(rel: str) -> str:
+    """``rel`` with its control characters escaped, for a report line (``Icon\\r``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in rel)
+
+
 def _load_ignore_file(path: Path, base: str) -> _IgnoreFile | None:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None  # absent (the usual case) or unreadable: nothing to honour
-    return _IgnoreFile(base, pathspec.GitIgnoreSpec.from_lines(text.splitlines()))
+    # As git does, skip a byte order mark (editors on Windows write one): else the first rule, often
+    # the one that keeps `.env` or `node_modules/` out, would not match anything.
+    return _IgnoreFile(base, pathspec.GitIgnoreSpec.from_lines(text.removeprefix("\ufeff").splitlines()))
 
 
 def _is_ignored(rules: Sequence[_IgnoreFile], rel: str, *, is_dir: bool) -> bool:

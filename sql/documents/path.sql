@@ -1,4 +1,4 @@
--- Path lookup: chunks at levels $5 whose path has the LIKE prefix $2 and matches the anchored regex $3; $4 (the literal pattern) ranks first.
+-- Path lookup: chunks at levels $5 whose path has the LIKE prefix $2 and matches the anchored regex $3; $4 (the pattern read as a plain path) ranks first.
 SELECT m.id, m.agent_id, m.text, m.metadata, m.source_path, m.line_start, m.line_end, m.section_title, m.breadcrumb, m.level
   FROM memories m
  WHERE m.org_id = $1 AND m.kind = 'document_chunk'

@@ -13,7 +13,11 @@ import pytest
 from litestar.testing import AsyncTestClient
 from rich.console import Console
 
+from service.app import create_app
 from service.documents.importer import ImportFailed, ImportOptions, print_summary, run_import
+from service.embeddings import Embedder
+from service.runtime import Endpoints
+from service.settings import Settings
 from tests.conftest import Tenant
 
 
@@ -116,3 +120,18 @@ async def test_import_reports_rejected_files_and_bad_keys(
     with pytest.raises(ImportFailed, match="API key"):
         await run_import(ImportOptions(root=tmp_path, url="http://testserver.local", key="pgc_wrong"), http=http,
                          show_progress=False)
+
+
+async def test_import_reads_the_listing_in_the_pages_the_server_serves(
+        settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, tmp_path: Path) -> None:
+    """A server configured for smaller listing pages (PGCONTEXT_DOCUMENTS_MAX_LIST_PAGE) answered the
+    importer's pages of 1,000 with a 400, and every import failed before sending anything."""
+    small = dataclasses.replace(settings, documents=dataclasses.replace(settings.documents, max_list_page=2))
+    write(tmp_path, {f"doc{i}.md": f"# Doc {i}\n" for i in range(5)})
+    async with AsyncTestClient(app=create_app(small, endpoints, embedder=embedder)) as http:
+        options = ImportOptions(root=tmp_path, url="http://testserver.local", key=tenant.key)
+        first = await run_import(options, http=http, show_progress=False)
+        assert first.ok and first.created == 5
+        (tmp_path / "doc0.md").unlink()
+        again = await run_import(options, http=http, show_progress=False)
+    assert again.ok and again.unchanged == 4 and again.sent == 0 and again.deleted_paths == ["doc0.md"]

@@ -146,3 +146,25 @@ async def test_chunk_ids_increase_in_insertion_order_without_native_uuidv7(
             await transaction.rollback()  # the function and the rows
     finally:
         await conn.close()
+
+
+async def test_a_minified_bundle_is_one_section_per_line_not_one_per_symbol(
+        client: AsyncTestClient[Any], db: Database, tenant: Tenant) -> None:
+    """Each of the thousands of functions on a minified line was its own L1 chunk, and all held the same
+    prefix of that line: a 990 KB bundle became 28,000 chunks and its ingestion ran for minutes."""
+    bundle = "".join(f"var fn{i}=function(x){{return x+{i}}};" for i in range(4000)) + "\n"
+    r = await client.post("/v1/documents", headers=tenant.headers,
+                          json={"files": [{"path": "dist/app.min.js", "content": bundle}]})
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["files"]
+    assert result["chunks"]["l1"] == 1
+    async with db.tenant(tenant.org_id, readonly=True) as tx:
+        stored = await tx.fetch("documents.file_chunks", tenant.org_id, "default", "dist/app.min.js", None)
+    assert len(stored) == result["chunks"]["l0"] + 1 + result["chunks"]["l2"] < 400  # 4,002 before
+    assert "".join(row["text"] for row in stored if row["level"] == 2) == bundle
+    # The code stays findable: an exact lookup lands on the piece of the line that holds it.
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": "fn3999=function", "modes": ["exact"], "limit": 3})
+    assert r.status_code == 200, r.text
+    top = r.json()["results"][0]
+    assert top["path"] == "dist/app.min.js" and top["level"] == 2 and "fn3999=function" in top["text"]

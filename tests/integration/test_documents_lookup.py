@@ -259,3 +259,23 @@ async def test_exact_finds_an_identifier_semantic_ranks_poorly(
 async def _symbol(db: Database, corpus: Tenant, name: str) -> list[lookup.LookupHit]:
     async with db.tenant(corpus.org_id, readonly=True) as tx:
         return await lookup.symbol(tx, name)
+
+
+async def test_a_file_named_with_glob_characters_is_found_by_its_own_path(
+        client: AsyncTestClient[Any], db: Database, tenant: Tenant) -> None:
+    """Route files of Next.js and SvelteKit are named `[id].tsx`: a path lookup of their own path read
+    `[id]` as a character class and answered with `i.tsx` (or nothing), never with them."""
+    files = {"app/[slug]/page.tsx": "export default function Page() {}\n", "app/s/page.tsx": "x\n",
+             "pages/[id].tsx": "y\n", "pages/i.tsx": "z\n"}
+    r = await client.post("/v1/documents", headers=tenant.headers,
+                          json={"files": [{"path": p, "content": c} for p, c in files.items()]})
+    assert r.status_code == 200, r.text
+    async with db.tenant(tenant.org_id, readonly=True) as tx:
+        hits = await lookup.path(tx, "app/[slug]/page.tsx")
+        assert [(h.path, h.score) for h in hits] == [("app/[slug]/page.tsx", 1.0), ("app/s/page.tsx", 0.8)]
+        assert [(h.path, h.score) for h in await lookup.path(tx, "[id].tsx")] == [
+            ("pages/[id].tsx", 0.9), ("pages/i.tsx", 0.8)]
+    r = await client.post("/v1/memories/search", headers=tenant.headers,
+                          json={"query": "pages/[id].tsx", "modes": ["path"], "filters": {"sources": ["documents"]}})
+    assert r.status_code == 200, r.text
+    assert [x["path"] for x in r.json()["results"]][:1] == ["pages/[id].tsx"]

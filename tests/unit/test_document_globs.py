@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from service.documents.globs import MAX_WILDCARDS, compile_path
+from service.documents.globs import MAX_WILDCARDS, compile_path, path_score
 from service.errors import BadRequest
 
 
@@ -29,3 +29,22 @@ def test_collapsing_keeps_what_matches() -> None:
     assert one is not None
     for path, matches in (("x.py", True), ("a/b/x.py", True), ("a/bx.py", False)):
         assert bool(re.search(one.regex, path)) is matches, path
+
+
+@pytest.mark.parametrize(("pattern", "paths"), [
+    ("app/[slug]/page.tsx", {"app/[slug]/page.tsx": 1.0, "app/s/page.tsx": 0.8, "app/x/page.tsx": None}),
+    ("[id].tsx", {"pages/[id].tsx": 0.9, "[id].tsx": 1.0, "pages/i.tsx": 0.8, "pages/[id]x.tsx": None}),
+    ("notes/what?.md", {"notes/what?.md": 1.0, "notes/whatx.md": 0.8}),
+    ("src/[lib]/", {"src/[lib]/a.py": 0.8, "src/l/a.py": 0.8, "src/x/a.py": None}),
+])
+def test_a_file_whose_name_holds_glob_characters_is_found_by_its_path(
+        pattern: str, paths: dict[str, float | None]) -> None:
+    """Next.js and SvelteKit route files are named `[id].tsx`: their own path used to match only other
+    files (`[id]` read as a class), never them."""
+    compiled = compile_path(pattern)
+    assert compiled is not None
+    for path, score in paths.items():
+        matched = re.search(compiled.regex, path) is not None and path.startswith(compiled.like.rstrip("%"))
+        assert matched is (score is not None), path
+        if score is not None:
+            assert path_score(compiled, path) == score, path

@@ -168,3 +168,27 @@ def test_version_control_metadata_and_ignore_lists_are_skipped_unless_asked_for(
     assert paths(tmp_path, include_vcs=True) == [
         ".gitattributes", ".gitignore", ".hg/hgrc", ".hgignore", ".svn/entries", "app.py", "docs/ignore-me-not.md",
         "web/.dockerignore"]
+
+
+def test_names_a_document_path_cannot_hold_are_skipped_not_sent(tmp_path: Path) -> None:
+    """The service answers 400 to a path with a control character or a backslash: such a file (a macOS
+    ``Icon\\r``, say) or directory is reported as ``bad_name`` instead of failing every import."""
+    write(tmp_path, "Icon\r", "")
+    write(tmp_path, "back\\slash.txt", "x\n")
+    write(tmp_path, "tab\tdir/inside.txt", "x\n")
+    write(tmp_path, "ok é.txt", "kept\n")
+    files, skipped = walk(tmp_path)
+    assert [f.path for f in files] == ["ok é.txt"]
+    assert {s.path: s.reason for s in skipped} == {
+        "Icon\\r": "bad_name", "back\\slash.txt": "bad_name", "tab\\tdir/": "bad_name"}
+
+
+def test_an_ignore_file_with_a_byte_order_mark_keeps_its_first_rule(tmp_path: Path) -> None:
+    """git skips the BOM an editor on Windows puts at the start of .gitignore; read with it, the first
+    rule (`.env` here) matched nothing and the secrets file was imported."""
+    write(tmp_path, ".gitignore", "\ufeff.env\r\nnode_modules/\r\n")
+    write(tmp_path, "pkg/.gitignore", "\ufeffbuild/\n")
+    write(tmp_path, ".env", "API_KEY=secret\n")
+    write(tmp_path, "pkg/build/out.js", "x\n")
+    write(tmp_path, "app.py", "print(1)\n")
+    assert paths(tmp_path) == ["app.py"]
