@@ -51,6 +51,9 @@ __all__ = [
 LEVEL_FILE: Final = 0
 LEVEL_SECTION: Final = 1
 LEVEL_CHUNK: Final = 2
+CHUNKER_VERSION: Final = 1
+"""Raise it when a change makes a file's chunks differ (its outline, cuts or texts): files a smaller
+version cut are cut again on their next ingest, even unchanged (``documents.chunker``, migration 0015)."""
 
 # A cut is moved to a better boundary only while the chunk keeps at least this share of the budget:
 # below it, many tiny chunks would cost more retrieval quality than a cut mid-section.

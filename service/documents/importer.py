@@ -88,6 +88,8 @@ class ServerFile:
     content_hash: str
     agent_id: str | None
     embedder: str | None
+    chunker: int | None = None
+    """The chunking version that cut it (None: a service that does not say)."""
 
 
 @dataclass
@@ -102,8 +104,9 @@ class Plan:
 
 
 def plan(root: Path, server: dict[str, ServerFile], *, agent_id: str | None, embedder: str | None,
-         max_file_bytes: int, delete: bool, include_vcs: bool = False) -> Plan:
-    """Walk ``root`` and decide, per file, send or unchanged; and which server paths to delete."""
+         max_file_bytes: int, delete: bool, include_vcs: bool = False, chunker: int | None = None) -> Plan:
+    """Walk ``root`` and decide, per file, send or unchanged; and which server paths to delete. ``embedder``
+    and ``chunker``: the service's current ones (None: not known), a file stored by others is sent."""
     skipped: list[SkippedFile] = []
     send: list[WalkedFile] = []
     unchanged: list[str] = []
@@ -112,7 +115,8 @@ def plan(root: Path, server: dict[str, ServerFile], *, agent_id: str | None, emb
         local.add(walked.path)
         known = server.get(walked.path)
         if (known is not None and known.content_hash == content_hash(walked.content)
-                and known.agent_id == agent_id and (embedder is None or known.embedder == embedder)):
+                and known.agent_id == agent_id and (embedder is None or known.embedder == embedder)
+                and (chunker is None or known.chunker is None or known.chunker == chunker)):
             unchanged.append(walked.path)
         else:
             send.append(walked)
@@ -214,11 +218,13 @@ class _Client:
             await asyncio.sleep(delay)
             delay *= 2
 
-    async def server_files(self) -> tuple[dict[str, ServerFile], str | None]:
+    async def server_files(self) -> tuple[dict[str, ServerFile], str | None, int | None]:
+        """The collection's files as the service lists them, and its current embedder and chunking version."""
         index = await self.request("GET", "/v1/documents/index")
         if index.status_code != 200:
             raise ImportFailed(f"GET /v1/documents/index failed: {_error_message(index)}")
         embedder = index.json().get("semantic", {}).get("embedder")
+        chunker = index.json().get("chunker")
         files: dict[str, ServerFile] = {}
         cursor: str | None = None
         page_size = LIST_PAGE
@@ -235,10 +241,11 @@ class _Client:
                 raise ImportFailed(f"GET /v1/documents failed: {_error_message(response)}")
             page = response.json()
             for item in page["items"]:
-                files[item["path"]] = ServerFile(item["content_hash"], item["agent_id"], item["embedder"])
+                files[item["path"]] = ServerFile(item["content_hash"], item["agent_id"], item["embedder"],
+                                                 item.get("chunker"))
             cursor = page["next_cursor"]
             if not cursor:
-                return files, embedder
+                return files, embedder, chunker
 
     async def send(self, batch: list[WalkedFile], summary: ImportSummary,
                    on_done: Callable[[int, int], None]) -> None:
@@ -295,10 +302,10 @@ async def run_import(options: ImportOptions, *, http: httpx.AsyncClient | None =
     client = http or httpx.AsyncClient(base_url=options.url, timeout=options.timeout_s)
     try:
         api = _Client(client, options)
-        server, embedder = await api.server_files()
+        server, embedder, chunker = await api.server_files()
         work = await asyncio.to_thread(plan, options.root, server, agent_id=options.agent_id, embedder=embedder,
                                        max_file_bytes=options.max_file_bytes, delete=options.delete,
-                                       include_vcs=options.include_vcs)
+                                       include_vcs=options.include_vcs, chunker=chunker)
         summary = ImportSummary(scanned=work.scanned, unchanged=len(work.unchanged), skipped=work.skipped)
         progress = Progress(TextColumn("[bold]importing"), BarColumn(), TaskProgressColumn(),
                             TextColumn("{task.completed}/{task.total} files"), _RateColumn(), TimeElapsedColumn(),

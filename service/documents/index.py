@@ -22,6 +22,7 @@ from typing import Any, Literal
 import asyncpg
 
 from service.db import TenantTx
+from service.documents.chunking import CHUNKER_VERSION
 from service.documents.types import (
     ChunkCounts,
     CollectionCounts,
@@ -67,7 +68,7 @@ def to_out(row: asyncpg.Record) -> DocumentOut:
         collection=row["collection"], path=row["path"], agent_id=row["agent_id"], content_hash=row["content_hash"],
         language=row["language"], line_count=row["line_count"], byte_count=row["byte_count"],
         chunks=ChunkCounts(l0=row["l0_chunks"], l1=row["l1_chunks"], l2=row["l2_chunks"]),
-        embedder=row["embedder"], metadata=row["metadata"], created_at=row["created_at"],
+        embedder=row["embedder"], chunker=row["chunker"], metadata=row["metadata"], created_at=row["created_at"],
         indexed_at=row["indexed_at"])
 
 
@@ -116,7 +117,8 @@ async def summary(tx: TenantTx, embedder_name: str) -> IndexSummary:
     status: Literal["empty", "ready", "degraded"] = "empty" if files == 0 and chunks == 0 else (
         "ready" if dirty_count == 0 and orphans == 0 and semantic.available else "degraded")
     return IndexSummary(
-        revision=int(row["revision"]), status=status, last_indexed_at=row["last_indexed_at"], files=files,
+        revision=int(row["revision"]), chunker=CHUNKER_VERSION, status=status,
+        last_indexed_at=row["last_indexed_at"], files=files,
         chunks=chunks, chunks_by_level=by_level, by_language=languages, collections=collections,
         semantic=semantic, dirty_count=dirty_count,
         dirty_paths=[DirtyPath(collection=r["collection"], path=r["path"], reasons=_reasons(r)) for r in row["dirty"]],

@@ -6,7 +6,8 @@
    files per request, UTF-8 bytes per file and per request → 413; path shape, NUL, lone surrogates,
    duplicate paths, metadata → 400).
 2. **Classify** against the stored ``documents`` rows: a file is ``unchanged`` (nothing is written)
-   when its content hash, owner ``agent_id``, metadata and embedder all equal the stored ones.
+   when its content hash, owner ``agent_id``, metadata and embedder all equal the stored ones and
+   this release's chunking (:data:`~service.documents.chunking.CHUNKER_VERSION`) cut it.
 3. **Chunk** the rest with :func:`~service.documents.chunking.chunk_file` (tiktoken counts, in a
    worker thread) and **embed** every chunk server-side before any transaction opens: L1/L2 texts
    with their breadcrumb prepended (``"path > class A > def f\\n" + text``), L0 summaries as they are.
@@ -38,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 from pgvector import Vector
 
-from service.documents.chunking import Chunk, FileChunks, chunk_file, content_hash
+from service.documents.chunking import CHUNKER_VERSION, Chunk, FileChunks, chunk_file, content_hash
 from service.documents.types import (
     ChunkCounts,
     FileIn,
@@ -245,7 +246,8 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> In
     for item, digest, size in zip(request.files, hashes, sizes, strict=True):
         row = stored.get(item.path)
         if (row is not None and row["content_hash"] == digest and row["agent_id"] == request.agent_id
-                and row["metadata"] == item.metadata and row["embedder"] == embedder_name):
+                and row["metadata"] == item.metadata and row["embedder"] == embedder_name
+                and row["chunker"] == CHUNKER_VERSION):
             results[item.path] = FileResult(
                 path=item.path, status="unchanged", content_hash=digest, language=row["language"],
                 chunks=ChunkCounts(l0=row["l0_chunks"], l1=row["l1_chunks"], l2=row["l2_chunks"]))
@@ -296,7 +298,7 @@ async def _write(services: Services, org_id: UUID, request: IngestRequest, chunk
             "documents.upsert", org_id, request.collection, embedder_name, paths,
             [request.agent_id] * len(chunked), [fc.content_hash for fc in chunked], [fc.language for fc in chunked],
             [fc.line_count for fc in chunked], list(sizes), [c.l0 for c in counts], [c.l1 for c in counts],
-            [c.l2 for c in counts], [metadata[p] for p in paths])
+            [c.l2 for c in counts], [metadata[p] for p in paths], CHUNKER_VERSION)
         await tx.fetchval("documents.delete_chunks", org_id, request.collection, paths)
         if rows.texts:
             await tx.fetch(

@@ -81,6 +81,9 @@ class DocumentOut(msgspec.Struct, kw_only=True):
     byte_count: int
     chunks: ChunkCounts
     embedder: str | None
+    chunker: int
+    """The chunking version that cut it: one below the index's ``chunker`` was cut by an earlier release
+    and is cut again on its next ingest, unchanged or not (``pgcontext import`` sends it)."""
     metadata: dict[str, Any]
     created_at: datetime
     indexed_at: datetime
@@ -134,6 +137,8 @@ class DirtyPath(msgspec.Struct, kw_only=True):
 class IndexSummary(msgspec.Struct, kw_only=True):
     revision: int
     """Increments once per committed change (an ingest request that wrote something, or a delete)."""
+    chunker: int
+    """The service's chunking version (see ``DocumentOut.chunker``)."""
     status: Literal["empty", "ready", "degraded"]
     """``ready``: files indexed, nothing dirty, semantic available; ``degraded``: something is dirty."""
     last_indexed_at: datetime | None

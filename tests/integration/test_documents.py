@@ -160,6 +160,26 @@ async def test_reimport_of_unchanged_files_writes_nothing(
     assert moved["files"][0]["status"] == "updated" and moved["revision"] == first["revision"] + 1
 
 
+async def test_a_file_an_earlier_chunking_cut_is_cut_again_though_unchanged(
+        client: AsyncTestClient[Any], owner_dsn: str, tenant: Tenant) -> None:
+    first = await post(client, tenant, {"a.py": PY, "b.md": MD})
+    listed = (await client.get("/v1/documents", headers=tenant.headers)).json()["items"]
+    current = (await index(client, tenant))["chunker"]
+    assert current >= 1 and [d["chunker"] for d in listed] == [current, current]
+    conn = await asyncpg.connect(owner_dsn)
+    try:  # as stored before chunking changed
+        await conn.execute("UPDATE documents SET chunker = 0 WHERE org_id = $1 AND path = 'a.py'", tenant.org_id)
+    finally:
+        await conn.close()
+    again = await post(client, tenant, {"a.py": PY, "b.md": MD})
+    assert [f["status"] for f in again["files"]] == ["updated", "unchanged"]
+    assert again["revision"] == first["revision"] + 1 and again["chunks_written"] == first["files"][0]["chunks"]["l0"] \
+        + first["files"][0]["chunks"]["l1"] + first["files"][0]["chunks"]["l2"]
+    listed = (await client.get("/v1/documents", headers=tenant.headers)).json()["items"]
+    assert [d["chunker"] for d in listed] == [current, current]
+    assert [f["status"] for f in (await post(client, tenant, {"a.py": PY}))["files"]] == ["unchanged"]
+
+
 async def test_changing_one_file_replaces_only_its_chunks(
         client: AsyncTestClient[Any], db: Database, tenant: Tenant) -> None:
     await post(client, tenant, {"keep1.py": PY, "keep2.md": MD, "change.txt": LONG_TXT})

@@ -39,6 +39,13 @@ def test_plan_sends_new_and_changed_files_and_deletes_vanished_ones(tmp_path: Pa
     assert "same.py" in [f.path for f in plan(tmp_path, server, agent_id=None, embedder="m2", max_file_bytes=1000,
                                               delete=False).send]
     assert plan(tmp_path, server, agent_id=None, embedder="m1", max_file_bytes=1000, delete=False).delete == []
+    # a file an earlier chunking version cut is sent again, to be cut again
+    older = {**server, "same.py": ServerFile(content_hash("same\n"), None, "m1", chunker=0)}
+    assert "same.py" in [f.path for f in plan(tmp_path, older, agent_id=None, embedder="m1", max_file_bytes=1000,
+                                              delete=False, chunker=1).send]
+    current = {**server, "same.py": ServerFile(content_hash("same\n"), None, "m1", chunker=1)}
+    assert plan(tmp_path, current, agent_id=None, embedder="m1", max_file_bytes=1000, delete=False,
+                chunker=1).unchanged == ["same.py"]
 
 
 def test_batches_respect_file_and_byte_limits() -> None:

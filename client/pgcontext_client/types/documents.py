@@ -65,6 +65,8 @@ class Document(msgspec.Struct, kw_only=True):
     byte_count: int
     chunks: ChunkCounts
     embedder: str | None
+    chunker: int
+    """The chunking version that cut it (below ``IndexSummary.chunker``: cut again on its next ingest)."""
     metadata: dict[str, Any]
     created_at: datetime
     indexed_at: datetime
@@ -112,6 +114,7 @@ class DirtyPath(msgspec.Struct, kw_only=True):
 
 class IndexSummary(msgspec.Struct, kw_only=True):
     revision: int
+    chunker: int
     status: str
     last_indexed_at: datetime | None
     files: int

@@ -576,6 +576,7 @@ export interface components {
             byte_count: number;
             chunks: components["schemas"]["ChunkCounts"];
             embedder: string | null;
+            chunker: number;
             metadata: {
                 [key: string]: unknown;
             };
@@ -727,6 +728,7 @@ export interface components {
         /** IndexSummary */
         IndexSummary: {
             revision: number;
+            chunker: number;
             /** @enum {string} */
             status: "empty" | "ready" | "degraded";
             last_indexed_at: string | null;
