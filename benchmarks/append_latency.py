@@ -17,6 +17,9 @@ the other, each in fresh conversations of one org:
   service's embedder alone (built in this process with the service's settings) embedding the same
   64 texts, batch by batch: messages/s of each and their ratio.
 
+With ``--message-ids`` every message carries a ``message_id`` of its own, as the framework adapters
+send them: the service then reads which are already in the conversation before it embeds.
+
 Latency is client-side (request sent to answer read) over HTTP on the same machine: p50/p95/p99 and
 messages/s. The load generator competes with the service for the same cores; run it on a quiet
 machine and compare settings in the same run (``--service-env``).
@@ -34,6 +37,7 @@ import re
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,10 +81,14 @@ def cycle(messages: Sequence[dict[str, Any]], n: int, start: int = 0) -> list[di
 
 
 async def timed_appends(http: aiohttp.ClientSession, url: str, headers: dict[str, str], conversation: str,
-                        batches: Sequence[list[dict[str, Any]]]) -> list[float]:
-    """Append each batch in turn to ``conversation``; the ms each took."""
+                        batches: Sequence[list[dict[str, Any]]], ids: bool = False) -> list[float]:
+    """Append each batch in turn to ``conversation``; the ms each took. ``ids``: every message carries a
+    ``message_id`` of its own, as the framework adapters send them (the service then reads which are
+    already there before it embeds)."""
     took: list[float] = []
     for batch in batches:
+        if ids:
+            batch = [{**m, "message_id": uuid.uuid4().hex} for m in batch]
         started = time.perf_counter()
         async with http.post(f"{url}/v1/conversations/{conversation}/messages", json={"messages": batch},
                              headers=headers) as r:
@@ -97,19 +105,19 @@ def latency_line(name: str, took: Sequence[float], messages: int, seconds: float
 
 
 async def measure(url: str, headers: dict[str, str], messages: list[dict[str, Any]], n: int, batches: int,
-                  embed: Callable[[list[str]], Awaitable[Any]]) -> list[str]:
+                  embed: Callable[[list[str]], Awaitable[Any]], ids: bool = False) -> list[str]:
     run = f"{os.getpid()}-{time.time_ns()}"
     lines = []
     async with aiohttp.ClientSession() as http:
         await timed_appends(http, url, headers, f"warm-{run}", [cycle(messages, 8)])  # first-request costs
         started = time.perf_counter()
-        took = await timed_appends(http, url, headers, f"c1-{run}", [[m] for m in cycle(messages, n)])
+        took = await timed_appends(http, url, headers, f"c1-{run}", [[m] for m in cycle(messages, n)], ids)
         lines.append(latency_line("one message, c=1", took, n, time.perf_counter() - started))
 
         each = max(1, n // CONCURRENT)
         started = time.perf_counter()
         parts = await asyncio.gather(*(timed_appends(http, url, headers, f"c8-{run}-{w}",
-                                                     [[m] for m in cycle(messages, each, w * each)])
+                                                     [[m] for m in cycle(messages, each, w * each)], ids)
                                        for w in range(CONCURRENT)))
         took = [ms for part in parts for ms in part]
         lines.append(latency_line(f"one message, c={CONCURRENT}", took, each * CONCURRENT,
@@ -117,7 +125,7 @@ async def measure(url: str, headers: dict[str, str], messages: list[dict[str, An
 
         groups = [cycle(messages, BATCH, b * BATCH) for b in range(batches)]
         started = time.perf_counter()
-        took = await timed_appends(http, url, headers, f"batch-{run}", groups)
+        took = await timed_appends(http, url, headers, f"batch-{run}", groups, ids)
         seconds = time.perf_counter() - started
         appended = BATCH * batches / seconds
         lines.append(latency_line(f"{BATCH}-message batches", took, BATCH * batches, seconds))
@@ -140,10 +148,10 @@ async def embedder_alone() -> tuple[Callable[[list[str]], Awaitable[Any]], Calla
     return embedder.embed, embedder.aclose
 
 
-async def run(url: str, key: str, messages: list[dict[str, Any]], n: int, batches: int) -> list[str]:
+async def run(url: str, key: str, messages: list[dict[str, Any]], n: int, batches: int, ids: bool) -> list[str]:
     embed, close = await embedder_alone()
     try:
-        return await measure(url, {"Authorization": f"Bearer {key}"}, messages, n, batches, embed)
+        return await measure(url, {"Authorization": f"Bearer {key}"}, messages, n, batches, embed, ids)
     finally:
         await close()
 
@@ -153,6 +161,8 @@ def main() -> None:
     parser.add_argument("dir", type=Path, help="directory with corpus.jsonl (LoCoMo-style turns)")
     parser.add_argument("--messages", type=int, default=400, help="single-message appends at c=1 and at c=8")
     parser.add_argument("--batches", type=int, default=20, help=f"{BATCH}-message appends")
+    parser.add_argument("--message-ids", action="store_true",
+                        help="give every message a message_id of its own, as the framework adapters do")
     parser.add_argument("--url", help="a running service (default: start one on the embedded default)")
     parser.add_argument("--key", help="API key for --url")
     parser.add_argument("--service-env", action="append", default=[], metavar="PGCONTEXT_NAME=VALUE",
@@ -164,14 +174,14 @@ def main() -> None:
     if args.url:
         if not args.key:
             raise SystemExit("--url needs --key")
-        lines = asyncio.run(run(args.url, args.key, messages, args.messages, args.batches))
+        lines = asyncio.run(run(args.url, args.key, messages, args.messages, args.batches, args.message_ids))
     else:
         with contextlib.ExitStack() as stack:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgcontext-append-", dir="/tmp")))
             url, key = stack.enter_context(service(data_dir, free_port(), env_extra=dict(args.service_env)))
             if key is None:
                 raise SystemExit("the started service printed no API key")
-            lines = asyncio.run(run(url, key, messages, args.messages, args.batches))
+            lines = asyncio.run(run(url, key, messages, args.messages, args.batches, args.message_ids))
     print("\n".join(lines))
 
 

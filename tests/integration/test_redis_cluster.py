@@ -23,7 +23,7 @@ from redis.crc import key_slot
 
 from service.app import create_app
 from service.assembly.hot import hot_key, version_key
-from service.db.redisconn import Cluster, RedisClient, connect
+from service.db.redisconn import Cluster, RedisClient, connect, forget_org
 from service.directives.store import cache_key
 from service.embeddings import Embedder
 from service.runtime import Endpoints, Services
@@ -116,6 +116,11 @@ async def test_directives_hot_sets_and_assembly_on_a_cluster_in_one_slot(
             assert await inspect.exists(cache_key(tenant.org_id, AGENT)) == 0
             ready = await client.get("/readyz")
             assert ready.status_code == 200 and ready.json()["checks"]["redis"] == "ok"
+
+            # Deleting the org (`pgcontext orgs delete`) finds its keys on the cluster and removes them all.
+            left = await org_keys(inspect, tenant)
+            assert left and await forget_org(inspect, tenant.org_id) == len(left)
+            assert await org_keys(inspect, tenant) == []
     finally:
         await inspect.aclose()
 
