@@ -11,7 +11,9 @@ restore (it counts them ``skipped``), are counted here and not sent: they are mo
 imported files, and each request's rate-limit price grows with its size. A 429 or 503 is waited out
 as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per batch; a
 connection that drops is tried again up to ``RETRIES`` times (a batch the service wrote before the
-answer was lost is then counted ``existing``).
+answer was lost is then counted ``existing``). The file is read twice, a line at a time: once to check it
+is a whole export, once to send it, so memory stays flat however large the export (``export``, likewise,
+writes what it reads as it reads it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -90,16 +92,23 @@ async def export_to(out: IO[bytes], *, url: str, key: str, agent_id: str | None 
     """Write the export to ``out``; returns the counts of its ``end`` line (raises when there is none)."""
     client, headers = _client(url, key, http)
     params = {"agent_id": agent_id} if agent_id else {}
-    last = b""
+    last = pending = b""
     try:
         async with client.stream("GET", "/v1/export", params=params, headers=headers) as response:
             if response.status_code != 200:
                 await response.aread()
                 raise _failure(response, "GET /v1/export")
-            async for line in response.aiter_lines():
-                if line:
-                    out.write(line.encode() + b"\n")
-                    last = line.encode()
+            # Split at b"\n" alone: a text splitter (``aiter_lines``) also cuts at U+2028, U+2029 and NEL,
+            # which JSON may hold raw inside a string.
+            async for data in response.aiter_bytes():
+                *whole, pending = (pending + data).split(b"\n")
+                for line in whole:
+                    if line.strip():
+                        out.write(line + b"\n")
+                        last = line
+            if pending.strip():
+                out.write(pending + b"\n")
+                last = pending
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise _unreachable(url, exc) from exc
     except httpx.HTTPError as exc:
@@ -113,26 +122,50 @@ async def export_to(out: IO[bytes], *, url: str, key: str, agent_id: str | None 
     return dict(end["counts"])
 
 
-def read_export(path: Path) -> list[dict[str, Any]]:
-    """The lines of a saved export, checked whole: an export that broke off is refused."""
-    lines: list[dict[str, Any]] = []
+def _not_json(constant: str) -> Any:
+    """``NaN`` and ``Infinity``, which Python's reader takes but JSON (and a request body) has not."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _read(path: Path) -> Iterator[dict[str, Any]]:
+    """The lines of a saved export, one at a time (the file is never held in memory)."""
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):  # binary: lines end at b"\n" only
             if not raw.strip():
                 continue
             try:
-                line = json.loads(raw)
+                line = json.loads(raw, parse_constant=_not_json)
             except ValueError as exc:
                 raise TransferFailed(f"{path}:{number} is not JSON") from exc
             if not isinstance(line, dict) or "type" not in line:
                 raise TransferFailed(f"{path}:{number} is not an export line")
-            lines.append(line)
-    if not lines or lines[-1]["type"] != "end" or any(line["type"] == "error" for line in lines):
+            yield line
+
+
+def check_export(path: Path) -> int:
+    """Read a saved export through once, checking it whole (every line an export line, none an ``error``
+    and the last the ``end`` line: an export that broke off is refused before anything is sent);
+    returns how many of its lines a restore sends. Holds one line at a time."""
+    last: str | None = None
+    sent = 0
+    for line in _read(path):
+        last = line["type"]
+        if last == "error":
+            break
+        sent += last not in NOT_SENT
+    if last != "end":
         raise TransferFailed(f"{path} is not a complete export (no end line): export again")
-    return lines
+    return sent
 
 
-def batches(lines: list[dict[str, Any]], *, max_memories: int, max_bytes: int,
+def read_export(path: Path) -> Iterator[dict[str, Any]]:
+    """The lines of a saved export, checked whole first (:func:`check_export`), then read again one at a
+    time: memory stays flat however large the file."""
+    check_export(path)
+    return _read(path)
+
+
+def batches(lines: Iterable[dict[str, Any]], *, max_memories: int, max_bytes: int,
             max_events: int = MAX_EVENTS) -> Iterator[list[dict[str, Any]]]:
     """Lines to send, in order, at most ``max_memories`` memory lines, ``max_events`` event lines and
     about ``max_bytes`` of JSON each (``export``, ``end``, ``document`` and ``chunk`` lines are not sent)."""
@@ -153,11 +186,6 @@ def batches(lines: list[dict[str, Any]], *, max_memories: int, max_bytes: int,
         size += cost
     if batch:
         yield batch
-
-
-def to_send(lines: list[dict[str, Any]]) -> int:
-    """How many of an export's lines a restore sends."""
-    return sum(line["type"] not in NOT_SENT for line in lines)
 
 
 async def _post(client: httpx.AsyncClient, headers: dict[str, str], batch: list[dict[str, Any]], *, url: str,
@@ -191,17 +219,24 @@ async def _post(client: httpx.AsyncClient, headers: dict[str, str], batch: list[
         waited += wait
 
 
-async def restore_lines(lines: list[dict[str, Any]], *, url: str, key: str, batch_memories: int = 200,
+def _counting(lines: Iterable[dict[str, Any]], skipped: Counter[str]) -> Iterator[dict[str, Any]]:
+    """``lines``, counting into ``skipped`` the ones the service would count ``skipped`` as they pass."""
+    for line in lines:
+        if line["type"] in SKIPPED:
+            skipped[line["type"]] += 1
+        yield line
+
+
+async def restore_lines(lines: Iterable[dict[str, Any]], *, url: str, key: str, batch_memories: int = 200,
                         batch_bytes: int = 4_000_000, http: httpx.AsyncClient | None = None,
                         totals: Totals | None = None, on_sent: Callable[[int], None] | None = None,
                         max_wait_s: float = MAX_WAIT_S) -> Totals:
     """Send an export's lines to ``POST /v1/import``; returns (and adds to ``totals``, which holds what
     was done when this raises) what the service wrote. ``on_sent(n)``: ``n`` more lines answered for."""
     totals = Totals() if totals is None else totals
-    totals.skipped.update(line["type"] for line in lines if line["type"] in SKIPPED)
     client, headers = _client(url, key, http)
     try:
-        for batch in batches(lines, max_memories=batch_memories, max_bytes=batch_bytes):
+        for batch in batches(_counting(lines, totals.skipped), max_memories=batch_memories, max_bytes=batch_bytes):
             response = await _post(client, headers, batch, url=url, max_wait_s=max_wait_s)
             if response.status_code != 200:
                 raise _failure(response, "POST /v1/import")
@@ -289,12 +324,12 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     total: int | None = None
     problem: Exception | None = None
     try:
-        lines = read_export(Path(args.file))
-        total = to_send(lines)
+        path = Path(args.file)
+        total = check_export(path)
         with progress_bar("restoring", "lines", console=Console(stderr=True),
                           disable=bool(getattr(args, "quiet", False))) as progress:
             task = progress.add_task("restore", total=total)
-            asyncio.run(restore_lines(lines, url=url, key=key, batch_memories=args.batch, totals=totals,
+            asyncio.run(restore_lines(_read(path), url=url, key=key, batch_memories=args.batch, totals=totals,
                                       on_sent=lambda n: progress.advance(task, n)))
     except (TransferFailed, OSError) as exc:
         problem = exc

@@ -38,7 +38,7 @@ EXPORT_DESCRIPTION = (
     "under the agent), and last `end` with the count per type. Only "
     "your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line "
     "is incomplete (an `error` line says so when the failure came after the response started): retry it. "
-    "Streamed through one read-only transaction and a cursor, never built in memory. One export per "
+    "Streamed through one read-only transaction and a cursor (one snapshot), never built in memory. One export per "
     "org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`)."
 )
 

@@ -27,6 +27,7 @@ line as a write checks a memory (its texts, times, ranges). A bad line anywhere:
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final
 from uuid import UUID
 
@@ -72,7 +73,7 @@ class Counts(msgspec.Struct, kw_only=True):
     memory: int
     event: int
     settings: int = 0
-    """The org's defaults (a ``settings`` line): 1 when set by this request."""
+    """The org's defaults (a ``settings`` line): 1 when set by this request (``existing``: already so)."""
 
 
 class Skipped(msgspec.Struct, kw_only=True):
@@ -126,7 +127,8 @@ _TIMES: Final = ("created_at", "updated_at", "occurred_at", "valid_until", "expi
 
 
 class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
-    """What the import checks of a memory line (the rest goes to Postgres as exported)."""
+    """What the import reads of a memory line, checked: every column it writes (anything else a line holds is
+    ignored)."""
 
     id: UUID
     text: str
@@ -181,7 +183,7 @@ _Line = _Header | _End | _Error | _Document | _Chunk | _Settings | _Directive | 
 
 class _Parsed(msgspec.Struct):
     memories: list[tuple[int, _Memory, _Object]] = msgspec.field(default_factory=list)
-    """Each memory line's place in ``lines``, the line as checked, and as sent."""
+    """Each memory line's place in ``lines``, the line as checked, and as Postgres reads it."""
     events: list[_Object] = msgspec.field(default_factory=list)
     directives: dict[str, str] = msgspec.field(default_factory=dict)
     settings: _Settings | None = None
@@ -201,6 +203,31 @@ def _field(index: int, name: str = "") -> dict[str, str]:
     return {"field": f"lines[{index}]" + (f".{name}" if name else "")}
 
 
+_AT: Final = re.compile(r"at `\$\.([A-Za-z_][A-Za-z0-9_]*)|missing required field `([A-Za-z_][A-Za-z0-9_]*)`")
+"""The field a line's schema error is about, as msgspec words it (``... - at `$.seen_count```)."""
+
+
+def _schema_field(exc: msgspec.ValidationError) -> str:
+    found = _AT.search(str(exc))
+    return "" if found is None else found.group(1) or found.group(2)
+
+
+def _has_nul(value: Any) -> bool:
+    """A NUL character in any string (key or value) of a JSON value, which Postgres cannot store."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def parse(request: ImportRequest, services: Services) -> _Parsed:
     limits = services.settings.limits
     out = _Parsed()
@@ -209,7 +236,7 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             line = msgspec.convert(raw, _Line, strict=False)
         except msgspec.ValidationError as exc:  # the body's schema holds any object: a line's own shape is 422
             raise Unprocessable(f"lines[{index}] is not an export line: {exc}", code="invalid_line",
-                                details=_field(index)) from exc
+                                details=_field(index, _schema_field(exc))) from exc
         if isinstance(line, _Header) and line.format > FORMAT:
             raise Unprocessable(f"lines[{index}]: export format {line.format} is newer than this service reads "
                                 f"({FORMAT})", code="unsupported_format", details=_field(index))
@@ -221,20 +248,28 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
         elif isinstance(line, _Settings):
             out.settings = line
         elif isinstance(line, _Directive):
-            if "\n" in line.agent_id or not line.content.strip() or len(line.content) > limits.max_directive_chars:
-                raise Unprocessable(f"lines[{index}]: the directive's agent_id is not valid, or its content is "
-                                    "empty or too long", code="validation_error", details=_field(index))
+            if "\n" in line.agent_id:
+                raise Unprocessable(f"lines[{index}]: the directive's agent_id is not valid", code="validation_error",
+                                    details=_field(index, "agent_id"))
+            if not line.content.strip() or len(line.content) > limits.max_directive_chars or "\x00" in line.content:
+                raise Unprocessable(f"lines[{index}]: the directive's content is empty, too long or holds a NUL "
+                                    "character", code="validation_error", details=_field(index, "content"))
             out.directives[line.agent_id] = line.content
         elif isinstance(line, _Memory):
             _check_memory(line, index, services.settings.limits)
-            out.memories.append((index, line, raw))
+            # Postgres reads the line as checked (msgspec's own rendering of each field), never as sent: a
+            # column the import does not write, or a value only msgspec's lenient reading took, cannot fail there.
+            out.memories.append((index, line, msgspec.to_builtins(line)))
         elif isinstance(line, _Event):
             try:
                 check_occurred_at(line.at, field="at")
             except BadRequest as exc:
                 raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code,
                                     details=_field(index, "at")) from exc
-            out.events.append(raw)
+            if _has_nul(line.detail):
+                raise Unprocessable(f"lines[{index}]: detail must not contain NUL characters",
+                                    code="validation_error", details=_field(index, "detail"))
+            out.events.append(msgspec.to_builtins(line))
     if len(out.memories) > limits.max_batch:
         raise PayloadTooLarge(f"{len(out.memories)} memories in one request; the limit is {limits.max_batch} "
                               "(PGCONTEXT_MAX_BATCH): send the export in several requests", code="batch_too_large")
@@ -254,7 +289,11 @@ def _check_memory(line: _Memory, index: int, limits: LimitSettings) -> None:
         check_text_limits(line.search_context, limits)
         if line.kind != MESSAGE_KIND:  # a conversation's message comes back as it was exported
             check_kind(line.kind)
-        check_metadata(line.metadata, limits)
+        try:
+            check_metadata(line.metadata, limits)
+        except (BadRequest, PayloadTooLarge) as exc:
+            exc.details.setdefault("field", "metadata")
+            raise
         for name in _TIMES:
             if (value := getattr(line, name)) is not None:
                 check_occurred_at(value, field=name)
@@ -322,8 +361,12 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
             imported.event = len(await tx.fetch("export.import_events", org_id, parsed.events))
             existing.event = len(parsed.events) - imported.event
         if parsed.settings is not None:
-            await tx.fetchrow("facts.org_settings_upsert", org_id, parsed.settings.on_duplicate)
-            imported.settings = 1
+            held = await tx.fetchrow("facts.org_settings_get", org_id)
+            if held is not None and held["on_duplicate"] == parsed.settings.on_duplicate:
+                existing.settings = 1  # a restore run again changes nothing
+            else:
+                await tx.fetchrow("facts.org_settings_upsert", org_id, parsed.settings.on_duplicate)
+                imported.settings = 1
     store = services.extras["directives"]
     assert isinstance(store, DirectiveStore)
     for agent_id, content in parsed.directives.items():

@@ -2,9 +2,12 @@
 server-side cursor.
 
 One read-only ``Database.tenant`` transaction holds the whole export, so row-level security scopes
-every line to the caller's org; rows come through a cursor ``_PREFETCH`` at a time and leave in
-chunks of about ``_CHUNK_BYTES``, so memory stays flat however many rows the agent has. Postgres
-renders each line (``to_jsonb``): the service only joins them.
+every line to the caller's org, and every row after the header comes from one statement
+(``export.lines``), so from one snapshot: a write committed while a client reads is wholly in the
+export or wholly out of it (a memory and its history, a file and its chunks). Rows come through a
+cursor ``_PREFETCH`` at a time and leave in chunks of about ``_CHUNK_BYTES``, so memory stays flat
+however many rows the agent has. Postgres renders each line (``to_jsonb``): the service only joins
+them, escaping the line boundaries JSON leaves raw (``_unbroken``).
 
 Without an agent, the whole org: every agent's rows and the org-wide ones (agent null).
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator
+from typing import Final
 from uuid import UUID
 
 import msgspec
@@ -85,6 +89,17 @@ class _ErrorLine(msgspec.Struct, tag_field="type", tag="error"):
     message: str
 
 
+_LINE_BREAKS: Final = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""The line boundaries JSON leaves unescaped (Postgres escapes the control characters below U+0020): a
+reader that splits lines as ``str.splitlines`` does (Python's ``httpx`` ``iter_lines``, for one) would cut a
+line at them. They can only stand inside a JSON string, where the escape means the same character."""
+
+
+def _unbroken(text: str) -> str:
+    """``text`` (NDJSON) with the line boundaries other than ``\\n`` escaped: one line per object for any reader."""
+    return text.translate(_LINE_BREAKS)
+
+
 async def export_lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGenerator[bytes, None]:
     """Yield the export as NDJSON byte chunks; the first chunk (the header line) comes once the
     transaction is open, so a caller can await it before answering 200 (or the error shape)."""
@@ -106,24 +121,23 @@ async def _lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGener
             header: str = await tx.fetchval("export.header", org_id, agent_id)
             started = True
             yield header.encode() + b"\n"
-            org_defaults: str | None = await tx.fetchval("export.settings", org_id, agent_id)
-            if org_defaults is not None:
-                yield org_defaults.encode() + b"\n"
             buffer: list[str] = []
-            size = 0
-            for kind, name in (("directive", "export.directive"), ("document", "export.documents"),
-                               ("memory", "export.memories"),
-                               ("chunk", "export.chunks"), ("event", "export.events")):
-                async for row in tx.conn.cursor(query(name), org_id, agent_id, prefetch=_PREFETCH):
-                    counts[kind] += 1
-                    line: str = row["line"]
-                    buffer.append(line)
-                    size += len(line)
-                    if size >= _CHUNK_BYTES:
-                        yield ("\n".join(buffer) + "\n").encode()
-                        buffer, size = [], 0
+            size = last = 0
+            async for row in tx.conn.cursor(query("export.lines"), org_id, agent_id, prefetch=_PREFETCH):
+                if row["part"] < last:  # never expected: one part's rows after the next part's began
+                    raise RuntimeError("export rows came out of order")
+                last = row["part"]
+                if row["kind"] in counts:
+                    counts[row["kind"]] += 1
+                line: str = row["line"]
+                buffer.append(line)
+                size += len(line)
+                if size >= _CHUNK_BYTES:
+                    yield _unbroken("\n".join(buffer) + "\n").encode()
+                    buffer, size = [], 0
         # Sent only after the transaction committed: an ``end`` line means every row was read.
-        yield ("\n".join([*buffer, msgspec.json.encode(_Trailer(_Counts(**counts))).decode()]) + "\n").encode()
+        trailer = msgspec.json.encode(_Trailer(_Counts(**counts))).decode()
+        yield _unbroken("\n".join([*buffer, trailer]) + "\n").encode()
     except Exception as exc:
         if not started:
             raise  # nothing sent yet: the handler answers in the error shape

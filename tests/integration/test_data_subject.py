@@ -244,8 +244,8 @@ async def test_a_failure_part_way_ends_the_stream_with_an_error_line(
         client: AsyncTestClient[Any], tenant: Tenant, endpoints: Endpoints, monkeypatch: pytest.MonkeyPatch) -> None:
     await remember(client, tenant, {"text": "Never reaches the stream.", "agent_id": "broken"})
     real_query = stream.query  # type: ignore[attr-defined]
-    monkeypatch.setattr(stream, "query", lambda name: "SELECT 1 / 0 AS line, false AS chunk"
-                        if name == "export.memories" else real_query(name))
+    monkeypatch.setattr(stream, "query", lambda name: "SELECT 1 / 0 AS part, 1 AS kind, 1 AS line"
+                        if name == "export.lines" else real_query(name))
     db = Database(await create_pool(endpoints.app_dsn, min_size=1, max_size=1), statement_timeout_ms=5000)
     try:
         lines = [json.loads(line) for chunk in [c async for c in stream.export_lines(db, tenant.org_id, "broken")]

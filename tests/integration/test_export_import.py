@@ -346,9 +346,10 @@ async def test_memory_lines_are_checked_as_a_write_checks_a_memory(
             ({"search_context": "c" * 40_000}, "text_too_long", "search_context"),
             ({"search_context": "nul\u0000"}, "validation_error", "search_context"),
             ({"superseded_by": fresh}, "validation_error", "superseded_by"),
-            ({"importance": 5}, "invalid_line", ""), ({"usefulness": 1e308}, "invalid_line", ""),
-            ({"feedback_count": -7}, "invalid_line", ""), ({"access_count": 2**63}, "invalid_line", ""),
-            ({"expires_at": "not a date"}, "invalid_line", "")):
+            ({"importance": 5}, "invalid_line", "importance"), ({"usefulness": 1e308}, "invalid_line", "usefulness"),
+            ({"feedback_count": -7}, "invalid_line", "feedback_count"),
+            ({"access_count": 2**63}, "invalid_line", "access_count"),
+            ({"expires_at": "not a date"}, "invalid_line", "expires_at")):
         r = await client.post("/v1/import", json={"lines": [{**memory, "id": fresh, **changes}]},
                               headers=other_tenant.headers)
         assert_error(r, 422, code)

@@ -5,6 +5,8 @@ refused; a second restore writes nothing twice."""
 from __future__ import annotations
 
 import io
+import json
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from service.cli.main import build_parser
-from service.cli.transfer import TransferFailed, batches, export_to, restore_from
+from service.cli.transfer import TransferFailed, batches, check_export, export_to, read_export, restore_from
 from tests.conftest import Tenant
 from tests.integration.test_export_import import seed, views
 
@@ -56,6 +58,37 @@ def test_batches_hold_the_limits() -> None:
     by_events = list(batches(lines, max_memories=100, max_bytes=10_000, max_events=2))
     assert [sum(line["type"] == "event" for line in b) for b in by_events] == [2, 1]  # the service takes 20,000
     assert [line for b in by_events for line in b] == lines[1:-1]
+
+
+def test_a_large_export_is_read_a_line_at_a_time(tmp_path: Path) -> None:
+    """Checking and sending a saved export holds a line (a batch) at a time, never the whole file."""
+    saved = tmp_path / "big.ndjson"
+    count = 20_000
+    with saved.open("w") as out:
+        out.write(json.dumps({"type": "export", "format": 1}) + "\n")
+        for n in range(count):
+            out.write(json.dumps({"type": "memory", "id": f"00000000-0000-4000-8000-{n:012d}",
+                                  "text": f"Memory {n} " + "x" * 900}) + "\n")
+        out.write(json.dumps({"type": "end", "counts": {"memory": count}}) + "\n")
+    assert saved.stat().st_size > 18_000_000
+    tracemalloc.start()
+    try:
+        assert check_export(saved) == count
+        sent = sum(len(batch) for batch in batches(read_export(saved), max_memories=200, max_bytes=4_000_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sent == count
+    assert peak < 3_000_000, peak  # a batch of 200 lines, not 18 MB of file (or its dicts)
+    cut = tmp_path / "cut.ndjson"
+    cut.write_bytes(b"".join(saved.read_bytes().splitlines(keepends=True)[:-1]))
+    with pytest.raises(TransferFailed, match="not a complete export"):
+        check_export(cut)
+    edited = tmp_path / "edited.ndjson"  # NaN: Python's json reads it, no request body can carry it
+    edited.write_text('{"type": "export"}\n{"type": "memory", "id": "x", "text": "t", "importance": NaN}\n'
+                      '{"type": "end"}\n')
+    with pytest.raises(TransferFailed, match=r"edited.ndjson:2 is not JSON"):
+        check_export(edited)
 
 
 def test_cli_arguments() -> None:
