@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
 
 import msgspec
@@ -203,9 +203,18 @@ class DirectiveStore:
         return await self.load(org_id, agent_id) if isinstance(cached, Miss) else cached
 
     async def put(self, org_id: UUID, agent_id: str, content: str) -> DirectiveOut:
+        return await self._write(org_id, agent_id, "directives.upsert", content)
+
+    async def restore(self, org_id: UUID, agent_id: str, content: str, version: int, created_at: datetime,
+                      updated_at: datetime) -> DirectiveOut:
+        """A directive from an export: its version and times kept for an agent without one; other text
+        replaces the agent's at its next version, at least the exported one."""
+        return await self._write(org_id, agent_id, "directives.restore", content, version, created_at, updated_at)
+
+    async def _write(self, org_id: UUID, agent_id: str, name: str, *args: Any) -> DirectiveOut:
         epoch = await self.epochs.current(org_id)
         async with self.db.tenant(org_id) as tx:
-            row = await tx.fetchrow("directives.upsert", org_id, agent_id, content)
+            row = await tx.fetchrow(name, org_id, agent_id, *args)
         assert row is not None
         directive = DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
                                  updated_at=row["updated_at"])

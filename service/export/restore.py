@@ -14,7 +14,8 @@ and feedback, pin, expiry, record time (``created_at``, ``updated_at``), valid t
 event. Vectors are not exported: the texts are embedded again by this service's embedder, and the
 normalized-text hash (the exact-duplicate lookup) is computed again. Lines written before the lifecycle
 fields existed import with their defaults (seen once, current, no key). A ``directive`` line replaces
-the agent's directive when its text differs (the same text is counted ``existing``); a ``settings`` line
+the agent's directive when its text differs (with its exported version and times for an agent without
+one, else at the next version, at least the exported one; the same text is counted ``existing``); a ``settings`` line
 sets the org's defaults (``PATCH /v1/org/settings``). Documents and their chunks are not restored here
 (mirror the files again with ``pgcontext import``): their lines are counted ``skipped``. An import
 bypasses duplicate detection and supersession: it restores a state that was consistent when exported. It
@@ -28,6 +29,7 @@ line as a write checks a memory (its texts, times, ranges). A bad line anywhere:
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 from uuid import UUID
 
@@ -117,6 +119,9 @@ class _Settings(msgspec.Struct, tag_field="type", tag="settings"):
 class _Directive(msgspec.Struct, tag_field="type", tag="directive"):
     agent_id: AgentId
     content: str
+    version: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    created_at: AwareDatetime | None = None
+    updated_at: AwareDatetime | None = None
 
 
 _MAX_COUNT: Final = 2**31 - 1
@@ -185,7 +190,7 @@ class _Parsed(msgspec.Struct):
     memories: list[tuple[int, _Memory, _Object]] = msgspec.field(default_factory=list)
     """Each memory line's place in ``lines``, the line as checked, and as Postgres reads it."""
     events: list[_Object] = msgspec.field(default_factory=list)
-    directives: dict[str, str] = msgspec.field(default_factory=dict)
+    directives: dict[str, _Directive] = msgspec.field(default_factory=dict)
     settings: _Settings | None = None
     skipped: Skipped = msgspec.field(default_factory=lambda: Skipped(document=0, chunk=0))
 
@@ -254,7 +259,10 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             if not line.content.strip() or len(line.content) > limits.max_directive_chars or "\x00" in line.content:
                 raise Unprocessable(f"lines[{index}]: the directive's content is empty, too long or holds a NUL "
                                     "character", code="validation_error", details=_field(index, "content"))
-            out.directives[line.agent_id] = line.content
+            for name in ("created_at", "updated_at"):
+                if (value := getattr(line, name)) is not None:
+                    check_occurred_at(value, field=name)
+            out.directives[line.agent_id] = line
         elif isinstance(line, _Memory):
             _check_memory(line, index, services.settings.limits)
             # Postgres reads the line as checked (msgspec's own rendering of each field), never as sent: a
@@ -369,12 +377,17 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
                 imported.settings = 1
     store = services.extras["directives"]
     assert isinstance(store, DirectiveStore)
-    for agent_id, content in parsed.directives.items():
+    for agent_id, line in parsed.directives.items():
         current = await store.read_postgres(org_id, agent_id)
-        if current is not None and current.content == content:  # a restore run again changes nothing
+        if current is not None and current.content == line.content:  # a restore run again changes nothing
             existing.directive += 1
             continue
-        await store.put(org_id, agent_id, content)
+        if line.version is None:  # a hand-written line: a new version, as a PUT makes
+            await store.put(org_id, agent_id, line.content)
+        else:
+            now = datetime.now(UTC)
+            await store.restore(org_id, agent_id, line.content, line.version, line.created_at or now,
+                                line.updated_at or now)
         imported.directive += 1
     if agents:
         await services.memories_changed(org_id, agents)

@@ -140,3 +140,28 @@ async def test_a_restore_run_again_finds_the_orgs_defaults_in_place(
     again = await import_lines(client, other_tenant, lines)
     assert again["imported"]["settings"] == 0 and again["existing"]["settings"] == 1
     assert (await client.get("/v1/org/settings", headers=other_tenant.headers)).json() == changed
+
+
+async def test_a_directive_comes_back_with_its_version_and_times(
+        client: AsyncTestClient[Any], tenant: Tenant, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    for text in ("Be brief.", "Be briefer.", "Be briefest."):
+        r = await client.put("/v1/agents/herald/directive", json={"content": text}, headers=tenant.headers)
+        assert r.status_code in (200, 201), r.text
+    original = (await client.get("/v1/agents/herald/directive", headers=tenant.headers)).json()
+    assert original["version"] == 3
+    lines = await export_org(client, tenant)
+    fresh = await make_tenant("herald")
+    await import_lines(client, fresh, lines)
+    restored = (await client.get("/v1/agents/herald/directive", headers=fresh.headers)).json()
+    assert (restored["content"], restored["version"], restored["updated_at"]) == (
+        original["content"], 3, original["updated_at"])
+
+    # An org whose agent already has another directive: the exported text at its next version, at least 3.
+    other = await make_tenant("herald-held")
+    r = await client.put("/v1/agents/herald/directive", json={"content": "Ramble."}, headers=other.headers)
+    assert r.status_code in (200, 201), r.text
+    await import_lines(client, other, lines)
+    replaced = (await client.get("/v1/agents/herald/directive", headers=other.headers)).json()
+    assert (replaced["content"], replaced["version"]) == ("Be briefest.", 3)
+    await import_lines(client, other, lines)  # run again: nothing changes
+    assert (await client.get("/v1/agents/herald/directive", headers=other.headers)).json()["version"] == 3
