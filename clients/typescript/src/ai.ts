@@ -3,7 +3,8 @@
  * same tools and wording as the pgcontext MCP server's.
  *
  * Which agent the memories belong to is configuration (`agentId`), never a tool input: the model using
- * the tools reads and writes its own memory only.
+ * the tools reads and writes its own memory only. Each call to the service carries the SDK's abort
+ * signal (`generateText({ abortSignal })`), so aborting the generation cancels it.
  */
 
 import { tool } from "ai";
@@ -82,6 +83,11 @@ async function answered<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
+/** The request options of a tool call: the SDK's abort signal (a caller of `execute` may give no options). */
+function signal(call: { abortSignal?: AbortSignal } | undefined): { signal?: AbortSignal } {
+  return call?.abortSignal ? { signal: call.abortSignal } : {};
+}
+
 /** Drop the keys whose value is undefined (the service applies its own defaults to absent fields). */
 function defined<T extends object>(value: T): T {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
@@ -100,11 +106,11 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
       kind: z.string().optional().describe("Kind of `text` (e.g. preference, event)."),
       importance: z.number().min(0).max(1).optional().describe("Importance of `text`, 0-1."),
     }),
-    execute: async ({ text, memories, kind, importance }) => {
+    execute: async ({ text, memories, kind, importance }, call) => {
       const batch: MemoryIn[] = (memories ?? []).map((m) => defined({ ...m, agent_id: agentId }));
       if (text !== undefined) batch.unshift(defined({ text, agent_id: agentId, kind, importance }));
       if (batch.length === 0) throw new Error("give `text` (one memory) or `memories` (several)");
-      const created = await answered(() => client.createMemories(batch));
+      const created = await answered(() => client.createMemories(batch, signal(call)));
       return { stored: created.ids.length, ids: created.ids };
     },
   });
@@ -116,8 +122,9 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
       limit: z.number().int().min(1).max(50).default(5).describe("How many memories at most."),
       kinds: z.array(z.string()).optional().describe("Only these kinds (e.g. [\"preference\"])."),
     }),
-    execute: async ({ query, limit, kinds }) => {
-      const found = await answered(() => client.search(query, { limit, filters: defined({ agent_id: agentId, kinds }) }));
+    execute: async ({ query, limit, kinds }, call) => {
+      const found = await answered(() => client.search(query, { limit, filters: defined({ agent_id: agentId, kinds }) },
+        signal(call)));
       return {
         memories: found.results.map((r) => ({
           id: r.id, text: r.text, kind: r.kind, score: r.score,
@@ -135,13 +142,13 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
         "The latest conversation turns, oldest first (kept as far as the budget allows)."),
       max_context_tokens: z.number().int().min(1).optional().describe("Token budget for the whole block."),
     }),
-    execute: async ({ query, recent_messages, max_context_tokens }) => {
+    execute: async ({ query, recent_messages, max_context_tokens }, call) => {
       const budget = max_context_tokens ?? options.maxContextTokens;
       // No budget anywhere: the service sizes it from the query.
       const sizing = budget === undefined ? { selective: true } : { max_context_tokens: budget };
       const ctx = await answered(() => client.assemble(agentId, query, {
         model, recent_messages: recent_messages ?? [], ...sizing,
-      }));
+      }, signal(call)));
       return {
         context: ctx.context, refs: ctx.refs, context_tokens: ctx.budget.context_tokens,
         degradation_level: ctx.degradation_level, degradation_reasons: ctx.degradation_reasons,
@@ -155,12 +162,12 @@ export function pgcontextTools(options: PgcontextToolsOptions) {
       helpful_ids: z.array(z.string()).optional().describe("Ids of memories that helped."),
       unhelpful_ids: z.array(z.string()).optional().describe("Ids of memories that did not."),
     }),
-    execute: async ({ helpful_ids, unhelpful_ids }) => {
+    execute: async ({ helpful_ids, unhelpful_ids }, call) => {
       const verdicts: Record<string, boolean> = {};
       for (const id of unhelpful_ids ?? []) verdicts[id] = false;
       for (const id of helpful_ids ?? []) verdicts[id] = true;
       if (Object.keys(verdicts).length === 0) throw new Error("give `helpful_ids`, `unhelpful_ids` or both");
-      const result = await answered(() => client.feedback(verdicts));
+      const result = await answered(() => client.feedback(verdicts, signal(call)));
       return { updated: result.updated.length, not_found: result.not_found };
     },
   });

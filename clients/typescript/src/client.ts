@@ -5,6 +5,7 @@
  */
 
 import { fromResponse, TransportError } from "./errors.js";
+import { ExportReader } from "./export.js";
 import { type Call, env, query, type RequestOptions, segment, Transport } from "./http.js";
 import { RetryPolicy, type RetryOptions } from "./retry.js";
 import type * as t from "./types.js";
@@ -107,9 +108,11 @@ export class Client {
   /** Undo a merge (the duplicate comes back as a memory of its own) or a model's decision. */
   undoEvent(memoryId: string, eventId: string, fields: { reason?: string } = {}, options?: RequestOptions
   ): Promise<t.UndoResult> {
+    // Not repeatable on a broken connection: an event is undone once, so a resent undo that had
+    // succeeded would answer 409 `already_undone`.
     return this.call({
       method: "POST", path: `/v1/memories/${segment(memoryId)}/history/${segment(eventId)}/undo`, body: fields,
-      repeatable: true, options,
+      repeatable: false, options,
     });
   }
 
@@ -165,7 +168,7 @@ export class Client {
    */
   assemble(agentId: string, text: string, fields: AssembleOptions = {}, options?: RequestOptions
   ): Promise<t.AssembledContext> {
-    const body = { model: "gpt-4o", ...fields, agent_id: agentId, query: text };
+    const body = { ...fields, model: fields.model ?? "gpt-4o", agent_id: agentId, query: text };
     return this.call({ method: "POST", path: "/v1/context/assemble", body, repeatable: true, options });
   }
 
@@ -174,13 +177,15 @@ export class Client {
   /**
    * Append messages to a conversation, in order (the first append creates it, owned by `fields.agent_id`;
    * left out: org-wide). Each is searchable as a memory of kind `message`; one whose `message_id` is
-   * already in the conversation is not written again, so a retry of messages that all have one is safe.
+   * already in the conversation is not written again. The call's `Idempotency-Key` makes its retries
+   * safe: a retry of an append that was written answers the first append's result and writes nothing.
    */
   appendMessages(conversationId: string, messages: readonly t.MessageIn[],
                  fields: Omit<t.AppendRequest, "messages"> = {}, options?: RequestOptions): Promise<t.Appended> {
+    // Repeatable: the service replays an append whose Idempotency-Key it already holds.
     return this.call({
       method: "POST", path: `/v1/conversations/${segment(conversationId)}/messages`,
-      body: { ...fields, messages }, repeatable: messages.every((m) => m.message_id != null), options,
+      body: { ...fields, messages }, repeatable: true, options,
     });
   }
 
@@ -280,8 +285,9 @@ export class Client {
 
   /**
    * Data-subject export: every line of the agent's NDJSON export as an object (`type` says which kind),
-   * streamed; the last is `{ type: "end", ... }`. An export that broke off throws `TransportError`.
-   * Without `agentId` (`undefined`), the whole org's.
+   * streamed; the last is `{ type: "end", ... }`. Without `agentId` (`undefined`), the whole org's.
+   * An export that stopped before its end line throws `IncompleteExport` once the lines that came are
+   * read (the service's `error` line, or a stream cut short); one whose connection broke, `TransportError`.
    */
   async *export(agentId?: string, options?: RequestOptions): AsyncGenerator<t.ExportLine, void, undefined> {
     const call: Call = { method: "GET", path: "/v1/export", query: query({ agent_id: agentId }), repeatable: true, options };
@@ -289,11 +295,15 @@ export class Client {
     // The local per-try limit covers the answer's start; a long export then streams as long as it needs
     // (the caller's signal still aborts it).
     untimed();
-    let buffered = "";
     try {
       if (!response.ok) throw fromResponse(response, await response.text());
-      if (response.body === null) return;
+      const lines = new ExportReader(response.headers.get("x-request-id"));
+      if (response.body === null) {
+        lines.finish();
+        return;
+      }
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffered = "";
       try {
         for (;;) {
           let chunk: ReadableStreamReadResult<string>;
@@ -307,12 +317,14 @@ export class Client {
           buffered += chunk.value;
           let newline: number;
           while ((newline = buffered.indexOf("\n")) !== -1) {
-            const line = buffered.slice(0, newline).trim();
+            const line = lines.line(buffered.slice(0, newline));
             buffered = buffered.slice(newline + 1);
-            if (line) yield JSON.parse(line) as t.ExportLine;
+            if (line !== null) yield line;
           }
         }
-        if (buffered.trim()) yield JSON.parse(buffered) as t.ExportLine;
+        const last = lines.line(buffered);
+        if (last !== null) yield last;
+        lines.finish();
       } finally {
         await reader.cancel().catch(() => undefined);
         reader.releaseLock();

@@ -107,6 +107,17 @@ export class TransportError extends PgcontextError {
   }
 }
 
+/**
+ * An export stream that stopped before its `end` line, so the lines read are not the whole export: the
+ * service's `error` line (`code` `export_failed`: reading failed part-way) or a stream that ended
+ * without one, or with a line cut short (`export_incomplete`, e.g. a proxy cut it). Run the export again.
+ */
+export class IncompleteExport extends PgcontextError {
+  constructor(message: string, fields: { code: string; requestId?: string | null; cause?: unknown }) {
+    super(message, { status: 0, ...fields });
+  }
+}
+
 type ErrorClass = new (message: string, fields: ErrorFields) => PgcontextError;
 
 const BY_STATUS: ReadonlyMap<number, ErrorClass> = new Map<number, ErrorClass>([
@@ -119,12 +130,18 @@ const BY_CODE: ReadonlyMap<string, ErrorClass> = new Map<string, ErrorClass>([
   ["503 overloaded", Overloaded],
 ]);
 
-/** `Retry-After` in seconds (the delta-seconds form the service sends; an HTTP date is ignored). */
-export function retryAfter(headers: Headers): number | null {
-  const value = headers.get("retry-after");
-  if (value === null || value.trim() === "") return null;
-  const seconds = Number(value);
-  return Number.isFinite(seconds) ? Math.max(0, seconds) : null;
+/**
+ * `Retry-After` in seconds: its delta-seconds form (what the service sends) or an HTTP date (what a proxy
+ * or load balancer may send), a date in the past being 0. Null when absent or unreadable.
+ */
+export function retryAfter(headers: Headers, now: number = Date.now()): number | null {
+  const value = headers.get("retry-after")?.trim();
+  if (!value) return null;
+  if (/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(value)) return Math.max(0, Number(value));
+  // An HTTP date names its zone (GMT); anything else is not one.
+  if (!/\b(GMT|UTC)$/i.test(value)) return null;
+  const when = Date.parse(value);
+  return Number.isNaN(when) ? null : Math.max(0, (when - now) / 1000);
 }
 
 interface Envelope {

@@ -3,11 +3,13 @@
  * caller's deadline as `X-Timeout-Ms`, a local timeout per try, and the retry policy's waits.
  */
 
-import { fromResponse, PgcontextError, TransportError } from "./errors.js";
+import { fromResponse, PgcontextError, TransportError, ValidationError } from "./errors.js";
 import { RetryPolicy, type Retryable } from "./retry.js";
 
 export const VERSION = "0.1.0";
 const WRITE_METHODS: ReadonlySet<string> = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+/** How long past the caller's deadline a try may still wait for the service's own answer (its 504). */
+export const DEADLINE_GRACE_MS = 1000;
 
 /** Options every method takes as its last argument. */
 export interface RequestOptions {
@@ -15,7 +17,8 @@ export interface RequestOptions {
   idempotencyKey?: string;
   /**
    * Your own deadline in ms, sent as `X-Timeout-Ms` (what is left of it on a retry). The service answers
-   * 504 (`DeadlineExceeded`) past it, never a partial context; no retry starts after it.
+   * 504 (`DeadlineExceeded`) past it, never a partial context; no retry starts after it, and a try that
+   * has no answer `DEADLINE_GRACE_MS` (1 s) past it fails with `TransportError`.
    */
   timeoutMs?: number;
   /** Abort the call (its fetch and any wait between retries). */
@@ -53,8 +56,19 @@ export function query(values: Record<string, unknown>): Array<[string, string]> 
   return params;
 }
 
+/** `value` (an id) as one path segment: every character but letters, digits and `-_.!~*'()` escaped. */
 export function segment(value: string): string {
   return encodeURIComponent(value);
+}
+
+/**
+ * The path's first segment that URL resolution would change: an empty id, or one of dots only ("." or
+ * ".."), which `fetch` resolves away however it is escaped (`%2E` included), sending the request to
+ * another endpoint (`getMemory(".")` would list memories). Null when there is none.
+ */
+function unsendable(path: string): string | null {
+  for (const part of path.split("/").slice(1)) if (part === "" || part === "." || part === "..") return part;
+  return null;
 }
 
 /**
@@ -97,7 +111,7 @@ class Attempt {
   private readonly timer: ReturnType<typeof setTimeout>;
   private readonly onAbort = (): void => this.controller.abort(this.caller?.reason);
 
-  constructor(timeoutMs: number, private readonly caller: AbortSignal | undefined) {
+  constructor(readonly timeoutMs: number, private readonly caller: AbortSignal | undefined) {
     this.timer = setTimeout(() => {
       this.timedOut = true;
       this.controller.abort();
@@ -117,9 +131,13 @@ class Attempt {
   }
 }
 
-/** An answer and its try: the caller reads the body, then calls `done` (`untimed` first for a long stream). */
+/**
+ * An answer and its try: the caller reads the body, then calls `done` (`untimed` first for a long stream).
+ * `text` is the body, when `send` was asked to read it.
+ */
 export interface Sent {
   response: Response;
+  text?: string;
   untimed: () => void;
   done: () => void;
 }
@@ -142,40 +160,65 @@ export class Transport {
     return `${this.config.url}${call.path}${search}`;
   }
 
-  private transportError(call: Call, error: unknown, attempt: Attempt): TransportError {
-    const reason = attempt.timedOut ? `timed out after ${this.config.timeoutMs} ms`
-      : error instanceof Error ? `${error.name}: ${error.message}${describeCause(error.cause)}` : String(error);
-    return new TransportError(`${call.method} ${call.path}: ${reason}`, error);
+  private transportError(call: Call, error: unknown, attempt: Attempt, reading: boolean): TransportError {
+    const deadline = call.options?.timeoutMs;
+    const reason = !attempt.timedOut
+      ? error instanceof Error ? `${error.name}: ${error.message}${describeCause(error.cause)}` : String(error)
+      : attempt.timeoutMs < this.config.timeoutMs && deadline !== undefined
+        ? `no answer ${DEADLINE_GRACE_MS} ms past your deadline (timeoutMs ${deadline})`
+        : `timed out after ${attempt.timeoutMs} ms`;
+    return new TransportError(`${call.method} ${call.path}: ${reading ? "the answer broke off: " : ""}${reason}`, error);
   }
 
-  /** Send `call`, retrying as the policy says; the answer's try stays open until `done()`. */
-  async send(call: Call): Promise<Sent> {
+  /**
+   * Send `call`, retrying as the policy says; the answer's try stays open until `done()`. With `read`, the
+   * body is read within the try, so an answer that broke off is retried as a broken connection is.
+   */
+  async send(call: Call, read = false): Promise<Sent> {
     const { retry } = this.config;
+    const signal = call.options?.signal;
+    if (signal?.aborted) throw signal.reason;
+    const bad = unsendable(call.path);
+    if (bad !== null) {
+      throw new ValidationError(`${call.method} ${call.path}: an id in the path is ${bad ? `"${bad}"` : "empty"}, `
+        + "which URL resolution would drop (sending the request elsewhere); nothing was sent",
+      { code: "validation_error", details: { path: call.path } });
+    }
     const headers = this.headers(call);
     const body = call.body === undefined ? undefined : JSON.stringify(call.body);
-    const signal = call.options?.signal;
     const timeoutMs = call.options?.timeoutMs;
     const deadline = timeoutMs === undefined ? null : Date.now() + timeoutMs;
     for (let number = 1; ; number++) {
-      if (deadline !== null) headers["X-Timeout-Ms"] = String(Math.max(0, Math.ceil(deadline - Date.now())));
-      const attempt = new Attempt(this.config.timeoutMs, signal);
+      let limit = this.config.timeoutMs;
+      if (deadline !== null) {
+        const left = Math.max(0, Math.ceil(deadline - Date.now()));
+        headers["X-Timeout-Ms"] = String(left);
+        limit = Math.min(limit, left + DEADLINE_GRACE_MS);
+      }
+      const attempt = new Attempt(limit, signal);
       let wait: number | null;
+      let reading = false;
       try {
         const response = await this.config.fetch(this.url(call), {
           method: call.method, headers, body, signal: attempt.controller.signal,
         });
-        wait = retry.afterResponse(call, response, number);
+        const code = !call.repeatable && retry.statuses.has(response.status) ? await errorCode(response) : null;
+        wait = retry.afterResponse(call, response, number, code);
         if (wait === null || (deadline !== null && Date.now() + wait >= deadline)) {
-          return { response, untimed: () => attempt.untimed(), done: () => attempt.done() };
+          const sent: Sent = { response, untimed: () => attempt.untimed(), done: () => attempt.done() };
+          if (!read) return sent;
+          reading = true;
+          sent.text = await response.text();
+          return sent;
         }
         attempt.done();
         await response.body?.cancel();
       } catch (error) {
         attempt.done();
         if (signal?.aborted) throw signal.reason;
-        wait = retry.afterTransportError(call, number);
+        wait = retry.afterTransportError(call, number, error);
         if (wait === null || (deadline !== null && Date.now() + wait >= deadline)) {
-          throw this.transportError(call, error, attempt);
+          throw this.transportError(call, error, attempt, reading);
         }
       }
       await sleep(wait, signal);
@@ -184,16 +227,8 @@ export class Transport {
 
   /** Send `call` and decode its JSON answer (an error answer throws its `PgcontextError`). */
   async json<T>(call: Call): Promise<T> {
-    const { response, done } = await this.send(call);
-    let text: string;
-    try {
-      text = await response.text();
-    } catch (error) {
-      if (call.options?.signal?.aborted) throw call.options.signal.reason;
-      throw new TransportError(`${call.method} ${call.path}: the answer broke off: ${String(error)}`, error);
-    } finally {
-      done();
-    }
+    const { response, text = "", done } = await this.send(call, true);
+    done();
     if (!response.ok && !call.accept?.includes(response.status)) throw fromResponse(response, text);
     if (response.status === 204 || text === "") return undefined as T;
     try {
@@ -204,6 +239,16 @@ export class Transport {
         requestId: response.headers.get("x-request-id"),
       });
     }
+  }
+}
+
+/** The `code` of an error answer's envelope, read from a copy of it (null: none). */
+async function errorCode(response: Response): Promise<string | null> {
+  try {
+    const parsed = JSON.parse(await response.clone().text()) as { error?: { code?: unknown } } | null;
+    return typeof parsed?.error?.code === "string" ? parsed.error.code : null;
+  } catch {
+    return null;
   }
 }
 

@@ -6,6 +6,7 @@ export {
   DeadlineExceeded,
   Forbidden,
   fromResponse,
+  IncompleteExport,
   NotFound,
   Overloaded,
   PayloadTooLarge,

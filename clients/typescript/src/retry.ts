@@ -23,12 +23,33 @@ export interface Retryable {
   accept?: readonly number[];
 }
 
+/** Answers given before any work, whatever the request: any 429, and a 503 `overloaded`. */
+export function refusedBeforeWork(status: number, code: string | null): boolean {
+  return status === 429 || (status === 503 && code === "overloaded");
+}
+
+/** Errors of a connection that was never made (nothing was sent): name resolution, refused, unreachable. */
+const NOT_CONNECTED: ReadonlySet<string> = new Set([
+  "ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+/** Whether `error` (what `fetch` threw) says the connection was never made, so the request was never sent. */
+export function neverSent(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && NOT_CONNECTED.has(code)) return true;
+  }
+  return false;
+}
+
 /**
  * Retries of 429 and 503 answers (and of broken connections for repeatable calls).
  *
  * The wait is the answer's `Retry-After` when it has one (an answer asking for more than
  * `maxRetryAfterMs` is raised at once), otherwise exponential backoff from `backoffMs` up to
- * `maxBackoffMs`, with jitter.
+ * `maxBackoffMs`, with jitter. A call that is not repeatable (`feedback`, `undoEvent`) is tried again
+ * only when the service did none of it: after a refusal (a 429, a 503 `overloaded`), or when the
+ * connection was never made.
  */
 export class RetryPolicy {
   readonly attempts: number;
@@ -52,18 +73,25 @@ export class RetryPolicy {
     return ceiling / 2 + Math.random() * (ceiling / 2);
   }
 
-  /** Milliseconds to wait before trying the call again, or null to stop here. */
-  afterResponse(call: Retryable, response: Response, attempt: number): number | null {
+  /**
+   * Milliseconds to wait before trying the call again, or null to stop here. `code` is the error
+   * answer's `code` (what tells a 503 `overloaded`, which did nothing, from another 503, which may
+   * come after a write was made).
+   */
+  afterResponse(call: Retryable, response: Response, attempt: number, code: string | null = null): number | null {
     if (attempt >= this.attempts || !this.statuses.has(response.status)) return null;
     if (call.accept?.includes(response.status)) return null;
+    if (!call.repeatable && !refusedBeforeWork(response.status, code)) return null;
     const seconds = retryAfter(response.headers);
     if (seconds === null) return this.backoff(attempt);
     const wait = seconds * 1000;
     return wait <= this.maxRetryAfterMs ? wait : null;
   }
 
-  afterTransportError(call: Retryable, attempt: number): number | null {
-    if (attempt >= this.attempts || !call.repeatable) return null;
+  /** Milliseconds to wait before trying the call again after no answer (`error`: what fetch threw), or null. */
+  afterTransportError(call: Retryable, attempt: number, error?: unknown): number | null {
+    if (attempt >= this.attempts) return null;
+    if (!call.repeatable && !neverSent(error)) return null;
     return this.backoff(attempt);
   }
 }

@@ -10,7 +10,7 @@ import { pgcontextTools } from "pgcontext/ai";
 import { agent, client, Recorder, url } from "./live.js";
 import { scriptedModel } from "./model.js";
 
-const call = { toolCallId: "direct", messages: [] };
+const call: { toolCallId: string; messages: never[]; abortSignal?: AbortSignal } = { toolCallId: "direct", messages: [] };
 
 type Tools = ReturnType<typeof pgcontextTools>;
 /** A tool's `execute` as the SDK calls it (the SDK types it as optional and as possibly streaming). */
@@ -82,6 +82,22 @@ describe("pgcontextTools executed directly", () => {
     const locked = pgcontextTools({ client: new Client({ url: url(), apiKey: "pgc_not_a_key" }), agentId: "x" });
     await expect(run(locked, "recall")({ query: "q", limit: 5 }, call))
       .rejects.toThrow(/^pgcontext answered 401 unauthorized: .+ \(request id [0-9a-f]+\)$/);
+  });
+});
+
+describe("pgcontextTools cancelled", () => {
+  test("each tool's call to the service carries the SDK's abort signal", async () => {
+    const recorder = new Recorder();
+    const tools = pgcontextTools({ client: client({ fetch: recorder.fetch }), agentId: agent("abort") });
+    const controller = new AbortController();
+    controller.abort(new Error("the generation was aborted"));
+    const aborted = { ...call, abortSignal: controller.signal };
+    await expect(run(tools, "remember")({ text: "Never stored." }, aborted)).rejects.toThrow("the generation was aborted");
+    await expect(run(tools, "recall")({ query: "q", limit: 5 }, aborted)).rejects.toThrow("the generation was aborted");
+    await expect(run(tools, "assembleContext")({ query: "q" }, aborted)).rejects.toThrow("the generation was aborted");
+    await expect(run(tools, "giveFeedback")({ helpful_ids: [randomUUID()] }, aborted))
+      .rejects.toThrow("the generation was aborted");
+    expect(recorder.sent).toEqual([]);
   });
 });
 

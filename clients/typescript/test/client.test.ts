@@ -3,9 +3,11 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, test } from "vitest";
 
-import { Client, NotFound, type Memory } from "pgcontext";
+import {
+  Client, type ExportLine, IncompleteExport, NotFound, PgcontextError, ValidationError, type Memory,
+} from "pgcontext";
 
-import { agent, client, required } from "./live.js";
+import { agent, client, cutting, Recorder, required } from "./live.js";
 
 describe("memories", () => {
   test("create, batch, get, list with cursor and filters, update, search, hot set, feedback, export, delete, erase", async () => {
@@ -151,6 +153,27 @@ describe("directives, assembly, documents, health", () => {
     await pg.deleteDocuments(["README.md"], { collection });
   });
 
+  test("assembly options: a model left undefined is the default one; conversation history is not packed twice", async () => {
+    const recorder = new Recorder();
+    const pg = client({ fetch: recorder.fetch });
+    const who = agent("opt");
+    const chat = agent("conv");
+    const config: { model?: string } = {}; // e.g. an app's optional setting, passed through as is
+    await pg.createMemory("The user's dog is called Biscuit.", { agent_id: who });
+    await pg.appendMessages(chat, [{ content: "My dog is called Biscuit.", role: "user", message_id: "m1" },
+      { content: "Noted: Biscuit.", role: "assistant", message_id: "m2" }], { agent_id: who });
+    const ctx = await pg.assemble(who, "what is my dog called?", {
+      model: config.model, max_context_tokens: 1000, retrieval: { strategy: "lexical" }, conversation_id: chat,
+      history_turns: 2, recent_messages: [{ role: "user", content: "My dog is called Biscuit." }],
+    });
+    expect(JSON.parse(recorder.sent.at(-1)?.body ?? "{}")).toMatchObject({ model: "gpt-4o", conversation_id: chat,
+      history_turns: 2 });
+    expect(ctx.context).toContain("Biscuit");
+    expect(ctx.budget.max_context_tokens).toBe(1000);
+    await pg.deleteConversation(chat);
+    await pg.eraseAgent(who);
+  });
+
   test("health and readiness", async () => {
     const pg = client();
     expect((await pg.health()).status).toBe("ok");
@@ -210,6 +233,109 @@ describe("export", () => {
     for await (const line of pg.export(agent("nobody"))) lines.push(line.type);
     expect(lines).toEqual(["export", "end"]);
     expect((await pg.eraseAgent(who)).deleted).toBe(2);
+  });
+});
+
+describe("export completeness", () => {
+  // The live service's export, cut as a proxy or a broken connection would cut it.
+  const collect = async (pg: Client, who: string): Promise<{ lines: ExportLine[]; error: unknown }> => {
+    const lines: ExportLine[] = [];
+    try {
+      for await (const line of pg.export(who)) lines.push(line);
+    } catch (error) {
+      return { lines, error };
+    }
+    return { lines, error: null };
+  };
+  const withoutLast = (body: string): string => body.replace(/[^\n]*\n$/, "");
+  // The lines of two exports of the same data, but for the header's time.
+  const same = (lines: ExportLine[]): unknown[] => lines.map((l) => (l.type === "export" ? { ...l, exported_at: 0 } : l));
+
+  test("a stream that stops before its end line, or mid-line, throws IncompleteExport after the lines that came", async () => {
+    const who = agent("exp");
+    await client().createMemories([{ text: "one", agent_id: who }, { text: "two", agent_id: who }]);
+    const whole = await collect(client(), who);
+    expect(whole.error).toBeNull();
+    expect(whole.lines.at(-1)?.type).toBe("end");
+
+    const cut = await collect(client({ fetch: cutting(withoutLast) }), who);
+    expect(same(cut.lines)).toEqual(same(whole.lines.slice(0, -1)));
+    expect(cut.error).toBeInstanceOf(IncompleteExport);
+    expect(cut.error).toMatchObject({ status: 0, code: "export_incomplete" });
+    expect((cut.error as IncompleteExport).message).toMatch(/without its end line; run the export again$/);
+    expect((cut.error as IncompleteExport).requestId).toBeTruthy();
+
+    const midLine = await collect(client({ fetch: cutting((body) => body.slice(0, body.lastIndexOf("\n", body.length - 2) + 9)) }), who);
+    expect(same(midLine.lines)).toEqual(same(whole.lines.slice(0, -1)));
+    expect(midLine.error).toBeInstanceOf(IncompleteExport);
+    expect(midLine.error).toMatchObject({ code: "export_incomplete" });
+    expect((midLine.error as IncompleteExport).message).toContain("is not JSON");
+
+    const afterEnd = await collect(client({ fetch: cutting((body) => `${body}${body.split("\n")[0]}\n`) }), who);
+    expect(same(afterEnd.lines)).toEqual(same(whole.lines));
+    expect(afterEnd.error).toBeInstanceOf(IncompleteExport);
+    expect((afterEnd.error as IncompleteExport).message).toContain("a line after the end line");
+    await client().eraseAgent(who);
+  });
+
+  test("the service's error line (a failure after the answer started) throws IncompleteExport with its code", async () => {
+    const who = agent("exp");
+    await client().createMemory("three", { agent_id: who });
+    // What the service writes in place of the rest when reading fails part-way.
+    const failed = `${JSON.stringify({ type: "error", code: "export_failed", message: "the export stopped part-way; retry it" })}\n`;
+    const { lines, error } = await collect(client({ fetch: cutting((body) => `${body.split("\n")[0]}\n${failed}`) }), who);
+    expect(lines.map((l) => l.type)).toEqual(["export"]);
+    expect(error).toBeInstanceOf(IncompleteExport);
+    expect(error).toMatchObject({ status: 0, code: "export_failed" });
+    expect((error as IncompleteExport).message).toContain("the export stopped part-way; retry it");
+    await client().eraseAgent(who);
+  });
+});
+
+describe("path segments", () => {
+  test("ids with dots, colons, slashes and non-ASCII letters are one escaped segment each", async () => {
+    const recorder = new Recorder();
+    const pg = client({ fetch: recorder.fetch });
+    const who = `${agent("a.b")}:c@d.e`;
+    await pg.putDirective(who, "Be brief.");
+    expect(recorder.sent.at(-1)?.path).toBe(`/v1/agents/${encodeURIComponent(who)}/directive`);
+    expect((await pg.getDirective(who)).agent_id).toBe(who);
+    await pg.deleteDirective(who);
+    const chat = `${agent("conv")}.v2`;
+    await pg.appendMessages(chat, [{ content: "hi", role: "user", message_id: "1.0" }]);
+    expect((await pg.getConversation(chat)).id).toBe(chat);
+    expect((await pg.listMessages(chat)).items.map((m) => m.message_id)).toEqual(["1.0"]);
+    expect((await pg.deleteConversation(chat)).messages_deleted).toBe(1);
+
+    // A slash stays inside its segment: never another agent's directive ("a"'s, at /v1/agents/a/...).
+    const slashed = await pg.getDirective("a/b").catch((error: unknown) => error);
+    expect(slashed).toBeInstanceOf(PgcontextError);
+    expect(recorder.sent.at(-1)?.path).toBe("/v1/agents/a%2Fb/directive");
+    const accented = await pg.getDirective("ünï").catch((error: unknown) => error);
+    expect(accented).toBeInstanceOf(ValidationError);
+    expect(recorder.sent.at(-1)?.path).toBe("/v1/agents/%C3%BCn%C3%AF/directive");
+  });
+
+  test("an empty id, or one of dots only, is refused before sending (fetch would resolve it to another endpoint)", async () => {
+    const recorder = new Recorder();
+    const pg = client({ fetch: recorder.fetch });
+    const calls: Array<[string, () => Promise<unknown>]> = [
+      ["getMemory('.')", () => pg.getMemory(".")], // would be GET /v1/memories/: a page of memories
+      ["getMemory('')", () => pg.getMemory("")],
+      ["getConversation('.')", () => pg.getConversation(".")], // GET /v1/conversations/: the list
+      ["listMessages('..')", () => pg.listMessages("..")],
+      ["getDirective('..')", () => pg.getDirective("..")],
+      ["deleteConversation('.')", () => pg.deleteConversation(".")],
+      ["deleteMemory('.')", () => pg.deleteMemory(".")], // DELETE /v1/memories/: the agent erasure
+      ["undoEvent('m', '..')", () => pg.undoEvent("m", "..")],
+    ];
+    for (const [name, work] of calls) {
+      const error = await work().then(() => null, (caught: unknown) => caught);
+      expect(error, name).toBeInstanceOf(ValidationError);
+      expect(error, name).toMatchObject({ status: 400, code: "validation_error" });
+      expect((error as ValidationError).message, name).toContain("nothing was sent");
+    }
+    expect(recorder.sent).toEqual([]);
   });
 });
 

@@ -20,7 +20,7 @@ import {
   ValidationError,
 } from "pgcontext";
 
-import { agent, client, closedPort, Recorder, required, url } from "./live.js";
+import { agent, client, closedPort, Recorder, required, silentListener, url } from "./live.js";
 
 async function failure(promise: Promise<unknown>): Promise<PgcontextError> {
   const error = await promise.then(() => null, (caught: unknown) => caught);
@@ -89,6 +89,12 @@ describe("error answers", () => {
     const html = answer(502, "<html>Bad gateway</html>", { "X-Request-ID": "edge-1" });
     expect(html).toBeInstanceOf(ServerError);
     expect(html).toMatchObject({ status: 502, code: "http_502", message: "<html>Bad gateway</html>", requestId: "edge-1" });
+    // A proxy's Retry-After may be an HTTP date: the seconds until then (a past date: now).
+    const dated = answer(503, envelope("overloaded"), { "Retry-After": new Date(Date.now() + 3000).toUTCString() });
+    expect(dated.retryAfterS).toBeGreaterThan(1);
+    expect(dated.retryAfterS).toBeLessThanOrEqual(3);
+    expect(answer(429, envelope("rate_limited"), { "Retry-After": "Thu, 01 Jan 1970 00:00:00 GMT" }).retryAfterS).toBe(0);
+    expect(answer(429, envelope("rate_limited"), { "Retry-After": "soon" }).retryAfterS).toBeNull();
     const teapot = answer(418, "");
     expect(teapot.constructor).toBe(PgcontextError);
     expect(teapot).toMatchObject({ status: 418, code: "http_418" });
@@ -96,7 +102,7 @@ describe("error answers", () => {
 });
 
 describe("transport", () => {
-  test("nothing listening: TransportError after the retries of a repeatable call, once for a non-repeatable one", async () => {
+  test("nothing listening: every call is tried again (nothing was sent), then TransportError", async () => {
     const recorder = new Recorder();
     const pg = new Client({ url: `http://127.0.0.1:${await closedPort()}`, apiKey: "k", fetch: recorder.fetch,
       retry: { attempts: 3, backoffMs: 10 } });
@@ -109,7 +115,72 @@ describe("transport", () => {
 
     recorder.sent.length = 0;
     expect(await failure(pg.feedback({ [randomUUID()]: true }))).toBeInstanceOf(TransportError);
-    expect(recorder.sent).toHaveLength(1); // each feedback report moves usefulness: never resent blindly
+    expect(recorder.sent).toHaveLength(3); // a refused connection carried nothing: safe to try again
+  });
+
+  test("no answer once sent: repeatable calls are sent again, feedback and undo are not", async () => {
+    const silent = await silentListener();
+    try {
+      const recorder = new Recorder();
+      const pg = new Client({ url: silent.url, apiKey: "k", fetch: recorder.fetch, timeoutMs: 100,
+        retry: { attempts: 3, backoffMs: 10 } });
+      const tries = async (work: () => Promise<unknown>): Promise<number> => {
+        recorder.sent.length = 0;
+        const error = await failure(work());
+        expect(error).toBeInstanceOf(TransportError);
+        expect(error.message).toContain("timed out after 100 ms");
+        return recorder.sent.length;
+      };
+      expect(await tries(() => pg.health())).toBe(3);
+      // An append carries its Idempotency-Key: a resent one that was written is answered, not written again.
+      expect(await tries(() => pg.appendMessages("c", [{ content: "hi", role: "user" }]))).toBe(3);
+      // Each report moves usefulness again; an event is undone once (a resent undo would answer 409).
+      expect(await tries(() => pg.feedback({ [randomUUID()]: true }))).toBe(1);
+      expect(await tries(() => pg.undoEvent(randomUUID(), randomUUID()))).toBe(1);
+    } finally {
+      await silent.close();
+    }
+  });
+
+  test("an answer that breaks off mid-body is retried as a broken connection is (repeatable calls only)", async () => {
+    // The live service's answers, the first of every call broken after its first bytes.
+    let broken = 0;
+    const breaking: typeof fetch = async (input, init) => {
+      const response = await fetch(input, init);
+      if (broken++ % 2 === 1) return response;
+      const head = (await response.text()).slice(0, 5);
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(head));
+          controller.error(new Error("other side closed"));
+        },
+      });
+      return new Response(body, { status: response.status, headers: response.headers });
+    };
+    const pg = client({ fetch: breaking, retry: { attempts: 3, backoffMs: 10 } });
+    expect((await pg.health()).status).toBe("ok");
+    expect(broken).toBe(2);
+    broken = 0;
+    const error = await failure(pg.feedback({ [randomUUID()]: true }));
+    expect(error).toBeInstanceOf(TransportError);
+    expect(error.message).toBe("POST /v1/memories/feedback: the answer broke off: Error: other side closed");
+    expect(broken).toBe(1); // the report may have been counted: not sent again
+  });
+
+  test("a try with no answer past the caller's deadline fails soon after it, not at the client's timeout", async () => {
+    const silent = await silentListener();
+    try {
+      const pg = new Client({ url: silent.url, apiKey: "k" }); // the client's own limit: 30 s a try
+      const started = performance.now();
+      const error = await failure(pg.health({ timeoutMs: 200 }));
+      const elapsed = performance.now() - started;
+      expect(error).toBeInstanceOf(TransportError);
+      expect(error.message).toBe("GET /healthz: no answer 1000 ms past your deadline (timeoutMs 200)");
+      expect(elapsed).toBeGreaterThanOrEqual(1150);
+      expect(elapsed).toBeLessThan(5000);
+    } finally {
+      await silent.close();
+    }
   });
 
   test("a try past the client's timeoutMs is a TransportError", async () => {

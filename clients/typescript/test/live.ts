@@ -1,7 +1,7 @@
 /** Where the live service is: set by tests/integration/test_typescript_client.py (never skipped when unset). */
 
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:net";
+import { createServer, type Socket } from "node:net";
 
 import { Client, type ClientOptions } from "pgcontext";
 
@@ -46,5 +46,39 @@ export class Recorder {
     const response = await fetch(input, init);
     entry.status = response.status;
     return response;
+  };
+}
+
+/** A loopback listener that accepts connections and never answers (a hung service); `close()` ends it. */
+export async function silentListener(): Promise<{ url: string; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const address = server.address();
+  if (typeof address !== "object" || address === null) throw new Error("no port");
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    close: () => new Promise((resolve) => {
+      for (const socket of sockets) socket.destroy();
+      server.close(() => resolve());
+    }),
+  };
+}
+
+/**
+ * A fetch whose answers are the live service's, with the body of each passed through `cut` first: what a
+ * proxy or a broken connection does to a streamed answer.
+ */
+export function cutting(cut: (body: string) => string): typeof fetch {
+  return async (input, init) => {
+    const response = await fetch(input, init);
+    const body = cut(await response.text());
+    return new Response(body, { status: response.status, headers: response.headers });
   };
 }

@@ -45,12 +45,29 @@ describe("the built package", () => {
         attempts: new RetryPolicy().attempts, tools: Object.keys(tools) }));`);
     expect(JSON.parse(out)).toEqual({ notFound: true, attempts: 4,
       tools: ["remember", "recall", "assembleContext", "giveFeedback"] });
-    const core = ["index", "client", "errors", "http", "retry", "types", "schema"]
+    const core = ["index", "client", "errors", "export", "http", "retry", "types", "schema"]
       .map((name) => readFileSync(`${PACKAGE}dist/${name}.js`, "utf8")).join("\n");
     expect(core).toMatch(/from "\.\/client\.js"/);
     expect(core).not.toMatch(/from "(ai|zod)"/);
     const manifest = JSON.parse(readFileSync(`${PACKAGE}package.json`, "utf8")) as Record<string, unknown>;
     expect(manifest.dependencies).toBeUndefined();
     expect(VERSION).toBe(manifest.version); // the User-Agent names the version published
+  });
+
+  test("CommonJS code requires it by name where Node requires ES modules (20.19+, 22.12+)", () => {
+    const code = `
+      const { Client, NotFound, PgcontextError } = require("pgcontext");
+      const { pgcontextTools } = require("pgcontext/ai");
+      const tools = pgcontextTools({ client: new Client({ url: "http://127.0.0.1:9" }), agentId: "a" });
+      console.log(JSON.stringify({ notFound: new NotFound("x") instanceof PgcontextError, tools: Object.keys(tools),
+        version: require("pgcontext/package.json").version }));`;
+    const run = (): string => execFileSync(process.execPath, ["-e", code], { cwd: PACKAGE, encoding: "utf8",
+      env: { ...process.env, NODE_OPTIONS: "" }, stdio: ["ignore", "pipe", "pipe"] });
+    if ((process.features as { require_module?: boolean }).require_module) {
+      expect(JSON.parse(run())).toEqual({ notFound: true, tools: ["remember", "recall", "assembleContext", "giveFeedback"],
+        version: VERSION });
+    } else {
+      expect(run).toThrow(/ERR_REQUIRE_ESM/); // an older Node says why: use import() there
+    }
   });
 });

@@ -35,6 +35,21 @@ describe("idempotency", () => {
     await pg.eraseAgent(who);
   });
 
+  test("an append sent again with its key is answered the first append's result and writes nothing", async () => {
+    const pg = client();
+    const chat = agent("conv");
+    const key = randomUUID();
+    const messages = [{ content: "No message ids here.", role: "user" as const }];
+    const first = await pg.appendMessages(chat, messages, {}, { idempotencyKey: key });
+    const again = await pg.appendMessages(chat, messages, {}, { idempotencyKey: key });
+    expect(again).toEqual(first);
+    expect((await pg.getConversation(chat)).message_count).toBe(1);
+    const other = await pg.appendMessages(chat, [{ content: "Another.", role: "user" }], {}, { idempotencyKey: key })
+      .catch((error: unknown) => error);
+    expect(other).toMatchObject({ status: 409, code: "idempotency_key_reused" });
+    await pg.deleteConversation(chat);
+  });
+
   test("without Web Crypto (Node 18) keys are still version 4 UUIDs, all different", () => {
     const saved = Object.getOwnPropertyDescriptor(globalThis, "crypto");
     Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
@@ -114,5 +129,19 @@ describe("retries", () => {
       expect(wait).toBeLessThanOrEqual(ceiling);
     }
     expect(() => new RetryPolicy({ attempts: 0 })).toThrow(RangeError);
+  });
+
+  test("a call that is not repeatable is tried again only after a refusal that did nothing", () => {
+    const policy = new RetryPolicy();
+    const answer = (status: number): Response => new Response("", { status });
+    const once = { repeatable: false }; // feedback, undoEvent
+    const again = { repeatable: true };
+    expect(policy.afterResponse(once, answer(429), 1, "rate_limited")).not.toBeNull();
+    expect(policy.afterResponse(once, answer(503), 1, "overloaded")).not.toBeNull();
+    // Another 503 (a dependency failed, perhaps at commit) may come after the write was made.
+    expect(policy.afterResponse(once, answer(503), 1, "search_unavailable")).toBeNull();
+    expect(policy.afterResponse(once, answer(503), 1, null)).toBeNull();
+    expect(policy.afterResponse(again, answer(503), 1, "search_unavailable")).not.toBeNull();
+    expect(policy.afterResponse(again, answer(500), 1, "internal_error")).toBeNull();
   });
 });
