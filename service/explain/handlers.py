@@ -16,6 +16,7 @@ _TYPES: Final = {"explain.js": "text/javascript", "explain.css": "text/css", "ex
 _HEADERS: Final = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                 "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    "X-Frame-Options": "DENY",  # frame-ancestors 'none' for browsers that predate it
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",

@@ -6,19 +6,24 @@ Set ``PGCONTEXT_UPDATE_SCREENSHOT=1`` to also write ``docs/explain.png`` (the pi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
 
+from service.settings import Settings
 from tests.conftest import Tenant
-from tests.integration.conftest import LiveService
+from tests.integration.conftest import LiveService, serving
 from tests.integration.test_cli import ROOT
 
 pytestmark = pytest.mark.slow
@@ -87,6 +92,8 @@ async def test_the_page_is_static_open_and_outside_the_api_schema(client: AsyncT
         assert r.status_code == 200 and r.headers["content-type"] == f"{media}; charset=utf-8", (path, r.headers)
         assert r.headers["content-security-policy"].startswith("default-src 'none'; script-src 'self';")
         assert r.headers["x-content-type-options"] == "nosniff"
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]  # never framed (clickjacking)
+        assert r.headers["x-frame-options"] == "DENY"
     page = (await client.get("/explain")).text
     assert "http://" not in page and "https://" not in page  # no CDN: every asset from this origin
     assert "<script>" not in page and " style=" not in page
@@ -115,6 +122,13 @@ def open_page(browser: Any) -> tuple[Any, Any, list[str]]:
     page.on("console", lambda msg: errors.append(msg.text)
             if msg.type == "error" and "Failed to load resource" not in msg.text else None)
     return context, page, errors
+
+
+def sign_in(page: Any, live_service: LiveService, key: str) -> None:
+    """Open the page and give it ``key``."""
+    page.goto(f"{live_service.base}/explain")
+    page.get_by_test_id("api-key").fill(key)
+    page.get_by_test_id("use-key").click()
 
 
 def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_service: LiveService, seeded: Tenant,
@@ -211,9 +225,14 @@ def test_explain_page_renders_an_assembly_and_a_search(browser: Any, live_servic
         assert any(h["lexical_rank"] is not None and h["semantic_rank"] is not None for h in found["results"])
         page.screenshot(path=str(tmp_path / "explain-search.png"), full_page=True)
 
-        # Forgetting the key empties the tab's storage; a new tab (context) never had it.
+        # Forgetting the key empties the tab's storage, and clears what the key's org showed; a new tab
+        # (context) never had it.
         page.get_by_test_id("forget-key").click()
         assert page.evaluate("sessionStorage.length") == 0
+        assert page.get_by_test_id("search-result").is_hidden() and page.locator("td[data-field=text]").count() == 0
+        assert page.locator("#agents option").count() == 0
+        page.get_by_test_id("tab-assemble").click()
+        assert page.get_by_test_id("assemble-result").is_hidden() and page.get_by_test_id("context").inner_text() == ""
         assert errors == [], errors
     finally:
         context.close()
@@ -259,9 +278,7 @@ def test_explain_page_shows_each_memorys_lifecycle_and_history(browser: Any, liv
 
     context, page, errors = open_page(browser)
     try:
-        page.goto(f"{live_service.base}/explain")
-        page.get_by_test_id("api-key").fill(seeded.key)
-        page.get_by_test_id("use-key").click()
+        sign_in(page, live_service, seeded.key)
 
         # Search with retired memories included: every row says what its record says.
         page.get_by_test_id("tab-search").click()
@@ -352,9 +369,7 @@ def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_serv
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
-        page.goto(f"{live_service.base}/explain")
-        page.get_by_test_id("api-key").fill(seeded.key)
-        page.get_by_test_id("use-key").click()
+        sign_in(page, live_service, seeded.key)
         page.get_by_test_id("agent").fill(AGENT)
         page.get_by_test_id("query").fill("When does Dana want her double espresso?")
         page.get_by_test_id("max-tokens").fill("1000")
@@ -406,3 +421,254 @@ def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_serv
         assert errors == [], errors
     finally:
         context.close()
+
+
+HOSTILE_AGENT = "hostile." + "a" * 192  # 200 characters: the longest agent id the API takes
+HOSTILE_TEXTS = [
+    '<img src=x onerror="window.pwned=1"> Hana orders a flat white.',
+    '"><script>window.pwned=2</script> Hana pays with javascript:alert(1) links.',
+    "هانا تحب القهوة العربية مع الهيل ☕🇯🇴 Hana likes Arabic coffee with cardamom.",
+    "Hana's receipt token: " + "Q" * 3000,
+]
+HOSTILE_CONVERSATION = "c" * 200
+
+
+def test_explain_page_renders_hostile_and_huge_data_as_text_within_the_page(
+        browser: Any, live_service: LiveService, seeded: Tenant) -> None:
+    """Markup in memories, speakers and the directive stays text; a 3,000-character word, a 200-character
+    conversation id and RTL text wrap inside the page; the longest agent id is sent whole; a recent
+    message with a colon in it is the user's, not said by a role named after its first words."""
+    r = httpx.post(f"{live_service.base}/v1/memories", headers=seeded.headers, timeout=60, json={
+        "memories": [{"text": text, "agent_id": HOSTILE_AGENT} for text in HOSTILE_TEXTS]})
+    assert r.status_code == 201, r.text
+    r = httpx.put(f"{live_service.base}/v1/agents/{HOSTILE_AGENT}/directive", headers=seeded.headers, timeout=30,
+                  json={"content": "<script>window.pwned=3</script> Serve Hana politely."})
+    assert r.status_code in (200, 201), r.text
+    r = httpx.post(f"{live_service.base}/v1/conversations/{HOSTILE_CONVERSATION}/messages", headers=seeded.headers,
+                   timeout=60, json={"agent_id": HOSTILE_AGENT, "messages": [
+                       {"speaker": '<img src=x onerror="window.pwned=4">', "content": "Hana wants a flat white."}]})
+    assert r.status_code == 201, r.text
+    context, page, errors = open_page(browser)
+    dialogs: list[str] = []
+
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    console_errors: list[str] = []  # what the browser fetched on its own too (an icon) and failed
+    page.on("console", lambda msg: console_errors.append(msg.location["url"]) if msg.type == "error" else None)
+    try:
+        sign_in(page, live_service, seeded.key)
+        page.get_by_test_id("agent").fill(HOSTILE_AGENT)
+        page.get_by_test_id("query").fill("What coffee does Hana drink, and the receipt token?")
+        page.get_by_test_id("max-tokens").fill("4000")
+        page.get_by_test_id("messages").fill("Is the 10:30 tasting with Hana still on?")
+        with page.expect_response("**/v1/context/assemble") as answered:
+            page.get_by_test_id("run-assemble").click()
+        sent = answered.value.request.post_data_json
+        assert sent["agent_id"] == HOSTILE_AGENT
+        assert sent["recent_messages"] == [{"role": "user", "content": "Is the 10:30 tasting with Hana still on?"}]
+        assert answered.value.status == 200, answered.value.text()
+        body = answered.value.json()
+        page.wait_for_selector("#used[data-facts-loaded=true]", state="attached")
+        texts = {m["text"] for m in body["memories_used"]} | {d["text"] for d in body["dropped"]}
+        assert set(HOSTILE_TEXTS) <= texts, texts
+        shown = cell_texts(page, "#used td[data-field=text]") + cell_texts(page, "#dropped td[data-field=text]")
+        assert set(HOSTILE_TEXTS) <= set(shown)
+        assert "<script>window.pwned=3</script>" in page.get_by_test_id("context").inner_text()
+        said = cell_texts(page, "#used td[data-field=said]") + cell_texts(page, "#dropped td[data-field=said]")
+        assert f'<img src=x onerror="window.pwned=4"> · #1 of {HOSTILE_CONVERSATION}' in said
+        assert page.locator("#assemble-result img, #assemble-result script").count() == 0
+        assert page.evaluate("window.pwned === undefined") and dialogs == []
+        # Every request stays on this origin, and the browser asks for no icon the service does not have.
+        assert all(url.startswith(f"{live_service.base}/") for url in fetched), fetched
+        assert not [url for url in console_errors if url.endswith("/favicon.ico")], console_errors
+        # Nothing pushes the page wider than the window, and each memory's text keeps a readable width,
+        # in a narrower window too (a table wider than it scrolls inside its panel).
+        for width in (1400, 900):
+            page.set_viewport_size({"width": width, "height": 1000})
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), page.evaluate(
+                "[document.documentElement.scrollWidth, window.innerWidth]")
+            widths = [box["width"] for box in (cell.bounding_box() for cell in
+                                               page.locator("#used td[data-field=text]").all()) if box]
+            assert widths and min(widths) >= 250, (width, widths)
+        assert errors == [], errors
+    finally:
+        context.close()
+
+
+def test_a_rejected_key_is_said_at_once_and_an_empty_org_packs_nothing(
+        browser: Any, live_service: LiveService, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    """A key the service rejects is said so when it is entered, and not kept; an org with no memories
+    and no directive gets an assembly whose tables say nothing was packed or dropped."""
+    async def new_org() -> Tenant:
+        return await make_tenant("explain-empty")
+
+    with ThreadPoolExecutor(1) as pool:  # outside Playwright's event loop
+        empty = pool.submit(asyncio.run, new_org()).result()
+    context, page, errors = open_page(browser)
+    try:
+        page.goto(f"{live_service.base}/explain")
+        page.get_by_test_id("api-key").fill("pgc_not-a-key-of-this-service")
+        with page.expect_response("**/v1/memories?limit=200") as answered:
+            page.get_by_test_id("use-key").click()
+        assert answered.value.status == 401
+        page.wait_for_selector("[data-testid=key-state]:has-text('rejected')")
+        assert "invalid or revoked API key" in page.get_by_test_id("key-state").inner_text()
+        assert page.evaluate("sessionStorage.length") == 0
+
+        page.get_by_test_id("api-key").fill(empty.key)
+        with page.expect_response("**/v1/memories?limit=200") as answered:
+            page.get_by_test_id("use-key").click()
+        assert answered.value.status == 200
+        assert "Key set for this tab" in page.get_by_test_id("key-state").inner_text()
+        page.get_by_test_id("agent").fill("explain-nobody")
+        page.get_by_test_id("query").fill("What does the guest drink?")
+        with page.expect_response("**/v1/context/assemble") as answered:
+            page.get_by_test_id("run-assemble").click()
+        body = answered.value.json()
+        assert body["memories_used"] == body["dropped"] == [] and body["degradation_reasons"] == [], body
+        page.get_by_test_id("assemble-result").wait_for(state="visible")
+        assert cell_texts(page, "#used th") == ["nothing was packed"]
+        assert cell_texts(page, "#dropped th") == ["nothing was dropped"]
+        assert page.get_by_test_id("degradation").is_hidden()
+        # Another key: what the first one showed is cleared.
+        page.get_by_test_id("api-key").fill("pgc_another-key-of-no-org")
+        page.get_by_test_id("use-key").click()
+        assert page.get_by_test_id("assemble-result").is_hidden() and page.locator("#used th").count() == 0
+        assert errors == [], errors
+    finally:
+        context.close()
+
+
+LOCKED_CONVERSATION = "explain-locked"
+
+
+def test_explain_page_says_what_an_assembly_lacks_and_shows_only_the_latest_answer(
+        browser: Any, live_service: LiveService, seeded: Tenant, owner_dsn: str) -> None:
+    """While the conversations table is locked, an assembly with ``history_turns`` cannot read the
+    conversation's length: its answer comes at the wall, says ``history_turns_unread``, and the page says
+    it too. An earlier assembly that answers after a later one does not replace the later one's answer."""
+    r = httpx.post(f"{live_service.base}/v1/conversations/{LOCKED_CONVERSATION}/messages", headers=seeded.headers,
+                   timeout=60, json={"agent_id": AGENT, "messages": [
+                       {"role": "user", "content": "Dana asked for her double espresso at 9:15 on Thursday."}]})
+    assert r.status_code == 201, r.text
+    context, page, errors = open_page(browser)
+    answers: list[Any] = []
+    page.on("response", lambda response: answers.append(response) if "/v1/context/assemble" in response.url
+            else None)
+    try:
+        sign_in(page, live_service, seeded.key)
+        page.get_by_test_id("agent").fill(AGENT)
+        page.get_by_test_id("max-tokens").fill("2000")
+        with psycopg.connect(owner_dsn) as holder:
+            holder.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")  # the length read waits
+            # The first assembly waits for the conversation's length; a second one, without a conversation,
+            # is sent and answered meanwhile.
+            page.get_by_test_id("query").fill("When does Dana want her espresso on Thursday?")
+            page.get_by_test_id("conversation").fill(LOCKED_CONVERSATION)
+            page.get_by_test_id("history-turns").fill("1")
+            page.get_by_test_id("run-assemble").click()
+            page.get_by_test_id("query").fill("Who takes green tea in the afternoon?")
+            page.get_by_test_id("conversation").fill("")
+            page.get_by_test_id("history-turns").fill("")
+            with page.expect_response("**/v1/context/assemble") as answered:
+                page.get_by_test_id("run-assemble").click()
+            later = answered.value.json()
+            assert answered.value.request.post_data_json["query"].startswith("Who takes green tea")
+            assert later["degradation_reasons"] == []
+            # The first answers at the wall, while the table is still locked.
+            deadline = time.monotonic() + 30
+            while len(answers) < 2 and time.monotonic() < deadline:
+                page.wait_for_timeout(100)
+            holder.rollback()
+        assert len(answers) == 2, answers
+        earlier = answers[1].json()
+        assert answers[1].request.post_data_json["history_turns"] == 1
+        assert earlier["degradation_reasons"] == ["history_turns_unread"], earlier["degradation_reasons"]
+        page.wait_for_timeout(300)  # time for the earlier answer to be rendered, were it to be
+        assert cell_texts(page, "#used td[data-field=text]") == [m["text"].strip() for m in later["memories_used"]]
+        assert page.get_by_test_id("degradation").is_hidden()
+        assert page.get_by_test_id("context").inner_text().strip() == later["context"].strip()
+
+        # Alone, the same assembly's answer is shown, and what it lacks is said beside its level.
+        page.get_by_test_id("query").fill("When does Dana want her espresso on Thursday?")
+        page.get_by_test_id("conversation").fill(LOCKED_CONVERSATION)
+        page.get_by_test_id("history-turns").fill("1")
+        with psycopg.connect(owner_dsn) as holder:
+            holder.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")
+            with page.expect_response("**/v1/context/assemble", timeout=30_000) as answered:
+                page.get_by_test_id("run-assemble").click()
+            holder.rollback()
+        body = answered.value.json()
+        assert body["degradation_reasons"] == ["history_turns_unread"]
+        page.get_by_test_id("degradation").wait_for(state="visible")
+        assert page.get_by_test_id("level").inner_text() == body["degradation_level"]
+        reasons = page.locator("#degradation li")
+        assert [reasons.nth(i).get_attribute("data-reason") for i in range(reasons.count())] == \
+            ["history_turns_unread"]
+        assert "may be packed again" in reasons.first.inner_text()
+        assert errors == [], errors
+    finally:
+        context.close()
+
+
+FACTS_MANY_AGENT = "explain-grinder"
+
+
+def test_each_rows_fact_is_read_within_the_orgs_requests_in_flight(
+        browser: Any, seeded: Tenant, live_service: LiveService, tmp_path: Path, settings: Settings, app_dsn: str,
+        redis_url: str) -> None:
+    """On a one-core instance an org may have 4 requests in flight: the page's lookups of 110 search
+    results' records stay within it (none refused and shown as a memory that is gone); rows past the
+    first 100 are not read, say so, and still open their history."""
+    memories = [{"text": f"Grinder note {i}: bean lot {i * 7} grinds at setting {i % 9 + 2}.",
+                 "agent_id": FACTS_MANY_AGENT} for i in range(110)]
+    r = httpx.post(f"{live_service.base}/v1/memories", json={"memories": memories}, headers=seeded.headers,
+                   timeout=120)
+    assert r.status_code == 201, r.text
+    with serving(tmp_path / "one-core", settings, app_dsn, redis_url,
+                 env={"PGCONTEXT_RATE_LIMIT_MAX_IN_FLIGHT": "4"}) as one_core:
+        context, page, errors = open_page(browser)
+        refused: list[str] = []
+        page.on("response", lambda response: refused.append(response.url) if response.status == 429 else None)
+        try:
+            page.goto(f"{one_core.base}/explain")
+            page.get_by_test_id("api-key").fill(seeded.key)
+            page.get_by_test_id("use-key").click()
+            page.get_by_test_id("tab-search").click()
+            page.get_by_test_id("search-agent").fill(FACTS_MANY_AGENT)
+            page.get_by_test_id("search-query").fill("grinder bean lot setting")
+            page.get_by_test_id("search-strategy").select_option("lexical")
+            page.get_by_test_id("search-limit").fill("110")
+            with page.expect_response("**/v1/memories/search") as answered:
+                page.get_by_test_id("run-search").click()
+            found = answered.value.json()["results"]
+            assert len(found) == 110, len(found)
+            page.wait_for_selector("#results[data-facts-loaded=true]", state="attached", timeout=60_000)
+            statuses = cell_texts(page, "#results tbody [data-fact=status]")
+            assert statuses[:100] == ["current"] * 100, [s for s in statuses if s != "current"]
+            assert statuses[100:] == ["not read: past the first 100 rows"] * 10
+            assert refused == [], refused
+            # Searching again: the table says its facts are loaded only once this rendering's are.
+            page.evaluate("""() => {
+                const results = document.getElementById("results");
+                window.loadedWhenRendered = [];
+                new MutationObserver(() => window.loadedWhenRendered.push(results.dataset.factsLoaded ?? null))
+                    .observe(results, { childList: true });
+            }""")
+            with page.expect_response("**/v1/memories/search"):
+                page.get_by_test_id("run-search").click()
+            page.wait_for_selector("#results[data-facts-loaded=true]", state="attached", timeout=60_000)
+            assert page.evaluate("window.loadedWhenRendered") == [None]
+            assert cell_texts(page, "#results tbody [data-fact=status]")[:100] == ["current"] * 100
+            last = found[-1]["id"]
+            page.locator(f'#results tr[data-id="{last}"] [data-action=history]').click()
+            page.wait_for_selector("#history-events tbody tr[data-event=created]", state="attached")
+            assert page.get_by_test_id("history-id").inner_text() == last
+            assert errors == [], errors
+        finally:
+            context.close()

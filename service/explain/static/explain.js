@@ -8,7 +8,22 @@ const SCORE_NAMES = ["relevance", "recency", "usefulness", "informativeness", "u
 const TIMINGS = ["budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",
                  "ranking_ms", "packing_ms", "formatting_ms", "queued_ms", "total_ms"];
 
+const DEGRADATIONS = {
+  directive_missing: "the agent's directive could not be read in time: this context lacks its standing instructions",
+  directive_unconfirmed: "the directive's read did not answer in time: the copy this instance last read stands in",
+  hot_unavailable: "the hot set could not be read",
+  cold_unavailable: "the cold search gave no answer",
+  retrieval_reduced: "the cold search ran less than planned",
+  history_turns_unread: "the conversation's length was not read in time: its last history_turns messages were "
+    + "not left out, and may be packed again",
+};
+
 const $ = (id) => document.getElementById(id);
+
+// Each view shows the answer to its latest request only: an earlier one that answers later is ignored.
+const latest = { assemble: 0, search: 0, history: 0 };
+const begin = (view) => ++latest[view];
+const isLatest = (view, ticket) => latest[view] === ticket;
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -49,9 +64,23 @@ function apiKey() {
 
 function showKeyState() {
   const key = apiKey();
+  $("key-state").className = "muted";
   $("key-state").textContent = key
     ? "Key set for this tab; it is forgotten when the tab closes."
     : "No key yet: it stays in this tab only (sessionStorage).";
+}
+
+function clearResults() {
+  // What one org's key brought stays with that key: forgetting it, or using another, clears it, and an
+  // answer still on its way is ignored.
+  for (const view of Object.keys(latest)) begin(view);
+  for (const id of ["assemble-result", "search-result", "history", "assemble-error", "search-error"]) {
+    $(id).hidden = true;
+  }
+  for (const id of ["used", "dropped", "budget", "reasons", "branches", "timings", "context", "results", "degradation",
+                    "history-events", "agents"]) {
+    $(id).replaceChildren();
+  }
 }
 
 async function api(method, path, body) {
@@ -66,7 +95,8 @@ async function api(method, path, body) {
   if (!response.ok) {
     const error = (payload && payload.error) || {};
     throw { status: response.status, code: error.code || `http_${response.status}`,
-            message: error.message || response.statusText, request_id: error.request_id };
+            message: error.message || response.statusText, request_id: error.request_id,
+            retry_after_s: Number(response.headers.get("Retry-After")) || 1 };
   }
   return payload;
 }
@@ -79,19 +109,29 @@ function showError(node, error) {
 }
 
 async function loadAgents() {
-  // One page of the org's memories is enough to suggest agent ids; typing any id works too.
+  // One page of the org's memories is enough to suggest agent ids; typing any id works too. It is also
+  // the first use of the key: a key the service rejects is said so at once, and not kept.
   try {
     const page = await api("GET", "/v1/memories?limit=200");
     const agents = [...new Set(page.items.map((m) => m.agent_id).filter(Boolean))].sort();
     $("agents").replaceChildren(...agents.map((a) => el("option", { value: a })));
-  } catch (_) {
+  } catch (error) {
     $("agents").replaceChildren();
+    if (error.status === 401) {
+      sessionStorage.removeItem(KEY_SLOT);
+      $("key-state").textContent = `The service rejected this key (${error.message || error.code}); enter another.`;
+      $("key-state").className = "error-text";
+    }
   }
 }
 
 // -- facts: each memory's lifecycle, and its history -------------------------------------------------
 
-const FACT_LOOKUPS = 100; // memories looked up per rendering (GET /v1/memories/{id}), 6 at a time
+const FACT_LOOKUPS = 100; // memories looked up per table and rendering (GET /v1/memories/{id})
+const FACT_WORKERS = 3; // lookups in flight at once: fewer than an org may have in flight on one core (4)
+const FACT_RETRIES = 3; // a lookup refused with 429 is tried again after its Retry-After (at most 5 s)
+
+const pause = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
 function day(value) {
   return value ? String(value).slice(0, 10) : "now";
@@ -101,11 +141,17 @@ function factCell(id) {
   return el("td", { className: "fact", "data-field": "fact", "data-fact-for": id });
 }
 
-function renderFact(cell, memory) {
+function renderFact(cell, memory, failure) {
   const id = cell.dataset.factFor;
   const parts = [];
-  if (!memory) {
-    parts.push(el("span", { className: "muted", "data-fact": "status", text: "—" }));
+  if (failure) {
+    // Not a lookup that found nothing: say why, so a refusal is not read as a memory that is gone.
+    parts.push(el("span", { className: "fact-failed", "data-fact": "status",
+                            text: `not read: ${[failure.status, failure.code || "error"].filter(Boolean).join(" ")}`,
+                            title: failure.message || undefined }));
+  } else if (!memory) {
+    parts.push(el("span", { className: "muted", "data-fact": "status", text: "—",
+                            title: "no such memory: deleted since" }));
   } else {
     const ended = memory.valid_until && new Date(memory.valid_until) <= new Date();
     const status = !memory.current ? "superseded" : ended ? "ended" : "current";
@@ -123,23 +169,45 @@ function renderFact(cell, memory) {
   cell.replaceChildren(...parts, open);
 }
 
-async function fillFacts(table) {
+async function lookUpMemory(id) {
+  // The record, null when there is none (gone since, or not a memory of this org), or why it was not read.
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return { memory: await api("GET", `/v1/memories/${encodeURIComponent(id)}`) };
+    } catch (error) {
+      if (error.status === 404) return { memory: null };
+      if (error.status !== 429 || attempt >= FACT_RETRIES) return { memory: null, failure: error };
+      await pause(Math.min(error.retry_after_s, 5) * 1000 * (1 + Math.random())); // apart, not all at once
+    }
+  }
+}
+
+async function fillFacts(...tables) {
   // The assembly and search answers carry ids and scores; each memory's lifecycle comes from its record.
-  const cells = [...table.querySelectorAll("td[data-fact-for]")].slice(0, FACT_LOOKUPS);
-  const queue = [...cells];
+  // One queue for the tables of a view; rendering them again stops the earlier lookups, and
+  // data-facts-loaded marks the latest rendering's as done.
+  const run = String(Number(tables[0].dataset.factsRun || 0) + 1);
+  for (const node of tables) {
+    node.dataset.factsRun = run;
+    delete node.dataset.factsLoaded;
+  }
+  const latestRun = () => tables.every((node) => node.dataset.factsRun === run);
+  const queue = [];
+  for (const node of tables) {
+    const cells = [...node.querySelectorAll("td[data-fact-for]")];
+    queue.push(...cells.slice(0, FACT_LOOKUPS));
+    for (const cell of cells.slice(FACT_LOOKUPS)) {
+      renderFact(cell, null, { code: `past the first ${FACT_LOOKUPS} rows`, message: "its history still opens" });
+    }
+  }
   const worker = async () => {
-    for (let cell = queue.shift(); cell; cell = queue.shift()) {
-      let memory = null;
-      try {
-        memory = await api("GET", `/v1/memories/${encodeURIComponent(cell.dataset.factFor)}`);
-      } catch (_) {
-        memory = null; // gone since, or not a memory of this org: shown as unknown
-      }
-      renderFact(cell, memory);
+    for (let cell = queue.shift(); cell && latestRun(); cell = queue.shift()) {
+      const { memory, failure } = await lookUpMemory(cell.dataset.factFor);
+      renderFact(cell, memory, failure);
     }
   };
-  await Promise.all(Array.from({ length: 6 }, worker));
-  table.dataset.factsLoaded = "true";
+  await Promise.all(Array.from({ length: FACT_WORKERS }, worker));
+  if (latestRun()) for (const node of tables) node.dataset.factsLoaded = "true";
 }
 
 function summarize(detail) {
@@ -148,6 +216,7 @@ function summarize(detail) {
 }
 
 async function openHistory(id) {
+  const ticket = begin("history");
   $("history-id").textContent = id;
   $("history-error").hidden = true;
   $("history-events").replaceChildren();
@@ -160,10 +229,11 @@ async function openHistory(id) {
         + (cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""));
       events.push(...page.items);
       cursor = page.next_cursor;
-    } while (cursor && events.length < 1000);
+    } while (cursor && events.length < 1000 && isLatest("history", ticket));
   } catch (error) {
-    showError($("history-error"), error);
+    if (isLatest("history", ticket)) showError($("history-error"), error);
   }
+  if (!isLatest("history", ticket)) return;
   table($("history-events"), ["#", "at", "event", "related", "undone by", "detail"],
     events.map((e, i) => el("tr", { "data-event": e.event, "data-id": e.id },
       el("td", { text: i + 1 }),
@@ -193,10 +263,11 @@ function assembleRequest() {
   if ($("history-turns").value !== "") body.history_turns = Number($("history-turns").value);
   const messages = $("messages").value.split("\n").map((line) => line.trim()).filter(Boolean);
   if (messages.length) {
+    // "role: content" when the line opens with one word and a colon; any other line is the user's own
+    // ("Is the 10:30 meeting on?" is not said by "Is the 10").
     body.recent_messages = messages.map((line) => {
-      const at = line.indexOf(":");
-      return at > 0 ? { role: line.slice(0, at).trim(), content: line.slice(at + 1).trim() }
-                    : { role: "user", content: line };
+      const said = /^([^\s:]{1,64}):(?!\/\/)\s*(.*)$/.exec(line);
+      return said ? { role: said[1], content: said[2] } : { role: "user", content: line };
     });
   }
   return body;
@@ -232,9 +303,22 @@ function scoreCells(scores) {
   return SCORE_NAMES.map((name) => el("td", { className: "num", "data-score": name, text: show(scores && scores[name]) }));
 }
 
+function renderDegradation(r) {
+  // What the context lacks of what was planned: a level of L0 can still miss the directive or history turns.
+  const reasons = r.degradation_reasons || [];
+  $("degradation").replaceChildren(...reasons.map((reason) => el("li", { "data-reason": reason },
+    el("code", { text: reason }), ": ", DEGRADATIONS[reason] || "see the API reference",
+    reason === "retrieval_reduced" && r.retrieval ? ` (${r.retrieval.reason}: planned ${r.retrieval.planned}, `
+      + `ran ${fmt(r.retrieval.ran)})` : "")));
+  $("degradation").hidden = !reasons.length;
+}
+
 function renderAssembly(r) {
   $("level").textContent = r.degradation_level;
   $("level").className = `badge level-${r.degradation_level}`;
+  $("level").title = r.degradation_reasons && r.degradation_reasons.length
+    ? `incomplete: ${r.degradation_reasons.join(", ")}` : "complete";
+  renderDegradation(r);
   $("sources").textContent = `sources: ${r.sources_available.join(", ") || "none"}`;
   $("totals").textContent = `${fmt(r.metrics.total_ms, 1)} ms · ${r.metrics.candidates_evaluated} candidates · `
     + `${r.memories_used.length} packed · ${r.dropped.length} dropped`;
@@ -249,6 +333,7 @@ function renderAssembly(r) {
       el("td", { className: "num", text: m.tokens }),
       ...scoreCells(m.scores),
       el("td", { className: "why", "data-field": "justification", text: m.justification }))));
+  if (!r.memories_used.length) table($("used"), ["nothing was packed"], []);
 
   table($("dropped"), ["memory", "fact", "said", "reason", "detail", "tokens", ...SCORE_NAMES],
     r.dropped.map((d) => el("tr", { "data-id": d.id, "data-source": sourceOf(d) },
@@ -299,16 +384,18 @@ function renderAssembly(r) {
   $("context").textContent = r.context;
   applySources(document.querySelector("#assemble-result .sources"), $("used"), $("dropped"));
   $("assemble-result").hidden = false;
-  fillFacts($("used"));
-  fillFacts($("dropped"));
+  fillFacts($("used"), $("dropped"));
 }
 
 async function runAssemble(event) {
   event.preventDefault();
+  const ticket = begin("assemble");
   $("assemble-error").hidden = true;
   try {
-    renderAssembly(await api("POST", "/v1/context/assemble", assembleRequest()));
+    const answer = await api("POST", "/v1/context/assemble", assembleRequest());
+    if (isLatest("assemble", ticket)) renderAssembly(answer);
   } catch (error) {
+    if (!isLatest("assemble", ticket)) return;
     $("assemble-result").hidden = true;
     showError($("assemble-error"), error);
   }
@@ -354,9 +441,12 @@ async function runSearch(event) {
   if ($("search-include-superseded").checked) filters.include_superseded = true;
   if ($("search-as-of").value.trim()) filters.as_of = $("search-as-of").value.trim();
   if (Object.keys(filters).length) body.filters = filters;
+  const ticket = begin("search");
   try {
-    renderSearch(await api("POST", "/v1/memories/search", body));
+    const answer = await api("POST", "/v1/memories/search", body);
+    if (isLatest("search", ticket)) renderSearch(answer);
   } catch (error) {
+    if (!isLatest("search", ticket)) return;
     $("search-result").hidden = true;
     showError($("search-error"), error);
   }
@@ -368,6 +458,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const key = $("api-key").value.trim();
+    if (key && key !== apiKey()) clearResults();
     if (key) sessionStorage.setItem(KEY_SLOT, key);
     $("api-key").value = "";
     showKeyState();
@@ -375,6 +466,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("forget-key").addEventListener("click", () => {
     sessionStorage.removeItem(KEY_SLOT);
+    clearResults();
     showKeyState();
   });
   for (const tab of document.querySelectorAll(".tab")) {
