@@ -8,6 +8,7 @@ from pgcontext_client.errors import (
     Conflict,
     DeadlineExceeded,
     Forbidden,
+    IncompleteExport,
     NotFound,
     Overloaded,
     PayloadTooLarge,
@@ -37,8 +38,8 @@ from pgcontext_client.types import (
 
 __all__ = [
     "AssembleFilters", "AssembledContext", "AsyncClient", "BadRequest", "Call", "Client", "Conflict",
-    "DeadlineExceeded", "Directive",
-    "FeedbackItem", "FileIn", "Forbidden", "Memory", "MemoryIn", "Message", "MessageIn", "NotFound", "Overloaded",
+    "DeadlineExceeded", "Directive", "FeedbackItem", "FileIn", "Forbidden", "IncompleteExport", "Memory",
+    "MemoryIn", "Message", "MessageIn", "NotFound", "Overloaded",
     "PayloadTooLarge", "PgcontextError", "RateLimited", "RetrievalOptions", "RetryPolicy", "SearchFilters",
     "SearchTuning", "ServerError", "ServiceUnavailable", "TransportError", "Unauthorized", "Unprocessable",
     "ValidationError", "__version__", "types",

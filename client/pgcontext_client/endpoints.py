@@ -17,6 +17,7 @@ import msgspec
 
 from pgcontext_client import types as t
 from pgcontext_client._http import Call
+from pgcontext_client.errors import ValidationError
 
 Id = str | UUID
 UNSET: Any = msgspec.UNSET
@@ -42,7 +43,12 @@ def _query(**values: object) -> list[tuple[str, str]]:
 
 def _seg(value: Id) -> str:
     """``value`` as one path segment. One of dots only ("." or "..") would be resolved away by URL
-    normalisation (httpx's too): its dots go escaped, so the request reaches the server, which refuses it."""
+    normalisation (httpx's too): its dots go escaped, so the request reaches the server, which refuses it.
+    An empty one would send the request to another endpoint (``delete_memory("")`` to the agent erasure's
+    ``DELETE /v1/memories``): it is refused here, and nothing is sent."""
+    if str(value) == "":
+        raise ValidationError("an id in the path is empty, which would send the request to another endpoint; "
+                              "nothing was sent", code="validation_error")
     seg = quote(str(value), safe="")
     return seg.replace(".", "%2E") if seg and not seg.strip(".") else seg
 
@@ -199,7 +205,9 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
     own deadline (``X-Timeout-Ms``), both ways: longer than the service's deadline (40 ms by default) it
     lengthens the service's wall, up to its ``PGCONTEXT_ASSEMBLY_MAX_DEADLINE_MS`` (1,000 by default), so
     the full planned retrieval runs when you can wait for it; past it the service answers 504
-    (``DeadlineExceeded``), never partial context. ``result.complete`` / ``result.directive_missing`` say
+    (``DeadlineExceeded``), never partial context. The deadline holds for the whole call: a retry sends
+    what is left of it, none starts past it, and a try with no answer a second past it raises
+    ``TransportError``. ``result.complete`` / ``result.directive_missing`` say
     whether anything planned is missing (``degradation_reasons``)."""
     messages = None if recent_messages is None else [
         m if isinstance(m, t.Message) else t.Message(role=m["role"], content=m["content"]) for m in recent_messages]
@@ -207,8 +215,8 @@ def assemble(agent_id: str, query: str, *, model: str = "gpt-4o",
                              max_context_tokens=max_context_tokens, selective=selective,
                              reserve_tokens=reserve_tokens, retrieval=retrieval, encoding=encoding,
                              explain=explain, conversation_id=conversation_id, history_turns=history_turns)
-    headers = {} if timeout_ms is None else {"X-Timeout-Ms": str(timeout_ms)}
-    return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, headers=headers, repeatable=True)
+    return Call("POST", "/v1/context/assemble", t.AssembledContext, body=body, repeatable=True,
+                timeout_ms=timeout_ms)
 
 
 # --- conversations --------------------------------------------------------------------------------
@@ -218,12 +226,13 @@ def append_messages(conversation_id: str, messages: Sequence[t.MessageIn | Mappi
                     agent_id: str | None = UNSET, idempotency_key: str | None = None) -> Call[t.Appended]:
     """Append messages to a conversation, in order (the first append creates it, owned by ``agent_id``;
     left out: org-wide). Each is searchable as a memory of kind ``message``; one whose ``message_id`` is
-    already in the conversation is not written again, so a retried append is safe."""
+    already in the conversation is not written again. A retry (the client's own, after a broken
+    connection) resends the call's ``Idempotency-Key`` and is answered the first append's result."""
     items = [m if isinstance(m, t.MessageIn) else msgspec.convert(m, t.MessageIn) for m in messages]
-    # Repeatable: messages with a message_id are written once; give every message one to retry safely.
+    # Repeatable: the service answers a resent Idempotency-Key with the first append's result.
     return Call("POST", f"/v1/conversations/{_seg(conversation_id)}/messages", t.Appended,
                 body=t.AppendIn(messages=items, agent_id=agent_id), idempotency_key=idempotency_key,
-                repeatable=all(m.message_id is not None for m in items))
+                repeatable=True)
 
 
 def list_messages(conversation_id: str, *, session_id: str | None = None, limit: int | None = None,

@@ -8,6 +8,8 @@ by status (``except NotFound``) or look at ``code`` for the finer reason (``"unk
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -15,7 +17,8 @@ import msgspec
 
 
 class PgcontextError(Exception):
-    """An error answer from the service (or, as ``TransportError``, no answer at all)."""
+    """An error answer from the service (or, as ``TransportError``, no answer at all; ``code``
+    ``invalid_response``: a success answer that is not what the service sends, e.g. a proxy's page)."""
 
     status: int | None = None
     """The HTTP status of the answer (None: no answer, see ``TransportError``)."""
@@ -114,6 +117,17 @@ class TransportError(PgcontextError):
         """The request's full URL."""
 
 
+class IncompleteExport(PgcontextError):
+    """An export stream that stopped before its ``end`` line, so the lines read are not the whole
+    export: the service's ``error`` line (``code`` ``export_failed``, reading failed part-way) or a
+    stream that ended without one (``export_incomplete``, e.g. a proxy cut it). Run the export again."""
+
+    def __init__(self, message: str, *, code: str, url: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.url = url
+        """The export's full URL."""
+
+
 _BY_STATUS: dict[int, type[PgcontextError]] = {
     400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge,
     422: Unprocessable, 429: RateLimited, 503: ServiceUnavailable, 504: DeadlineExceeded,
@@ -131,26 +145,57 @@ class _ErrorBody(msgspec.Struct):
     request_id: str | None = None
 
 
-class _Envelope(msgspec.Struct):
+class Envelope(msgspec.Struct):
     error: _ErrorBody
 
 
+_MONTHS = {name: number for number, name in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+
+
+def _seconds_until(http_date: str) -> float | None:
+    """Seconds from now to an HTTP date (``Wed, 21 Oct 2015 07:28:00 GMT``), None when it is not one."""
+    parts = http_date.replace(",", " ").split()
+    if len(parts) != 6 or parts[5] not in ("GMT", "UTC") or parts[2] not in _MONTHS:
+        return None
+    try:
+        hour, minute, second = (int(part) for part in parts[4].split(":"))
+        when = datetime(int(parts[3]), _MONTHS[parts[2]], int(parts[1]), hour, minute, second, tzinfo=UTC)
+    except ValueError:
+        return None
+    return when.timestamp() - time.time()
+
+
 def retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds (the delta-seconds form the service sends; an HTTP date is ignored)."""
+    """``Retry-After`` in seconds: its delta-seconds form (what the service sends) or an HTTP date (what
+    a proxy or load balancer may send), a date in the past being 0."""
     value = response.headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds: float | None = float(value)
     except ValueError:
+        seconds = _seconds_until(value)
+    if seconds is None or seconds != seconds:  # neither form, or NaN
         return None
+    return max(0.0, seconds)
+
+
+def invalid_response(response: httpx.Response, expected: str, exc: Exception) -> PgcontextError:
+    """A success answer whose body is not the expected object: something other than the service answered
+    (a proxy's page, a URL missing its path prefix), or a service too different from this client."""
+    kind = response.headers.get("content-type", "no content type")
+    return PgcontextError(f"{response.request.method} {response.url} answered {response.status_code} ({kind}), "
+                          f"not a {expected}: {exc} (is PGCONTEXT_URL the service's address?)",
+                          status=response.status_code, code="invalid_response",
+                          request_id=response.headers.get("x-request-id"))
 
 
 def from_response(response: httpx.Response) -> PgcontextError:
     """The exception for an error answer, whatever its body (a proxy's HTML page still gives a typed error)."""
     status = response.status_code
     try:
-        body = msgspec.json.decode(response.content, type=_Envelope).error
+        body = msgspec.json.decode(response.content, type=Envelope).error
     except (msgspec.DecodeError, msgspec.ValidationError):
         text = response.text[:200] or response.reason_phrase
         body = _ErrorBody(code=f"http_{status}", message=text)

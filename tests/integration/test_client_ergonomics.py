@@ -11,7 +11,7 @@ from uuid import uuid4
 
 import httpx
 import pytest
-from pgcontext_client import AsyncClient, Client, PgcontextError, RetryPolicy, TransportError
+from pgcontext_client import AsyncClient, Client, MessageIn, PgcontextError, RetryPolicy, TransportError
 from pgcontext_client.client import default_url
 
 from service.embeddings import Embedder
@@ -109,3 +109,61 @@ def test_search_scores_and_memory_numbers_have_no_float4_noise(live_url: str, te
         written = pg.create_memory("Numbers check: the boiler pressure is 1.5 bar.", agent_id=agent, importance=0.3)
         raw = pg._http.get(f"/v1/memories/{written.id}")
         assert json.loads(raw.text)["importance"] == 0.3 and '"importance":0.3' in raw.text.replace(" ", "")
+
+
+async def test_iterate_reads_every_page_of_a_listing(live_url: str, tenant: Tenant) -> None:
+    agent, chat = f"ergo-{uuid4().hex[:8]}", f"pages-{uuid4().hex[:8]}"
+    with Client(live_url, tenant.key) as pg:
+        written = [pg.create_memory(f"Page test fact number {i}.", agent_id=agent).id for i in range(5)]
+        pg.append_messages(chat, [MessageIn(content=f"turn {i}", role="user") for i in range(5)], agent_id=agent)
+        every = list(pg.iterate(pg.list_memories, agent_id=agent, kind="fact", limit=2))
+        assert [m.id for m in every] == written[::-1]  # newest first, across three pages
+        assert [m.content for m in pg.iterate(pg.list_messages, chat, limit=2)] == [f"turn {i}" for i in range(5)]
+        second_page = pg.list_memories(agent_id=agent, kind="fact", limit=2).next_cursor
+        assert [m.id for m in pg.iterate(pg.list_memories, agent_id=agent, kind="fact", limit=2,
+                                         cursor=second_page)] == written[2::-1]
+        assert len(list(pg.iterate(pg.list_memories, agent_id=agent, limit=3))) == 10  # the messages too
+    async with AsyncClient(live_url, tenant.key) as apg:
+        assert [m.id async for m in apg.iterate(apg.list_memories, agent_id=agent, kind="fact", limit=2)] \
+            == written[::-1]
+        assert [c.id async for c in apg.iterate(apg.list_conversations, agent_id=agent, limit=1)] == [chat]
+
+
+def test_an_http_client_of_your_own_is_used_as_it_is(
+        live_url: str, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``http=`` brings its own base URL and key: a ``url`` or ``api_key`` beside it would go unused, so
+    it is refused; the environment's defaults are not read (a bad ``PGCONTEXT_PORT`` does not matter)."""
+    monkeypatch.setenv("PGCONTEXT_PORT", "eighty")
+    with httpx.Client(base_url=live_url, headers={"Authorization": f"Bearer {tenant.key}"}) as http:
+        with pytest.raises(TypeError, match="not both"):
+            Client(live_url, tenant.key, http=http)
+        with pytest.raises(TypeError, match="not both"):
+            Client(api_key=tenant.key, http=http)
+        with Client(http=http) as pg:
+            assert pg.health().status == "ok" and pg.list_memories(limit=1).items == []
+    with pytest.raises(TypeError, match="not both"):
+        AsyncClient("http://127.0.0.1:1", http=httpx.AsyncClient())
+
+
+def test_an_api_key_read_from_a_file_works_and_a_malformed_one_never_reaches_a_message(
+        live_url: str, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key read from a file or a .env ends with a newline (or CRLF): it is taken without it. One with
+    whitespace inside is refused when the client is made; an illegal ``Authorization`` header on an httpx
+    client of your own is a ``TransportError`` that does not print the key."""
+    with Client(live_url, tenant.key + "\n") as pg:
+        assert pg.list_memories(limit=1).items == []
+    monkeypatch.setenv("PGCONTEXT_URL", live_url)
+    monkeypatch.setenv("PGCONTEXT_API_KEY", f" {tenant.key}\r\n")
+    with Client() as pg:
+        assert pg.list_memories(limit=1).items == []
+    secret = tenant.key.removeprefix("pgc_")
+    for bad in (f"{tenant.key[:10]} {tenant.key[10:]}", f"{tenant.key}\x00"):
+        with pytest.raises(ValueError, match="API key") as refused:
+            AsyncClient(live_url, bad)
+        assert secret[:8] not in str(refused.value)
+    headers = {"Authorization": f"Bearer {tenant.key}\n"}
+    with (httpx.Client(base_url=live_url, headers=headers) as http, Client(http=http) as pg,
+          pytest.raises(TransportError) as unsent):
+        pg.health()
+    assert "could not be sent" in unsent.value.message and secret[:8] not in str(unsent.value)
+    assert "Bearer [redacted]" in unsent.value.message
