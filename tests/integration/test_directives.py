@@ -92,6 +92,17 @@ async def test_write_refreshes_the_envelope(client: AsyncTestClient[Any], tenant
         assert env is not None and env["version"] == n
 
 
+async def test_putting_the_same_text_again_changes_nothing(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """A PUT is idempotent: a client that retries one after a lost answer does not bump the version."""
+    path = "/v1/agents/steady/directive"
+    first = (await client.put(path, json={"content": "Stay calm."}, headers=tenant.headers)).json()
+    again = (await client.put(path, json={"content": "Stay calm."}, headers=tenant.headers)).json()
+    assert first["version"] == 1 and (again["version"], again["updated_at"]) == (1, first["updated_at"])
+    changed = (await client.put(path, json={"content": "Stay calmer."}, headers=tenant.headers)).json()
+    assert changed["version"] == 2
+    assert (await client.get(path, headers=tenant.headers)).json()["version"] == 2
+
+
 async def test_older_version_never_overwrites_newer(client: AsyncTestClient[Any], tenant: Tenant, redis: Redis,
                                                     app_dsn: str) -> None:
     path = "/v1/agents/racer/directive"
