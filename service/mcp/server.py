@@ -4,11 +4,17 @@ Over streamable HTTP (``pgcontext mcp --http``) the MCP endpoint is ``/mcp`` and
 ``Authorization: Bearer <pgcontext API key>``, the same key the service takes: the SDK's bearer middleware
 asks ``ServiceKeyVerifier``, which asks the service (401 with ``WWW-Authenticate: Bearer`` otherwise).
 Each caller's tools then act with its own key, so its org is its own; the agent is configuration.
+
+While the service is down (or failing), a key it accepted before is let through, and each tool call says
+the service could not be reached; a key never seen is answered 503 with ``Retry-After``, not 401: the key
+may well be good, and a 401 would send an MCP client into re-authentication.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import time
 from collections import OrderedDict
 from contextvars import ContextVar
@@ -24,7 +30,10 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
+from service.mcp.arguments import ToolServer
 from service.mcp.tools import McpConfig, register
+
+logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """Long-term memory for this agent, kept by pgcontext. Before answering a message that may
 depend on earlier conversations, call `assemble_context` with it; when you learn something lasting, call
@@ -45,6 +54,13 @@ many requests in this server."""
 
 MAX_CLIENTS = 256
 """Keys the service accepted that keep a client here (least recently used dropped first)."""
+
+UNREACHABLE_RETRY_AFTER_S = 5
+"""``Retry-After`` of the 503 for a key that could not be checked because the service did not answer."""
+
+
+class ServiceUnreachable(Exception):
+    """The service could not say whether a bearer token is a key (not reached, or a 5xx answer)."""
 
 
 class Clients:
@@ -73,7 +89,7 @@ class Clients:
             headers["X-Forwarded-For"] = forwarded_for
         http = httpx.AsyncClient(base_url=self.config.url.rstrip("/"), timeout=30.0, transport=self._pool,
                                  headers=headers)
-        return AsyncClient(self.config.url, key, retry=retry or self.retry, http=http)
+        return AsyncClient(retry=retry or self.retry, http=http)  # its base URL and key are the http client's
 
     def get(self, key: str | None) -> AsyncClient:
         """The client of a key already accepted (made for the configured key on first use)."""
@@ -87,8 +103,9 @@ class Clients:
             self._by_key.move_to_end(slot)
         return client
 
-    async def accepts(self, key: str) -> bool:
-        """Whether the service takes ``key`` (a request with it; no state kept for it here). The HTTP
+    async def accepts(self, key: str) -> bool | None:
+        """Whether the service takes ``key`` (a request with it; no state kept for it here); None when it
+        could not say (not reached, or a 5xx answer). The HTTP
         caller's address goes along (``X-Forwarded-For``, which the service's HTTP server takes from a
         loopback peer): the service limits unknown keys per address, and a stranger flooding this
         server must spend its own address's budget, not this server's.
@@ -102,8 +119,11 @@ class Clients:
             return False
         except RateLimited as exc:
             return bool(exc.code != "auth_rate_limited")
-        except PgcontextError:
-            return False  # the service cannot vouch for the key right now: refuse rather than guess
+        except PgcontextError as exc:
+            if exc.status is None or exc.status >= 500:
+                logger.warning("pgcontext could not check an MCP client's key: %s", exc)
+                return None
+            return False
         return True
 
     async def for_call(self) -> AsyncClient:
@@ -122,7 +142,8 @@ class ServiceKeyVerifier:
     def __init__(self, clients: Clients) -> None:
         self.clients = clients
         self._accepted: OrderedDict[str, float] = OrderedDict()
-        """Digests of keys the service accepted lately, until when (as many as the clients kept)."""
+        """Digests of keys the service accepted, until when that holds without asking again (as many as the
+        clients kept; one past its time is still let in while the service cannot be asked)."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -130,7 +151,16 @@ class ServiceKeyVerifier:
         if self._accepted.get(digest, 0.0) > now:
             self._accepted.move_to_end(digest)
             return AccessToken(token=token, client_id=digest[:16], scopes=[])
-        if not await self.clients.accepts(token):
+        verdict = await self.clients.accepts(token)
+        if verdict is None:
+            if digest not in self._accepted:
+                raise ServiceUnreachable
+            # Accepted before: the service checks the key again on every tool call (which says, for now,
+            # that the service could not be reached), so letting it in risks nothing and keeps the
+            # MCP client's session, instead of a 401 that sends it back to authenticate.
+            self._accepted.move_to_end(digest)
+            return AccessToken(token=token, client_id=digest[:16], scopes=[])
+        if not verdict:
             self._accepted.pop(digest, None)
             return None
         self._accepted[digest] = now + KEY_CACHE_S
@@ -146,8 +176,8 @@ def build_server(config: McpConfig, clients: Clients, *, http: bool = False) -> 
         # Resource-server only: tokens are pgcontext API keys, checked by the service (no OAuth flows).
         auth = {"auth": AuthSettings(issuer_url=config.url, resource_server_url=None),  # type: ignore[arg-type]
                 "token_verifier": ServiceKeyVerifier(clients)}
-    server: MCPServer[Any] = MCPServer("pgcontext", instructions=INSTRUCTIONS, version=__version__,
-                                       log_level="WARNING", **auth)
+    server = ToolServer("pgcontext", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", **auth)
+    server.deadline_s = config.tool_deadline_s
     register(server, config, clients.for_call)
     return server
 
@@ -158,7 +188,8 @@ def run_stdio(config: McpConfig) -> None:
 
 
 class ClientAddress:
-    """Outermost middleware: the request's client address, for the token check (:meth:`Clients.accepts`)."""
+    """Outermost middleware: the request's client address, for the token check (:meth:`Clients.accepts`),
+    and a 503 for a token the service could not check (:class:`ServiceUnreachable`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -168,8 +199,21 @@ class ClientAddress:
         reset = CLIENT_ADDRESS.set(client[0] if client else None)
         try:
             await self.app(scope, receive, send)
+        except ServiceUnreachable:
+            await unreachable(send)
         finally:
             CLIENT_ADDRESS.reset(reset)
+
+
+async def unreachable(send: Send) -> None:
+    """503 with a JSON-RPC error (which the SDK's client hands to the caller as the request's error)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32603, "message": "the pgcontext service could not be reached to check this API key; "
+                                   f"try again in {UNREACHABLE_RETRY_AFTER_S} s"}}).encode()
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"retry-after", str(UNREACHABLE_RETRY_AFTER_S).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def http_app(config: McpConfig, *, host: str = "127.0.0.1") -> Starlette:

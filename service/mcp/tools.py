@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -19,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pgcontext_client import (
     AsyncClient,
+    Conflict,
     MemoryIn,
     Message,
     MessageIn,
@@ -29,7 +29,7 @@ from pgcontext_client import (
     TransportError,
 )
 from pgcontext_client.types import SearchResult
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 
 @dataclass(frozen=True)
@@ -41,25 +41,34 @@ class McpConfig:
     api_key: str | None = None
     """stdio: the key every call uses. Streamable HTTP: unused (each MCP client's bearer token is its key)."""
     model: str = "gpt-4o"
-    """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts)."""
+    """Model whose tokenizer counts ``assemble_context``'s budget (any name the service accepts; empty: gpt-4o)."""
     max_context_tokens: int | None = None
     """``assemble_context``'s default budget; unset: selective mode (the service sizes it from the query)."""
     max_clients: int = 256
     """Streamable HTTP: keys the service accepted that keep a client (least recently used dropped first)."""
+    tool_deadline_s: float = 50.0
+    """A tool call not done by then is answered as a tool error (under the 60 s MCP clients commonly wait)."""
 
+
+MAX_RECALL_CHARS = 40_000
+"""Characters of memory text one ``recall`` returns at most (the best match always whole): 50 memories of
+32,000 characters were 1.6 MB, more than a model's context and than what runtimes take from one tool call
+(Claude Code refuses a result over 25,000 tokens)."""
 
 ClientFor = Callable[[], Awaitable[AsyncClient]]
 """The client for the current tool call (the configured key, or the HTTP caller's)."""
 
 
 class NewMemory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     text: str = Field(description="The fact, preference, event or instruction, self-contained and specific.")
     kind: str | None = Field(None, description="A lowercase label such as fact, preference, event, task "
                                                "(default fact).")
     importance: float | None = Field(None, ge=0, le=1, description="0-1; higher is kept in view more (default 0.5).")
     pinned: bool | None = Field(None, description="Always offer this memory in assembled context.")
-    occurred_at: datetime | None = Field(None, description="When it happened or was said (ISO 8601 with timezone); "
-                                                           "default now.")
+    occurred_at: AwareDatetime | None = Field(None, description="When it happened or was said (ISO 8601 with "
+                                                                "timezone); default now.")
     metadata: dict[str, Any] | None = Field(None, description="Optional JSON object for filtering later.")
     search_context: str | None = Field(None, description="Words this memory should be found by but that are not "
                                                          "part of it, e.g. the question a reply answers; searched, "
@@ -70,18 +79,30 @@ class NewMemory(BaseModel):
 
 
 class ChatMessage(BaseModel):
+    """A recent turn; one as given to `append_messages` is taken as it is (its other fields unused)."""
+
     role: str = Field(description="user, assistant, system or tool")
     content: str
 
 
 class NewMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     content: str = Field(description="The words as said.")
     role: Literal["user", "assistant", "system", "tool"] | None = Field(None, description="Who said it, by role.")
     speaker: str | None = Field(None, description="Who said it, by name (e.g. the user's name).")
-    occurred_at: datetime | None = Field(None, description="When it was said (ISO 8601 with timezone); default now.")
+    occurred_at: AwareDatetime | None = Field(None, description="When it was said (ISO 8601 with timezone); "
+                                                                "default now.")
     session_id: str | None = Field(None, description="The session (chat thread or day) it belongs to.")
     message_id: str | None = Field(None, description="Your id for it (letters, digits, _.:@-): a message already "
                                                      "stored under this id is not stored again.")
+
+    @model_validator(mode="after")
+    def said_by_someone(self) -> NewMessage:
+        """A turn nobody said is no use to recall ("what did the user say?"): a role or a speaker is needed."""
+        if self.role is None and not (self.speaker or "").strip():
+            raise ValueError("a turn needs its `role` (user, assistant, system or tool) or its `speaker`")
+        return self
 
 
 REMEMBER = """Store new long-term memories for this agent, so later conversations can recall them.
@@ -107,8 +128,9 @@ RECALL = """Search this agent's long-term memories by meaning and keywords (hybr
 Use it to look something up explicitly: "what do I know about the user's diet?", or to find a
 memory's id before forgetting it. Results are best first, each with its id, text, kind, when it
 happened and a `score` from 0 (no match) to 1 (a perfect match), comparable between calls.
-For everything relevant to answering a message within a token budget, prefer
-`assemble_context`."""
+Long memories are returned whole up to about 40,000 characters in all (the best one always);
+`more` then counts the matches left out. For everything relevant to answering a message within
+a token budget, prefer `assemble_context`."""
 
 ASSEMBLE = """Build the best context for answering a query: the agent's directive, its most useful
 memories and the recent conversation, ranked and packed into a token budget.
@@ -147,11 +169,15 @@ def service_errors() -> Iterator[None]:
     log line); anything else is a crash the SDK reports as such."""
     try:
         yield
-    except TransportError as exc:
-        raise ToolError(f"pgcontext could not be reached: {exc.message}") from exc
     except PgcontextError as exc:
-        raise ToolError(f"pgcontext answered {exc.status} {exc.code}: {exc.message} "
-                        f"(request id {exc.request_id})") from exc
+        raise ToolError(failure(exc)) from exc
+
+
+def failure(exc: PgcontextError) -> str:
+    """A service error (or no answer) in a line for the model."""
+    if isinstance(exc, TransportError):
+        return f"pgcontext could not be reached: {exc.message}"
+    return f"pgcontext answered {exc.status} {exc.code}: {exc.message} (request id {exc.request_id})"
 
 
 def _recalled(r: SearchResult) -> dict[str, Any]:
@@ -166,6 +192,7 @@ def _recalled(r: SearchResult) -> dict[str, Any]:
 
 def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -> None:
     agent = config.agent_id
+    model = config.model.strip() or "gpt-4o"  # an empty PGCONTEXT_MCP_MODEL in a runtime's env: the default
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -175,7 +202,7 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         memories: Annotated[list[NewMemory] | None, Field(description="Several memories to store at once.")] = None,
         kind: Annotated[str | None, Field(description="Kind of `text` (e.g. preference, event).")] = None,
         importance: Annotated[float | None, Field(ge=0, le=1, description="Importance of `text`, 0-1.")] = None,
-        occurred_at: Annotated[datetime | None, Field(
+        occurred_at: Annotated[AwareDatetime | None, Field(
             description="When `text` happened or was said (ISO 8601 with timezone); default now.")] = None,
         metadata: Annotated[dict[str, Any] | None, Field(
             description="Optional JSON object stored with `text`, for filtering later.")] = None,
@@ -215,10 +242,11 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
     async def recall(
         query: Annotated[str, Field(description="What to look for, in natural language or keywords.")],
         limit: Annotated[int, Field(ge=1, le=50, description="How many memories at most.")] = 5,
-        kinds: Annotated[list[str] | None, Field(description="Only these kinds (e.g. [\"preference\"]).")] = None,
+        kinds: Annotated[list[str] | None, Field(min_length=1,
+                                                 description="Only these kinds (e.g. [\"preference\"]).")] = None,
         conversations: Annotated[list[str] | None, Field(
-            description="Only the turns of these conversations (as given to `append_messages`); other memories "
-                        "still match.")] = None,
+            min_length=1, description="Only the turns of these conversations (as given to `append_messages`); "
+                                      "other memories still match.")] = None,
     ) -> dict[str, Any]:
         with service_errors():
             # The model writes these queries: its "I" is not the user's (and not its own turns either:
@@ -227,7 +255,15 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                                                       filters=SearchFilters(agent_id=agent, kinds=kinds,
                                                                             conversations=conversations),
                                                       tuning=SearchTuning(first_person=None))
-        return {"memories": [_recalled(r) for r in found.results]}
+        kept: list[dict[str, Any]] = []
+        chars = 0
+        for r in found.results:
+            chars += len(r.text)
+            if kept and chars > MAX_RECALL_CHARS:
+                break
+            kept.append(_recalled(r))
+        more = len(found.results) - len(kept)
+        return {"memories": kept, **({"more": more} if more else {})}
 
     @server.tool(description=ASSEMBLE, annotations=reads)
     async def assemble_context(
@@ -243,7 +279,7 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         selective = True if budget is None else None  # no budget anywhere: the service sizes it from the query
         messages = [Message(role=m.role, content=m.content) for m in recent_messages or []]
         with service_errors():
-            ctx = await (await client_for()).assemble(agent, query, model=config.model, recent_messages=messages,
+            ctx = await (await client_for()).assemble(agent, query, model=model, recent_messages=messages,
                                                       max_context_tokens=budget, selective=selective,
                                                       conversation_id=conversation_id)
         return {"context": ctx.context, "refs": {tag: str(i) for tag, i in ctx.refs.items()},
@@ -261,6 +297,9 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
             raise ToolError(f"memory ids are UUIDs (as `recall` and `assemble_context` return them): {exc}") from exc
         if not verdicts:
             raise ToolError("give `helpful_ids`, `unhelpful_ids` or both")
+        if both := sorted({str(UUID(i)) for i in helpful_ids or []} & {str(UUID(i)) for i in unhelpful_ids or []}):
+            raise ToolError(f"invalid arguments: {', '.join(both)} cannot be both helpful and unhelpful "
+                            "(give each id in one list)")
         client = await client_for()
         unknown: list[UUID] = []
         with service_errors():
@@ -310,17 +349,19 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                 continue
             try:
                 # Another agent's (or an org-wide) memory is not this agent's to delete.
-                if (await client.get_memory(ident)).agent_id == agent:
-                    await client.delete_memory(ident)
-                    deleted.append(memory_id)
-                    continue
+                mine = (await client.get_memory(ident)).agent_id == agent
+                if mine:
+                    # 404 now: a delete sent again after its answer was lost (the first one deleted it), or
+                    # another caller's at the same moment; either way it is gone, as asked.
+                    with contextlib.suppress(NotFound):
+                        await client.delete_memory(ident)
             except NotFound:
-                pass
-            except TransportError as exc:  # what was deleted before is said, not lost with the error
-                done = f" (deleted before it failed: {', '.join(deleted)})" if deleted else ""
-                raise ToolError(f"pgcontext could not be reached: {exc.message}{done}") from exc
-            except PgcontextError as exc:  # e.g. a conversation's turn, which goes with its conversation
+                mine = False
+            except Conflict as exc:  # a conversation's turn (or a document's chunk): it goes with its whole
                 refused.append({"id": memory_id, "reason": f"{exc.code}: {exc.message}"})
                 continue
-            missing.append(memory_id)
+            except PgcontextError as exc:  # the call failed, not this id: what was deleted before is said
+                done = f" (deleted before it failed: {', '.join(deleted)})" if deleted else ""
+                raise ToolError(f"{failure(exc)}{done}") from exc
+            (deleted if mine else missing).append(memory_id)
         return {"deleted": deleted, "not_found": missing, **({"refused": refused} if refused else {})}

@@ -18,9 +18,11 @@ import pytest
 
 from service.db import Database, create_pool
 from service.embedded.postgres import free_port
+from service.embeddings import Embedder
 from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
+from tests.integration import live
 from tests.integration.test_cli import PGCONTEXT, ROOT, Output, clean_env, copy_models
 from tests.processes import stop_process
 
@@ -100,3 +102,10 @@ async def db(endpoints: Endpoints) -> AsyncIterator[Database]:
         yield database
     finally:
         await database.close()
+
+
+@pytest.fixture(scope="module")
+def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
+    """A live service (uvicorn in a thread, on the session's Postgres and Redis) for the module's tests."""
+    with live.live_service(settings, endpoints, embedder) as url:
+        yield url

@@ -5,7 +5,6 @@ session."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
 
@@ -15,22 +14,12 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from service.embeddings import Embedder
-from service.runtime import Endpoints
-from service.settings import Settings
 from tests.conftest import Tenant
-from tests.integration.live import live_service
 from tests.integration.test_cli import PGCONTEXT, clean_env
 from tests.integration.test_client_readme import fenced
 from tests.integration.test_mcp import TOOLS, call, mcp_http_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 async def use(session: ClientSession) -> None:
