@@ -70,7 +70,8 @@ async def test_last_turns_not_read_in_time_are_reported_not_left_out(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant, owner_dsn: str) -> None:
     """The conversation's length is read beside the branches; when it does not come within the wall the
     last ``history_turns`` stay candidates, and the response says so (``history_turns_unread``)."""
-    deadlines = {"deadline_ms": 1500, "directive_timeout_ms": 500, "hot_timeout_ms": 500, "cold_timeout_ms": 1000}
+    deadlines: dict[str, Any] = {"deadline_ms": 1500, "directive_timeout_ms": 500, "hot_timeout_ms": 500,
+                                 "cold_timeout_ms": 1000}
     async with assembly_client(settings, endpoints, embedder, **deadlines) as client:
         await append(client, tenant, "asm5", TURNS[:1], agent_id="zz5")
         conn = await asyncpg.connect(owner_dsn)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
@@ -36,12 +35,6 @@ from tests.conftest import Tenant
 from tests.integration.live import live_service
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 class Recorder:

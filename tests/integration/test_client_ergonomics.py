@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
 from uuid import uuid4
 
 import httpx
@@ -14,20 +13,10 @@ import pytest
 from pgcontext_client import AsyncClient, Client, MessageIn, PgcontextError, RetryPolicy, TransportError
 from pgcontext_client.client import default_url
 
-from service.embeddings import Embedder
-from service.runtime import Endpoints
-from service.settings import Settings
 from tests.conftest import Tenant
-from tests.integration.live import live_service
 from tests.integration.test_client import _closed_port
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 def test_a_single_write_answers_its_id_and_status(live_url: str, tenant: Tenant) -> None:

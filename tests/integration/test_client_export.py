@@ -6,7 +6,6 @@ service itself always ends with one of the two). An export streams on one event 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
 
@@ -14,21 +13,11 @@ import msgspec
 import pytest
 from pgcontext_client import AsyncClient, Client, IncompleteExport, TransportError
 
-from service.embeddings import Embedder
 from service.export import stream
-from service.runtime import Endpoints
-from service.settings import Settings
 from tests.conftest import Tenant
-from tests.integration.live import live_service
 from tests.integration.test_client_transport import scripted
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 def seed(url: str, key: str) -> str:

@@ -6,17 +6,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pgcontext_client import Client
 
-from service.embeddings import Embedder
-from service.runtime import Endpoints
-from service.settings import Settings
 from tests.conftest import Tenant
-from tests.integration.live import live_service
 from tests.integration.test_cli import clean_env
 
 pytestmark = pytest.mark.integration
@@ -31,12 +26,6 @@ def fenced(section: str, language: str) -> list[str]:
     end = text.find("\n## ", start + 1)
     body = text[start:end if end != -1 else None]
     return re.findall(rf"^```{language}\n(.*?)^```$", body, flags=re.S | re.M)
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 def test_the_python_client_example_runs(live_url: str, tenant: Tenant) -> None:

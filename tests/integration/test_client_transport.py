@@ -46,12 +46,6 @@ FAST = RetryPolicy(attempts=4, backoff_s=0.01, max_backoff_s=0.05)
 ANSWER = tuple[int, dict[str, str], bytes]
 
 
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
-
-
 class Relay:
     """A TCP relay to ``upstream``: counts the connections it accepts; the first ``drop`` of them carry
     their request to the service and close as its answer starts to come back (the write was made, the

@@ -5,7 +5,6 @@ tenant isolation) and the README example."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -25,24 +24,15 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 from pgcontext_client import Client
 from pgcontext_langchain import PgcontextChatMessageHistory, PgcontextRetriever
 
-from service.embeddings import Embedder
-from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.adapters import ROOT, run_readme
-from tests.integration.live import live_service
 
 pytestmark = pytest.mark.integration
 
 FACTS = ["The user is allergic to peanuts.", "The user cooks for two on weekdays.",
          "The user's favourite cuisine is Georgian.", "The user avoids deep-fried food.",
          "The user grows basil and mint on the balcony."]
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 def seed(url: str, key: str, agent: str) -> list[str]:

@@ -20,20 +20,10 @@ from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNa
 from pgcontext_client import Client
 from pgcontext_langgraph import PgcontextStore
 
-from service.embeddings import Embedder
-from service.runtime import Endpoints
-from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.adapters import ROOT, run_readme
-from tests.integration.live import live_service
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 @pytest.fixture

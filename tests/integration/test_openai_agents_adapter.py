@@ -6,7 +6,7 @@ README example."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -19,12 +19,9 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from pgcontext_agents import PgcontextSession, memory_tools
 from pgcontext_client import Client, SearchFilters
 
-from service.embeddings import Embedder
-from service.runtime import Endpoints
 from service.settings import Settings
 from tests.conftest import Tenant
 from tests.integration.adapters import ROOT, run_readme
-from tests.integration.live import live_service
 from tests.integration.test_conversations import ROLE_CHAT
 
 pytestmark = pytest.mark.integration
@@ -68,12 +65,6 @@ def last_tool_output(items: list[dict[str, Any]]) -> Any:
 def fact(items: list[dict[str, Any]]) -> dict[str, Any]:
     """The best recalled memory that is a fact (the conversation's own messages are memories too)."""
     return next(m for m in last_tool_output(items)["memories"] if m["kind"] == "fact")
-
-
-@pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
 
 
 async def test_an_agent_loop_remembers_and_recalls_through_the_tools_and_session(live_url: str,

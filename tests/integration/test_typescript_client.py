@@ -63,12 +63,6 @@ def node() -> str:
 
 
 @pytest.fixture(scope="module")
-def live_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
-    with live_service(settings, endpoints, embedder) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def slow_url(settings: Settings, endpoints: Endpoints, embedder: Embedder) -> Iterator[str]:
     """One assembly at a time, no queue, each slowed by 600 ms: a concurrent second one answers 503
     ``overloaded`` with ``Retry-After: 1`` (what the client's retries are tested against)."""
