@@ -172,9 +172,10 @@ def feedback(helpful: Mapping[str, bool] | Mapping[UUID, bool] | Iterable[t.Feed
         items = [t.FeedbackItem(id=UUID(str(k)), helpful=bool(v)) for k, v in helpful.items()]
     else:
         items = list(helpful)
-    # Not repeatable on a broken connection: each report moves usefulness again.
+    # Repeatable: a retry carries the call's Idempotency-Key, and the service answers it with the first
+    # answer instead of moving usefulness again.
     return Call("POST", "/v1/memories/feedback", t.FeedbackOut, body=t.FeedbackIn(items=items),
-                idempotency_key=idempotency_key)
+                idempotency_key=idempotency_key, repeatable=True)
 
 
 def search(query: str, *, strategy: t.Strategy | None = None, limit: int | None = None,

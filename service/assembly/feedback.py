@@ -26,6 +26,7 @@ import structlog
 from service.assembly.types import FeedbackIn, FeedbackOut, FeedbackUpdated
 from service.db import Database
 from service.errors import BadRequest
+from service.memories import idempotency
 from service.runtime import Services
 
 log = structlog.get_logger(__name__)
@@ -64,24 +65,41 @@ def ema_terms(targets: list[float], alpha: float) -> tuple[float, float]:
     return decay, add
 
 
-async def apply_feedback(services: Services, org_id: UUID, body: FeedbackIn, alpha: float) -> FeedbackOut:
+async def apply_feedback(services: Services, org_id: UUID, body: FeedbackIn, alpha: float,
+                         idempotency_key: str | None = None) -> tuple[FeedbackOut, bool]:
+    """Move the reported memories' usefulness; returns (the answer, replayed: the first answer under
+    ``idempotency_key``, nothing moved again)."""
+    idempotency.check_key(idempotency_key)
+    key = None
+    if idempotency_key is not None:
+        key = idempotency_key, idempotency.request_hash(body, "memories/feedback")
+        first = await idempotency.earlier(services, org_id, *key, FeedbackOut)
+        if first is not None:
+            return first, True
     per_id: dict[UUID, list[float]] = {}
     for ident, helpful in feedback_events(body):
         per_id.setdefault(ident, []).append(1.0 if helpful else -1.0)
     ids = list(per_id)
     terms = [ema_terms(per_id[i], alpha) for i in ids]
     async with services.db.tenant(org_id) as tx:
+        if key is not None:
+            first = await idempotency.claim(tx, *key, FeedbackOut)
+            if first is not None:
+                return first, True
         rows = await tx.fetch("assembly.feedback", org_id, ids, [t[0] for t in terms], [t[1] for t in terms],
                               [len(per_id[i]) for i in ids])
-    found = {r["id"] for r in rows}
+        found = {r["id"] for r in rows}
+        out = FeedbackOut(
+            updated=[FeedbackUpdated(id=r["id"], usefulness=round(float(r["usefulness"]), 6),
+                                     feedback_count=r["feedback_count"]) for r in rows],
+            not_found=[i for i in ids if i not in found],
+        )
+        if key is not None:
+            await idempotency.remember(tx, key[0], out)
     if rows:
         # Hot sets cache usefulness: the agents whose memories changed get fresh ones.
         await services.memories_changed(org_id, {r["agent_id"] for r in rows})
-    return FeedbackOut(
-        updated=[FeedbackUpdated(id=r["id"], usefulness=round(float(r["usefulness"]), 6),
-                                 feedback_count=r["feedback_count"]) for r in rows],
-        not_found=[i for i in ids if i not in found],
-    )
+    return out, False
 
 
 class AccessRecorder:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from typing import Annotated, Any
 
 import structlog
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.params import HeaderParameter, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
@@ -147,11 +147,17 @@ class FeedbackController(Controller):
     tags = ["memories"]
 
     @post("/", status_code=HTTP_200_OK, summary="Report which memories helped")
-    async def feedback(self, services: ServicesDep, org_id: OrgId, data: JSONBody[FeedbackIn]) -> FeedbackOut:
+    async def feedback(
+        self, services: ServicesDep, org_id: OrgId, data: JSONBody[FeedbackIn],
+        idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+    ) -> Response[FeedbackOut]:
         """``{"items": [{"id", "helpful"}]}`` or ``{"memory_ids": [...], "helpful": true}``.
 
         Each report moves ``usefulness`` (in [-1, 1]) toward +1 or -1 by a moving average, which
         later assemblies score. Ids that are not memories of your org are listed in ``not_found``.
+        With an ``Idempotency-Key`` a retried report (same key, same body, within 24 h) returns the
+        first answer and moves nothing again.
         """
         alpha = orchestrator_of(services).settings.feedback_alpha
-        return await apply_feedback(services, org_id, data, alpha)
+        out, replayed = await apply_feedback(services, org_id, data, alpha, idempotency_key)
+        return Response(out, status_code=HTTP_200_OK, headers={"Idempotent-Replayed": "true"} if replayed else {})

@@ -171,7 +171,8 @@ def ok(body: dict[str, Any]) -> ANSWER:
     return 200, {}, msgspec.json.encode(body)
 
 
-FEEDBACK_OK = ok({"updated": [], "not_found": ["01a22ddc-3507-74bb-9886-f62081aacd52"]})
+UNDO_OK = ok({"undone": "01a22ddc-3507-74bb-9886-f62081aacd52", "event": "01a22ddc-3507-74bb-9886-f62081aacd53",
+              "restored": None, "reinstated": []})
 
 
 async def test_an_append_whose_answer_was_lost_is_sent_again_and_written_once(live_url: str,
@@ -199,43 +200,43 @@ async def test_an_append_whose_answer_was_lost_is_sent_again_and_written_once(li
     assert contents == ["Where did I park?", "Level 3.", "Where did I park?"]
 
 
-def test_a_call_that_is_not_repeatable_is_not_sent_again_after_its_answer_was_lost(
-        live_url: str, tenant: Tenant) -> None:
-    """Feedback moves usefulness each time it is applied: a lost answer is a ``TransportError``."""
+def test_feedback_whose_answer_was_lost_is_sent_again_and_applied_once(live_url: str, tenant: Tenant) -> None:
+    """Feedback moves usefulness each time it is applied; its retry carries the call's Idempotency-Key, which
+    the service answers with the first answer."""
     with Client(live_url, tenant.key) as pg:
         memory = pg.create_memory("The car is on level 3.", agent_id=f"fb-{uuid4().hex[:8]}")
     relay = relay_to(live_url, drop=1)
     try:
-        with Client(relay.url, tenant.key, retry=FAST) as pg, pytest.raises(TransportError):
-            pg.feedback({memory.id: True})
-        assert relay.connections == 1
+        with Client(relay.url, tenant.key, retry=FAST) as pg:
+            assert pg.feedback({memory.id: True}).updated[0].feedback_count == 1
+        assert relay.connections == 2
     finally:
         relay.close()
     with Client(live_url, tenant.key) as pg:
-        assert pg.feedback({memory.id: True}).updated[0].feedback_count == 2  # applied once by the lost call
+        assert pg.feedback({memory.id: True}).updated[0].feedback_count == 2  # the lost call's, then this one
 
 
 def test_a_call_that_is_not_repeatable_is_sent_once_nothing_listened() -> None:
-    """No connection was made, so nothing was sent: even feedback is tried again (the service restarting)."""
-    script = Script(FEEDBACK_OK, port=free_port())
+    """No connection was made, so nothing was sent: even an undo is tried again (the service restarting)."""
+    script = Script(UNDO_OK, port=free_port())
     timer = threading.Timer(0.2, script.start)
     timer.start()
     try:
         policy = RetryPolicy(attempts=4, backoff_s=0.4, max_backoff_s=0.8)
         with Client(script.url, "k", retry=policy) as pg:
-            answer = pg.feedback({uuid4(): True})
-        assert len(answer.not_found) == 1 and len(script.seen) == 1
+            answer = pg.undo_event(uuid4(), uuid4())
+        assert answer.reinstated == [] and len(script.seen) == 1
     finally:
         timer.join()
         script.stop()
 
 
 def test_a_503_that_may_follow_a_write_is_not_retried_for_a_call_that_is_not_repeatable() -> None:
-    """A 503 ``database_unavailable`` can come after the commit: feedback is not sent again (it would move
-    usefulness twice), a search is; a 503 ``overloaded`` or a 429 is a refusal, retried for both."""
-    with scripted(error(503, "database_unavailable", {"Retry-After": "0"}), FEEDBACK_OK) as script:
+    """A 503 ``database_unavailable`` can come after the commit: an undo is not sent again (the second
+    would answer ``already_undone``), a search is; a 503 ``overloaded`` or a 429 is a refusal, retried for both."""
+    with scripted(error(503, "database_unavailable", {"Retry-After": "0"}), UNDO_OK) as script:
         with Client(script.url, "k", retry=FAST) as pg, pytest.raises(ServiceUnavailable) as failed:
-            pg.feedback({uuid4(): True})
+            pg.undo_event(uuid4(), uuid4())
         assert failed.value.code == "database_unavailable" and len(script.seen) == 1
     search = ok({"query": "q", "requested_strategy": "auto", "strategy": "lexical", "reason": "r",
                  "fallback_reason": None, "results": [],
@@ -245,9 +246,9 @@ def test_a_503_that_may_follow_a_write_is_not_retried_for_a_call_that_is_not_rep
                  "retrieval": {"planned": "lexical", "ran": "lexical", "reduced": False, "reason": "planned"}})
     with scripted(error(503, "database_unavailable"), search) as script, Client(script.url, "k", retry=FAST) as pg:
         assert pg.search("q").results == [] and len(script.seen) == 2
-    with scripted(error(503, "overloaded"), error(429, "rate_limited"), FEEDBACK_OK) as script:
+    with scripted(error(503, "overloaded"), error(429, "rate_limited"), UNDO_OK) as script:
         with Client(script.url, "k", retry=FAST) as pg:
-            assert len(pg.feedback({uuid4(): True}).not_found) == 1
+            assert pg.undo_event(uuid4(), uuid4()).reinstated == []
         assert len(script.seen) == 3
 
 

@@ -92,3 +92,19 @@ async def test_feedback_changes_a_later_ranking(settings: Settings, endpoints: E
             items = [{"id": winner, "helpful": False}, {"id": loser, "helpful": True}]
             await feedback(client, tenant, {"items": items})
         assert await order() == [loser, winner]
+
+
+async def test_a_report_retried_under_its_idempotency_key_moves_usefulness_once(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.post("/v1/memories", json={"text": "a retried fact", "agent_id": AGENT}, headers=tenant.headers)
+    [ident] = r.json()["ids"]
+    keyed = {**tenant.headers, "Idempotency-Key": "report-1"}
+    body = {"memory_ids": [ident], "helpful": True}
+    first = await client.post("/v1/memories/feedback", json=body, headers=keyed)
+    again = await client.post("/v1/memories/feedback", json=body, headers=keyed)
+    assert first.status_code == again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json() and first.json()["updated"][0]["feedback_count"] == 1
+    other = await client.post("/v1/memories/feedback", json={"memory_ids": [ident], "helpful": False}, headers=keyed)
+    assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
+    counted = await feedback(client, tenant, body)
+    assert counted.json()["updated"][0]["feedback_count"] == 2

@@ -3004,7 +3004,9 @@ export interface operations {
     V1MemoriesFeedbackFeedback: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "Idempotency-Key"?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
