@@ -146,7 +146,7 @@ class FeedbackController(Controller):
     path = "/v1/memories/feedback"
     tags = ["memories"]
 
-    @post("/", status_code=HTTP_200_OK, summary="Report which memories helped")
+    @post("/", status_code=HTTP_200_OK, summary="Report which memories helped", responses=errors(409))
     async def feedback(
         self, services: ServicesDep, org_id: OrgId, data: JSONBody[FeedbackIn],
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,

@@ -129,7 +129,7 @@ EXPECTED_STATUSES = {
     ("/v1/documents/index", "get"): {200, 401, 429, 503},
     ("/v1/context/assemble", "post"): {200, 400, 401, 413, 422, 429, 503, 504},
     ("/v1/memories/hot", "get"): {200, 400, 401, 429, 503},
-    ("/v1/memories/feedback", "post"): {200, 400, 401, 413, 429, 503},
+    ("/v1/memories/feedback", "post"): {200, 400, 401, 409, 413, 429, 503},
     ("/v1/export", "get"): {200, 400, 401, 429, 503},
     ("/v1/memories/{memory_id}/history", "get"): {200, 400, 401, 404, 429, 503},
     ("/v1/memories/{memory_id}/history/{event_id}/undo", "post"): {200, 400, 401, 404, 409, 413, 422, 429, 503},
