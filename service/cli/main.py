@@ -93,10 +93,7 @@ def cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
 def _owner_report(settings: Settings, action: object) -> object:
     """Run a read-only owner query (no migration: a report must not change the schema)."""
     with servers.owner_dsn(settings) as dsn:
-        try:
-            return asyncio.run(servers.with_owner(dsn, action))
-        except asyncpg.UndefinedTableError as exc:
-            raise admin.AdminError("the schema is not there yet: run `pgcontext migrate` first") from exc
+        return asyncio.run(servers.with_owner(dsn, action))
 
 
 def cmd_orgs_list(settings: Settings, args: argparse.Namespace) -> int:

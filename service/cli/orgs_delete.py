@@ -35,14 +35,13 @@ REDIS_TIMEOUT_S = 5.0
 
 
 async def _lookup(dsn: str, name: str) -> tuple[UUID, admin.OrgContents]:
-    conn = await asyncpg.connect(dsn)
-    try:
+    async def read(conn: asyncpg.Connection) -> tuple[UUID, admin.OrgContents]:
         org_id = await admin.org_id_by_name(conn, name)
         return org_id, await admin.org_contents(conn, org_id)
-    except asyncpg.UndefinedTableError as exc:
-        raise admin.AdminError("the schema is not there yet: run `pgcontext migrate` first") from exc
-    finally:
-        await conn.close()
+
+    found = await servers.with_owner(dsn, read)
+    assert isinstance(found, tuple)
+    return found
 
 
 async def _delete(settings: Settings, dsn: str, redis_url: str, org_id: UUID) -> tuple[int, int]:

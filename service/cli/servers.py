@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import asyncpg
 
+from service.auth import admin
 from service.db import guard
 from service.db import migrate as migrations
 from service.embedded.lifecycle import Supervisor
@@ -71,8 +72,12 @@ def prepare_database(settings: Settings, owner_dsn: str | None, *, migrate: bool
 
 
 async def with_owner(dsn: str, action: object) -> object:
+    """``action(conn)`` on a connection of the owner's; a schema that is not there yet is an ``AdminError``
+    saying to migrate (the commands that only read never migrate)."""
     conn = await asyncpg.connect(dsn)
     try:
         return await action(conn)  # type: ignore[operator]
+    except asyncpg.UndefinedTableError as exc:
+        raise admin.AdminError("the schema is not there yet: run `pgcontext migrate` first") from exc
     finally:
         await conn.close()
