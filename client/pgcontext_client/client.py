@@ -122,6 +122,7 @@ class _Api:
     get_conversation = Endpoint(ep.get_conversation)
     list_conversations = Endpoint(ep.list_conversations)
     delete_conversation = Endpoint(ep.delete_conversation)
+    truncate_conversation = Endpoint(ep.truncate_conversation)
     put_directive = Endpoint(ep.put_directive)
     get_directive = Endpoint(ep.get_directive)
     delete_directive = Endpoint(ep.delete_directive)

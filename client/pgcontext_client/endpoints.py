@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 from uuid import UUID
 
@@ -237,9 +237,10 @@ def append_messages(conversation_id: str, messages: Sequence[t.MessageIn | Mappi
 
 
 def list_messages(conversation_id: str, *, session_id: str | None = None, limit: int | None = None,
-                  cursor: str | None = None) -> Call[t.MessagePage]:
-    """A page of the conversation's messages in order; pass ``next_cursor`` back as ``cursor``."""
-    params = _query(session_id=session_id, limit=limit, cursor=cursor)
+                  cursor: str | None = None, order: Literal["asc", "desc"] | None = None) -> Call[t.MessagePage]:
+    """A page of the conversation's messages in order (``order="desc"``: from the last back); pass
+    ``next_cursor`` back as ``cursor``."""
+    params = _query(session_id=session_id, limit=limit, cursor=cursor, order=order)
     return Call("GET", f"/v1/conversations/{_seg(conversation_id)}/messages", t.MessagePage, params=params,
                 repeatable=True)
 
@@ -261,6 +262,15 @@ def delete_conversation(conversation_id: str, *, idempotency_key: str | None = N
     """Delete a conversation and everything derived from its messages (``NotFound`` when there is none)."""
     return Call("DELETE", f"/v1/conversations/{_seg(conversation_id)}", t.DeletedConversation,
                 idempotency_key=idempotency_key, repeatable=True)
+
+
+def truncate_conversation(conversation_id: str, from_position: int, *, message_count: int | None = None
+                          ) -> Call[t.TruncatedConversation]:
+    """Remove the conversation's messages at ``from_position`` and after (``NotFound`` when there is no such
+    conversation). ``message_count``: only if it holds exactly that many (else ``Conflict``
+    ``conversation_changed``, nothing removed): pass the count you read to remove nothing appended since."""
+    return Call("DELETE", f"/v1/conversations/{_seg(conversation_id)}/messages", t.TruncatedConversation,
+                params=_query(from_position=from_position, message_count=message_count), repeatable=True)
 
 
 # --- directives -----------------------------------------------------------------------------------

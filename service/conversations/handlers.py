@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from litestar import Controller, Response, delete, get, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
@@ -17,6 +17,7 @@ from service.conversations.types import (
     ConversationPage,
     DeletedConversation,
     MessagePage,
+    TruncatedConversation,
 )
 from service.errors import NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep
@@ -34,6 +35,16 @@ APPEND_DESCRIPTION = (
     "content, speaker, role or session is a 409. Each new message's search context is derived from the "
     "last turns of its session before it (PGCONTEXT_CONVERSATION_CONTEXT_TURNS)."
 )
+
+TRUNCATE_DESCRIPTION = (
+    "Removes the messages at `from_position` and after, with everything derived from them, and answers "
+    "how many went and how many are left; the next append goes to position `message_count + 1`. "
+    "`message_count` makes it conditional: a client removing the last message it read passes the count it "
+    "read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a "
+    "conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). "
+    "Earlier messages and their search contexts are untouched."
+)
+POSITION_MAX = 2**62
 
 
 class ConversationController(Controller):
@@ -59,15 +70,34 @@ class ConversationController(Controller):
             description="Only this session's messages.")] = None,
         cursor: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 50,
+        order: Annotated[Literal["asc", "desc"], QueryParameter(
+            description="`asc` (default): from the first message on; `desc`: from the last back.")] = "asc",
     ) -> MessagePage:
         check_ident(conversation_id, "conversation_id")
         check_ident(session_id, "session_id")
         check_page_limit(limit, services.settings.limits.max_page_size)
         page = await services.db.read(org_id, lambda tx: store.messages_page(
-            tx, conversation_id, session_id=session_id, cursor=cursor, limit=limit))
+            tx, conversation_id, session_id=session_id, cursor=cursor, limit=limit, newest_first=order == "desc"))
         if page is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
         return MessagePage(items=page[0], next_cursor=page[1])
+
+    @delete("/{conversation_id:str}/messages", status_code=HTTP_200_OK,
+            summary="Remove a conversation's last messages", description=TRUNCATE_DESCRIPTION,
+            responses=errors(404, 409))
+    async def truncate(
+        self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
+        from_position: Annotated[int, QueryParameter(
+            ge=1, le=POSITION_MAX, description="The first position removed: it and every later message go.")],
+        message_count: Annotated[int | None, QueryParameter(
+            ge=0, le=POSITION_MAX, description="Only if the conversation holds exactly this many messages "
+                                               "(else 409 `conversation_changed`).")] = None,
+    ) -> TruncatedConversation:
+        check_ident(conversation_id, "conversation_id")
+        done = await store.truncate(services, org_id, conversation_id, from_position, message_count)
+        if done is None:
+            raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
+        return TruncatedConversation(conversation_id=conversation_id, messages_deleted=done[0], message_count=done[1])
 
     @get("/{conversation_id:str}", summary="One conversation", responses=errors(404))
     async def get_one(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> ConversationOut:

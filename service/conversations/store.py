@@ -11,12 +11,14 @@ import asyncpg
 
 from service.conversations.types import ConversationOut, MessageOut
 from service.db import TenantTx
-from service.errors import BadRequest
+from service.errors import BadRequest, Conflict
 from service.memories.repo import cursor_time
 from service.retrieval.types import CONVERSATION_ID_CHARS, CONVERSATION_ID_MAX_LENGTH
 from service.runtime import Services
 
 _DELETE_BATCH = 1000
+_LAST = 2**63 - 1
+"""Past every position: where a listing from the last message starts."""
 
 
 def to_conversation(row: asyncpg.Record) -> ConversationOut:
@@ -82,13 +84,14 @@ async def list_page(tx: TenantTx, *, agent_id: str | None, cursor: str | None,
 
 
 async def messages_page(tx: TenantTx, conversation_id: str, *, session_id: str | None, cursor: str | None,
-                        limit: int) -> tuple[list[MessageOut], str | None] | None:
-    """A page of the conversation's messages and the next page's cursor; None when there is no such
-    conversation."""
-    position = decode_position(cursor)
+                        limit: int, newest_first: bool = False) -> tuple[list[MessageOut], str | None] | None:
+    """A page of the conversation's messages in order (``newest_first``: from the last back) and the next
+    page's cursor (the position it continues after, or before); None when there is no such conversation."""
+    position = decode_position(cursor) if cursor is not None or not newest_first else _LAST
     if await get(tx, conversation_id) is None:
         return None
-    rows = await tx.fetch("conversations.messages", tx.org_id, conversation_id, position, session_id, limit + 1)
+    query = "conversations.messages_desc" if newest_first else "conversations.messages"
+    rows = await tx.fetch(query, tx.org_id, conversation_id, position, session_id, limit + 1)
     items = [to_message(r) for r in rows[:limit]]
     more = len(rows) > limit and items
     return items, (_encode(str(items[-1].position)) if more else None)
@@ -118,3 +121,35 @@ async def delete(services: Services, org_id: UUID, conversation_id: str) -> int 
         await tx.fetchval("conversations.delete_messages", org_id, conversation_id, None)
         held = await tx.fetchval("conversations.delete", org_id, conversation_id)
     return int(held)
+
+
+async def truncate(services: Services, org_id: UUID, conversation_id: str, from_position: int,
+                   expected_count: int | None) -> tuple[int, int] | None:
+    """Remove the conversation's messages at ``from_position`` and after (its last ones); returns how many
+    went and how many are left, None when there is no such conversation. ``expected_count``: only if the
+    conversation holds exactly that many messages when the call starts, else 409 ``conversation_changed``
+    (a client removing the message it read last removes nothing appended since); a call that finds
+    nothing from ``from_position`` removes nothing either way, so a retry of one that succeeded answers
+    200 with nothing removed.
+
+    Positions stay 1, 2, ... without gaps: messages go from the last back, at most ``_DELETE_BATCH`` per
+    transaction, each under the conversation's lock, with the count lowered to match, so an append
+    never waits on a long removal and always lands right after the last message there is. One that lands
+    while a removal is still under way is at ``from_position`` or after, and goes too."""
+    deleted, check = 0, expected_count
+    while True:
+        async with services.db.tenant(org_id) as tx:
+            row = await tx.fetchrow("conversations.lock", org_id, conversation_id)
+            if row is None:
+                return None
+            count = int(row["message_count"])
+            if check is not None and count != check and count >= from_position:
+                raise Conflict(f"conversation {conversation_id!r} holds {count} messages, not {check}: it changed "
+                               "since it was read", code="conversation_changed", details={"message_count": count})
+            check = None
+            keep = max(from_position - 1, count - _DELETE_BATCH)
+            if keep < count:
+                deleted += int(await tx.fetchval("conversations.delete_tail", org_id, conversation_id, keep))
+                await tx.execute("conversations.advance", org_id, conversation_id, keep)
+            if keep <= from_position - 1 or keep >= count:
+                return deleted, min(count, keep)

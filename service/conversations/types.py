@@ -92,7 +92,8 @@ class ConversationOut(msgspec.Struct):
     message_count: int
     created_at: datetime
     updated_at: datetime
-    """The last append that wrote a message (the creation time until then)."""
+    """When its messages last changed: an append that wrote one, or a removal of its last ones (the
+    creation time until then)."""
 
 
 class ConversationPage(msgspec.Struct):
@@ -103,3 +104,11 @@ class ConversationPage(msgspec.Struct):
 class DeletedConversation(msgspec.Struct):
     conversation_id: str
     messages_deleted: int
+
+
+class TruncatedConversation(msgspec.Struct):
+    conversation_id: str
+    messages_deleted: int
+    """How many messages this call removed (0 when the conversation held none from ``from_position``)."""
+    message_count: int
+    """Messages left: the next append goes to position ``message_count + 1``."""

@@ -231,8 +231,15 @@ async def test_conversations_append_list_assemble_and_delete(live_url: str, tena
         assert out.messages[1].id not in {m.id for m in history.memories_used}
         assert {d.id: d.reason for d in history.dropped}[out.messages[1].id] == "in_history"
 
+        newest = await pg.list_messages(chat, limit=1, order="desc")
+        assert [m.message_id for m in newest.items] == ["t3"] and newest.next_cursor
+        with pytest.raises(Conflict) as changed:
+            await pg.truncate_conversation(chat, 3, message_count=2)
+        assert changed.value.code == "conversation_changed" and changed.value.details == {"message_count": 3}
+        cut = await pg.truncate_conversation(chat, 3, message_count=3)
+        assert (cut.messages_deleted, cut.message_count) == (1, 2)
         deleted = await pg.delete_conversation(chat)
-        assert deleted.messages_deleted == 3
+        assert deleted.messages_deleted == 2
         with pytest.raises(NotFound):
             await pg.get_conversation(chat)
     with Client(live_url, tenant.key) as sync:

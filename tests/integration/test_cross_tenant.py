@@ -356,9 +356,15 @@ async def conversation_append(w: World) -> None:
 
 
 async def conversation_messages(w: World) -> None:
-    for params in ({}, {"session_id": "s1"}, {"limit": 1}):
+    for params in ({}, {"session_id": "s1"}, {"limit": 1}, {"order": "desc"}):
         r = await w.as_b("GET", f"/v1/conversations/{CHAT}/messages", params=params)
         w.expect(r.status_code == 404, f"GET A's messages {params}: {r.status_code}")
+
+
+async def conversation_truncate(w: World) -> None:
+    for params in ({"from_position": 1}, {"from_position": 1, "message_count": 1}):
+        r = await w.as_b("DELETE", f"/v1/conversations/{CHAT}/messages", params=params)
+        w.expect(r.status_code == 404, f"DELETE A's last messages {params}: {r.status_code}")
 
 
 async def conversation_get(w: World) -> None:
@@ -404,6 +410,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/import"): import_lines,
     ("POST", "/v1/conversations/{conversation_id}/messages"): conversation_append,
     ("GET", "/v1/conversations/{conversation_id}/messages"): conversation_messages,
+    ("DELETE", "/v1/conversations/{conversation_id}/messages"): conversation_truncate,
     ("GET", "/v1/conversations/{conversation_id}"): conversation_get,
     ("GET", "/v1/conversations"): conversation_list,
     ("DELETE", "/v1/conversations/{conversation_id}"): conversation_delete,

@@ -196,6 +196,35 @@ async def test_pop_item_keeps_a_session_longer_than_one_append(live_url: str, te
     await session.close()
 
 
+async def test_pop_item_removes_the_last_message_only_and_never_one_appended_meanwhile(live_url: str,
+                                                                                       tenant: Tenant) -> None:
+    chat = f"chat-{uuid4().hex[:8]}"
+    session = PgcontextSession(chat, agent_id=f"oa-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    other = PgcontextSession(chat, url=live_url, api_key=tenant.key)
+    items: list[Any] = [{"role": "user", "content": f"item {i}"} for i in range(3)]
+    late: Any = {"role": "assistant", "content": "appended between the read and the removal"}
+    await session.add_items(items)
+    with Client(live_url, tenant.key) as pg:
+        before = [m.id for m in pg.list_messages(chat).items]
+    read, raced = session.client.list_messages, [False]
+
+    async def racing(*args: Any, **kwargs: Any) -> Any:  # another writer appends right after pop_item's read
+        page = await read(*args, **kwargs)
+        if not raced[0]:
+            raced[0] = True
+            await other.add_items([late])
+        return page
+
+    session.client.list_messages = racing
+    assert await session.pop_item() == late  # the item that was last when it was removed
+    assert await session.get_items() == items
+    with Client(live_url, tenant.key) as pg:
+        assert [m.id for m in pg.list_messages(chat).items] == before  # the rest untouched, not rewritten
+    await session.clear_session()
+    await session.close()
+    await other.close()
+
+
 async def test_long_items_round_trip(live_url: str, tenant: Tenant, settings: Settings) -> None:
     session = PgcontextSession(f"chat-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
     over = settings.limits.max_metadata_bytes + 2000  # longer than the metadata may be: the text is kept once

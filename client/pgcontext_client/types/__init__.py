@@ -32,6 +32,7 @@ from pgcontext_client.types.conversations import (
     MessagePage,
     MessageRef,
     Role,
+    TruncatedConversation,
 )
 from pgcontext_client.types.documents import (
     ChunkCounts,
@@ -173,6 +174,7 @@ __all__ = [
     "SearchTuning",
     "SemanticStatus",
     "Strategy",
+    "TruncatedConversation",
     "UndoIn",
     "UndoResult",
     "WrittenItem",

@@ -87,6 +87,14 @@ class DeletedConversation(msgspec.Struct, kw_only=True):
     messages_deleted: int
 
 
+class TruncatedConversation(msgspec.Struct, kw_only=True):
+    conversation_id: str
+    messages_deleted: int
+    """How many messages the call removed."""
+    message_count: int
+    """Messages left: the next append goes to position ``message_count + 1``."""
+
+
 class MessageRef(msgspec.Struct, kw_only=True):
     """Where a message found by search (or packed into a context) stands in its conversation."""
 

@@ -9,7 +9,7 @@ from uuid import uuid4
 
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
-from pgcontext_client import AsyncClient, NotFound
+from pgcontext_client import AsyncClient, Conflict, NotFound
 from pgcontext_client.plans import append_all, arun
 from pgcontext_client.stored import keep, kept
 from pgcontext_client.types import ConversationMessage, MessageIn
@@ -18,6 +18,8 @@ from pgcontext_client.types.conversations import Role
 META = "openai_agents"
 """The metadata key an item is kept under (``pgcontext_client.stored``)."""
 PAGE = 200
+POP_TRIES = 10
+"""Reads of the last item before ``pop_item`` gives up while other appends keep coming."""
 
 
 def _parts(parts: list[Any]) -> str:
@@ -80,8 +82,8 @@ class PgcontextSession:
     Each item is appended as a conversation message with its text and role (searchable, and what context
     assembly packs) and the item itself in ``metadata.openai_agents`` (its long text kept once, see
     ``pgcontext_client.stored``), which ``get_items`` returns. ``agent_id`` owns a conversation its first
-    append creates (None: append to whoever owns it). ``pop_item`` rewrites the conversation without its
-    last message; ``clear_session`` deletes the conversation. More items than the service takes in one
+    append creates (None: append to whoever owns it). ``pop_item`` removes the conversation's last message;
+    ``clear_session`` deletes the conversation. More items than the service takes in one
     append go in several, in order.
     """
 
@@ -94,18 +96,23 @@ class PgcontextSession:
         self.client = client or AsyncClient(url, api_key)
         self.session_settings = session_settings
 
-    async def _messages(self) -> list[ConversationMessage]:
+    async def _messages(self, limit: int | None = None) -> list[ConversationMessage]:
+        """The conversation's messages in order; ``limit``: only the latest that many (read from the last
+        back, so a long session's earlier pages are not read)."""
         found: list[ConversationMessage] = []
         cursor: str | None = None
-        while True:
+        while limit is None or len(found) < limit:
+            size = PAGE if limit is None else min(PAGE, limit - len(found))
             try:
-                page = await self.client.list_messages(self.session_id, limit=PAGE, cursor=cursor)
+                page = await self.client.list_messages(self.session_id, limit=size, cursor=cursor,
+                                                       order="asc" if limit is None else "desc")
             except NotFound:
                 return []
             found += page.items
             cursor = page.next_cursor
             if cursor is None:
-                return found
+                break
+        return found if limit is None else found[::-1]
 
     async def _append(self, messages: list[MessageIn], agent_id: str | None) -> None:
         """One append, or several in order when there are more messages than the service takes at once.
@@ -115,30 +122,32 @@ class PgcontextSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items in order; ``limit`` (else ``session_settings.limit``): only the latest that many."""
         limit = resolve_session_limit(limit, self.session_settings)
-        messages = await self._messages()
-        if limit is not None:
-            messages = messages[-limit:] if limit > 0 else []
-        return [_item(m) for m in messages]
+        if limit is not None and limit <= 0:
+            return []
+        return [_item(m) for m in await self._messages(limit)]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if items:
             await self._append([_message(i) for i in items], self.agent_id)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """The last item, removed. The conversation API never removes one message, so this rewrites the
-        conversation without it: the other messages keep their ids, text, role and times, under new memory
-        ids; not atomic, so pop while no one else appends."""
-        messages = await self._messages()
-        if not messages:
-            return None
-        owner = (await self.client.get_conversation(self.session_id)).agent_id
-        await self.client.delete_conversation(self.session_id)
-        kept = [MessageIn(content=m.content, speaker=m.speaker, role=cast(Role | None, m.role),
-                          occurred_at=m.occurred_at, session_id=m.session_id, message_id=m.message_id,
-                          metadata=m.metadata) for m in messages[:-1]]
-        if kept:
-            await self._append(kept, owner)
-        return _item(messages[-1])
+        """The last item, removed: the conversation's last message, removed only if it still is the last
+        one (an item appended meanwhile is read and removed instead, never lost)."""
+        for _ in range(POP_TRIES):
+            last = await self._messages(1)
+            if not last:
+                return None
+            try:
+                await self.client.truncate_conversation(self.session_id, last[0].position,
+                                                        message_count=last[0].position)
+            except NotFound:  # cleared meanwhile
+                return None
+            except Conflict as exc:
+                if exc.code != "conversation_changed":
+                    raise
+                continue
+            return _item(last[0])
+        raise RuntimeError(f"session {self.session_id!r} kept changing: no item popped after {POP_TRIES} tries")
 
     async def clear_session(self) -> None:
         with contextlib.suppress(NotFound):  # none yet: nothing to clear

@@ -166,7 +166,11 @@ export interface paths {
          * @description Appends `messages` in the order sent (at most PGCONTEXT_MAX_BATCH, default 256). The first append creates the conversation; its `agent_id` (absent or null: org-wide) owns it and its messages, and a later append naming another agent is a 409. Each message is stored as a memory of kind `message`, embedded server-side, searchable, never merged or rewritten, at the next position (1, 2, ...; concurrent appends are ordered). A message whose `message_id` is already in the conversation is not written again (`created: false`, the same id and position); the same `message_id` with other content, speaker, role or session is a 409. Each new message's search context is derived from the last turns of its session before it (PGCONTEXT_CONVERSATION_CONTEXT_TURNS).
          */
         post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
-        delete?: never;
+        /**
+         * Remove a conversation's last messages
+         * @description Removes the messages at `from_position` and after, with everything derived from them, and answers how many went and how many are left; the next append goes to position `message_count + 1`. `message_count` makes it conditional: a client removing the last message it read passes the count it read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). Earlier messages and their search contexts are untouched.
+         */
+        delete: operations["V1ConversationsConversationIdMessagesTruncate"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1186,6 +1190,12 @@ export interface components {
         Skipped: {
             document: number;
             chunk: number;
+        };
+        /** TruncatedConversation */
+        TruncatedConversation: {
+            conversation_id: string;
+            messages_deleted: number;
+            message_count: number;
         };
         /** UndoIn */
         UndoIn: {
@@ -2455,6 +2465,8 @@ export interface operations {
                 /** @description `next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after which the page starts. */
                 cursor?: string | null;
                 limit?: number;
+                /** @description `asc` (default): from the first message on; `desc`: from the last back. */
+                order?: "asc" | "desc";
             };
             header?: never;
             path: {
@@ -2593,6 +2605,94 @@ export interface operations {
             };
             /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A dependency is unavailable or the service is overloaded (`database_unavailable`, `database_storage_unavailable`, `redis_unavailable`, `embedding_unavailable`, `overloaded`, ...); retry, after `Retry-After` seconds when given. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying (when the service is overloaded). */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ConversationsConversationIdMessagesTruncate: {
+        parameters: {
+            query: {
+                /** @description The first position removed: it and every later message go. */
+                from_position: number;
+                /** @description Only if the conversation holds exactly this many messages (else 409 `conversation_changed`). */
+                message_count?: number | null;
+            };
+            header?: never;
+            path: {
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TruncatedConversation"];
+                };
+            };
+            /** @description Bad input: malformed JSON, nested more than 32 levels, a field of the wrong type, form or range, a bad id or cursor (`validation_error`, `malformed_json`, `bad_id`, ...). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
+                };
+            };
+            /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */
+            401: {
+                headers: {
+                    /** @description The scheme to authenticate with: `Bearer`. */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not found in the caller's org (another org's ids look exactly the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -65,6 +65,7 @@ export type MessageRef = Schemas["MessageRef"];
 export type Conversation = Schemas["ConversationOut"];
 export type ConversationPage = Schemas["ConversationPage"];
 export type DeletedConversation = Schemas["DeletedConversation"];
+export type TruncatedConversation = Schemas["TruncatedConversation"];
 export type ErrorBody = Schemas["ErrorBody"];
 
 // Query parameters

@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, test } from "vitest";
 
 import {
-  Client, type ExportLine, IncompleteExport, NotFound, PgcontextError, ValidationError, type Memory,
+  Client, Conflict, type ExportLine, IncompleteExport, NotFound, PgcontextError, ValidationError, type Memory,
 } from "pgcontext";
 
 import { agent, client, cutting, Recorder, required } from "./live.js";
@@ -215,7 +215,14 @@ describe("conversations", () => {
     expect(history.memories_used.map((m) => m.id)).not.toContain(reply);
     expect(history.dropped.find((d) => d.id === reply)?.reason).toBe("in_history");
 
-    expect((await pg.deleteConversation(chat)).messages_deleted).toBe(3);
+    const newest = await pg.listMessages(chat, { order: "desc", limit: 1 });
+    expect(newest.items.map((m) => m.message_id)).toEqual(["t3"]);
+    const changed = await pg.truncateConversation(chat, 3, { message_count: 2 }).catch((e: unknown) => e);
+    expect(changed).toBeInstanceOf(Conflict);
+    expect((changed as Conflict).code).toBe("conversation_changed");
+    expect(await pg.truncateConversation(chat, 3, { message_count: 3 })).toEqual(
+      { conversation_id: chat, messages_deleted: 1, message_count: 2 });
+    expect((await pg.deleteConversation(chat)).messages_deleted).toBe(2);
     await expect(pg.getConversation(chat)).rejects.toBeInstanceOf(NotFound);
   });
 });

@@ -48,6 +48,8 @@ const OPERATIONS: Record<keyof operations, { verb: string; path: string; method:
     verb: "POST", path: "/v1/conversations/{conversation_id}/messages", method: "appendMessages" },
   V1ConversationsConversationIdMessagesListMessages: {
     verb: "GET", path: "/v1/conversations/{conversation_id}/messages", method: "listMessages" },
+  V1ConversationsConversationIdMessagesTruncate: {
+    verb: "DELETE", path: "/v1/conversations/{conversation_id}/messages", method: "truncateConversation" },
   V1ConversationsConversationIdGetOne: { verb: "GET", path: "/v1/conversations/{conversation_id}", method: "getConversation" },
   V1ConversationsConversationIdRemove: {
     verb: "DELETE", path: "/v1/conversations/{conversation_id}", method: "deleteConversation" },
@@ -126,6 +128,7 @@ describe("coverage of the OpenAPI schema", () => {
     await record("appendMessages", () => pg.appendMessages(chat, [{ content: "hi", role: "user", message_id: "m1" }]));
     await record("listMessages", () => pg.listMessages(chat, { limit: 10 }));
     await record("getConversation", () => pg.getConversation(chat));
+    await record("truncateConversation", () => pg.truncateConversation(chat, 2));
     await record("listConversations", () => pg.listConversations({ limit: 10 }));
     await record("deleteConversation", () => pg.deleteConversation(chat));
 
