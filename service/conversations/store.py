@@ -101,26 +101,20 @@ async def delete(services: Services, org_id: UUID, conversation_id: str) -> int 
     """Delete the conversation and its messages (their postings and access statistics go with them);
     returns how many messages it held, None when there was no such conversation.
 
-    Messages go in batches, each its own transaction (a long conversation neither holds locks on all
-    of its rows nor runs into the statement timeout), then, in one transaction, the conversation's row
-    is locked, the messages appended meanwhile deleted and the row with them. The lock comes first:
-    an append under way commits before it (its messages are among those counted), a later one waits
-    and then starts the conversation anew. The count is the row's ``message_count`` (its last
-    position, each message counted once), not the rows this call removed: another delete of the
-    same conversation running at once removes some of them, and then one of the two answers the whole
-    count and the other None (the conversation was gone when it finished). A failure part-way
-    leaves fewer messages; a retry finishes."""
+    Messages go in batches of ``_DELETE_BATCH``, each its own transaction under the conversation's row
+    lock (a long conversation neither holds locks on all of its rows nor runs into the statement
+    timeout, and an append waits for one batch at most); the batch that finds none left removes the
+    row. An append under way commits before a batch's lock (its messages are removed and counted); one
+    after the last batch starts the conversation anew. The count is the row's ``message_count`` (its
+    last position, each message counted once). Two deletes of one conversation take turns batch by
+    batch: one answers the count, the other None. A failure part-way leaves fewer messages; a retry
+    finishes."""
     while True:
         async with services.db.tenant(org_id) as tx:
-            batch = int(await tx.fetchval("conversations.delete_messages", org_id, conversation_id, _DELETE_BATCH))
-        if batch < _DELETE_BATCH:
-            break
-    async with services.db.tenant(org_id) as tx:
-        if await tx.fetchval("conversations.lock", org_id, conversation_id) is None:
-            return None
-        await tx.fetchval("conversations.delete_messages", org_id, conversation_id, None)
-        held = await tx.fetchval("conversations.delete", org_id, conversation_id)
-    return int(held)
+            if await tx.fetchval("conversations.lock", org_id, conversation_id) is None:
+                return None
+            if not int(await tx.fetchval("conversations.delete_messages", org_id, conversation_id, _DELETE_BATCH)):
+                return int(await tx.fetchval("conversations.delete", org_id, conversation_id))
 
 
 async def truncate(services: Services, org_id: UUID, conversation_id: str, from_position: int,

@@ -1,4 +1,4 @@
--- Delete up to $3 of conversation $2's messages ($3 null: all of them; a conversation is removed in batches, then its row); returns how many went.
+-- Delete up to $3 of conversation $2's messages (a conversation is removed in batches, then its row); returns how many went.
 WITH gone AS (
     DELETE FROM memories
      WHERE org_id = $1 AND id IN (

@@ -11,11 +11,15 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import httpx
 import numpy as np
 import numpy.typing as npt
+import pytest
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
+from service.conversations import store
+from service.db import TenantTx
 from service.db.queries import query
 from service.embeddings import Embedder, EmbeddingError
 from service.runtime import Endpoints
@@ -83,6 +87,33 @@ async def test_a_delete_racing_another_counts_every_message_the_conversation_hel
     finally:
         await conn.close()
     assert left == 0
+
+
+async def test_two_deletes_of_a_long_conversation_remove_it_in_bounded_batches(
+        client: AsyncTestClient[Any], live_url: str, tenant: Tenant, owner_dsn: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    await append(client, tenant, "long-twice", TURNS[:1], agent_id="coach")
+    await _lengthen(owner_dsn, tenant.org_id, "long-twice", LONG)
+    monkeypatch.setattr(store, "_DELETE_BATCH", 100)
+    removed: list[int] = []  # the messages each removal statement took
+    fetchval = TenantTx.fetchval
+
+    async def counted(tx: TenantTx, name: str, *args: Any) -> Any:
+        if name == "conversations.delete":  # the row's cascade: the messages still there go with it
+            removed.append(int(await fetchval(tx, "conversations.delete_messages", *args, None)))
+        value = await fetchval(tx, name, *args)
+        if name == "conversations.delete_messages":
+            removed.append(int(value))
+        return value
+
+    monkeypatch.setattr(TenantTx, "fetchval", counted)
+    async with httpx.AsyncClient(base_url=live_url, headers=tenant.headers, timeout=60) as http:
+        answers = await asyncio.gather(*(http.delete("/v1/conversations/long-twice") for _ in range(2)))
+    # once: the second delete, finding a short batch, removed what was left in one statement (100K
+    # messages ran into the statement timeout)
+    assert sorted(r.status_code for r in answers) == [200, 404], [r.text for r in answers]
+    assert next(r.json() for r in answers if r.status_code == 200)["messages_deleted"] == LONG
+    assert max(removed) <= 100 and sum(removed) == LONG, removed
 
 
 class SwitchedEmbedder:
