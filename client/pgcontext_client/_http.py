@@ -40,6 +40,9 @@ class Call(Generic[T]):
     timeout_ms: int | None = None
     """The caller's deadline for the whole call, retries included: sent as ``X-Timeout-Ms`` (what is left
     of it on a retry); no retry starts past it (see ``Tries``)."""
+    min_read_timeout_s: float | None = None
+    """Without a deadline, wait at least this long for the answer's next bytes, whatever the client's
+    read timeout (an export's first line comes once the service has sorted what it sends)."""
 
     def prepared_headers(self) -> dict[str, str]:
         """Headers for every attempt: a write gets one ``Idempotency-Key``, the same on each retry."""

@@ -28,7 +28,11 @@ class Tries:
         """The next try's request."""
         self.number += 1
         if self.deadline is None:
-            return self.call.request(http, self.headers, self.content)
+            floor, t = self.call.min_read_timeout_s, http.timeout
+            if floor is None or t.read is None or t.read >= floor:
+                return self.call.request(http, self.headers, self.content)
+            timeout = httpx.Timeout(connect=t.connect, read=floor, write=t.write, pool=t.pool)
+            return self.call.request(http, self.headers, self.content, timeout)
         left = max(0.0, self.deadline - time.monotonic())
         self.headers["X-Timeout-Ms"] = str(int(left * 1000 + 0.999))
         limit = left + DEADLINE_GRACE_S

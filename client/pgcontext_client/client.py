@@ -139,9 +139,14 @@ class _Api:
         raise NotImplementedError
 
 
+EXPORT_READ_TIMEOUT_S = 75.0
+"""How long an export waits for its next bytes at least: the service may take up to its 60 s statement
+limit to sort a large org's lines before the first leaves."""
+
+
 def _export_call(agent_id: str | None) -> Call[None]:
     params = [("agent_id", agent_id)] if agent_id is not None else []
-    return Call("GET", ep.EXPORT_PATH, None, params=params, repeatable=True)
+    return Call("GET", ep.EXPORT_PATH, None, params=params, repeatable=True, min_read_timeout_s=EXPORT_READ_TIMEOUT_S)
 
 
 class Client(_Api):
