@@ -163,6 +163,7 @@ async def patch(services: Services, org_id: UUID, memory_id: UUID, change: Memor
     async with services.db.tenant(org_id) as tx:
         before = await _locked(tx, memory_id, change)
         _check_valid_time(before, change)
+        await fact_patch.check_order(tx, memory_id, before, change)
         await _check_key_move(tx, before, change)
         row, status = await fact_patch.update(tx, services.settings.facts, memory_id, before, change, embedding)
     if row is None:
@@ -181,7 +182,7 @@ async def _locked(tx: TenantTx, memory_id: UUID, change: MemoryPatch) -> Any:
     if change.agent_id is not msgspec.UNSET:
         scopes.add(facts.scope_key(change.agent_id))
     await tx.fetchval("facts.lock_scopes", str(tx.org_id), sorted(scopes))
-    before = _changeable(await repo.current(tx, memory_id), memory_id)
+    before = _changeable(_live(await repo.current(tx, memory_id)), memory_id)
     if before["agent_id"] != agent:  # moved by a PATCH that committed before these locks
         raise Conflict(f"memory {memory_id} changed during the request; retry", code="write_conflict")
     return before
@@ -219,6 +220,7 @@ async def _check_key_move(tx: TenantTx, before: Any, change: MemoryPatch) -> Non
     if before["superseded_by"] is not None:
         raise Unprocessable("agent_id of a retired value cannot change: it is a past value on its agent's "
                             "timeline of the key", code="validation_error", details={"field": "agent_id"})
+    await facts.purge_expired_values(tx, [(change.agent_id, before["key"])])  # as any write of the key
     holder = await tx.fetchrow("facts.key_current", tx.org_id, change.agent_id, before["key"])
     if holder is not None:
         raise Conflict(f"agent {change.agent_id!r} already has a current value of key {before['key']!r}",
@@ -234,6 +236,10 @@ async def delete(services: Services, org_id: UUID, memory_id: UUID, *, erase: bo
         if found:  # the scope before the row, as every fact path (its history may name merges to take back)
             await tx.fetchval("facts.lock_scopes", str(tx.org_id), [facts.scope_key(agent)])
         row = await repo.current(tx, memory_id)
+        if row is not None and row["expired"]:  # gone already, as after its purge; erasing it purges it now
+            if erase:
+                await repo.delete(tx, memory_id)
+            row = None
         if row is None and erase and await tx.fetchval("facts.erase_history", tx.org_id, [memory_id], None):
             return
         before = _changeable(row, memory_id)
@@ -268,6 +274,12 @@ async def delete_agent(services: Services, org_id: UUID, agent_id: str) -> int:
     finally:
         if deleted:
             await services.memories_changed(org_id, {agent_id})
+
+
+def _live(row: Any) -> Any:
+    """``row`` unless it has expired: an expired memory is gone to every read and change (its row waits
+    for the purge, which changes no answer)."""
+    return None if row is None or row["expired"] else row
 
 
 def _changeable(row: Any, memory_id: UUID) -> Any:

@@ -134,3 +134,22 @@ async def test_a_repeat_of_the_current_value_from_before_it_began_is_history(cli
     # a later sighting of the current value still reinforces it
     (item,) = (await write(client, tenant, city("late1", "Lisbon", 2025)))["items"]
     assert item["status"] == "merged" and item["id"] == lisbon, item
+
+
+async def test_reject_refuses_only_what_merge_would_merge(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    (paris,) = (await write(client, tenant, city("rej1", "Paris", 2023)))["ids"]
+    (lisbon,) = (await write(client, tenant, city("rej1", "Lisbon", 2024)))["ids"]
+    # a repeat from before the current value began is a past value of its own under merge: so under reject
+    (item,) = (await write(client, tenant, {**city("rej1", "Lisbon", 2022), "on_duplicate": "reject"}))["items"]
+    assert item["status"] == "created" and item["current"] is False and item["superseded_by"] == paris, item
+    # a repeat from then on is a sighting of the current value: refused, nothing written
+    r = await client.post("/v1/memories", json={**city("rej1", "Lisbon", 2025), "on_duplicate": "reject"},
+                          headers=tenant.headers)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate", r.text
+    assert r.json()["error"]["details"]["items"][0]["duplicate_of"] == lisbon, r.text
+    # a batch going back to a value an earlier item retired writes it, as one request at a time would
+    out = await write(client, tenant, {"memories": [city("rej2", "Paris", 2023), city("rej2", "Lisbon", 2024),
+                                                    city("rej2", "Paris", 2025)], "on_duplicate": "reject"})
+    assert [i["status"] for i in out["items"]] == ["created", "superseded", "superseded"], out
+    assert await current_texts(client, tenant, "rej2") == ["The user lives in Paris."]
+    assert len(await list_all(client, tenant, agent_id="rej1", include_superseded="true")) == 3

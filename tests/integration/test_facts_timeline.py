@@ -117,3 +117,59 @@ async def test_a_patch_that_changes_nothing_records_nothing(client: AsyncTestCli
     events = await history(client, tenant, memory)
     assert [e["event"] for e in events] == ["created", "updated"] and events[1]["detail"]["changes"] == {
         "importance": 0.7}
+
+
+async def test_a_patch_cannot_date_a_memory_before_one_it_superseded(client: AsyncTestClient[Any],
+                                                                     tenant: Tenant) -> None:
+    (old,) = (await write(client, tenant, {"text": "The user drives a Volvo.", "agent_id": "ord1",
+                                           "occurred_at": "2023-01-01T00:00:00Z"}))["ids"]
+    (new,) = (await write(client, tenant, {"text": "The user drives a Tesla.", "agent_id": "ord1",
+                                           "occurred_at": "2024-01-01T00:00:00Z", "supersedes": [old]}))["ids"]
+    r = await client.patch(f"/v1/memories/{new}", json={"occurred_at": "2022-06-01T00:00:00Z"},
+                           headers=tenant.headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "supersedes_newer" and r.json()["error"]["details"] == {
+        "field": "occurred_at", "id": old}, r.text
+    # the same instant, or any time after what it superseded, is fine
+    for at in ("2023-01-01T00:00:00Z", "2023-06-01T00:00:00Z"):
+        r = await client.patch(f"/v1/memories/{new}", json={"occurred_at": at}, headers=tenant.headers)
+        assert r.status_code == 200 and r.json()["occurred_at"] == at, r.text
+    # the retired one cannot move past its successor either (its valid time would end before it began)
+    r = await client.patch(f"/v1/memories/{old}", json={"occurred_at": "2025-01-01T00:00:00Z"},
+                           headers=tenant.headers)
+    assert r.status_code == 422, r.text
+
+
+async def test_a_merge_keeps_the_memory_as_long_as_the_repeat_asked(client: AsyncTestClient[Any],
+                                                                    tenant: Tenant) -> None:
+    base = {"text": "The user is training for a marathon.", "agent_id": "ext1"}
+
+    async def kept_now(memory_id: str) -> dict[str, Any]:
+        r = await client.get(f"/v1/memories/{memory_id}", headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    (kept,) = (await write(client, tenant, {**base, "expires_at": "2100-01-01T00:00:00Z",
+                                            "valid_until": "2090-01-01T00:00:00Z"}))["ids"]
+    # an earlier expiry or end in a repeat shortens nothing
+    item = (await write(client, tenant, {**base, "expires_at": "2099-01-01T00:00:00Z",
+                                         "valid_until": "2080-01-01T00:00:00Z"}))["items"][0]
+    assert item["status"] == "merged" and item["id"] == kept, item
+    now = await kept_now(kept)
+    assert now["expires_at"].startswith("2100-01-01") and now["valid_until"].startswith("2090-01-01"), now
+    # a later one extends them
+    await write(client, tenant, {**base, "expires_at": "2150-01-01T00:00:00Z", "valid_until": "2095-01-01T00:00:00Z"})
+    now = await kept_now(kept)
+    assert now["expires_at"].startswith("2150-01-01") and now["valid_until"].startswith("2095-01-01"), now
+    # a repeat without expires_at is to be kept for good; one without valid_until says nothing of the end
+    await write(client, tenant, base)
+    now = await kept_now(kept)
+    assert now["expires_at"] is None and now["valid_until"].startswith("2095-01-01") and now["seen_count"] == 4, now
+    merges = [e for e in await history(client, tenant, kept) if e["event"] == "merged"]
+    assert "extended" not in merges[0]["detail"] and set(merges[2]["detail"]["extended"]) == {"expires_at"}
+    # undoing a merge gives back the ends it moved, where they still hold what it set
+    for event, expires in ((merges[2], "2150-01-01"), (merges[1], "2100-01-01")):
+        r = await client.post(f"/v1/memories/{kept}/history/{event['id']}/undo", json={}, headers=tenant.headers)
+        assert r.status_code == 200, r.text
+        assert (await kept_now(kept))["expires_at"].startswith(expires)
+    assert (await kept_now(kept))["valid_until"].startswith("2090-01-01")

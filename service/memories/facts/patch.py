@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
@@ -10,7 +11,7 @@ import msgspec
 import numpy as np
 
 from service.db import TenantTx
-from service.errors import Conflict
+from service.errors import Conflict, Unprocessable
 from service.memories import repo
 from service.memories.facts import dedup
 from service.memories.facts.history import Events
@@ -71,6 +72,19 @@ async def update(tx: TenantTx, settings: FactSettings, memory_id: UUID, before: 
     return row, "updated"
 
 
+async def check_order(tx: TenantTx, memory_id: UUID, before: asyncpg.Record, change: MemoryPatch) -> None:
+    """422 ``supersedes_newer`` for a new ``occurred_at`` before that of a memory this one superseded: as at
+    write time, an older fact does not retire a newer one. (A retired memory moved past its successor's
+    start is refused already: its ``valid_until`` would not follow its ``occurred_at``.)"""
+    if not isinstance(change.occurred_at, datetime) or change.occurred_at >= before["occurred_at"]:
+        return
+    newer = await tx.fetchrow("facts.retired_after", tx.org_id, memory_id, change.occurred_at)
+    if newer is not None:
+        raise Unprocessable(f"memory {newer['id']}, which this one superseded, happened after {change.occurred_at}"
+                            ": an older fact does not retire a newer one", code="supersedes_newer",
+                            details={"field": "occurred_at", "id": str(newer["id"])})
+
+
 def _changes(change: MemoryPatch, before: asyncpg.Record) -> dict[str, Any]:
     """The fields ``change`` sets to a value other than the memory's own (as JSON), ``on_duplicate`` aside."""
     out: dict[str, Any] = msgspec.to_builtins(change)
@@ -105,6 +119,6 @@ async def left_timeline(tx: TenantTx, memory_id: UUID, before: asyncpg.Record, e
     if before["key"] is None:
         return
     for row in await tx.fetch("facts.unlink_value", tx.org_id, memory_id, before["superseded_by"],
-                              before["occurred_at"], before["key"], before["agent_id"]):
+                              before["occurred_at"], before["key"], before["agent_id"], before["valid_until"]):
         events.add(row["id"], row["agent_id"], "updated", related=memory_id, reason="key", key=before["key"],
                    changes={"superseded_by": row["superseded_by"], "valid_until": row["valid_until"]})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -30,11 +31,15 @@ Retired = list[tuple[UUID, datetime | None]]
 """Memories a model's decision retired, each with the end of its valid time before (None: open)."""
 
 
-def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict[str, Any]] | None, Retired]:
+Merged = tuple[UUID, MemoryIn, dict[str, Any], dict[str, list[str | None]]]
+"""A merge to undo: the absorbed item's id, the item, the metadata keys it added, the ends it moved."""
+
+
+def _plan(event: Any, limits: LimitSettings) -> tuple[Merged | None, Retired]:
     """What undoing ``event`` takes: the item a merge absorbed (a rule's merge, or a model's ``merge``
-    decision: its id, the item, the metadata keys the merge added to the kept memory) and the memories a
-    model's decision retired, with their ends before (``retired_until``; a decision recorded without it
-    reopens them). An event's detail is checked as a write checks a memory: one an import wrote can hold
+    decision: its id, the item, the metadata keys the merge added to the kept memory, the ends it moved) and
+    the memories a model's decision retired, with their ends before (``retired_until``; a decision recorded
+    without it reopens them). An event's detail is checked as a write checks a memory: one an import wrote can hold
     anything (422 ``not_undoable``, not a failure of the service)."""
     detail = event["detail"] if isinstance(event["detail"], dict) else {}
 
@@ -54,7 +59,7 @@ def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict
             raise refused(f"its merged item is not a memory a write could make ({exc.message})") from exc
         if not isinstance(added, dict):
             raise refused("its added_metadata is not an object")
-        merged = ident, item, added
+        merged = ident, item, added, _extended(detail.get("extended", {}), refused)
     retired: Retired = []
     if event["event"] == "consolidated":
         names, ends = detail.get("retired", []), detail.get("retired_until", {})
@@ -65,6 +70,21 @@ def _plan(event: Any, limits: LimitSettings) -> tuple[tuple[UUID, MemoryIn, dict
         except ValueError as exc:
             raise refused(f"its retired memories are not memory ids with their ends ({exc})") from exc
     return merged, retired
+
+
+def _extended(raw: object, refused: Callable[[str], Unprocessable]) -> dict[str, list[str | None]]:
+    """The ends a merge moved (``{"valid_until" | "expires_at": [before, after]}``), checked, as RFC 3339 strings."""
+    if not isinstance(raw, dict) or not set(raw) <= {"valid_until", "expires_at"}:
+        raise refused("its extended ends are not an object of valid_until / expires_at")
+    out: dict[str, list[str | None]] = {}
+    for name, pair in raw.items():
+        try:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError(f"{name} is not a pair")
+            out[name] = [None if (end := _end(v)) is None else end.isoformat() for v in pair]
+        except ValueError as exc:
+            raise refused(f"its extended ends are not times ({exc})") from exc
+    return out
 
 
 def _end(value: object) -> datetime | None:
@@ -111,8 +131,8 @@ async def undo(services: Services, org_id: UUID, memory_id: UUID, event_id: UUID
         events = Events()
         restored = None
         if merged is not None and embedding is not None:
-            ident, item, added = merged
-            agent = await tx.fetchval("facts.unreinforce", org_id, memory_id, added)
+            ident, item, added, extended = merged
+            agent = await tx.fetchval("facts.unreinforce", org_id, memory_id, added, extended)
             written, changed = await facts.write(tx, services.settings.facts, [item], embedding, "keep",
                                                  ids=[ident], decided_by="undo")
             restored = written[0].id

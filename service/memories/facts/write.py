@@ -9,7 +9,7 @@ insert, reinforce merge targets, append the history and the consolidation jobs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,6 +52,14 @@ async def org_policy(tx: TenantTx) -> OnDuplicate:
     return value if value is not None else DEFAULT_POLICY
 
 
+async def purge_expired_values(tx: TenantTx, keys: Iterable[tuple[str | None, str]]) -> None:
+    """Purge the expired values of ``keys`` (agent, key) before their timelines are read: an expired value
+    is forgotten, so a change finds each key as it would after the periodic purge. The caller holds the
+    scope locks of those agents."""
+    for agent_id, key in sorted(keys, key=lambda k: (scope_key(k[0]), k[1])):
+        await tx.execute("facts.purge_expired_values", tx.org_id, agent_id, key)
+
+
 def check_items(items: Sequence[MemoryIn]) -> None:
     """422 for what the schema cannot say: keys and ``supersedes`` are for facts, not messages."""
     seen: dict[UUID, int] = {}
@@ -89,14 +97,11 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
                      if check[i] or m.key is not None or m.supersedes})
     if scopes:
         await tx.fetchval("facts.lock_scopes", str(tx.org_id), scopes)
+    await purge_expired_values(tx, {(m.agent_id, m.key) for m in items if m.key is not None})
     findings = await dedup.find(tx, items, embeddings, words, check, settings)
     for i, found in enumerate(findings.matches):  # what an item retires is not what it reinforces
         if found is not None and found.target is not None and found.target in items[i].supersedes:
             findings.matches[i] = None
-    rejected = [i for i, found in enumerate(findings.matches) if found is not None and plans[i].policy == "reject"]
-    if rejected:
-        raise Conflict("the text duplicates a current memory (on_duplicate=reject)", code="duplicate",
-                       details={"items": [_duplicate_detail(i, findings.matches[i], plans) for i in rejected]})
     retired_before: set[UUID] = set()  # named in supersedes by the items before this one
     for plan in plans:
         found = findings.matches[plan.index]
@@ -121,6 +126,7 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
             outcomes[plan.index] = await _write_keyed(tx, item, plan, embeddings, words, targets, events)
         else:
             plain.append(plan)
+    _reject(plans, findings)
     if plain:
         retired = await _retire_named(tx, items, plain, targets, events)
         await repo.insert_batch(tx, [items[p.index] for p in plain], embeddings[[p.index for p in plain]],
@@ -151,6 +157,16 @@ async def write(tx: TenantTx, settings: FactSettings, items: list[MemoryIn], emb
     return [outcomes[i] for i in range(len(items))], touched
 
 
+def _reject(plans: list[Plan], findings: dedup.Findings) -> None:
+    """409 for the items of policy ``reject`` that ``merge`` would merge; one that ``merge`` writes as a memory
+    of its own (a repeat dated before the key's current value began, or of a value an earlier item retired)
+    is written under ``reject`` too. Raised inside the transaction: nothing of the request is kept."""
+    rejected = [p.index for p in plans if p.policy == "reject" and p.merged_into is not None]
+    if rejected:
+        raise Conflict("the text duplicates a current memory (on_duplicate=reject)", code="duplicate",
+                       details={"items": [_duplicate_detail(i, findings.matches[i], plans) for i in rejected]})
+
+
 def _check_valid_time(items: list[MemoryIn], plans: list[Plan]) -> None:
     """422 for a ``valid_until`` not after the item's event time, the write time when it gives none."""
     for plan in plans:
@@ -176,12 +192,16 @@ async def merge_into(tx: TenantTx, target: UUID, item: MemoryIn, item_id: UUID, 
                      found: dedup.Match, events: Events, *, decided_by: str,
                      superseded: list[UUID] | None = None) -> WrittenItem:
     """Reinforce ``target`` with a duplicate ``item`` (not written) and record the merge, with all an
-    undo needs: the item as written, its would-be id, the metadata keys it added, the state before.
+    undo needs: the item as written, its would-be id, the metadata keys it added, the state before, the
+    ends it moved (``extended``: the later ``valid_until`` / ``expires_at`` the item asked for).
     ``superseded``: what the item named in ``supersedes``, retired by ``target`` (an undo leaves them so)."""
-    before = await tx.fetchrow("facts.reinforce", tx.org_id, target, occurred_at, item.metadata)
+    before = await tx.fetchrow("facts.reinforce", tx.org_id, target, occurred_at, item.metadata, item.valid_until,
+                               item.expires_at)
     if before is None:
         raise Conflict(f"memory {target} changed during the write; retry", code="write_conflict")
     added = {k: v for k, v in item.metadata.items() if k not in before["metadata"]}
+    extended = {name: [before[name], before[f"{name}_after"]] for name in ("valid_until", "expires_at")
+                if before[name] != before[f"{name}_after"]}
     events.add(target, before["agent_id"], "merged", related=item_id,
                item={"id": item_id, **snapshot(item, occurred_at)},
                similarity={"cosine": round(found.cosine, 6), "lexical": round(found.lexical, 6),
@@ -190,12 +210,13 @@ async def merge_into(tx: TenantTx, target: UUID, item: MemoryIn, item_id: UUID, 
                                              "last_seen_at": before["last_seen_at"],
                                              "first_occurred_at": before["first_occurred_at"],
                                              "last_occurred_at": before["last_occurred_at"]},
-               decided_by=decided_by, **_superseded_detail(superseded))
+               decided_by=decided_by, **_present(extended=extended, superseded=superseded))
     return WrittenItem(id=target, status="merged", similarity=round(found.cosine, 6), superseded=superseded or [])
 
 
-def _superseded_detail(superseded: list[UUID] | None) -> dict[str, Any]:
-    return {"superseded": superseded} if superseded else {}
+def _present(**fields: Any) -> dict[str, Any]:
+    """The history detail fields that hold something (an event records no empty ones)."""
+    return {name: value for name, value in fields.items() if value}
 
 
 async def _supersede_targets(tx: TenantTx, items: list[MemoryIn], plans: list[Plan]) -> dict[UUID, Any]:
@@ -253,15 +274,15 @@ async def _write_keyed(tx: TenantTx, item: MemoryIn, plan: Plan, embeddings: np.
     successor: Any = None
     if current is not None and current["occurred_at"] <= plan.occurred_at:
         retired += await _retire(tx, [current["id"]], plan.id, plan.occurred_at, events, reason="key", key=item.key)
-    elif current is not None:
+    else:  # a late value, or a key whose current value expired: placed among the values held
         neighbours = {r["side"]: r for r in await tx.fetch(
             "facts.key_neighbours", tx.org_id, item.agent_id, item.key, plan.occurred_at)}
-        successor = neighbours["after"]
+        successor = neighbours.get("after")
         before = neighbours.get("before")
-        if before is not None:  # its timeline now continues with this late value (an earlier own end stays)
+        if before is not None:  # its timeline now continues with this value (an earlier own end stays)
             ended = await tx.fetchval("facts.set_chain", tx.org_id, before["id"], plan.id, plan.occurred_at)
             events.add(before["id"], item.agent_id, "superseded", related=plan.id, valid_until=ended,
-                       reason="key", key=item.key, late_arrival=True)
+                       reason="key", key=item.key, **_present(late_arrival=successor is not None))
     valid_until = item.valid_until
     if successor is not None and (valid_until is None or valid_until > successor["occurred_at"]):
         valid_until = successor["occurred_at"]
