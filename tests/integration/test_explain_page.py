@@ -124,6 +124,14 @@ def open_page(browser: Any) -> tuple[Any, Any, list[str]]:
     return context, page, errors
 
 
+def until(page: Any, done: Callable[[], Any], what: str, timeout_s: float = 30) -> None:
+    """Let the page run until ``done()`` holds (a check from outside the page, which its CSP does not limit)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        page.wait_for_timeout(20)
+
+
 def sign_in(page: Any, live_service: LiveService, key: str) -> None:
     """Open the page and give it ``key``."""
     page.goto(f"{live_service.base}/explain")
@@ -616,6 +624,106 @@ def test_explain_page_says_what_an_assembly_lacks_and_shows_only_the_latest_answ
         context.close()
 
 
+def test_explain_page_says_while_a_request_runs(browser: Any, live_service: LiveService, seeded: Tenant) -> None:
+    """While an assembly or a search runs, its form says so beside its button (the assembly with the deadline
+    it asked for); its answer or its error clears that. The button stays usable: a newer request replaces
+    one in flight, and the status stays until the newest one is answered. Requests are held in the browser
+    (``page.route``) so each state can be seen."""
+    context, page, errors = open_page(browser)
+    held: list[Any] = []
+    try:
+        sign_in(page, live_service, seeded.key)
+        for path in ("**/v1/context/assemble", "**/v1/memories/search"):
+            page.route(path, lambda route: held.append(route))
+        status = page.get_by_test_id("assemble-status")
+        assert status.is_hidden()
+        page.get_by_test_id("agent").fill(AGENT)
+        page.get_by_test_id("query").fill("What espresso does Dana drink?")
+        page.get_by_test_id("run-assemble").click()
+        status.wait_for(state="visible")
+        assert status.inner_text() == "Assembling… (the service's deadline)"
+        assert page.locator("#assemble-form[aria-busy=true]").count() == 1
+        page.get_by_test_id("deadline").fill("3000")
+        page.get_by_test_id("run-assemble").click()  # not disabled: a newer request replaces the first
+        page.wait_for_selector("#assemble-status:text-is('Assembling… (deadline 3000 ms)')")
+        until(page, lambda: len(held) == 2, "both assemblies to be sent")
+        first, second = held
+        with page.expect_response("**/v1/context/assemble"):
+            first.continue_()
+        page.wait_for_timeout(200)  # time for the earlier answer to be rendered, were it to be
+        assert status.inner_text() == "Assembling… (deadline 3000 ms)"  # the newer one still runs
+        assert page.get_by_test_id("assemble-result").is_hidden()  # and the earlier answer is not shown
+        with page.expect_response("**/v1/context/assemble") as answered:
+            second.continue_()
+        assert answered.value.status == 200
+        page.get_by_test_id("assemble-result").wait_for(state="visible")
+        status.wait_for(state="hidden")
+        assert page.locator("#assemble-form[aria-busy=false]").count() == 1
+
+        # An error clears it too.
+        held.clear()
+        page.get_by_test_id("model").fill("no-such-model")
+        page.get_by_test_id("run-assemble").click()
+        status.wait_for(state="visible")
+        until(page, lambda: held, "the request to be sent")
+        held[0].continue_()
+        page.get_by_test_id("assemble-error").wait_for(state="visible")
+        assert "400 unknown_model" in page.get_by_test_id("assemble-error").inner_text()
+        status.wait_for(state="hidden")
+
+        # The search view's own.
+        held.clear()
+        page.get_by_test_id("tab-search").click()
+        page.get_by_test_id("search-query").fill("espresso")
+        page.get_by_test_id("run-search").click()
+        page.wait_for_selector("#search-status:text-is('Searching…')")
+        until(page, lambda: held, "the request to be sent")
+        held[0].continue_()
+        page.get_by_test_id("search-result").wait_for(state="visible")
+        page.get_by_test_id("search-status").wait_for(state="hidden")
+        assert errors == [], errors
+    finally:
+        context.close()
+
+
+def test_explain_page_sends_the_deadline_given(browser: Any, live_service: LiveService, seeded: Tenant) -> None:
+    """The deadline field is the request's ``timeout_ms``: the assembly runs under it (``metrics.deadline_ms``,
+    shown with the timings); empty, the service's own applies (5 s for these tests); a value the API would
+    refuse (an integer from 1 to 3,600,000) is not sent."""
+    context, page, errors = open_page(browser)
+    sent: list[Any] = []
+    page.on("request", lambda request: sent.append(request) if "/v1/context/assemble" in request.url else None)
+    try:
+        sign_in(page, live_service, seeded.key)
+        page.get_by_test_id("agent").fill(AGENT)
+        page.get_by_test_id("query").fill("What espresso does Dana drink?")
+        for refused in ("0", "-5", "2.5", "3600001"):
+            page.get_by_test_id("deadline").fill(refused)
+            page.get_by_test_id("run-assemble").click()
+            assert page.locator("#deadline:invalid").count() == 1, refused
+        page.wait_for_timeout(300)
+        assert sent == [] and page.get_by_test_id("assemble-status").is_hidden()
+
+        for given in ("3000", "3600000", ""):
+            page.get_by_test_id("deadline").fill(given)
+            with page.expect_response("**/v1/context/assemble") as answered:
+                page.get_by_test_id("run-assemble").click()
+            assert answered.value.status == 200, answered.value.text()
+            body = answered.value.json()
+            deadline_ms = body["metrics"]["deadline_ms"]
+            if given:
+                assert answered.value.request.post_data_json["timeout_ms"] == int(given)
+            else:
+                assert "timeout_ms" not in answered.value.request.post_data_json
+            # Up to the service's maximum; the service's own deadline here is 5 s.
+            assert (2000 < deadline_ms <= 3000) if given == "3000" else deadline_ms > 4000, (given, deadline_ms)
+            shown = str(int(deadline_ms)) if float(deadline_ms).is_integer() else fmt(deadline_ms)
+            page.wait_for_selector(f"#timings tr[data-key=deadline_ms] td:text-is('{shown}')", state="attached")
+        assert errors == [], errors
+    finally:
+        context.close()
+
+
 FACTS_MANY_AGENT = "explain-grinder"
 
 
@@ -662,6 +770,8 @@ def test_each_rows_fact_is_read_within_the_orgs_requests_in_flight(
             }""")
             with page.expect_response("**/v1/memories/search"):
                 page.get_by_test_id("run-search").click()
+            # The answer is rendered a moment after it arrives: until then the flag is the earlier rendering's.
+            until(page, lambda: page.evaluate("window.loadedWhenRendered.length"), "the new answer's rendering")
             page.wait_for_selector("#results[data-facts-loaded=true]", state="attached", timeout=60_000)
             assert page.evaluate("window.loadedWhenRendered") == [None]
             assert cell_texts(page, "#results tbody [data-fact=status]")[:100] == ["current"] * 100

@@ -15,7 +15,10 @@ export interface ClientOptions {
   url?: string;
   /** An API key of your org. Default `$PGCONTEXT_API_KEY`. */
   apiKey?: string | null;
-  /** Local limit on each try (connect, answer, body) in ms; past it the try is a `TransportError`. Default 30000. */
+  /**
+   * Local limit on each try (connect, answer, body) in ms; past it the try is a `TransportError`. Default 30000.
+   * An export's lines are not limited by it, only its answer's start (the service may take up to 60 s a read).
+   */
   timeoutMs?: number;
   /** Retries of 429/503 answers (and broken connections of repeatable calls). `{ attempts: 1 }` turns them off. */
   retry?: RetryPolicy | RetryOptions;
@@ -140,12 +143,16 @@ export class Client {
     });
   }
 
-  /** Report which memories helped (`{ [id]: true/false }` or `{ id, helpful }` items); moves their usefulness. */
+  /**
+   * Report which memories helped (`{ [id]: true/false }` or `{ id, helpful }` items); moves their usefulness.
+   * The call's `Idempotency-Key` makes its retries safe: a retry of a report that was counted answers the
+   * first report's result and moves nothing again.
+   */
   feedback(helpful: Feedback, options?: RequestOptions): Promise<t.FeedbackOut> {
     const items: t.FeedbackItem[] = Array.isArray(helpful) ? [...(helpful as readonly t.FeedbackItem[])]
       : [...(helpful instanceof Map ? helpful : Object.entries(helpful))].map(([id, ok]) => ({ id, helpful: ok }));
-    // Not repeatable on a broken connection: each report moves usefulness again.
-    return this.call({ method: "POST", path: "/v1/memories/feedback", body: { items }, repeatable: false, options });
+    // Repeatable: the service replays a report whose Idempotency-Key it already holds.
+    return this.call({ method: "POST", path: "/v1/memories/feedback", body: { items }, repeatable: true, options });
   }
 
   /** Hybrid retrieval over memories and document chunks; each result shows its lexical and semantic ranks. */

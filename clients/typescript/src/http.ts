@@ -202,7 +202,7 @@ export class Transport {
         const response = await this.config.fetch(this.url(call), {
           method: call.method, headers, body, signal: attempt.controller.signal,
         });
-        const code = !call.repeatable && retry.statuses.has(response.status) ? await errorCode(response) : null;
+        const code = retry.needsCode(call, response.status) ? await errorCode(response) : null;
         wait = retry.afterResponse(call, response, number, code);
         if (wait === null || (deadline !== null && Date.now() + wait >= deadline)) {
           const sent: Sent = { response, untimed: () => attempt.untimed(), done: () => attempt.done() };

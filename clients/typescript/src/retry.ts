@@ -28,6 +28,9 @@ export function refusedBeforeWork(status: number, code: string | null): boolean 
   return status === 429 || (status === 503 && code === "overloaded");
 }
 
+/** A write's 409 while the first request under its `Idempotency-Key` still runs: a retry gets that one's answer. */
+const IN_PROGRESS = "idempotency_in_progress";
+
 /** Errors of a connection that was never made (nothing was sent): name resolution, refused, unreachable. */
 const NOT_CONNECTED: ReadonlySet<string> = new Set([
   "ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT",
@@ -43,11 +46,12 @@ export function neverSent(error: unknown): boolean {
 }
 
 /**
- * Retries of 429 and 503 answers (and of broken connections for repeatable calls).
+ * Retries of 429 and 503 answers (and of broken connections for repeatable calls), and of a write's 409
+ * `idempotency_in_progress` (its key's first request is still running: the retry gets its answer).
  *
  * The wait is the answer's `Retry-After` when it has one (an answer asking for more than
  * `maxRetryAfterMs` is raised at once), otherwise exponential backoff from `backoffMs` up to
- * `maxBackoffMs`, with jitter. A call that is not repeatable (`feedback`, `undoEvent`) is tried again
+ * `maxBackoffMs`, with jitter. A call that is not repeatable (`undoEvent`) is tried again
  * only when the service did none of it: after a refusal (a 429, a 503 `overloaded`), or when the
  * connection was never made.
  */
@@ -79,13 +83,20 @@ export class RetryPolicy {
    * come after a write was made).
    */
   afterResponse(call: Retryable, response: Response, attempt: number, code: string | null = null): number | null {
-    if (attempt >= this.attempts || !this.statuses.has(response.status)) return null;
+    if (attempt >= this.attempts) return null;
+    if (response.status === 409 && code === IN_PROGRESS) return this.backoff(attempt);
+    if (!this.statuses.has(response.status)) return null;
     if (call.accept?.includes(response.status)) return null;
     if (!call.repeatable && !refusedBeforeWork(response.status, code)) return null;
     const seconds = retryAfter(response.headers);
     if (seconds === null) return this.backoff(attempt);
     const wait = seconds * 1000;
     return wait <= this.maxRetryAfterMs ? wait : null;
+  }
+
+  /** Whether `afterResponse` needs the error answer's `code` to decide about an answer of `status`. */
+  needsCode(call: Retryable, status: number): boolean {
+    return status === 409 || (!call.repeatable && this.statuses.has(status));
   }
 
   /** Milliseconds to wait before trying the call again after no answer (`error`: what fetch threw), or null. */

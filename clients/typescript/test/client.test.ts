@@ -1,7 +1,7 @@
 /** Every `Client` method against a live service over real HTTP (the Python client's test, in TypeScript). */
 
 import { randomUUID } from "node:crypto";
-import { describe, expect, test } from "vitest";
+import { describe, expect, test, vi } from "vitest";
 
 import {
   Client, Conflict, type ExportLine, IncompleteExport, NotFound, PgcontextError, ValidationError, type Memory,
@@ -240,6 +240,48 @@ describe("export", () => {
     for await (const line of pg.export(agent("nobody"))) lines.push(line.type);
     expect(lines).toEqual(["export", "end"]);
     expect((await pg.eraseAgent(who)).deleted).toBe(2);
+  });
+});
+
+describe("export timing", () => {
+  test("lines may come minutes apart: the client's per-try limit (30 s by default) covers only the answer's start", async () => {
+    // A large org's export reads each batch in one statement, which the service lets run up to 60 s: the
+    // stream may pause that long between lines. The live answer is replayed with such a pause, on fake
+    // timers (no real wait), through a client with the default limits.
+    const who = agent("exp");
+    await client().createMemories([{ text: "one", agent_id: who }, { text: "two", agent_id: who }]);
+    const live = await fetch(`${required("PGCONTEXT_URL")}/v1/export?agent_id=${who}`,
+      { headers: { Authorization: `Bearer ${required("PGCONTEXT_API_KEY")}` } });
+    const [header = "", ...rest] = (await live.text()).split(/(?<=\n)/);
+    const pauseMs = 90_000;
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      const pausing: typeof fetch = async (_input, init) => {
+        const encoder = new TextEncoder();
+        const body = new ReadableStream<Uint8Array>({
+          async start(controller) {
+            // As fetch does: an abort (the client's limit, were it still running) breaks the body.
+            init?.signal?.addEventListener("abort", () => controller.error(new Error("aborted by the client")));
+            controller.enqueue(encoder.encode(header));
+            await new Promise((resolve) => { setTimeout(resolve, pauseMs); });
+            for (const line of rest) controller.enqueue(encoder.encode(line));
+            controller.close();
+          },
+        });
+        return new Response(body, { status: 200, headers: live.headers });
+      };
+      const pg = new Client({ url: required("PGCONTEXT_URL"), apiKey: required("PGCONTEXT_API_KEY"), fetch: pausing });
+      const reading = (async () => {
+        const types: string[] = [];
+        for await (const line of pg.export(who)) types.push(line.type);
+        return types;
+      })();
+      await vi.advanceTimersByTimeAsync(pauseMs);
+      expect(await reading).toEqual([header, ...rest].map((line) => (JSON.parse(line) as ExportLine).type));
+    } finally {
+      vi.useRealTimers();
+    }
+    await client().eraseAgent(who);
   });
 });
 

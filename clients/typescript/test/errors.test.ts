@@ -118,7 +118,7 @@ describe("transport", () => {
     expect(recorder.sent).toHaveLength(3); // a refused connection carried nothing: safe to try again
   });
 
-  test("no answer once sent: repeatable calls are sent again, feedback and undo are not", async () => {
+  test("no answer once sent: repeatable calls are sent again (writes under their key), undo is not", async () => {
     const silent = await silentListener();
     try {
       const recorder = new Recorder();
@@ -132,10 +132,11 @@ describe("transport", () => {
         return recorder.sent.length;
       };
       expect(await tries(() => pg.health())).toBe(3);
-      // An append carries its Idempotency-Key: a resent one that was written is answered, not written again.
+      // An append or a report carries its Idempotency-Key: a resent one that was written is answered, not
+      // written (or counted) again.
       expect(await tries(() => pg.appendMessages("c", [{ content: "hi", role: "user" }]))).toBe(3);
-      // Each report moves usefulness again; an event is undone once (a resent undo would answer 409).
-      expect(await tries(() => pg.feedback({ [randomUUID()]: true }))).toBe(1);
+      expect(await tries(() => pg.feedback({ [randomUUID()]: true }))).toBe(3);
+      // An event is undone once (a resent undo would answer 409).
       expect(await tries(() => pg.undoEvent(randomUUID(), randomUUID()))).toBe(1);
     } finally {
       await silent.close();
@@ -161,10 +162,16 @@ describe("transport", () => {
     expect((await pg.health()).status).toBe("ok");
     expect(broken).toBe(2);
     broken = 0;
-    const error = await failure(pg.feedback({ [randomUUID()]: true }));
+    const report = await pg.feedback({ [randomUUID()]: true }); // sent again under its key
+    expect(report.not_found).toHaveLength(1);
+    expect(broken).toBe(2);
+    broken = 0;
+    const [memory, event] = [randomUUID(), randomUUID()];
+    const error = await failure(pg.undoEvent(memory, event));
     expect(error).toBeInstanceOf(TransportError);
-    expect(error.message).toBe("POST /v1/memories/feedback: the answer broke off: Error: other side closed");
-    expect(broken).toBe(1); // the report may have been counted: not sent again
+    expect(error.message)
+      .toBe(`POST /v1/memories/${memory}/history/${event}/undo: the answer broke off: Error: other side closed`);
+    expect(broken).toBe(1); // the event may have been undone: not sent again
   });
 
   test("a try with no answer past the caller's deadline fails soon after it, not at the client's timeout", async () => {

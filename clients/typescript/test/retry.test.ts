@@ -50,6 +50,45 @@ describe("idempotency", () => {
     await pg.deleteConversation(chat);
   });
 
+  test("a report whose answer was lost is sent again under its key and moves usefulness once", async () => {
+    const pg = client();
+    const who = agent("fb");
+    const [retried, control] = (await pg.createMemories([
+      { text: "Dana's espresso is a double.", agent_id: who },
+      { text: "The grinder is set to 4 for espresso.", agent_id: who },
+    ])).ids as [string, string];
+    // The first try reaches the service and is counted; its answer is lost on the way back (a connection
+    // reset after the service answered), so the client cannot know whether it was.
+    const tries: Array<{ key: string | null; replayed: string | null }> = [];
+    const losingFirstAnswer: typeof fetch = async (input, init) => {
+      const response = await fetch(input, init);
+      tries.push({ key: new Headers(init?.headers).get("idempotency-key"),
+        replayed: response.headers.get("idempotent-replayed") });
+      if (tries.length > 1) return response;
+      await response.text();
+      throw new TypeError("fetch failed", { cause: Object.assign(new Error("other side closed"), { code: "ECONNRESET" }) });
+    };
+    const answer = await client({ fetch: losingFirstAnswer, retry: { attempts: 3, backoffMs: 10 } })
+      .feedback({ [retried]: true });
+    expect(tries).toHaveLength(2);
+    expect(tries[1]?.key).toBe(tries[0]?.key); // one key for both tries
+    expect(tries[1]?.replayed).toBe("true"); // the second was answered with the first's answer
+    expect(answer.updated).toMatchObject([{ id: retried, feedback_count: 1 }]);
+
+    // The report moved usefulness once: a memory reported once without loss stands where it stands.
+    const once = await pg.feedback({ [control]: true });
+    expect(answer.updated[0]?.usefulness).toBe(once.updated[0]?.usefulness);
+    const next = await pg.feedback({ [retried]: true, [control]: true });
+    expect(next.updated.map((u) => u.feedback_count)).toEqual([2, 2]);
+    expect(new Set(next.updated.map((u) => u.usefulness)).size).toBe(1);
+
+    // Another report under the same key is refused, not counted.
+    const reused = await pg.feedback({ [control]: false }, { idempotencyKey: tries[0]?.key ?? "" })
+      .catch((error: unknown) => error);
+    expect(reused).toMatchObject({ status: 409, code: "idempotency_key_reused" });
+    await pg.eraseAgent(who);
+  });
+
   test("without Web Crypto (Node 18) keys are still version 4 UUIDs, all different", () => {
     const saved = Object.getOwnPropertyDescriptor(globalThis, "crypto");
     Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
@@ -121,6 +160,30 @@ describe("retries", () => {
     expect(recorder.sent.at(-1)?.headers.get("x-timeout-ms")).toBe("0");
   });
 
+  test("a write answered 409 idempotency_in_progress is sent again for its first request's answer", async () => {
+    // The first try is answered as the service answers a key whose first request still runs.
+    const keys: Array<string | null> = [];
+    const inProgressFirst: typeof fetch = async (input, init) => {
+      keys.push(new Headers(init?.headers).get("idempotency-key"));
+      if (keys.length > 1) return fetch(input, init);
+      return new Response(JSON.stringify({ error: { code: "idempotency_in_progress", message: "still running",
+        details: {}, request_id: "r" } }), { status: 409, headers: { "Content-Type": "application/json" } });
+    };
+    const pg = client({ fetch: inProgressFirst, retry: { attempts: 3, backoffMs: 10 } });
+    const who = agent("busy");
+    const written = await pg.createMemory("The milk fridge is by the window.", { agent_id: who });
+    expect(keys).toHaveLength(2);
+    expect(keys[1]).toBe(keys[0]);
+    expect((await pg.listMemories({ agent_id: who })).items.map((m) => m.id)).toEqual(written.ids);
+    await pg.eraseAgent(who);
+
+    const policy = new RetryPolicy();
+    const conflict = new Response("", { status: 409 });
+    expect(policy.afterResponse({ repeatable: true }, conflict, 1, "idempotency_in_progress")).not.toBeNull();
+    expect(policy.afterResponse({ repeatable: true }, conflict, 1, "idempotency_key_reused")).toBeNull();
+    expect(policy.afterResponse({ repeatable: true }, conflict, 4, "idempotency_in_progress")).toBeNull();
+  });
+
   test("the policy's backoff doubles up to its ceiling, with jitter in the upper half", () => {
     const policy = new RetryPolicy({ backoffMs: 100, maxBackoffMs: 350 });
     for (const [attempt, ceiling] of [[1, 100], [2, 200], [3, 350], [6, 350]] as const) {
@@ -134,7 +197,7 @@ describe("retries", () => {
   test("a call that is not repeatable is tried again only after a refusal that did nothing", () => {
     const policy = new RetryPolicy();
     const answer = (status: number): Response => new Response("", { status });
-    const once = { repeatable: false }; // feedback, undoEvent
+    const once = { repeatable: false }; // undoEvent
     const again = { repeatable: true };
     expect(policy.afterResponse(once, answer(429), 1, "rate_limited")).not.toBeNull();
     expect(policy.afterResponse(once, answer(503), 1, "overloaded")).not.toBeNull();

@@ -6,7 +6,7 @@
 const KEY_SLOT = "pgcontext.explain.key"; // sessionStorage only: gone when the tab closes
 const SCORE_NAMES = ["relevance", "recency", "usefulness", "informativeness", "uniqueness", "composite"];
 const TIMINGS = ["budget_calculation_ms", "directive_load_ms", "hot_memory_retrieval_ms", "cold_memory_retrieval_ms",
-                 "ranking_ms", "packing_ms", "formatting_ms", "queued_ms", "total_ms"];
+                 "ranking_ms", "packing_ms", "formatting_ms", "queued_ms", "total_ms", "deadline_ms"];
 
 const DEGRADATIONS = {
   directive_missing: "the agent's directive could not be read in time: this context lacks its standing instructions",
@@ -24,6 +24,15 @@ const $ = (id) => document.getElementById(id);
 const latest = { assemble: 0, search: 0, history: 0 };
 const begin = (view) => ++latest[view];
 const isLatest = (view, ticket) => latest[view] === ticket;
+
+// While a view's latest request runs, its form says so beside its button (null: nothing runs). The
+// button stays usable: a new request replaces the one in flight.
+function working(view, what) {
+  const status = $(`${view}-status`);
+  status.textContent = what || "";
+  status.hidden = !what;
+  $(`${view}-form`).setAttribute("aria-busy", String(Boolean(what)));
+}
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -74,6 +83,7 @@ function clearResults() {
   // What one org's key brought stays with that key: forgetting it, or using another, clears it, and an
   // answer still on its way is ignored.
   for (const view of Object.keys(latest)) begin(view);
+  for (const view of ["assemble", "search"]) working(view, null);
   for (const id of ["assemble-result", "search-result", "history", "assemble-error", "search-error"]) {
     $(id).hidden = true;
   }
@@ -259,6 +269,7 @@ function assembleRequest() {
   if (mode !== "fixed") body.selective = true;
   if (mode !== "selective") body.max_context_tokens = Number($("max-tokens").value);
   if ($("reserve-tokens").value !== "") body.reserve_tokens = Number($("reserve-tokens").value);
+  if ($("deadline").value !== "") body.timeout_ms = Number($("deadline").value); // empty: the service's
   if ($("conversation").value.trim()) body.conversation_id = $("conversation").value.trim();
   if ($("history-turns").value !== "") body.history_turns = Number($("history-turns").value);
   const messages = $("messages").value.split("\n").map((line) => line.trim()).filter(Boolean);
@@ -387,18 +398,28 @@ function renderAssembly(r) {
   fillFacts($("used"), $("dropped"));
 }
 
-async function runAssemble(event) {
-  event.preventDefault();
-  const ticket = begin("assemble");
-  $("assemble-error").hidden = true;
+async function run(view, what, path, body, render) {
+  // POST a view's request and show its answer or error, unless a later request of the view has begun.
+  const ticket = begin(view);
+  $(`${view}-error`).hidden = true;
+  working(view, what);
   try {
-    const answer = await api("POST", "/v1/context/assemble", assembleRequest());
-    if (isLatest("assemble", ticket)) renderAssembly(answer);
+    const answer = await api("POST", path, body);
+    if (isLatest(view, ticket)) render(answer);
   } catch (error) {
-    if (!isLatest("assemble", ticket)) return;
-    $("assemble-result").hidden = true;
-    showError($("assemble-error"), error);
+    if (!isLatest(view, ticket)) return;
+    $(`${view}-result`).hidden = true;
+    showError($(`${view}-error`), error);
+  } finally {
+    if (isLatest(view, ticket)) working(view, null);
   }
+}
+
+function runAssemble(event) {
+  event.preventDefault();
+  const body = assembleRequest();
+  const deadline = body.timeout_ms ? `deadline ${body.timeout_ms} ms` : "the service's deadline";
+  return run("assemble", `Assembling… (${deadline})`, "/v1/context/assemble", body, renderAssembly);
 }
 
 // -- search ----------------------------------------------------------------------------------------
@@ -430,9 +451,8 @@ function renderSearch(r) {
   fillFacts($("results"));
 }
 
-async function runSearch(event) {
+function runSearch(event) {
   event.preventDefault();
-  $("search-error").hidden = true;
   const agent = $("search-agent").value.trim();
   const body = { query: $("search-query").value, strategy: $("search-strategy").value,
                  limit: Number($("search-limit").value) };
@@ -441,15 +461,7 @@ async function runSearch(event) {
   if ($("search-include-superseded").checked) filters.include_superseded = true;
   if ($("search-as-of").value.trim()) filters.as_of = $("search-as-of").value.trim();
   if (Object.keys(filters).length) body.filters = filters;
-  const ticket = begin("search");
-  try {
-    const answer = await api("POST", "/v1/memories/search", body);
-    if (isLatest("search", ticket)) renderSearch(answer);
-  } catch (error) {
-    if (!isLatest("search", ticket)) return;
-    $("search-result").hidden = true;
-    showError($("search-error"), error);
-  }
+  return run("search", "Searching…", "/v1/memories/search", body, renderSearch);
 }
 
 // -- wiring ----------------------------------------------------------------------------------------
