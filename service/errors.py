@@ -84,6 +84,11 @@ class PayloadTooLarge(AppError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(AppError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 class Unprocessable(AppError):
     status = 422
     code = "unprocessable"

@@ -12,7 +12,10 @@ step fails bumps the epoch, so when Redis comes back with the old envelope no in
 (an instance learns the new epoch within ``PGCONTEXT_REDIS_EPOCH_CHECK_S``; the writer's own at once).
 
 An agent without a directive has an envelope too (``absent``, version 0: any directive written later
-is newer), so that assembling for it reads Redis, not Postgres, every time.
+is newer), so that assembling for it reads Redis, not Postgres, every time. A delete keeps the
+agent's row and version (without its text) and leaves an ``absent`` envelope at that version, which
+wins over the deleted text's; the next directive takes the next version. So versions never start
+again, and a read of a deleted text that is cached late loses to the deletion and to what follows.
 
 Envelopes are stored without a TTL, so a Redis run with ``maxmemory-policy volatile-lru`` (the
 embedded one; docs/operations.md for others) never evicts them under memory pressure; instead each
@@ -47,8 +50,9 @@ DIRECTIVE_CACHE = "directive"
 # KEYS[1] envelope key, KEYS[2] the org's lru, KEYS[3] its sizes; ARGV[1] envelope JSON; ARGV[2] its
 # version; ARGV[3] its epoch; ARGV[4] agent id; ARGV[5] the org's byte bound; ARGV[6] envelope key
 # prefix. Newer is (epoch, version) compared in that order; an envelope without an epoch is the
-# oldest. No TTL, on the envelope or its bookkeeping: Redis's volatile-lru eviction never takes them
-# (only the org's own bound does, least recently stored first).
+# oldest; at one version, a deletion's (absent) envelope is newer than the text it deleted. No TTL,
+# on the envelope or its bookkeeping: Redis's volatile-lru eviction never takes them (only the org's
+# own bound does, least recently stored first).
 _SET_IF_NEWER = BOUND_LUA + """
 local current = redis.call('GET', KEYS[1])
 if current then
@@ -56,7 +60,10 @@ if current then
   if ok and decoded['version'] then
     local epoch = tonumber(decoded['epoch'] or -1)
     local new_epoch = tonumber(ARGV[3])
-    if epoch > new_epoch or (epoch == new_epoch and tonumber(decoded['version']) > tonumber(ARGV[2])) then
+    local version = tonumber(decoded['version'])
+    local new_version = tonumber(ARGV[2])
+    if epoch > new_epoch or (epoch == new_epoch and (version > new_version
+                                                     or (version == new_version and decoded['absent'] == true))) then
       return 0
     end
   end
@@ -121,11 +128,13 @@ class DirectiveStore:
                                                   version=directive.version, updated_at=directive.updated_at,
                                                   epoch=epoch))
 
-    async def _cache_absent(self, org_id: UUID, agent_id: str, epoch: int | None) -> bool:
-        """Store that the agent has no directive (version 0: whatever is written later replaces it)."""
+    async def _cache_absent(self, org_id: UUID, agent_id: str, epoch: int | None, version: int = 0) -> bool:
+        """Store that the agent has no directive: never had one (version 0: whatever is written later
+        replaces it) or had it deleted (the deleted one's version: a read of the deleted text that is
+        cached late loses to it)."""
         if epoch is None:
             return True
-        return await self._store(org_id, Envelope(agent_id=agent_id, content="", version=0, updated_at=_NEVER,
+        return await self._store(org_id, Envelope(agent_id=agent_id, content="", version=version, updated_at=_NEVER,
                                                   epoch=epoch, absent=True))
 
     async def _store(self, org_id: UUID, entry: Envelope) -> bool:
@@ -224,15 +233,27 @@ class DirectiveStore:
         return directive
 
     async def delete(self, org_id: UUID, agent_id: str) -> bool:
+        """Delete the agent's directive (False: it had none); its envelope then says "none" at the
+        deleted directive's version."""
+        epoch = await self.epochs.current(org_id)
         async with self.db.tenant(org_id) as tx:
             version = await tx.fetchval("directives.delete", org_id, agent_id)
         self.last_known.remember(org_id, agent_id, None, time.monotonic())
+        if version is not None and epoch is not None:
+            cached = await self._cache_absent(org_id, agent_id, epoch, version)
+        else:
+            cached = await self._uncache(org_id, agent_id)
+        if not cached:
+            await self.epochs.bump(org_id)  # the deleted directive's envelope may still be in Redis: stop trusting it
+        return version is not None
+
+    async def _uncache(self, org_id: UUID, agent_id: str) -> bool:
+        """Drop the agent's envelope; False if Redis failed."""
         try:
             await self._untrack(keys=self._keys(org_id, agent_id), args=[agent_id])
         except RedisError as exc:
-            # The deleted directive's envelope may still be in Redis: stop trusting it.
             log.warning("directive_cache_delete_failed", error=str(exc))
-            await self.epochs.bump(org_id)
-        return version is not None
+            return False
+        return True
 
 

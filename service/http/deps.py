@@ -12,7 +12,7 @@ from litestar.datastructures import State
 from litestar.di import Dependency
 from litestar.params import SkipValidationMarker
 
-from service.errors import BadRequest, PayloadTooLarge
+from service.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from service.http.auth import authenticate
 from service.http.jsondepth import check_json_depth
 from service.runtime import Services
@@ -39,6 +39,9 @@ async def provide_org_id(request: Request[Any, Any, Any], services: ServicesDep)
 _PARAM_TYPE = re.compile(r":[^}]*}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _NO_BODY: Any = object()
+JSON_MEDIA_TYPE = "application/json"
+"""The one type of body the service takes (with parameters; a ``charset``, if any, ``utf-8``)."""
+_UTF8 = frozenset({"utf-8", "utf8"})
 
 
 async def before_request(request: Request[Any, Any, Any]) -> None:
@@ -47,12 +50,18 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
     before the body is read, and while it is read once the bytes so far cost more than the org can
     pay), bound the body's JSON nesting (400, not a decoder's ``RecursionError``), take the request's
     full price (:mod:`service.tenancy.ratecost`: the bytes read, whatever ``Content-Length`` said or
-    did not say, and the decoded body) from its org's bucket (429), then check the body's JSON types."""
+    did not say, and the decoded body) from its org's bucket (429), then check the body's JSON types.
+    A body not sent as JSON (:func:`check_json_media_type`) is refused once the caller is known, before
+    it is priced or read (415)."""
     limiter, org_id, cost, route = None, None, 0, ""
+    services: Services | None = None
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:
         services = request.app.state.services
         assert isinstance(services, Services)
         org_id = request.state.org_id = await authenticate(request, services)
+    if request.method in _BODY_METHODS:
+        check_json_media_type(request.headers.get("content-type"))
+    if services is not None and org_id is not None:
         check_body_size(_content_length(request), services.settings.limits.max_request_bytes)  # before its price
         limiter = services.rate_limiter
         if limiter is not None:
@@ -68,7 +77,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
                 limiter = None
     value: Any = _NO_BODY
     data = None
-    if request.method in _BODY_METHODS and "multipart" not in request.headers.get("content-type", ""):
+    if request.method in _BODY_METHODS:
         if limiter is not None and org_id is not None:
             request.receive = limiter.metered(request.receive, org_id, request.method, route)
         body = await request.body()
@@ -86,6 +95,23 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         await limiter.check(org_id, cost + extra)
     if data is not None and value is not _NO_BODY:
         check_types_strictly(value, data.annotation)
+
+
+def check_json_media_type(content_type: str | None) -> None:
+    """415 for a body whose ``Content-Type`` is not ``application/json`` (case aside, parameters allowed;
+    a ``charset``, if any, ``utf-8``): text, forms and multipart, JSON-based types whose meaning the
+    service does not implement (``application/merge-patch+json``) and no ``Content-Type`` at all (the
+    service does not guess). Whatever the body holds, nothing of it is read or written."""
+    media_type, *parameters = (content_type or "").split(";")
+    charsets = [value.strip().strip('"').lower() for name, sep, value in (p.partition("=") for p in parameters)
+                if sep and name.strip().lower() == "charset"]
+    if media_type.strip().lower() == JSON_MEDIA_TYPE and all(c in _UTF8 for c in charsets):
+        return
+    sent = None if content_type is None else content_type[:200]
+    said = "no Content-Type" if sent is None else f"Content-Type {sent!r}"
+    raise UnsupportedMediaType(f"the body must be JSON, sent with Content-Type: {JSON_MEDIA_TYPE} "
+                               f"(a charset, if given, utf-8); got {said}",
+                               details={"accepted": [JSON_MEDIA_TYPE], "content_type": sent})
 
 
 def body_too_large(limit: int, size: int | None = None) -> PayloadTooLarge:

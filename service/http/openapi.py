@@ -9,7 +9,7 @@ types cannot say, and :func:`finish_schema` completes the built schema once, whe
 - errors in the service's one shape (:class:`ErrorBody`), with every status an operation can
   answer: its own (``responses=errors(404, 409)`` on its decorator, :mod:`service.http.responses`)
   and the ones shared by every
-  authenticated, parameterised or body-carrying operation (401, 429, 503; 400; 413);
+  authenticated, parameterised or body-carrying operation (401, 429, 503; 400; 413, 415);
 - the limits that come from settings (text lengths, batch and page sizes), so the schema states what
   validation enforces in this deployment, and the text rules (not blank, no NUL) checked in code;
 - the docs page (Swagger UI), whose scripts and styles the service serves itself (no CDN).
@@ -214,7 +214,7 @@ def finish_schema(app: Litestar, settings: Settings) -> OpenAPI:
         if operation.parameters or operation.request_body:
             shared.add(400)
         if method in _BODY_METHODS and operation.request_body:
-            shared |= {400, 413}
+            shared |= {400, 413, 415}
         for status in shared | {int(s) for s in responses if int(s) >= 400}:
             responses[str(status)] = _error_response(status)
         if any(not isinstance(p, Reference) and p.param_in == "query" for p in operation.parameters or []):

@@ -38,6 +38,8 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     409: "Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`).",
     413: "Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, "
          "`text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit.",
+    415: "The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` "
+         "(a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type.",
     422: "Well-formed but cannot be done (e.g. `context_budget_too_small`).",
     429: "Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; "
          "retry after `Retry-After` seconds.",

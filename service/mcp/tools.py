@@ -160,7 +160,21 @@ FORGET = """Delete memories of this agent by id, permanently.
 Use it when the user asks you to forget something or a memory is wrong and should not be corrected
 by a new one. Find the ids with `recall` first. Deleting an id that does not exist is reported,
 not an error; so is an id the service refuses to delete on its own (a conversation's turn goes
-with its conversation), under `refused` with the reason."""
+with its conversation), under `refused` with the reason. Each id is reported once."""
+
+
+def distinct_ids(memory_ids: list[str]) -> dict[str, UUID | None]:
+    """Each id once, first spelling first, in the order given (None: not a UUID). Spellings of one UUID
+    (upper case, braces) are one id: otherwise its first mention deletes it and the next reports it
+    ``not_found``."""
+    seen: dict[UUID | str, str] = {}
+    for memory_id in memory_ids:
+        try:
+            ident: UUID | str = UUID(memory_id)
+        except ValueError:
+            ident = memory_id
+        seen.setdefault(ident, memory_id)
+    return {spelling: ident if isinstance(ident, UUID) else None for ident, spelling in seen.items()}
 
 
 @contextlib.contextmanager
@@ -341,10 +355,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         deleted: list[str] = []
         missing: list[str] = []
         refused: list[dict[str, str]] = []
-        for memory_id in memory_ids:
-            try:
-                ident = UUID(memory_id)
-            except ValueError:
+        for memory_id, ident in distinct_ids(memory_ids).items():
+            if ident is None:
                 missing.append(memory_id)
                 continue
             try:

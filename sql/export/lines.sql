@@ -8,7 +8,7 @@ SELECT part, kind, line FROM (
     UNION ALL
     (SELECT 1, 'directive', (jsonb_build_object('type', 'directive') || to_jsonb(d))::text
        FROM directives d
-      WHERE d.org_id = $1 AND ($2::text IS NULL OR d.agent_id = $2)
+      WHERE d.org_id = $1 AND ($2::text IS NULL OR d.agent_id = $2) AND d.content IS NOT NULL
       ORDER BY d.agent_id)
     UNION ALL
     (SELECT 2, 'document', (jsonb_build_object('type', 'document') || to_jsonb(d))::text

@@ -196,8 +196,9 @@ async def test_each_reason_is_counted_and_a_complete_context_has_none(
 
 async def test_that_an_agent_has_no_directive_is_cached_until_one_is_written(
         settings: Settings, endpoints: Endpoints, embedder: Embedder, tenant: Tenant) -> None:
-    """Assembling for an agent without a directive reads Redis, not Postgres, after the first time; a
-    directive written later replaces that at once (it is newer), and so does deleting it again."""
+    """Assembling for an agent without a directive reads Redis, not Postgres (a delete leaves "none" in
+    Redis itself); a directive written later replaces that at once (it is newer), and so does deleting
+    it again."""
     async with assembly_client(settings, endpoints, embedder, **GENEROUS) as client:
         await seed(client, tenant)
         assert (await client.delete(f"/v1/agents/{AGENT}/directive", headers=tenant.headers)).status_code == 204
@@ -210,7 +211,7 @@ async def test_that_an_agent_has_no_directive_is_cached_until_one_is_written(
         assert (await client.delete(f"/v1/agents/{AGENT}/directive", headers=tenant.headers)).status_code == 204
         deleted = (await assemble(client, tenant)).json()
         got = await client.get(f"/v1/agents/{AGENT}/directive", headers=tenant.headers)
-    assert first["source"] == "postgres" and first["count"] == 0, first
+    assert first["source"] == "cache" and first["count"] == 0, first
     assert again["directive"] is None and again["degradation_reasons"] == []
     assert again["branches"]["directive"]["source"] == "cache" and again["branches"]["directive"]["count"] == 0
     assert written["directive"]["content"] == "Be brief." and written["branches"]["directive"]["source"] == "cache"

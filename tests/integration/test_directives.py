@@ -12,6 +12,7 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from service.db import Database, create_pool
+from service.db.epochs import CacheEpochs
 from service.directives import DirectiveStore
 from service.settings import Settings
 from tests.conftest import Tenant
@@ -54,11 +55,12 @@ async def test_put_get_delete_and_versions(client: AsyncTestClient[Any], tenant:
     assert await redis.ttl(key(tenant, "planner")) == -1  # no TTL: volatile-lru eviction never takes it
 
     assert (await client.delete(path, headers=tenant.headers)).status_code == 204
-    assert await envelope(redis, tenant, "planner") is None
+    env = await envelope(redis, tenant, "planner")  # "none", at the deleted directive's version
+    assert env is not None and env["absent"] is True and env["version"] == 2 and env["content"] == ""
     assert (await client.get(path, headers=tenant.headers)).status_code == 404
     assert (await client.delete(path, headers=tenant.headers)).status_code == 404
     r = await client.put(path, json={"content": "Fresh start."}, headers=tenant.headers)
-    assert r.json()["version"] == 1
+    assert r.json()["version"] == 3  # versions go on after a delete: version 2 named another text
 
 
 async def test_read_through_on_miss(client: AsyncTestClient[Any], tenant: Tenant, redis: Redis) -> None:
@@ -121,6 +123,46 @@ async def test_older_version_never_overwrites_newer(client: AsyncTestClient[Any]
         await pool.close()
     assert loaded is not None and loaded.version == 3 and put.version == 4
     assert await envelope(redis, tenant, "racer") == newer
+
+
+@pytest.mark.parametrize("rewritten", [True, False], ids=["deleted and written anew", "deleted"])
+async def test_a_read_from_before_a_delete_never_caches_the_deleted_text(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                          redis: Redis, app_dsn: str,
+                                                                          rewritten: bool) -> None:
+    """A read-through that found version 2 in Postgres caches it after the directive was deleted (and
+    written anew): what came after must not lose to it. (Versions started again at 1 after a delete, so
+    the late envelope, version 2, counted as newer than the new text's; and a delete left no envelope
+    for it to lose to. Either way the deleted text was served until the next write.)"""
+    agent = f"reborn-{rewritten}".lower()
+    path = f"/v1/agents/{agent}/directive"
+    for text in ("Be terse.", "Be very terse."):
+        await client.put(path, json={"content": text}, headers=tenant.headers)
+    pool = await create_pool(app_dsn, min_size=1, max_size=1)
+    try:
+        db = Database(pool, statement_timeout_ms=5000)
+        # Another replica's store, which surely reads the org's cache epoch (so it does cache what it read).
+        store = DirectiveStore(db, redis, CacheEpochs(db, check_s=60, timeout_s=10))
+        read_postgres = store.read_postgres
+
+        async def read_then_deleted(org_id: Any, agent_id: str) -> Any:
+            found = await read_postgres(org_id, agent_id)
+            assert (await client.delete(path, headers=tenant.headers)).status_code == 204
+            if rewritten:
+                r = await client.put(path, json={"content": "Be chatty."}, headers=tenant.headers)
+                assert r.status_code == 200, r.text
+            return found
+
+        store.read_postgres = read_then_deleted  # type: ignore[method-assign]
+        stale = await store.load(tenant.org_id, agent)
+        epoch = await store.epochs.current(tenant.org_id)
+    finally:
+        await pool.close()
+    assert stale is not None and (stale.content, stale.version) == ("Be very terse.", 2) and epoch is not None
+    current = await client.get(path, headers=tenant.headers)
+    if rewritten:
+        assert current.json()["content"] == "Be chatty." and current.json()["version"] > 2, current.text
+    else:
+        assert current.status_code == 404, current.text
 
 
 async def test_concurrent_writes_leave_the_latest_version_cached(client: AsyncTestClient[Any], tenant: Tenant,

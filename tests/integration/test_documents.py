@@ -272,7 +272,8 @@ async def test_limits_and_content_checks(client: AsyncTestClient[Any], tenant: T
     assert r.status_code == 400
     r = await client.post("/v1/documents", headers=tenant.headers, json={"files": []})
     assert r.status_code == 400
-    r = await client.post("/v1/documents", headers=tenant.headers, content=b"{not json")
+    r = await client.post("/v1/documents", headers={**tenant.headers, "Content-Type": "application/json"},
+                          content=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_json"
     r = await client.post("/v1/documents", headers=tenant.headers, json={"files": [{"path": "a"}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "validation_error"

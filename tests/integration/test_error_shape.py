@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -106,3 +107,67 @@ async def test_a_body_that_is_not_json_is_one_error_everywhere(client: AsyncTest
         assert r.status_code == 400, (content, r.text)
         error = r.json()["error"]
         assert (error["code"], error["message"]) == ("malformed_json", f"malformed JSON: {said}"), (content, r.text)
+
+
+NOT_JSON: list[str | None] = [
+    "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+    "application/xml", "application/octet-stream", "application/merge-patch+json", "application/jsonx",
+    "application/json; charset=iso-8859-1", "", None,
+]
+"""Content types a body is refused under (None: no Content-Type header)."""
+
+
+@pytest.mark.parametrize(("method", "path"), BODIES, ids=[f"{m} {p}" for m, p in BODIES])
+async def test_a_body_not_sent_as_json_is_415_naming_the_accepted_type(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                       method: str, path: str) -> None:
+    """Only ``application/json`` (a ``charset``, if any, ``utf-8``) is taken as JSON; anything else is refused
+    before the body is read, whatever the body holds."""
+    for content_type in NOT_JSON:
+        headers = {**tenant.headers, **({} if content_type is None else {"Content-Type": content_type})}
+        r = await client.request(method, path, content=b'{"text": "x"}', headers=headers)
+        assert r.status_code == 415, (content_type, r.text)
+        error = r.json()["error"]
+        assert set(error) == {"code", "message", "details", "request_id"}
+        assert error["code"] == "unsupported_media_type" and "application/json" in error["message"], error
+        assert error["details"] == {"accepted": ["application/json"], "content_type": content_type}, error
+        assert r.headers["x-request-id"] == error["request_id"]
+
+
+async def test_a_write_not_sent_as_json_changes_nothing(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """Well-formed writes under another Content-Type (as ``curl -d`` sends a form) are refused whole."""
+    writes = [("POST", "/v1/memories", {"text": "The user prefers tea."}),
+              ("POST", "/v1/memories", {"memories": [{"text": "One."}, {"text": "Two."}]}),
+              ("PUT", "/v1/agents/plain/directive", {"content": "Be brief."}),
+              ("POST", "/v1/conversations/plain/messages", {"messages": [{"role": "user", "content": "Hi."}]}),
+              ("POST", "/v1/documents", {"files": [{"path": "a.md", "content": "# A"}]}),
+              ("PATCH", "/v1/org/settings", {"on_duplicate": "keep"})]
+    for content_type in ("text/plain", "application/x-www-form-urlencoded"):
+        for method, path, body in writes:
+            r = await client.request(method, path, content=json.dumps(body).encode(),
+                                     headers={**tenant.headers, "Content-Type": content_type})
+            assert r.status_code == 415, (content_type, path, r.text)
+    assert (await client.get("/v1/memories", headers=tenant.headers)).json()["items"] == []
+    assert (await client.get("/v1/agents/plain/directive", headers=tenant.headers)).status_code == 404
+    assert (await client.get("/v1/conversations/plain", headers=tenant.headers)).status_code == 404
+    assert (await client.get("/v1/documents", headers=tenant.headers)).json()["items"] == []
+    assert (await client.get("/v1/org/settings", headers=tenant.headers)).json()["updated_at"] is None
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
+                                          "Application/JSON;charset=\"UTF-8\"", "application/json ; Charset=utf8"])
+async def test_json_with_a_utf8_charset_is_taken(client: AsyncTestClient[Any], tenant: Tenant,
+                                                 content_type: str) -> None:
+    r = await client.post("/v1/memories", content=b'{"text": "Taken as JSON."}',
+                          headers={**tenant.headers, "Content-Type": content_type})
+    assert r.status_code == 201, (content_type, r.text)
+
+
+async def test_requests_without_a_body_ignore_the_content_type(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    headers = {**tenant.headers, "Content-Type": "text/plain"}
+    assert (await client.get("/v1/memories", headers=headers)).status_code == 200
+    assert (await client.delete("/v1/agents/nobody/directive", headers=headers)).status_code == 404
+
+
+async def test_an_anonymous_body_of_another_type_is_401(client: AsyncTestClient[Any]) -> None:
+    r = await client.post("/v1/memories", content=b"text=hi", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"

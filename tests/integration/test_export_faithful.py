@@ -165,3 +165,27 @@ async def test_a_directive_comes_back_with_its_version_and_times(
     assert (replaced["content"], replaced["version"]) == ("Be briefest.", 3)
     await import_lines(client, other, lines)  # run again: nothing changes
     assert (await client.get("/v1/agents/herald/directive", headers=other.headers)).json()["version"] == 3
+
+
+async def test_a_directive_restored_after_a_delete_takes_a_version_after_the_deleted_one(
+        client: AsyncTestClient[Any], tenant: Tenant, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    """Versions never go back: an export's directive restored where the agent's was deleted at a later
+    version comes back at the version after it; at an earlier one, as exported."""
+    path = "/v1/agents/phoenix/directive"
+    for text in ("Be brief.", "Be briefer."):
+        assert (await client.put(path, json={"content": text}, headers=tenant.headers)).status_code == 200
+    exported = (await client.get(path, headers=tenant.headers)).json()
+    lines = await export_org(client, tenant)
+    assert (await client.put(path, json={"content": "Ramble."}, headers=tenant.headers)).json()["version"] == 3
+    assert (await client.delete(path, headers=tenant.headers)).status_code == 204
+    assert not [line for line in await export_org(client, tenant) if line["type"] == "directive"]
+    await import_lines(client, tenant, lines)
+    restored = (await client.get(path, headers=tenant.headers)).json()
+    assert (restored["content"], restored["version"]) == ("Be briefer.", 4)
+
+    earlier = await make_tenant("phoenix-early")
+    assert (await client.put(path, json={"content": "Hello."}, headers=earlier.headers)).json()["version"] == 1
+    assert (await client.delete(path, headers=earlier.headers)).status_code == 204
+    await import_lines(client, earlier, lines)
+    kept = (await client.get(path, headers=earlier.headers)).json()
+    assert (kept["content"], kept["version"], kept["updated_at"]) == ("Be briefer.", 2, exported["updated_at"])

@@ -48,3 +48,20 @@ async def test_recall_of_long_memories_is_cut_to_a_size_a_model_takes(live_url: 
 
         short = await client.call_tool("recall", {"query": "when does the zephyr project ship?", "limit": 1})
         assert short.structured_content is not None and "more" not in short.structured_content
+
+
+async def test_forget_reports_an_id_given_twice_once(live_url: str, tenant: Tenant) -> None:
+    """An id listed twice (or spelt twice: upper case) was deleted by its first mention and then reported
+    ``not_found`` by its second: each id is now reported once, under its first spelling, in the order given."""
+    agent = f"mcp-{uuid4().hex[:8]}"
+    with Pgcontext(live_url, tenant.key) as pg:
+        kept, dropped = (str(i) for i in pg.create_memories([MemoryIn(text=f"Note {n} to forget.", agent_id=agent)
+                                                             for n in range(2)]).ids)
+    nobody = str(uuid4())
+    async with session(McpConfig(url=live_url, agent_id=agent, api_key=tenant.key)) as client:
+        ids = [dropped, nobody, dropped.upper(), "not-an-id", dropped, nobody, "not-an-id"]
+        result = await client.call_tool("forget", {"memory_ids": ids})
+        assert not result.is_error, result.content
+        assert result.structured_content == {"deleted": [dropped], "not_found": [nobody, "not-an-id"]}
+    with Pgcontext(live_url, tenant.key) as pg:
+        assert [str(m.id) for m in pg.list_memories(agent_id=agent).items] == [kept]

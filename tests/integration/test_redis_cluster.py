@@ -113,7 +113,8 @@ async def test_directives_hot_sets_and_assembly_on_a_cluster_in_one_slot(
 
             r = await client.delete(f"/v1/agents/{AGENT}/directive", headers=h)
             assert r.status_code in (200, 204), r.text
-            assert await inspect.exists(cache_key(tenant.org_id, AGENT)) == 0
+            deleted = await inspect.get(cache_key(tenant.org_id, AGENT))  # "none", at the deleted version
+            assert deleted is not None and msgspec.json.decode(deleted)["absent"] is True
             ready = await client.get("/readyz")
             assert ready.status_code == 200 and ready.json()["checks"]["redis"] == "ok"
 

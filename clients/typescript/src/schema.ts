@@ -1505,6 +1505,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
             422: {
                 headers: {
@@ -1832,6 +1841,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
             422: {
                 headers: {
@@ -1909,6 +1927,15 @@ export interface operations {
             };
             /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2070,6 +2097,15 @@ export interface operations {
             };
             /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2287,6 +2323,15 @@ export interface operations {
             };
             /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2596,6 +2641,15 @@ export interface operations {
             };
             /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2993,6 +3047,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
             422: {
                 headers: {
@@ -3163,6 +3226,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Too many requests: the org's rate limit (`rate_limited`) or a per-org concurrency limit; retry after `Retry-After` seconds. */
             429: {
                 headers: {
@@ -3306,6 +3378,15 @@ export interface operations {
             };
             /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3496,6 +3577,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Well-formed but cannot be done (e.g. `context_budget_too_small`). */
             422: {
                 headers: {
@@ -3626,6 +3716,15 @@ export interface operations {
             };
             /** @description Too large: the body, a text, metadata or a batch is over its limit (`payload_too_large`, `text_too_long`, `metadata_too_large`, `batch_too_large`, ...); `details.limit` says the limit. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body was not sent as JSON (`unsupported_media_type`): send `Content-Type: application/json` (a `charset`, if given, `utf-8`); `details.accepted` lists the accepted type. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
