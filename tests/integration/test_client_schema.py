@@ -62,7 +62,8 @@ def client_calls() -> dict[tuple[str, str], list[Call[Any]]]:
         ("PATCH", "/v1/org/settings"): [ep.set_org_settings(on_duplicate="keep")],
         ("POST", "/v1/conversations/{conversation_id}/messages"): [
             ep.append_messages("c", [t.MessageIn(content="x", speaker="Ann")], agent_id="a")],
-        ("GET", "/v1/conversations/{conversation_id}/messages"): [ep.list_messages("c", session_id="s")],
+        ("GET", "/v1/conversations/{conversation_id}/messages"): [ep.list_messages("c", session_id="s", order="desc")],
+        ("DELETE", "/v1/conversations/{conversation_id}/messages"): [ep.truncate_conversation("c", 2, message_count=3)],
         ("GET", "/v1/conversations/{conversation_id}"): [ep.get_conversation("c")],
         ("GET", "/v1/conversations"): [ep.list_conversations(agent_id="a")],
         ("DELETE", "/v1/conversations/{conversation_id}"): [ep.delete_conversation("c")],
