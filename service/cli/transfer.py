@@ -3,14 +3,15 @@ saved export written into the org of another key, over the HTTP API (``GET /v1/e
 /v1/import``; see docs/operations.md, "Moving an org").
 
 ``restore`` sends the file's lines in batches (at most ``batch_memories`` memory lines, ``MAX_EVENTS``
-event lines and ``batch_bytes`` of JSON each: the service's limits are 256 memories, 20,000 events
-and 8 MiB per request). Each
-batch is one transaction on the service; ids are kept, so running ``restore`` again after a failure
-or a Ctrl-C writes only what is missing. ``document`` and ``chunk`` lines, which the service does not
-restore (it counts them ``skipped``), are counted here and not sent: they are most of an export with
-imported files, and each request's rate-limit price grows with its size. A 429 or 503 is waited out
-as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per batch; a
-connection that drops is tried again up to ``RETRIES`` times (a batch the service wrote before the
+event lines, ``BATCH_DOCUMENTS`` document lines and ``batch_bytes`` of JSON each: the service's limits
+are 256 memories, 20,000 events, 256 files of 6 MiB and 8 MiB per request). Each
+batch is one transaction on the service (its documents: one per collection and owner); ids are kept and
+unchanged files left as they are, so running ``restore`` again after a failure or a Ctrl-C writes only
+what is missing. ``chunk`` lines and ``document`` lines without their content (an older export), which
+the service does not restore (it counts them ``skipped``), are counted here and not sent: a document's
+chunks are cut again from its content, and each request's rate-limit price grows with its size. A 429
+or 503 is waited out as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per
+batch; a connection that drops is tried again up to ``RETRIES`` times (a batch the service wrote before the
 answer was lost is then counted ``existing``). The file is read twice, a line at a time: once to check it
 is a whole export, once to send it, so memory stays flat however large the export (``export``, likewise,
 writes what it reads as it reads it).
@@ -42,8 +43,9 @@ TIMEOUT_S = 300.0
 MAX_WAIT_S = 120.0
 """How long one batch may wait on 429/503 answers in all before ``restore`` gives up."""
 SKIPPED = ("document", "chunk")
-"""Line types ``POST /v1/import`` counts ``skipped`` and restores nothing of (mirror the files with ``import``)."""
-NOT_SENT = ("export", "end", *SKIPPED)
+"""Line types ``POST /v1/import`` may count ``skipped``: every chunk, and a document without its content."""
+BATCH_DOCUMENTS = 200
+"""Document lines per request (the service takes ``PGCONTEXT_DOCUMENTS_MAX_FILES``, 256 by default)."""
 INTERRUPTED = 130
 """The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it."""
 
@@ -60,15 +62,15 @@ def _zeros(*kinds: str) -> Callable[[], Counter[str]]:
 class Totals:
     """What a restore did so far: the service's counts, plus the lines counted ``skipped`` here."""
 
-    imported: Counter[str] = field(default_factory=_zeros("directive", "event", "memory"))
-    existing: Counter[str] = field(default_factory=_zeros("directive", "event", "memory"))
+    imported: Counter[str] = field(default_factory=_zeros("directive", "document", "event", "memory"))
+    existing: Counter[str] = field(default_factory=_zeros("directive", "document", "event", "memory"))
     skipped: Counter[str] = field(default_factory=_zeros(*SKIPPED))
     requests: int = 0
     sent: int = 0
     """Lines the service has answered for."""
 
     def summary(self) -> list[str]:
-        """``imported: 1 directive, 214 event, 96 memory`` and the same for existing and skipped."""
+        """``imported: 1 directive, 2 document, 214 event, 96 memory`` and the same for existing and skipped."""
         return [f"{name}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counter.items()))
                 for name, counter in (("imported", self.imported), ("existing", self.existing),
                                       ("skipped", self.skipped))]
@@ -142,20 +144,31 @@ def _read(path: Path) -> Iterator[dict[str, Any]]:
             yield line
 
 
+def skipped(line: dict[str, Any]) -> bool:
+    """A line the service counts ``skipped`` (a chunk; a document of an export made before documents carried
+    their content)."""
+    return line["type"] == "chunk" or (line["type"] == "document" and line.get("content") is None)
+
+
+def sent(line: dict[str, Any]) -> bool:
+    """A line ``restore`` sends: not the ``export`` and ``end`` lines, nor one the service would skip."""
+    return line["type"] not in ("export", "end") and not skipped(line)
+
+
 def check_export(path: Path) -> int:
     """Read a saved export through once, checking it whole (every line an export line, none an ``error``
     and the last the ``end`` line: an export that broke off is refused before anything is sent);
     returns how many of its lines a restore sends. Holds one line at a time."""
     last: str | None = None
-    sent = 0
+    count = 0
     for line in _read(path):
         last = line["type"]
         if last == "error":
             break
-        sent += last not in NOT_SENT
+        count += sent(line)
     if last != "end":
         raise TransferFailed(f"{path} is not a complete export (no end line): export again")
-    return sent
+    return count
 
 
 def read_export(path: Path) -> Iterator[dict[str, Any]]:
@@ -166,23 +179,23 @@ def read_export(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def batches(lines: Iterable[dict[str, Any]], *, max_memories: int, max_bytes: int,
-            max_events: int = MAX_EVENTS) -> Iterator[list[dict[str, Any]]]:
-    """Lines to send, in order, at most ``max_memories`` memory lines, ``max_events`` event lines and
-    about ``max_bytes`` of JSON each (``export``, ``end``, ``document`` and ``chunk`` lines are not sent)."""
+            max_events: int = MAX_EVENTS, max_documents: int = BATCH_DOCUMENTS) -> Iterator[list[dict[str, Any]]]:
+    """Lines to send (:func:`sent`), in order, at most ``max_memories`` memory lines, ``max_events`` event
+    lines, ``max_documents`` document lines and about ``max_bytes`` of JSON each (a document's content
+    counts in full: the service takes 6 MiB of files per request)."""
+    limits = {"memory": max_memories, "event": max_events, "document": max_documents}
     batch: list[dict[str, Any]] = []
-    memories = events = size = 0
-    for line in lines:
-        if line["type"] in NOT_SENT:
-            continue
+    counts: Counter[str] = Counter()
+    size = 0
+    for line in filter(sent, lines):
         cost = len(json.dumps(line))
-        is_memory, is_event = line["type"] == "memory", line["type"] == "event"
-        if batch and (memories + is_memory > max_memories or events + is_event > max_events
-                      or size + cost > max_bytes):
+        kind = line["type"]
+        full = kind in limits and counts[kind] >= limits[kind]
+        if batch and (full or size + cost > max_bytes):
             yield batch
-            batch, memories, events, size = [], 0, 0, 0
+            batch, counts, size = [], Counter(), 0
         batch.append(line)
-        memories += is_memory
-        events += is_event
+        counts[kind] += 1
         size += cost
     if batch:
         yield batch
@@ -219,11 +232,11 @@ async def _post(client: httpx.AsyncClient, headers: dict[str, str], batch: list[
         waited += wait
 
 
-def _counting(lines: Iterable[dict[str, Any]], skipped: Counter[str]) -> Iterator[dict[str, Any]]:
+def _counting(lines: Iterable[dict[str, Any]], counted: Counter[str]) -> Iterator[dict[str, Any]]:
     """``lines``, counting into ``skipped`` the ones the service would count ``skipped`` as they pass."""
     for line in lines:
-        if line["type"] in SKIPPED:
-            skipped[line["type"]] += 1
+        if skipped(line):
+            counted[line["type"]] += 1
         yield line
 
 

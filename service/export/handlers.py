@@ -32,7 +32,8 @@ EXPORT_DESCRIPTION = (
     "Without `agent_id`, the whole org (every agent, and the memories of no agent). "
     "One JSON object per line, each with a `type`: `export` (org, agent, time), `settings` (the org's "
     "defaults, in a whole-org export of an org that set them), `directive`, `document` "
-    "(ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access "
+    "(ingested files the agent owns, each with its `content`), `memory` and `chunk` (every column but the "
+    "embedding, with access "
     "statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired "
     "ones included), `event` (the history recorded "
     "under the agent), and last `end` with the count per type. Only "
@@ -64,9 +65,13 @@ IMPORT_DESCRIPTION = (
     "events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge "
     "records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so "
     "a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. "
-    "Documents and chunks are `skipped` (mirror the files again). A conversation's message is checked as an "
+    "A `document` line with its `content` is ingested again as `POST /v1/documents` ingests a file (chunked "
+    "and embedded by this service; a file held as it is counts `existing`), at most "
+    "PGCONTEXT_DOCUMENTS_MAX_FILES of them per request; `chunk` lines, and `document` lines without "
+    "their content (older exports), are `skipped`. A conversation's message is checked as an "
     "append checks it (conversation, session and message ids, speaker, role; 422 naming the line and field). "
-    "Each request is one transaction: all of it or nothing (409 `conflict`, naming the line, when a memory "
+    "Every line is checked before anything is written; then each request is one transaction (its documents: one "
+    "per collection and owner, after it): all of it or nothing (409 `conflict`, naming the line, when a memory "
     "would make a second current value of its key or take a position or `message_id` its conversation "
     "holds; 409 `conversation_agent_mismatch` when a message names another agent than its conversation's)."
 )
@@ -76,7 +81,8 @@ class ImportController(Controller):
     path = "/v1/import"
     tags = ["export"]
 
-    @post("/", status_code=200, summary="Import an export's lines into your org (memories, history, directives)",
+    @post("/", status_code=200,
+          summary="Import an export's lines into your org (memories, history, directives, documents)",
           description=IMPORT_DESCRIPTION, opt={"body": restore.ImportRequest}, responses=errors(409, 413, 422))
     async def import_lines(self, request: Request[Any, Any, Any], services: ServicesDep,
                            org_id: OrgId) -> restore.ImportResult:

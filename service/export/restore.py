@@ -16,8 +16,10 @@ normalized-text hash (the exact-duplicate lookup) is computed again. Lines writt
 fields existed import with their defaults (seen once, current, no key). A ``directive`` line replaces
 the agent's directive when its text differs (with its exported version and times for an agent without
 one, else at the next version, at least the exported one; the same text is counted ``existing``); a ``settings`` line
-sets the org's defaults (``PATCH /v1/org/settings``). Documents and their chunks are not restored here
-(mirror the files again with ``pgcontext import``): their lines are counted ``skipped``. An import
+sets the org's defaults (``PATCH /v1/org/settings``). A ``document`` line with its content is ingested
+again (:mod:`service.export.documents`: chunked and embedded as a mirrored file is; a line without it, from
+an older export, is counted ``skipped``); ``chunk`` lines are counted ``skipped``, their file's content is
+chunked again. An import
 bypasses duplicate detection and supersession: it restores a state that was consistent when exported. It
 still refuses what no other write could make (:mod:`service.export.collisions`): a second current memory
 of one key, a message at a position or with a ``message_id`` its conversation already holds (409
@@ -28,7 +30,6 @@ line as a write checks a memory (its texts, times, ranges). A bad line anywhere:
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 from uuid import UUID
@@ -42,6 +43,9 @@ from service.conversations.types import Role, Speaker
 from service.directives.store import DirectiveStore
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
 from service.export.collisions import check_request, claim
+from service.export.documents import DocumentLine, Documents
+from service.export.documents import write as write_documents
+from service.export.fields import has_nul, line_field, schema_field
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
@@ -76,20 +80,24 @@ class Counts(msgspec.Struct, kw_only=True):
     event: int
     settings: int = 0
     """The org's defaults (a ``settings`` line): 1 when set by this request (``existing``: already so)."""
+    document: int = 0
+    """Files (``document`` lines with their content) ingested again (``existing``: the org held them as they are)."""
 
 
 class Skipped(msgspec.Struct, kw_only=True):
     document: int
+    """``document`` lines without their content (exports made before documents carried it)."""
     chunk: int
+    """``chunk`` lines: a restored document is chunked again from its content."""
 
 
 class ImportResult(msgspec.Struct, kw_only=True):
     imported: Counts
     """Rows written."""
     existing: Counts
-    """Memories and events the org already held (same id): left as they were."""
+    """Memories and events the org already held (same id), and files it held as they are: left as they were."""
     skipped: Skipped
-    """Lines this import does not restore (documents: mirror the files again)."""
+    """Lines this import does not write: chunks, and documents without their content."""
 
 
 class _Header(msgspec.Struct, tag_field="type", tag="export"):
@@ -101,10 +109,6 @@ class _End(msgspec.Struct, tag_field="type", tag="end"):
 
 
 class _Error(msgspec.Struct, tag_field="type", tag="error"):
-    pass
-
-
-class _Document(msgspec.Struct, tag_field="type", tag="document"):
     pass
 
 
@@ -183,7 +187,7 @@ class _Event(msgspec.Struct, tag_field="type", tag="event", kw_only=True):
     detail: _Object = msgspec.field(default_factory=dict)
 
 
-_Line = _Header | _End | _Error | _Document | _Chunk | _Settings | _Directive | _Memory | _Event
+_Line = _Header | _End | _Error | DocumentLine | _Chunk | _Settings | _Directive | _Memory | _Event
 
 
 class _Parsed(msgspec.Struct):
@@ -192,6 +196,7 @@ class _Parsed(msgspec.Struct):
     events: list[_Object] = msgspec.field(default_factory=list)
     directives: dict[str, _Directive] = msgspec.field(default_factory=dict)
     settings: _Settings | None = None
+    documents: Documents = msgspec.field(default_factory=Documents)
     skipped: Skipped = msgspec.field(default_factory=lambda: Skipped(document=0, chunk=0))
 
 
@@ -204,35 +209,6 @@ def decode(body: bytes) -> ImportRequest:
         raise malformed_json(exc) from exc
 
 
-def _field(index: int, name: str = "") -> dict[str, str]:
-    return {"field": f"lines[{index}]" + (f".{name}" if name else "")}
-
-
-_AT: Final = re.compile(r"at `\$\.([A-Za-z_][A-Za-z0-9_]*)|missing required field `([A-Za-z_][A-Za-z0-9_]*)`")
-"""The field a line's schema error is about, as msgspec words it (``... - at `$.seen_count```)."""
-
-
-def _schema_field(exc: msgspec.ValidationError) -> str:
-    found = _AT.search(str(exc))
-    return "" if found is None else found.group(1) or found.group(2)
-
-
-def _has_nul(value: Any) -> bool:
-    """A NUL character in any string (key or value) of a JSON value, which Postgres cannot store."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 def parse(request: ImportRequest, services: Services) -> _Parsed:
     limits = services.settings.limits
     out = _Parsed()
@@ -241,24 +217,26 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             line = msgspec.convert(raw, _Line, strict=False)
         except msgspec.ValidationError as exc:  # the body's schema holds any object: a line's own shape is 422
             raise Unprocessable(f"lines[{index}] is not an export line: {exc}", code="invalid_line",
-                                details=_field(index, _schema_field(exc))) from exc
+                                details=line_field(index, schema_field(exc))) from exc
         if isinstance(line, _Header) and line.format > FORMAT:
             raise Unprocessable(f"lines[{index}]: export format {line.format} is newer than this service reads "
-                                f"({FORMAT})", code="unsupported_format", details=_field(index))
+                                f"({FORMAT})", code="unsupported_format", details=line_field(index))
         if isinstance(line, _Error):
             raise Unprocessable(f"lines[{index}]: the export broke off (an error line); export again",
-                                code="incomplete_export", details=_field(index))
-        if isinstance(line, _Document | _Chunk):
+                                code="incomplete_export", details=line_field(index))
+        if isinstance(line, DocumentLine) and line.content is not None:
+            out.documents.add(line, index, services.settings)
+        elif isinstance(line, DocumentLine | _Chunk):
             setattr(out.skipped, raw["type"], getattr(out.skipped, raw["type"]) + 1)
         elif isinstance(line, _Settings):
             out.settings = line
         elif isinstance(line, _Directive):
             if "\n" in line.agent_id:
                 raise Unprocessable(f"lines[{index}]: the directive's agent_id is not valid", code="validation_error",
-                                    details=_field(index, "agent_id"))
+                                    details=line_field(index, "agent_id"))
             if not line.content.strip() or len(line.content) > limits.max_directive_chars or "\x00" in line.content:
                 raise Unprocessable(f"lines[{index}]: the directive's content is empty, too long or holds a NUL "
-                                    "character", code="validation_error", details=_field(index, "content"))
+                                    "character", code="validation_error", details=line_field(index, "content"))
             for name in ("created_at", "updated_at"):
                 if (value := getattr(line, name)) is not None:
                     check_occurred_at(value, field=name)
@@ -273,10 +251,10 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
                 check_occurred_at(line.at, field="at")
             except BadRequest as exc:
                 raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code,
-                                    details=_field(index, "at")) from exc
-            if _has_nul(line.detail):
+                                    details=line_field(index, "at")) from exc
+            if has_nul(line.detail):
                 raise Unprocessable(f"lines[{index}]: detail must not contain NUL characters",
-                                    code="validation_error", details=_field(index, "detail"))
+                                    code="validation_error", details=line_field(index, "detail"))
             out.events.append(msgspec.to_builtins(line))
     if len(out.memories) > limits.max_batch:
         raise PayloadTooLarge(f"{len(out.memories)} memories in one request; the limit is {limits.max_batch} "
@@ -284,6 +262,7 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
     if len(out.events) > MAX_EVENTS:
         raise PayloadTooLarge(f"{len(out.events)} events in one request; the limit is {MAX_EVENTS}: send the "
                               "export in several requests", code="batch_too_large")
+    out.documents.check_size(services.settings)
     check_request(out.memories)
     return out
 
@@ -314,10 +293,10 @@ def _check_memory(line: _Memory, index: int, limits: LimitSettings) -> None:
         _check_message(line)
     except (BadRequest, Unprocessable, PayloadTooLarge) as exc:
         raise Unprocessable(f"lines[{index}]: {exc.message}", code=exc.code,
-                            details=_field(index, str(exc.details.get("field", "")))) from exc
+                            details=line_field(index, str(exc.details.get("field", "")))) from exc
     if line.kind == MESSAGE_KIND and (line.superseded_by is not None or line.key is not None):
         raise Unprocessable(f"lines[{index}]: messages are events: they take no key and are never superseded",
-                            code="validation_error", details=_field(index))
+                            code="validation_error", details=line_field(index))
 
 
 def _check_message(line: _Memory) -> None:
@@ -389,6 +368,7 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
             await store.restore(org_id, agent_id, line.content, line.version, line.created_at or now,
                                 line.updated_at or now)
         imported.directive += 1
+    imported.document, existing.document = await write_documents(services, org_id, parsed.documents)
     if agents:
         await services.memories_changed(org_id, agents)
     return ImportResult(imported=imported, existing=existing, skipped=parsed.skipped)

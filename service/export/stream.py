@@ -5,14 +5,16 @@ One read-only ``Database.tenant`` transaction holds the whole export, so row-lev
 every line to the caller's org, and every row after the header comes from one statement
 (``export.lines``), so from one snapshot: a write committed while a client reads is wholly in the
 export or wholly out of it (a memory and its history, a file and its chunks). Rows come through a
-cursor ``_PREFETCH`` at a time and leave in chunks of about ``_CHUNK_BYTES``, so memory stays flat
-however many rows the agent has. Postgres renders each line (``to_jsonb``): the service only joins
+cursor ``_PREFETCH`` at a time (the documents, which carry their files' content, ``_PREFETCH_DOCUMENTS``
+at a time) and leave in chunks of about ``_CHUNK_BYTES``, so memory stays flat however many rows the
+agent has. Postgres renders each line (``to_jsonb``): the service only joins
 them, escaping the line boundaries JSON leaves raw (``_unbroken``).
 
 Without an agent, the whole org: every agent's rows and the org-wide ones (agent null).
 
 Lines, in order: ``export`` (org, agent, time), ``settings`` (the org's defaults, in a whole-org export
-of an org that set them), ``directive`` (each, if any), each ``document``, each
+of an org that set them), ``directive`` (each, if any), each ``document`` (with its ``content``: its L2
+chunks joined, null when they no longer give back its ``content_hash``), each
 ``memory`` (with its key, valid time and supersession), each ``chunk``, each history ``event``, and
 last ``end`` with the counts. A stream without its ``end`` line is
 incomplete: if reading fails part-way, an ``error`` line is the last one.
@@ -35,6 +37,11 @@ log = structlog.get_logger(__name__)
 
 MEDIA_TYPE = "application/x-ndjson"
 _PREFETCH = 500
+_PREFETCH_DOCUMENTS = 8
+"""Rows per fetch until the documents are read: each holds a file's content (up to
+``PGCONTEXT_DOCUMENTS_MAX_FILE_BYTES``), so a fetch holds a few files, not ``_PREFETCH``."""
+_DOCUMENTS_PART = 2
+"""The part of ``export.lines`` that holds the documents (the parts before it are a few rows)."""
 _CHUNK_BYTES = 256 * 1024
 IDLE_TIMEOUT_MS = 60_000
 """A client that stops reading this long ends the export (Postgres closes the idle transaction)."""
@@ -123,18 +130,21 @@ async def _lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGener
             yield header.encode() + b"\n"
             buffer: list[str] = []
             size = last = 0
-            async for row in tx.conn.cursor(query("export.lines"), org_id, agent_id, prefetch=_PREFETCH):
-                if row["part"] < last:  # never expected: one part's rows after the next part's began
-                    raise RuntimeError("export rows came out of order")
-                last = row["part"]
-                if row["kind"] in counts:
-                    counts[row["kind"]] += 1
-                line: str = row["line"]
-                buffer.append(line)
-                size += len(line)
-                if size >= _CHUNK_BYTES:
-                    yield _unbroken("\n".join(buffer) + "\n").encode()
-                    buffer, size = [], 0
+            cursor = await tx.conn.cursor(query("export.lines"), org_id, agent_id)
+            while rows := await cursor.fetch(min(_PREFETCH_DOCUMENTS, _PREFETCH) if last <= _DOCUMENTS_PART
+                                             else _PREFETCH):
+                for row in rows:
+                    if row["part"] < last:  # never expected: one part's rows after the next part's began
+                        raise RuntimeError("export rows came out of order")
+                    last = row["part"]
+                    if row["kind"] in counts:
+                        counts[row["kind"]] += 1
+                    line: str = row["line"]
+                    buffer.append(line)
+                    size += len(line)
+                    if size >= _CHUNK_BYTES:
+                        yield _unbroken("\n".join(buffer) + "\n").encode()
+                        buffer, size = [], 0
         # Sent only after the transaction committed: an ``end`` line means every row was read.
         trailer = msgspec.json.encode(_Trailer(_Counts(**counts))).decode()
         yield _unbroken("\n".join([*buffer, trailer]) + "\n").encode()

@@ -84,6 +84,14 @@ async def seeded(live: LiveService, make_tenant: Callable[[str], Awaitable[Tenan
     return tenant
 
 
+async def listed(live: LiveService, tenant: Tenant) -> list[tuple[Any, ...]]:
+    """The org's documents: path, content hash, language and chunk count."""
+    async with httpx.AsyncClient(base_url=live.base, headers=tenant.headers, timeout=60) as http:
+        r = await http.get("/v1/documents", params={"collection": "notes"})
+    assert r.status_code == 200, r.text
+    return [(d["path"], d["content_hash"], d["language"], d["chunks"]) for d in r.json()["items"]]
+
+
 async def drain(live: LiveService, tenant: Tenant) -> None:
     """Take the whole bucket of ``tenant``'s org (a body of 40 x 16 KiB costs the 40-token burst)."""
     pad = {"type": "document", "pad": "x" * (40 * 16384)}
@@ -115,14 +123,16 @@ async def test_restore_sends_no_skipped_lines_and_waits_out_429(
     async with httpx.AsyncClient(base_url=slow_service.base, timeout=60,
                                  event_hooks={"request": [on_request], "response": [on_response]}) as http:
         totals = await restore_from(saved, url=slow_service.base, key=fresh.key, batch_memories=3, http=http)
-    assert "document" not in sent and "chunk" not in sent
+    assert "document" in sent and "chunk" not in sent  # a document's chunks are cut again from its content
     assert 429 in statuses and statuses[-1] == 200  # waited as Retry-After asked, then sent the batch again
-    assert totals.imported["memory"] == 6
-    assert dict(totals.skipped) == {"document": counts["document"], "chunk": counts["chunk"]}
+    assert totals.imported["memory"] == 6 and totals.imported["document"] == 2
+    assert dict(totals.skipped) == {"document": 0, "chunk": counts["chunk"]}
+    assert await listed(slow_service, fresh) == await listed(live_service, source)
 
     again = summary(cli(slow_service, fresh, "restore", str(saved)).stdout)  # a second run writes nothing twice
-    assert again["imported"]["memory"] == 0 and again["existing"]["memory"] == 6
-    assert again["skipped"] == {"chunk": counts["chunk"], "document": counts["document"]}
+    assert again["imported"]["memory"] == again["imported"]["document"] == 0
+    assert again["existing"]["memory"] == 6 and again["existing"]["document"] == 2
+    assert again["skipped"] == {"chunk": counts["chunk"], "document": 0}
 
     other = await make_tenant("impatient")
     await drain(slow_service, other)
@@ -136,7 +146,8 @@ async def test_restore_shows_progress_and_what_it_did_before_an_error(
     saved = export_file(tmp_path / "bad.ndjson", 12, bad)
     result = cli(live_service, await make_tenant("partial"), "restore", str(saved), "--batch", "5", ok=False)
     assert result.returncode == 1
-    assert summary(result.stdout)["imported"] == {"directive": 0, "event": 0, "memory": 10, "settings": 0}
+    assert summary(result.stdout)["imported"] == {"directive": 0, "document": 0, "event": 0, "memory": 10,
+                                                  "settings": 0}
     assert "restoring" in result.stderr and "10/13 lines" in result.stderr  # the progress bar, as it stopped
     assert "error: POST /v1/import answered 422 invalid_line: lines[2]" in result.stderr
 

@@ -302,22 +302,27 @@ async def export(w: World) -> None:
 
 async def import_lines(w: World) -> None:
     """B imports lines naming A's ids (a memory, events on A's memory undoing A's event, a directive of A's
-    agent, org defaults): they become B's own rows; A's are untouched (the final snapshot, A's defaults).
+    agent, org defaults, a file at a path of A's): they become B's own rows; A's are untouched (the final
+    snapshot, A's defaults).
     Runs last: B then holds rows under A's ids."""
     events = (await _ok(await w.client.get(f"/v1/memories/{w.a_ids[0]}/history", headers=w.a.headers)))["items"]
     lines = [{"type": "memory", "id": w.a_ids[0], "text": "B's own note.", "agent_id": AGENT},
              {"type": "event", "id": events[0]["id"], "memory_id": w.a_ids[0], "event": "undone",
               "at": "2024-01-01T00:00:00Z", "undoes": events[0]["id"], "detail": {}},
              {"type": "directive", "agent_id": A_ONLY, "content": "B's directive."},
-             {"type": "settings", "on_duplicate": "reject"}]
+             {"type": "settings", "on_duplicate": "reject"},
+             {"type": "document", "path": A_ONLY_DOC, "content": "B's own file.\n"}]
     a_defaults = (await _ok(await w.client.get("/v1/org/settings", headers=w.a.headers)))["on_duplicate"]
     r = await w.as_b("POST", "/v1/import", json={"lines": lines})
-    w.expect(r.status_code == 200 and r.json()["imported"] == {"directive": 1, "memory": 1, "event": 1, "settings": 1},
-             f"B's import: {r.text}")
+    w.expect(r.status_code == 200 and r.json()["imported"] == {"directive": 1, "memory": 1, "event": 1, "settings": 1,
+                                                               "document": 1}, f"B's import: {r.text}")
     r = await w.client.get("/v1/org/settings", headers=w.a.headers)
     w.expect(r.json()["on_duplicate"] == a_defaults, f"A's defaults after B's import: {r.text}")
     r = await w.as_b("GET", f"/v1/memories/{w.a_ids[0]}")
     w.expect(r.status_code == 200 and r.json()["text"] == "B's own note.", f"B's imported memory: {r.text}")
+    r = await w.as_b("POST", "/v1/memories/search", json={"query": "B's own file", "modes": ["exact"]})
+    w.expect(r.status_code == 200 and [x["path"] for x in r.json()["results"]] == [A_ONLY_DOC],
+             f"B's imported file: {r.text}")
 
 
 async def history(w: World) -> None:

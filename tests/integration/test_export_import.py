@@ -167,7 +167,7 @@ async def test_an_org_round_trips_with_its_history_and_supersession(
     # A retried import writes nothing twice (the directive neither: its version stays).
     version = (await client.get(f"/v1/agents/{AGENT}/directive", headers=fresh.headers)).json()["version"]
     retried = await import_lines(client, fresh, lines)
-    assert retried["imported"] == {"directive": 0, "memory": 0, "event": 0, "settings": 0}
+    assert retried["imported"] == {"directive": 0, "memory": 0, "event": 0, "settings": 0, "document": 0}
     assert retried["existing"]["memory"] == 12 and retried["existing"]["event"] == len(events)
     assert retried["existing"]["directive"] == 1
     assert (await client.get(f"/v1/agents/{AGENT}/directive", headers=fresh.headers)).json()["version"] == version
@@ -408,7 +408,7 @@ async def test_a_collision_names_its_line(client: AsyncTestClient[Any], tenant: 
 
 NOT_RESTORED = {
     "tsv": "generated from the text",
-    **{name: "document chunks are not restored (mirror the files again)"
+    **{name: "a document's chunks are cut again from its content (a document line)"
        for name in ("source_path", "line_start", "line_end", "section_title", "breadcrumb", "level")},
 }
 """Columns of ``memories`` an import deliberately does not take from a line."""

@@ -1,6 +1,7 @@
 """``pgcontext export`` / ``pgcontext restore`` (service.cli.transfer) against the in-process app: an org saved
-to a file and restored into a fresh org in several batches answers as the original; a broken-off file is
-refused; a second restore writes nothing twice."""
+to a file and restored into a fresh org in several batches answers as the original, its documents
+included (those of an older export, without their content, are counted skipped and not sent); a
+broken-off file is refused; a second restore writes nothing twice."""
 
 from __future__ import annotations
 
@@ -48,6 +49,39 @@ async def test_export_then_restore_in_batches(client: AsyncTestClient[Any], tena
         await export_to(io.BytesIO(), url=URL, key="pgc_not-a-key", http=client)
 
 
+async def test_documents_are_restored_and_those_of_an_older_export_skipped(
+        client: AsyncTestClient[Any], tenant: Tenant, tmp_path: Path,
+        make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    files = [{"path": f"notes/{n}.md", "content": f"# Note {n}\n\nThe {n} part of the garden plan.\n"}
+             for n in ("north", "south", "west")]
+    r = await client.post("/v1/documents", json={"collection": "notes", "files": files}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    out = io.BytesIO()
+    counts = await export_to(out, url=URL, key=tenant.key, http=client)
+    saved = tmp_path / "org.ndjson"
+    saved.write_bytes(out.getvalue())
+
+    fresh = await make_tenant("restored")
+    totals = await restore_from(saved, url=URL, key=fresh.key, http=client)
+    assert totals.imported["document"] == 3 and dict(totals.skipped) == {"document": 0, "chunk": counts["chunk"]}
+    r = await client.get("/v1/documents", params={"collection": "notes"}, headers=fresh.headers)
+    assert [(d["path"], d["chunks"]) for d in r.json()["items"]] == [
+        (d["path"], d["chunks"]) for d in (await client.get("/v1/documents", params={"collection": "notes"},
+                                                            headers=tenant.headers)).json()["items"]]
+    again = await restore_from(saved, url=URL, key=fresh.key, http=client)
+    assert again.imported["document"] == 0 and again.existing["document"] == 3
+
+    old = tmp_path / "old.ndjson"  # an export made before document lines carried their content
+    old.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "content"}) + "\n"
+                           for line in out.getvalue().splitlines()))
+    assert check_export(old) == counts["event"]  # no document line is sent
+    other = await make_tenant("older")
+    totals = await restore_from(old, url=URL, key=other.key, http=client)
+    assert dict(totals.skipped) == {"document": 3, "chunk": counts["chunk"]} and totals.imported["document"] == 0
+    r = await client.get("/v1/documents", params={"collection": "notes"}, headers=other.headers)
+    assert r.json()["items"] == []
+
+
 def test_batches_hold_the_limits() -> None:
     lines: list[dict[str, Any]] = [{"type": "export"}, *({"type": "memory", "text": "x" * 50} for _ in range(7)),
              *({"type": "event", "detail": {}} for _ in range(3)), {"type": "end"}]
@@ -58,6 +92,11 @@ def test_batches_hold_the_limits() -> None:
     by_events = list(batches(lines, max_memories=100, max_bytes=10_000, max_events=2))
     assert [sum(line["type"] == "event" for line in b) for b in by_events] == [2, 1]  # the service takes 20,000
     assert [line for b in by_events for line in b] == lines[1:-1]
+    files = [{"type": "document", "path": f"{n}.md", "content": "x"} for n in range(5)]
+    old = [{"type": "document", "path": "old.md"}, {"type": "chunk", "text": "x"}]  # not sent: counted skipped
+    by_documents = list(batches([*files, *old, *lines], max_memories=100, max_bytes=10_000, max_documents=2))
+    assert [sum(line["type"] == "document" for line in b) for b in by_documents] == [2, 2, 1]
+    assert [line for b in by_documents for line in b] == [*files, *lines[1:-1]]
 
 
 def test_a_large_export_is_read_a_line_at_a_time(tmp_path: Path) -> None:

@@ -184,6 +184,8 @@ class ImportCounts(msgspec.Struct, kw_only=True):
     event: int
     settings: int = 0
     """The org's defaults (a ``settings`` line of a whole-org export): 1 when the request set them."""
+    document: int = 0
+    """Files (``document`` lines with their content) ingested again; ``existing``: held as they are."""
 
 
 class ImportSkipped(msgspec.Struct, kw_only=True):
@@ -194,9 +196,10 @@ class ImportSkipped(msgspec.Struct, kw_only=True):
 class ImportResult(msgspec.Struct, kw_only=True):
     imported: ImportCounts
     existing: ImportCounts
-    """Memories and events the org already held (same id): left as they were."""
+    """Memories and events the org already held (same id), and files it held as they are: left as they were."""
     skipped: ImportSkipped
-    """Lines an import does not restore (documents: mirror the files again)."""
+    """Lines an import does not write: chunks (cut again from their document), and documents without their
+    content (exports made before documents carried it)."""
 
 
 class OrgSettings(msgspec.Struct, kw_only=True):

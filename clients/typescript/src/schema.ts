@@ -271,7 +271,7 @@ export interface paths {
         };
         /**
          * Export an agent's (or the org's) memories, directives and documents (NDJSON)
-         * @description Without `agent_id`, the whole org (every agent, and the memories of no agent). One JSON object per line, each with a `type`: `export` (org, agent, time), `settings` (the org's defaults, in a whole-org export of an org that set them), `directive`, `document` (ingested files the agent owns), `memory` and `chunk` (every column but the embedding, with access statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor (one snapshot), never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
+         * @description Without `agent_id`, the whole org (every agent, and the memories of no agent). One JSON object per line, each with a `type`: `export` (org, agent, time), `settings` (the org's defaults, in a whole-org export of an org that set them), `directive`, `document` (ingested files the agent owns, each with its `content`), `memory` and `chunk` (every column but the embedding, with access statistics, key, valid time, supersession and reinforcement; expired memories not yet purged and retired ones included), `event` (the history recorded under the agent), and last `end` with the count per type. Only your org's rows: another org's agent of the same name exports nothing. A stream without its `end` line is incomplete (an `error` line says so when the failure came after the response started): retry it. Streamed through one read-only transaction and a cursor (one snapshot), never built in memory. One export per org at a time (429 `export_in_progress` otherwise) and a few per process (503 `overloaded`).
          */
         get: operations["V1ExportExport"];
         put?: never;
@@ -292,8 +292,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Import an export's lines into your org (memories, history, directives)
-         * @description Body: `{"lines": [...]}`, lines of an export (`GET /v1/export`, each NDJSON line as an object) in any order, an export split over as many requests as needed (at most PGCONTEXT_MAX_BATCH memories and 20,000 events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. Documents and chunks are `skipped` (mirror the files again). A conversation's message is checked as an append checks it (conversation, session and message ids, speaker, role; 422 naming the line and field). Each request is one transaction: all of it or nothing (409 `conflict`, naming the line, when a memory would make a second current value of its key or take a position or `message_id` its conversation holds; 409 `conversation_agent_mismatch` when a message names another agent than its conversation's).
+         * Import an export's lines into your org (memories, history, directives, documents)
+         * @description Body: `{"lines": [...]}`, lines of an export (`GET /v1/export`, each NDJSON line as an object) in any order, an export split over as many requests as needed (at most PGCONTEXT_MAX_BATCH memories and 20,000 events each). Memories and history events keep their ids, so supersession (`superseded_by`), merge records and undo links stay as exported; an id your org already holds is left as it is (`existing`), so a retried request writes nothing twice. Texts are embedded again. Directives replace the agent's. A `document` line with its `content` is ingested again as `POST /v1/documents` ingests a file (chunked and embedded by this service; a file held as it is counts `existing`), at most PGCONTEXT_DOCUMENTS_MAX_FILES of them per request; `chunk` lines, and `document` lines without their content (older exports), are `skipped`. A conversation's message is checked as an append checks it (conversation, session and message ids, speaker, role; 422 naming the line and field). Every line is checked before anything is written; then each request is one transaction (its documents: one per collection and owner, after it): all of it or nothing (409 `conflict`, naming the line, when a memory would make a second current value of its key or take a position or `message_id` its conversation holds; 409 `conversation_agent_mismatch` when a message names another agent than its conversation's).
          */
         post: operations["V1ImportImportLines"];
         delete?: never;
@@ -520,6 +520,8 @@ export interface components {
             event: number;
             /** @default 0 */
             settings?: number;
+            /** @default 0 */
+            document?: number;
         };
         /** CreatedMemories */
         CreatedMemories: {
