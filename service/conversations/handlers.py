@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from uuid import UUID
 
 from litestar import Controller, Response, delete, get, post
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
@@ -22,6 +23,7 @@ from service.conversations.types import (
 from service.errors import NotFound, check_page_limit
 from service.http.deps import OrgId, ServicesDep
 from service.http.responses import errors
+from service.memories import idempotency
 from service.memories.types import AGENT_ID_MAX_LENGTH, AGENT_ID_PATTERN
 from service.retrieval.types import CONVERSATION_ID_MAX_LENGTH, CONVERSATION_ID_PATTERN
 
@@ -42,9 +44,14 @@ TRUNCATE_DESCRIPTION = (
     "`message_count` makes it conditional: a client removing the last message it read passes the count it "
     "read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a "
     "conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). "
-    "Earlier messages and their search contexts are untouched."
+    "`last_id` (the `id` of the last message read) makes it conditional on that message still being the last "
+    "one, which also refuses a message appended in its place after another client removed it. A retry "
+    "under the same `Idempotency-Key` gets the first answer. Earlier messages and their search contexts are "
+    "untouched."
 )
-POSITION_MAX = 2**62
+POSITION_MAX = 2**53 - 1
+"""The largest position a request may name: any client's JSON numbers hold it exactly (JavaScript's, a
+schema validator's doubles), and no conversation reaches it."""
 
 
 class ConversationController(Controller):
@@ -90,14 +97,25 @@ class ConversationController(Controller):
         from_position: Annotated[int, QueryParameter(
             ge=1, le=POSITION_MAX, description="The first position removed: it and every later message go.")],
         message_count: Annotated[int | None, QueryParameter(
-            ge=0, le=POSITION_MAX, description="Only if the conversation holds exactly this many messages "
-                                               "(else 409 `conversation_changed`).")] = None,
-    ) -> TruncatedConversation:
+            ge=0, le=POSITION_MAX, schema_extra={"minimum": 0},  # the schema leaves a bound of 0 out otherwise
+            description="Only if the conversation holds exactly this many messages (else 409 "
+                        "`conversation_changed`).")] = None,
+        last_id: Annotated[UUID | None, QueryParameter(
+            description="Only if this message (its `id`) is the conversation's last one (else 409 "
+                        "`conversation_changed`).")] = None,
+        idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+    ) -> Response[TruncatedConversation]:
         check_ident(conversation_id, "conversation_id")
-        done = await store.truncate(services, org_id, conversation_id, from_position, message_count)
+        idempotency.check_key(idempotency_key)
+        expected = store.Unchanged(message_count=message_count, last_id=last_id)
+        key = None if idempotency_key is None else (idempotency_key, idempotency.request_hash(
+            {"from_position": from_position, "message_count": message_count, "last_id": last_id},
+            f"conversations/{conversation_id}/messages:delete"))
+        done = await store.truncate(services, org_id, conversation_id, from_position, expected, key)
         if done is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
-        return TruncatedConversation(conversation_id=conversation_id, messages_deleted=done[0], message_count=done[1])
+        return Response(done[0], status_code=HTTP_200_OK,
+                        headers={"Idempotent-Replayed": "true"} if done[1] else {})
 
     @get("/{conversation_id:str}", summary="One conversation", responses=errors(404))
     async def get_one(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> ConversationOut:

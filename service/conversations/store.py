@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
-from service.conversations.types import ConversationOut, MessageOut
+from service.conversations.types import ConversationOut, MessageOut, TruncatedConversation
 from service.db import TenantTx
 from service.errors import BadRequest, Conflict
+from service.memories import idempotency
 from service.memories.repo import cursor_time
 from service.retrieval.types import CONVERSATION_ID_CHARS, CONVERSATION_ID_MAX_LENGTH
 from service.runtime import Services
@@ -117,33 +119,64 @@ async def delete(services: Services, org_id: UUID, conversation_id: str) -> int 
                 return int(await tx.fetchval("conversations.delete", org_id, conversation_id))
 
 
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    """What a removal expects of the conversation when it starts (None: anything): that many messages,
+    that message (its memory ``id``) the last one."""
+
+    message_count: int | None = None
+    last_id: UUID | None = None
+
+
+async def _changed(tx: TenantTx, conversation_id: str, count: int, expected: Unchanged) -> bool:
+    if expected.message_count is not None and count != expected.message_count:
+        return True
+    return expected.last_id is not None and expected.last_id != await tx.fetchval(
+        "conversations.last_message", tx.org_id, conversation_id, count)
+
+
 async def truncate(services: Services, org_id: UUID, conversation_id: str, from_position: int,
-                   expected_count: int | None) -> tuple[int, int] | None:
+                   expected: Unchanged, key: tuple[str, bytes] | None = None
+                   ) -> tuple[TruncatedConversation, bool] | None:
     """Remove the conversation's messages at ``from_position`` and after (its last ones); returns how many
-    went and how many are left, None when there is no such conversation. ``expected_count``: only if the
-    conversation holds exactly that many messages when the call starts, else 409 ``conversation_changed``
-    (a client removing the message it read last removes nothing appended since); a call that finds
-    nothing from ``from_position`` removes nothing either way, so a retry of one that succeeded answers
-    200 with nothing removed.
+    went and how many are left, and whether that is the first answer under the Idempotency-Key ``key``
+    (replayed); None when there is no such conversation. ``expected``: only if the conversation is as
+    stated when the call starts, else 409 ``conversation_changed`` (a client removing the message it read
+    last names it, and removes nothing appended since, nor a message appended in its place after another
+    client removed it); a call that finds nothing from ``from_position`` removes nothing either way, so a
+    retry of one that succeeded answers 200 with nothing removed (or, under its key, the first answer).
 
     Positions stay 1, 2, ... without gaps: messages go from the last back, at most ``_DELETE_BATCH`` per
     transaction, each under the conversation's lock, with the count lowered to match, so an append
     never waits on a long removal and always lands right after the last message there is. One that lands
-    while a removal is still under way is at ``from_position`` or after, and goes too."""
-    deleted, check = 0, expected_count
+    while a removal is still under way is at ``from_position`` or after, and goes too. The key is claimed,
+    and the answer kept, in the last batch's transaction."""
+    if key is not None and (first := await idempotency.earlier(services, org_id, *key,
+                                                               TruncatedConversation)) is not None:
+        return first, True
+    deleted, check = 0, expected
     while True:
         async with services.db.tenant(org_id) as tx:
             row = await tx.fetchrow("conversations.lock", org_id, conversation_id)
             if row is None:
                 return None
             count = int(row["message_count"])
-            if check is not None and count != check and count >= from_position:
-                raise Conflict(f"conversation {conversation_id!r} holds {count} messages, not {check}: it changed "
-                               "since it was read", code="conversation_changed", details={"message_count": count})
-            check = None
+            if count >= from_position and await _changed(tx, conversation_id, count, check):
+                raise Conflict(f"conversation {conversation_id!r} changed since it was read (it holds {count} "
+                               "messages now)", code="conversation_changed",
+                               details={"message_count": count})
+            check = Unchanged()
             keep = max(from_position - 1, count - _DELETE_BATCH)
+            final = keep <= from_position - 1 or keep >= count
+            if final and key is not None and (
+                    first := await idempotency.claim(tx, *key, TruncatedConversation)) is not None:
+                return first, True
             if keep < count:
                 deleted += int(await tx.fetchval("conversations.delete_tail", org_id, conversation_id, keep))
                 await tx.execute("conversations.advance", org_id, conversation_id, keep)
-            if keep <= from_position - 1 or keep >= count:
-                return deleted, min(count, keep)
+            if final:
+                result = TruncatedConversation(conversation_id=conversation_id, messages_deleted=deleted,
+                                               message_count=min(count, keep))
+                if key is not None:
+                    await idempotency.remember(tx, key[0], result)
+                return result, False

@@ -12,6 +12,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from service.conversations import store
+from service.conversations.handlers import POSITION_MAX
 from tests.conftest import Tenant
 from tests.integration.test_conversations import TURNS, all_messages, append
 from tests.integration.test_memories_api import assert_error
@@ -122,3 +123,60 @@ async def test_listing_from_the_last_message_back(client: AsyncTestClient[Any], 
         3, 2, 1]
     assert_error(await client.get(URL.format("back"), headers=tenant.headers, params={"order": "newest"}), 400)
     assert_error(await client.get(URL.format("nobody"), headers=tenant.headers, params={"order": "desc"}), 404)
+
+
+async def test_a_removal_conditional_on_the_last_message_refuses_one_appended_in_its_place(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await append(client, tenant, "aba", TURNS[:3])
+    read = (await client.get(URL.format("aba"), headers=tenant.headers,
+                             params={"order": "desc", "limit": 1})).json()["items"][0]
+    # meanwhile another client takes that message back and a new one lands at its position: the count
+    # is what was read, the last message is not
+    await truncate(client, tenant, "aba", from_position=3)
+    await append(client, tenant, "aba", [{"content": "A new last turn."}])
+    r = await client.delete(URL.format("aba"), headers=tenant.headers,
+                            params={"from_position": read["position"], "message_count": read["position"],
+                                    "last_id": read["id"]})
+    assert_error(r, 409, "conversation_changed")
+    assert r.json()["error"]["details"] == {"message_count": 3}
+    assert [m["content"] for m in await all_messages(client, tenant, "aba")][-1] == "A new last turn."
+    last = (await all_messages(client, tenant, "aba", order="desc", limit=1))[0]
+    assert await truncate(client, tenant, "aba", from_position=3, last_id=last["id"]) == {
+        "conversation_id": "aba", "messages_deleted": 1, "message_count": 2}
+    # nothing left from the position: nothing to refuse, whatever the condition
+    assert await truncate(client, tenant, "aba", from_position=3, last_id=last["id"]) == {
+        "conversation_id": "aba", "messages_deleted": 0, "message_count": 2}
+    assert_error(await client.delete(URL.format("aba"), headers=tenant.headers,
+                                     params={"from_position": 1, "last_id": "not-a-uuid"}), 400)
+
+
+async def test_a_retried_removal_under_its_idempotency_key_gets_the_first_answer(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await append(client, tenant, "idem", TURNS)
+    headers = {**tenant.headers, "Idempotency-Key": "pop-1"}
+    first = await client.delete(URL.format("idem"), headers=headers, params={"from_position": 4, "message_count": 4})
+    assert first.status_code == 200 and first.json()["messages_deleted"] == 1, first.text
+    again = await client.delete(URL.format("idem"), headers=headers, params={"from_position": 4, "message_count": 4})
+    assert again.json() == first.json() and again.headers.get("Idempotent-Replayed") == "true", again.text
+    # a removal of the same position under another key (another client's) is told nothing went
+    assert await truncate(client, tenant, "idem", from_position=4, message_count=4) == {
+        "conversation_id": "idem", "messages_deleted": 0, "message_count": 3}
+    assert_error(await client.delete(URL.format("idem"), headers=headers, params={"from_position": 3}), 409,
+                 "idempotency_key_reused")
+    assert len(await all_messages(client, tenant, "idem")) == 3
+
+
+async def test_the_schema_states_the_bounds_a_removal_enforces(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    schema = (await client.get("/schema/openapi.json")).json()
+    operation = schema["paths"][URL.format("{conversation_id}")]["delete"]
+    parameters = {p["name"]: p["schema"] for p in operation["parameters"]}
+    for name, least in (("from_position", 1), ("message_count", 0)):
+        assert (parameters[name].get("minimum"), parameters[name].get("maximum")) == (least, POSITION_MAX), name
+    assert float(POSITION_MAX + 1) > POSITION_MAX  # a validator reading JSON numbers as doubles tells the two apart
+    await append(client, tenant, "bounds", TURNS[:1])
+    for name, least in (("from_position", 1), ("message_count", 0)):
+        given = {"from_position": 2, name: POSITION_MAX}  # nothing from 2: nothing to refuse
+        assert (await client.delete(URL.format("bounds"), headers=tenant.headers, params=given)).status_code == 200
+        for value in (least - 1, POSITION_MAX + 1):
+            r = await client.delete(URL.format("bounds"), headers=tenant.headers, params={**given, name: value})
+            assert_error(r, 400)

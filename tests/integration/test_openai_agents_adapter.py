@@ -5,6 +5,7 @@ README example."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -260,3 +261,16 @@ async def test_a_session_without_agent_id_extends_an_agents_conversation(live_ur
         assert pg.get_conversation(chat).agent_id == agent
     await owner.close()
     await session.close()
+
+
+async def test_pops_at_once_take_distinct_items(live_url: str, tenant: Tenant) -> None:
+    chat = f"chat-{uuid4().hex[:8]}"
+    sessions = [PgcontextSession(chat, url=live_url, api_key=tenant.key) for _ in range(3)]
+    items: list[Any] = [{"role": "user", "content": f"item {i}"} for i in range(5)]
+    await sessions[0].add_items(items)
+    popped = await asyncio.gather(*(s.pop_item() for s in sessions))  # all three read the same last item
+    assert sorted(str(dict(i)["content"]) for i in popped if i is not None) == ["item 2", "item 3", "item 4"]
+    assert await sessions[0].get_items() == items[:2]
+    await sessions[0].clear_session()
+    for session in sessions:
+        await session.close()

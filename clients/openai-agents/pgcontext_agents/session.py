@@ -132,21 +132,23 @@ class PgcontextSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """The last item, removed: the conversation's last message, removed only if it still is the last
-        one (an item appended meanwhile is read and removed instead, never lost)."""
+        one (an item appended meanwhile is read and removed instead, never lost; one another ``pop_item``
+        took is not returned twice)."""
         for _ in range(POP_TRIES):
             last = await self._messages(1)
             if not last:
                 return None
             try:
-                await self.client.truncate_conversation(self.session_id, last[0].position,
-                                                        message_count=last[0].position)
+                done = await self.client.truncate_conversation(self.session_id, last[0].position,
+                                                               last_id=last[0].id)
             except NotFound:  # cleared meanwhile
                 return None
             except Conflict as exc:
                 if exc.code != "conversation_changed":
                     raise
                 continue
-            return _item(last[0])
+            if done.messages_deleted:  # else another pop took it first
+                return _item(last[0])
         raise RuntimeError(f"session {self.session_id!r} kept changing: no item popped after {POP_TRIES} tries")
 
     async def clear_session(self) -> None:

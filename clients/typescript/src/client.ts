@@ -225,10 +225,12 @@ export class Client {
   /**
    * Remove the conversation's messages at `fromPosition` and after (`NotFound` when there is no such
    * conversation). `message_count`: only if it holds exactly that many (else `Conflict` with `code`
-   * `conversation_changed`, nothing removed): pass the count you read to remove nothing appended since.
+   * `conversation_changed`, nothing removed): pass the count you read to remove nothing appended since;
+   * `last_id`: only while that message (its `id`) is the last one. Its `Idempotency-Key` makes a retry safe.
    */
-  truncateConversation(conversationId: string, fromPosition: number, opts: { message_count?: number } = {},
-    options?: RequestOptions): Promise<t.TruncatedConversation> {
+  truncateConversation(conversationId: string, fromPosition: number,
+    opts: { message_count?: number; last_id?: string } = {}, options?: RequestOptions
+  ): Promise<t.TruncatedConversation> {
     return this.call({
       method: "DELETE", path: `/v1/conversations/${segment(conversationId)}/messages`,
       query: query({ from_position: fromPosition, ...opts }), repeatable: true, options,

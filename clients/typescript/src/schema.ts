@@ -168,7 +168,7 @@ export interface paths {
         post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
         /**
          * Remove a conversation's last messages
-         * @description Removes the messages at `from_position` and after, with everything derived from them, and answers how many went and how many are left; the next append goes to position `message_count + 1`. `message_count` makes it conditional: a client removing the last message it read passes the count it read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). Earlier messages and their search contexts are untouched.
+         * @description Removes the messages at `from_position` and after, with everything derived from them, and answers how many went and how many are left; the next append goes to position `message_count + 1`. `message_count` makes it conditional: a client removing the last message it read passes the count it read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). `last_id` (the `id` of the last message read) makes it conditional on that message still being the last one, which also refuses a message appended in its place after another client removed it. A retry under the same `Idempotency-Key` gets the first answer. Earlier messages and their search contexts are untouched.
          */
         delete: operations["V1ConversationsConversationIdMessagesTruncate"];
         options?: never;
@@ -2699,8 +2699,12 @@ export interface operations {
                 from_position: number;
                 /** @description Only if the conversation holds exactly this many messages (else 409 `conversation_changed`). */
                 message_count?: number | null;
+                /** @description Only if this message (its `id`) is the conversation's last one (else 409 `conversation_changed`). */
+                last_id?: string | null;
             };
-            header?: never;
+            header?: {
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 conversation_id: string;
             };

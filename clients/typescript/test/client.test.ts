@@ -220,7 +220,9 @@ describe("conversations", () => {
     const changed = await pg.truncateConversation(chat, 3, { message_count: 2 }).catch((e: unknown) => e);
     expect(changed).toBeInstanceOf(Conflict);
     expect((changed as Conflict).code).toBe("conversation_changed");
-    expect(await pg.truncateConversation(chat, 3, { message_count: 3 })).toEqual(
+    const notLast = await pg.truncateConversation(chat, 3, { last_id: out.messages[1]?.id ?? "" }).catch((e: unknown) => e);
+    expect((notLast as Conflict).code).toBe("conversation_changed");
+    expect(await pg.truncateConversation(chat, 3, { message_count: 3, last_id: out.messages[2]?.id ?? "" })).toEqual(
       { conversation_id: chat, messages_deleted: 1, message_count: 2 });
     expect((await pg.deleteConversation(chat)).messages_deleted).toBe(2);
     await expect(pg.getConversation(chat)).rejects.toBeInstanceOf(NotFound);
