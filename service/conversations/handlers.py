@@ -140,12 +140,20 @@ class ConversationController(Controller):
         return ConversationPage(items=items, next_cursor=next_cursor)
 
     @delete("/{conversation_id:str}", status_code=HTTP_200_OK, summary="Delete a conversation and its messages",
-            responses=errors(404))
-    async def remove(self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str]) -> DeletedConversation:
+            responses=errors(404, 409))
+    async def remove(
+        self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
+        idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+    ) -> Response[DeletedConversation]:
         """Removes the conversation, its messages and everything derived from them (their postings,
-        search contexts and access statistics); another org's conversation of the same id is untouched."""
+        search contexts and access statistics); another org's conversation of the same id is untouched.
+        A retry under the same `Idempotency-Key` gets the first answer (not a 404)."""
         check_ident(conversation_id, "conversation_id")
-        deleted = await store.delete(services, org_id, conversation_id)
+        idempotency.check_key(idempotency_key)
+        key = None if idempotency_key is None else (
+            idempotency_key, idempotency.request_hash({}, f"conversations/{conversation_id}:delete"))
+        deleted = await store.delete(services, org_id, conversation_id, key)
         if deleted is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
-        return DeletedConversation(conversation_id=conversation_id, messages_deleted=deleted)
+        return Response(deleted[0], status_code=HTTP_200_OK,
+                        headers={"Idempotent-Replayed": "true"} if deleted[1] else {})

@@ -10,7 +10,7 @@ from uuid import UUID
 
 import asyncpg
 
-from service.conversations.types import ConversationOut, MessageOut, TruncatedConversation
+from service.conversations.types import ConversationOut, DeletedConversation, MessageOut, TruncatedConversation
 from service.db import TenantTx
 from service.errors import BadRequest, Conflict
 from service.memories import idempotency
@@ -99,24 +99,38 @@ async def messages_page(tx: TenantTx, conversation_id: str, *, session_id: str |
     return items, (_encode(str(items[-1].position)) if more else None)
 
 
-async def delete(services: Services, org_id: UUID, conversation_id: str) -> int | None:
+async def delete(services: Services, org_id: UUID, conversation_id: str, key: tuple[str, bytes] | None = None
+                 ) -> tuple[DeletedConversation, bool] | None:
     """Delete the conversation and its messages (their postings and access statistics go with them);
-    returns how many messages it held, None when there was no such conversation.
+    returns how many messages it held and whether that is the first answer under the Idempotency-Key
+    ``key`` (replayed), None when there was no such conversation.
 
     Messages go in batches of ``_DELETE_BATCH``, each its own transaction under the conversation's row
     lock (a long conversation neither holds locks on all of its rows nor runs into the statement
     timeout, and an append waits for one batch at most); the batch that finds none left removes the
-    row. An append under way commits before a batch's lock (its messages are removed and counted); one
-    after the last batch starts the conversation anew. The count is the row's ``message_count`` (its
-    last position, each message counted once). Two deletes of one conversation take turns batch by
-    batch: one answers the count, the other None. A failure part-way leaves fewer messages; a retry
-    finishes."""
+    row, and claims the key and keeps the answer. An append under way commits before a batch's lock
+    (its messages are removed and counted); one after the last batch starts the conversation anew. The
+    count is the row's ``message_count`` (its last position, each message counted once). Two deletes of
+    one conversation take turns batch by batch: one answers the count, the other None (or, under the
+    first one's key, its answer). A failure part-way leaves fewer messages; a retry finishes."""
+    if key is not None and (first := await idempotency.earlier(services, org_id, *key, DeletedConversation)):
+        return first, True
     while True:
         async with services.db.tenant(org_id) as tx:
             if await tx.fetchval("conversations.lock", org_id, conversation_id) is None:
-                return None
+                break
             if not int(await tx.fetchval("conversations.delete_messages", org_id, conversation_id, _DELETE_BATCH)):
-                return int(await tx.fetchval("conversations.delete", org_id, conversation_id))
+                if key is not None and (first := await idempotency.claim(tx, *key, DeletedConversation)):
+                    return first, True
+                held = int(await tx.fetchval("conversations.delete", org_id, conversation_id))
+                result = DeletedConversation(conversation_id=conversation_id, messages_deleted=held)
+                if key is not None:
+                    await idempotency.remember(tx, key[0], result)
+                return result, False
+    # gone: maybe by this key's first request, committed while this one ran
+    if key is not None and (first := await idempotency.earlier(services, org_id, *key, DeletedConversation)):
+        return first, True
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,3 +180,19 @@ async def test_the_schema_states_the_bounds_a_removal_enforces(client: AsyncTest
         for value in (least - 1, POSITION_MAX + 1):
             r = await client.delete(URL.format("bounds"), headers=tenant.headers, params={**given, name: value})
             assert_error(r, 400)
+
+
+async def test_a_retried_delete_under_its_idempotency_key_gets_the_first_answer(client: AsyncTestClient[Any],
+                                                                                tenant: Tenant) -> None:
+    await append(client, tenant, "retried", TURNS[:3])
+    await append(client, tenant, "other", TURNS[:1])
+    headers = {**tenant.headers, "Idempotency-Key": "delete-retried-1"}
+    first = await client.delete("/v1/conversations/retried", headers=headers)
+    assert first.status_code == 200 and first.json()["messages_deleted"] == 3, first.text
+    again = await client.delete("/v1/conversations/retried", headers=headers)  # its answer was lost: retried
+    # once: 404 conversation_not_found, which a client retrying after a broken connection took for an error
+    assert again.status_code == 200 and again.json() == first.json(), again.text
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert_error(await client.delete("/v1/conversations/retried", headers=tenant.headers), 404)  # no key: gone
+    assert_error(await client.delete("/v1/conversations/other", headers=headers), 409, "idempotency_key_reused")
+    assert len(await all_messages(client, tenant, "other")) == 1

@@ -140,7 +140,7 @@ EXPECTED_STATUSES = {
     ("/v1/conversations/{conversation_id}/messages", "get"): {200, 400, 401, 404, 429, 503},
     ("/v1/conversations/{conversation_id}/messages", "delete"): {200, 400, 401, 404, 409, 429, 503},
     ("/v1/conversations/{conversation_id}", "get"): {200, 400, 401, 404, 429, 503},
-    ("/v1/conversations/{conversation_id}", "delete"): {200, 400, 401, 404, 429, 503},
+    ("/v1/conversations/{conversation_id}", "delete"): {200, 400, 401, 404, 409, 429, 503},
     ("/v1/conversations", "get"): {200, 400, 401, 429, 503},
 }
 

@@ -2860,7 +2860,9 @@ export interface operations {
     V1ConversationsConversationIdRemove: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 conversation_id: string;
             };
@@ -2899,6 +2901,15 @@ export interface operations {
             };
             /** @description Not found in the caller's org (another org's ids look exactly the same). */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the stored state (e.g. `idempotency_key_reused`, `managed_by_documents`). */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
