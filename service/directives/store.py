@@ -176,9 +176,9 @@ class DirectiveStore:
         this returns (context assembly: a slow Redis must not hold up the directive read from
         Postgres because it was slow)."""
         epoch = await self.epochs.current(org_id)  # before the read: a bump after it makes the stamp old
-        directive = await self.read_postgres(org_id, agent_id)
+        directive, deleted_version = await self.read_postgres_state(org_id, agent_id)
         caching = (self._cache(org_id, directive, epoch) if directive is not None
-                   else self._cache_absent(org_id, agent_id, epoch))
+                   else self._cache_absent(org_id, agent_id, epoch, deleted_version))
         if cache_behind:
             task = asyncio.ensure_future(caching)
             self._caching.add(task)
@@ -189,13 +189,18 @@ class DirectiveStore:
 
     async def read_postgres(self, org_id: UUID, agent_id: str) -> DirectiveOut | None:
         """The directive as Postgres has it (no cache involved)."""
+        return (await self.read_postgres_state(org_id, agent_id))[0]
+
+    async def read_postgres_state(self, org_id: UUID, agent_id: str) -> tuple[DirectiveOut | None, int]:
+        """The directive as Postgres has it, and when it has none the version of the one deleted last (0:
+        never had one)."""
         started = time.monotonic()
         async with self.db.tenant(org_id, readonly=True) as tx:
             row = await tx.fetchrow("directives.get", org_id, agent_id)
-        directive = None if row is None else DirectiveOut(agent_id=row["agent_id"], content=row["content"],
-                                                          version=row["version"], updated_at=row["updated_at"])
+        directive = None if row is None or row["content"] is None else DirectiveOut(
+            agent_id=row["agent_id"], content=row["content"], version=row["version"], updated_at=row["updated_at"])
         self.last_known.remember(org_id, agent_id, directive, started)
-        return directive
+        return directive, 0 if row is None or directive is not None else int(row["version"])
 
     async def aclose(self) -> None:
         """Finish the envelope writes still under way (each bounded by the Redis socket timeout)."""

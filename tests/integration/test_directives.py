@@ -125,10 +125,11 @@ async def test_older_version_never_overwrites_newer(client: AsyncTestClient[Any]
     assert await envelope(redis, tenant, "racer") == newer
 
 
-@pytest.mark.parametrize("rewritten", [True, False], ids=["deleted and written anew", "deleted"])
+@pytest.mark.parametrize(("rewritten", "evicted"), [(True, False), (False, False), (False, True)],
+                         ids=["deleted and written anew", "deleted", "deleted, its envelope evicted and read back"])
 async def test_a_read_from_before_a_delete_never_caches_the_deleted_text(client: AsyncTestClient[Any], tenant: Tenant,
                                                                           redis: Redis, app_dsn: str,
-                                                                          rewritten: bool) -> None:
+                                                                          rewritten: bool, evicted: bool) -> None:
     """A read-through that found version 2 in Postgres caches it after the directive was deleted (and
     written anew): what came after must not lose to it. (Versions started again at 1 after a delete, so
     the late envelope, version 2, counted as newer than the new text's; and a delete left no envelope
@@ -142,17 +143,20 @@ async def test_a_read_from_before_a_delete_never_caches_the_deleted_text(client:
         db = Database(pool, statement_timeout_ms=5000)
         # Another replica's store, which surely reads the org's cache epoch (so it does cache what it read).
         store = DirectiveStore(db, redis, CacheEpochs(db, check_s=60, timeout_s=10))
-        read_postgres = store.read_postgres
+        read_postgres = store.read_postgres_state
 
         async def read_then_deleted(org_id: Any, agent_id: str) -> Any:
             found = await read_postgres(org_id, agent_id)
             assert (await client.delete(path, headers=tenant.headers)).status_code == 204
+            if evicted:  # the deletion's envelope gone (evicted), then read back from Postgres
+                await redis.delete(key(tenant, agent))
+                assert (await client.get(path, headers=tenant.headers)).status_code == 404
             if rewritten:
                 r = await client.put(path, json={"content": "Be chatty."}, headers=tenant.headers)
                 assert r.status_code == 200, r.text
             return found
 
-        store.read_postgres = read_then_deleted  # type: ignore[method-assign]
+        store.read_postgres_state = read_then_deleted  # type: ignore[method-assign]
         stale = await store.load(tenant.org_id, agent)
         epoch = await store.epochs.current(tenant.org_id)
     finally:
