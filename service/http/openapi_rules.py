@@ -114,6 +114,8 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/conversations/{conversation_id}/messages", "Idempotency-Key"): {
             "min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
         ("/v1/memories/feedback", "Idempotency-Key"): {"min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
+        ("/v1/conversations/{conversation_id}", "Idempotency-Key"): {
+            "min_length": 1, "max_length": IDEMPOTENCY_KEY_MAX},
         ("/v1/memories/{memory_id}", "memory_id"): {"format": "uuid"},
         ("/v1/memories/{memory_id}/history", "memory_id"): {"format": "uuid"},
         ("/v1/memories/{memory_id}/history", "limit"): {"maximum": settings.limits.max_page_size},

@@ -16,6 +16,7 @@ from litestar.testing import AsyncTestClient
 
 from service.app import create_app
 from service.embeddings import Embedder
+from service.memories.idempotency import KEY_MAX
 from service.memories.validation import OCCURRED_PATTERN
 from service.runtime import Endpoints
 from service.settings import Settings
@@ -187,6 +188,20 @@ async def test_the_statuses_the_code_answers_are_the_documented_ones(client: Asy
         r = await client.request(method.upper(), url, headers=headers, **kwargs)
         assert r.status_code == status, (method, url, r.text)
         assert str(status) in schema["paths"][path][method]["responses"], (method, path, status)
+
+
+def test_every_idempotency_key_states_its_length(schema: Schema) -> None:
+    """The code refuses an empty or over-long key (400); a schema that did not say so had a fuzzer's empty
+    key count as valid."""
+    found = []
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            for param in operation.get("parameters", []):
+                if param["name"] == "Idempotency-Key":
+                    found.append((method, path))
+                    rule = non_null(param["schema"])
+                    assert (rule.get("minLength"), rule.get("maxLength")) == (1, KEY_MAX), (method, path, rule)
+    assert ("delete", "/v1/conversations/{conversation_id}") in found and len(found) >= 5, found
 
 
 def test_the_cursor_and_json_parameters_say_what_they_hold(schema: Schema) -> None:
