@@ -257,24 +257,28 @@ def list_conversations(*, agent_id: str | None = None, limit: int | None = None,
                 params=_query(agent_id=agent_id, limit=limit, cursor=cursor), repeatable=True)
 
 
-def delete_conversation(conversation_id: str, *, idempotency_key: str | None = None
+def delete_conversation(conversation_id: str, *, agent_id: str | None = None, idempotency_key: str | None = None
                         ) -> Call[t.DeletedConversation]:
-    """Delete a conversation and everything derived from its messages (``NotFound`` when there is none)."""
+    """Delete a conversation and everything derived from its messages (``NotFound`` when there is none).
+    ``agent_id``: only if the conversation is that agent's (else ``Conflict`` ``conversation_agent_mismatch``
+    with the owner in ``details["agent_id"]``, nothing removed); None: whoever owns it."""
     return Call("DELETE", f"/v1/conversations/{_seg(conversation_id)}", t.DeletedConversation,
-                idempotency_key=idempotency_key, repeatable=True)
+                params=_query(agent_id=agent_id), idempotency_key=idempotency_key, repeatable=True)
 
 
 def truncate_conversation(conversation_id: str, from_position: int, *, message_count: int | None = None,
-                          last_id: UUID | str | None = None, idempotency_key: str | None = None
-                          ) -> Call[t.TruncatedConversation]:
+                          last_id: UUID | str | None = None, agent_id: str | None = None,
+                          idempotency_key: str | None = None) -> Call[t.TruncatedConversation]:
     """Remove the conversation's messages at ``from_position`` and after (``NotFound`` when there is no such
     conversation). ``message_count``: only if it holds exactly that many (else ``Conflict``
     ``conversation_changed``, nothing removed): pass the count you read to remove nothing appended since;
     ``last_id``: only if that message (its ``id``) is still the last one, which also refuses a message
-    appended in its place after another client removed it. A retry (the client's own, after a broken
+    appended in its place after another client removed it; ``agent_id``: only if the conversation is that
+    agent's (else ``Conflict`` ``conversation_agent_mismatch``). A retry (the client's own, after a broken
     connection) resends the call's ``Idempotency-Key`` and is answered the first removal's result."""
     return Call("DELETE", f"/v1/conversations/{_seg(conversation_id)}/messages", t.TruncatedConversation,
-                params=_query(from_position=from_position, message_count=message_count, last_id=last_id),
+                params=_query(from_position=from_position, message_count=message_count, last_id=last_id,
+                              agent_id=agent_id),
                 idempotency_key=idempotency_key, repeatable=True)
 
 

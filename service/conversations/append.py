@@ -24,7 +24,7 @@ from uuid import UUID
 import msgspec
 from pgvector import Vector
 
-from service.conversations.checks import check_ident, check_messages
+from service.conversations.checks import check_ident, check_messages, check_owner
 from service.conversations.context import Turn, derive_contexts
 from service.conversations.types import (
     AppendedMessage,
@@ -100,11 +100,8 @@ async def _write(services: Services, org_id: UUID, conversation_id: str, body: A
         conv = await tx.fetchrow("conversations.open", org_id, conversation_id, agent)
         assert conv is not None  # an upsert returns its row
         owner, count = conv["agent_id"], int(conv["message_count"])
-        if body.agent_id is not msgspec.UNSET and body.agent_id != owner:
-            raise Conflict(f"conversation {conversation_id!r} belongs to "
-                           f"{'agent ' + repr(owner) if owner else 'the whole org'}, not "
-                           f"{'agent ' + repr(body.agent_id) if body.agent_id else 'the whole org'}",
-                           code="conversation_agent_mismatch", details={"agent_id": owner})
+        if body.agent_id is not msgspec.UNSET:
+            check_owner(conversation_id, owner, body.agent_id)
         existing = await _existing(tx, conversation_id, messages)
         new = _new(messages, existing)
         if any(i not in embeddings for i in new):

@@ -1,6 +1,6 @@
 """What a conversation request must hold beyond what its types state: ids of path and query
-parameters (they reach the handlers unchecked), speakers that are names on one line, and the limits
-read from the settings."""
+parameters (they reach the handlers unchecked), speakers that are names on one line, the limits
+read from the settings, and the agent a request names being the conversation's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Final
 import msgspec
 
 from service.conversations.types import ID_RULE, MessageIn
-from service.errors import BadRequest, PayloadTooLarge, Unprocessable
+from service.errors import BadRequest, Conflict, PayloadTooLarge, Unprocessable
 from service.memories.validation import check_metadata, check_occurred_at, check_text
 from service.retrieval.types import ConversationId
 from service.settings import LimitSettings
@@ -62,6 +62,19 @@ def check_ident(value: str | None, field: str) -> None:
         msgspec.convert(value, ConversationId)
     except msgspec.ValidationError:
         raise BadRequest(f"{field} must be {ID_RULE}", code="validation_error", details={"field": field}) from None
+
+
+def _owner(agent_id: str | None) -> str:
+    return f"agent {agent_id!r}" if agent_id else "the whole org"
+
+
+def check_owner(conversation_id: str, owner: str | None, agent_id: str | None) -> None:
+    """409 ``conversation_agent_mismatch`` (``details.agent_id``: the ``owner``) when the request's
+    ``agent_id`` (None: org-wide) is not the conversation's; an append or removal that names its agent
+    acts only on that agent's conversation."""
+    if agent_id != owner:
+        raise Conflict(f"conversation {conversation_id!r} belongs to {_owner(owner)}, not {_owner(agent_id)}",
+                       code="conversation_agent_mismatch", details={"agent_id": owner})
 
 
 def clean_speaker(speaker: str, field: str) -> str:

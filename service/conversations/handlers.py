@@ -45,10 +45,25 @@ TRUNCATE_DESCRIPTION = (
     "read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a "
     "conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). "
     "`last_id` (the `id` of the last message read) makes it conditional on that message still being the last "
-    "one, which also refuses a message appended in its place after another client removed it. A retry "
+    "one, which also refuses a message appended in its place after another client removed it. `agent_id` makes "
+    "it conditional on the conversation's agent (else 409 `conversation_agent_mismatch`). A retry "
     "under the same `Idempotency-Key` gets the first answer. Earlier messages and their search contexts are "
     "untouched."
 )
+OwnerQuery = Annotated[str | None, QueryParameter(
+    min_length=1, max_length=AGENT_ID_MAX_LENGTH, pattern=AGENT_ID_PATTERN,
+    description="Only if the conversation belongs to this agent (else 409 `conversation_agent_mismatch` with "
+                "its owner in `details.agent_id`, null for an org-wide one, and nothing removed); left out: "
+                "whoever owns it.")]
+"""A removal's ``agent_id``: the caller's agent, so that it never removes another agent's conversation."""
+
+
+def _bound(request: dict[str, object], agent_id: str | None) -> dict[str, object]:
+    """A removal's request as its Idempotency-Key is bound to it: ``agent_id`` only when given (a key
+    kept for a request without it still matches its retry)."""
+    return request if agent_id is None else {**request, "agent_id": agent_id}
+
+
 POSITION_MAX = 2**53 - 1
 """The largest position a request may name: any client's JSON numbers hold it exactly (JavaScript's, a
 schema validator's doubles), and no conversation reaches it."""
@@ -103,15 +118,16 @@ class ConversationController(Controller):
         last_id: Annotated[UUID | None, QueryParameter(
             description="Only if this message (its `id`) is the conversation's last one (else 409 "
                         "`conversation_changed`).")] = None,
+        agent_id: OwnerQuery = None,
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
     ) -> Response[TruncatedConversation]:
         check_ident(conversation_id, "conversation_id")
         idempotency.check_key(idempotency_key)
         expected = store.Unchanged(message_count=message_count, last_id=last_id)
         key = None if idempotency_key is None else (idempotency_key, idempotency.request_hash(
-            {"from_position": from_position, "message_count": message_count, "last_id": last_id},
+            _bound({"from_position": from_position, "message_count": message_count, "last_id": last_id}, agent_id),
             f"conversations/{conversation_id}/messages:delete"))
-        done = await store.truncate(services, org_id, conversation_id, from_position, expected, key)
+        done = await store.truncate(services, org_id, conversation_id, from_position, expected, key, agent_id)
         if done is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
         return Response(done[0], status_code=HTTP_200_OK,
@@ -142,17 +158,18 @@ class ConversationController(Controller):
     @delete("/{conversation_id:str}", status_code=HTTP_200_OK, summary="Delete a conversation and its messages",
             responses=errors(404, 409))
     async def remove(
-        self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str],
+        self, services: ServicesDep, org_id: OrgId, conversation_id: FromPath[str], agent_id: OwnerQuery = None,
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
     ) -> Response[DeletedConversation]:
         """Removes the conversation, its messages and everything derived from them (their postings,
         search contexts and access statistics); another org's conversation of the same id is untouched.
-        A retry under the same `Idempotency-Key` gets the first answer (not a 404)."""
+        With `agent_id`, only that agent's conversation (else 409 `conversation_agent_mismatch`, nothing
+        removed). A retry under the same `Idempotency-Key` gets the first answer (not a 404)."""
         check_ident(conversation_id, "conversation_id")
         idempotency.check_key(idempotency_key)
-        key = None if idempotency_key is None else (
-            idempotency_key, idempotency.request_hash({}, f"conversations/{conversation_id}:delete"))
-        deleted = await store.delete(services, org_id, conversation_id, key)
+        key = None if idempotency_key is None else (idempotency_key, idempotency.request_hash(
+            _bound({}, agent_id), f"conversations/{conversation_id}:delete"))
+        deleted = await store.delete(services, org_id, conversation_id, key, agent_id)
         if deleted is None:
             raise NotFound(f"conversation {conversation_id!r} not found", code="conversation_not_found")
         return Response(deleted[0], status_code=HTTP_200_OK,

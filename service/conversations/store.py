@@ -10,6 +10,7 @@ from uuid import UUID
 
 import asyncpg
 
+from service.conversations.checks import check_owner
 from service.conversations.types import ConversationOut, DeletedConversation, MessageOut, TruncatedConversation
 from service.db import TenantTx
 from service.errors import BadRequest, Conflict
@@ -99,11 +100,23 @@ async def messages_page(tx: TenantTx, conversation_id: str, *, session_id: str |
     return items, (_encode(str(items[-1].position)) if more else None)
 
 
-async def delete(services: Services, org_id: UUID, conversation_id: str, key: tuple[str, bytes] | None = None
-                 ) -> tuple[DeletedConversation, bool] | None:
+async def _lock(tx: TenantTx, conversation_id: str, agent_id: str | None) -> asyncpg.Record | None:
+    """The conversation's row (id, agent, message count), locked for a removal; None when it is absent.
+    ``agent_id``: only that agent's conversation (else 409 ``conversation_agent_mismatch``); None: anyone's.
+    Each batch of a removal checks it: an agent never changes, but a conversation deleted and started
+    anew by an append between two batches may belong to another."""
+    row = await tx.fetchrow("conversations.lock", tx.org_id, conversation_id)
+    if row is not None and agent_id is not None:
+        check_owner(conversation_id, row["agent_id"], agent_id)
+    return row
+
+
+async def delete(services: Services, org_id: UUID, conversation_id: str, key: tuple[str, bytes] | None = None,
+                 agent_id: str | None = None) -> tuple[DeletedConversation, bool] | None:
     """Delete the conversation and its messages (their postings and access statistics go with them);
     returns how many messages it held and whether that is the first answer under the Idempotency-Key
-    ``key`` (replayed), None when there was no such conversation.
+    ``key`` (replayed), None when there was no such conversation. ``agent_id``: only if the conversation
+    is that agent's (else 409 ``conversation_agent_mismatch``, nothing removed).
 
     Messages go in batches of ``_DELETE_BATCH``, each its own transaction under the conversation's row
     lock (a long conversation neither holds locks on all of its rows nor runs into the statement
@@ -117,7 +130,7 @@ async def delete(services: Services, org_id: UUID, conversation_id: str, key: tu
         return first, True
     while True:
         async with services.db.tenant(org_id) as tx:
-            if await tx.fetchval("conversations.lock", org_id, conversation_id) is None:
+            if await _lock(tx, conversation_id, agent_id) is None:
                 break
             if not int(await tx.fetchval("conversations.delete_messages", org_id, conversation_id, _DELETE_BATCH)):
                 if key is not None and (first := await idempotency.claim(tx, *key, DeletedConversation)):
@@ -150,11 +163,12 @@ async def _changed(tx: TenantTx, conversation_id: str, count: int, expected: Unc
 
 
 async def truncate(services: Services, org_id: UUID, conversation_id: str, from_position: int,
-                   expected: Unchanged, key: tuple[str, bytes] | None = None
+                   expected: Unchanged, key: tuple[str, bytes] | None = None, agent_id: str | None = None
                    ) -> tuple[TruncatedConversation, bool] | None:
     """Remove the conversation's messages at ``from_position`` and after (its last ones); returns how many
     went and how many are left, and whether that is the first answer under the Idempotency-Key ``key``
-    (replayed); None when there is no such conversation. ``expected``: only if the conversation is as
+    (replayed); None when there is no such conversation. ``agent_id``: only if the conversation is that
+    agent's (else 409 ``conversation_agent_mismatch``, nothing removed). ``expected``: only if the conversation is as
     stated when the call starts, else 409 ``conversation_changed`` (a client removing the message it read
     last names it, and removes nothing appended since, nor a message appended in its place after another
     client removed it); a call that finds nothing from ``from_position`` removes nothing either way, so a
@@ -171,7 +185,7 @@ async def truncate(services: Services, org_id: UUID, conversation_id: str, from_
     deleted, check = 0, expected
     while True:
         async with services.db.tenant(org_id) as tx:
-            row = await tx.fetchrow("conversations.lock", org_id, conversation_id)
+            row = await _lock(tx, conversation_id, agent_id)
             if row is None:
                 return None
             count = int(row["message_count"])

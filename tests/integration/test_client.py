@@ -236,9 +236,15 @@ async def test_conversations_append_list_assemble_and_delete(live_url: str, tena
         with pytest.raises(Conflict) as changed:
             await pg.truncate_conversation(chat, 3, message_count=2)
         assert changed.value.code == "conversation_changed" and changed.value.details == {"message_count": 3}
-        cut = await pg.truncate_conversation(chat, 3, message_count=3)
+        with pytest.raises(Conflict) as mismatch:
+            await pg.truncate_conversation(chat, 3, agent_id="someone-else")
+        assert mismatch.value.code == "conversation_agent_mismatch" and mismatch.value.details == {"agent_id": agent}
+        with pytest.raises(Conflict) as mismatch:
+            await pg.delete_conversation(chat, agent_id="someone-else")
+        assert mismatch.value.code == "conversation_agent_mismatch"
+        cut = await pg.truncate_conversation(chat, 3, message_count=3, agent_id=agent)
         assert (cut.messages_deleted, cut.message_count) == (1, 2)
-        deleted = await pg.delete_conversation(chat)
+        deleted = await pg.delete_conversation(chat, agent_id=agent)
         assert deleted.messages_deleted == 2
         with pytest.raises(NotFound):
             await pg.get_conversation(chat)

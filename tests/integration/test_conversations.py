@@ -253,6 +253,26 @@ async def test_delete_takes_everything_derived_along(client: AsyncTestClient[Any
     assert [m["position"] for m in (await append(client, tenant, "gone", TURNS[:1]))["messages"]] == [1]
 
 
+async def test_a_delete_naming_another_agent_is_refused(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await append(client, tenant, "owned-chat", TURNS[:2], agent_id="coach")
+    await append(client, tenant, "org-chat", TURNS[:1])
+    for chat, agent, owner in (("owned-chat", "intruder", "coach"), ("org-chat", "coach", None)):
+        r = await client.delete(f"/v1/conversations/{chat}", headers=tenant.headers, params={"agent_id": agent})
+        assert_error(r, 409, "conversation_agent_mismatch")
+        assert r.json()["error"]["details"] == {"agent_id": owner}
+    assert [len(await all_messages(client, tenant, c)) for c in ("owned-chat", "org-chat")] == [2, 1]
+    headers = {**tenant.headers, "Idempotency-Key": "delete-owned"}
+    first = await client.delete("/v1/conversations/owned-chat", headers=headers, params={"agent_id": "coach"})
+    assert first.status_code == 200 and first.json()["messages_deleted"] == 2, first.text
+    again = await client.delete("/v1/conversations/owned-chat", headers=headers, params={"agent_id": "coach"})
+    assert again.json() == first.json() and again.headers.get("Idempotent-Replayed") == "true", again.text
+    # the agent is part of the request the key stands for
+    assert_error(await client.delete("/v1/conversations/owned-chat", headers=headers, params={"agent_id": "x"}),
+                 409, "idempotency_key_reused")
+    r = await client.delete("/v1/conversations/org-chat", headers=tenant.headers)  # no agent named: no check
+    assert r.status_code == 200 and r.json()["messages_deleted"] == 1, r.text
+
+
 async def test_messages_stay_out_of_hot_sets(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     r = await client.post("/v1/memories", headers=tenant.headers,
                           json={"text": "The coach's standing rule: warm up first.", "agent_id": "hot-coach",

@@ -76,6 +76,32 @@ async def test_a_conditional_removal_refuses_a_conversation_that_changed(client:
         "conversation_id": "cas", "messages_deleted": 0, "message_count": 2}
 
 
+async def test_a_removal_naming_another_agent_is_refused(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    await append(client, tenant, "theirs", TURNS[:3], agent_id="coach")
+    await append(client, tenant, "everyones", TURNS[:2])
+    for chat, agent, owner in (("theirs", "intruder", "coach"), ("everyones", "coach", None)):
+        r = await client.delete(URL.format(chat), headers=tenant.headers,
+                                params={"from_position": 1, "agent_id": agent})
+        assert_error(r, 409, "conversation_agent_mismatch")
+        assert r.json()["error"]["details"] == {"agent_id": owner}
+    r = await client.delete(URL.format("theirs"), headers=tenant.headers, params={"from_position": 1, "agent_id": "x"})
+    assert "belongs to agent 'coach', not agent 'x'" in r.json()["error"]["message"], r.text
+    assert [len(await all_messages(client, tenant, c)) for c in ("theirs", "everyones")] == [3, 2]  # nothing removed
+    assert await truncate(client, tenant, "theirs", from_position=3, agent_id="coach") == {
+        "conversation_id": "theirs", "messages_deleted": 1, "message_count": 2}
+    # the agent is part of the request an Idempotency-Key stands for
+    headers = {**tenant.headers, "Idempotency-Key": "pop-owned"}
+    first = await client.delete(URL.format("theirs"), headers=headers, params={"from_position": 2, "agent_id": "coach"})
+    assert first.status_code == 200 and first.json()["messages_deleted"] == 1, first.text
+    assert_error(await client.delete(URL.format("theirs"), headers=headers,
+                                     params={"from_position": 2, "agent_id": "intruder"}),
+                 409, "idempotency_key_reused")
+    assert_error(await client.delete(URL.format("nobody"), headers=tenant.headers,
+                                     params={"from_position": 1, "agent_id": "coach"}), 404, "conversation_not_found")
+    assert_error(await client.delete(URL.format("theirs"), headers=tenant.headers,
+                                     params={"from_position": 1, "agent_id": "not an id"}), 400)
+
+
 async def test_bad_removals_are_clear_errors(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     assert_error(await client.delete(URL.format("nobody"), headers=tenant.headers, params={"from_position": 1}),
                  404, "conversation_not_found")

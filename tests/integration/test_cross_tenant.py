@@ -367,7 +367,8 @@ async def conversation_messages(w: World) -> None:
 
 
 async def conversation_truncate(w: World) -> None:
-    for params in ({"from_position": 1}, {"from_position": 1, "message_count": 1}):
+    for params in ({"from_position": 1}, {"from_position": 1, "message_count": 1},
+                   {"from_position": 1, "agent_id": AGENT}, {"from_position": 1, "agent_id": A_ONLY}):
         r = await w.as_b("DELETE", f"/v1/conversations/{CHAT}/messages", params=params)
         w.expect(r.status_code == 404, f"DELETE A's last messages {params}: {r.status_code}")
 
@@ -384,8 +385,9 @@ async def conversation_list(w: World) -> None:
 
 
 async def conversation_delete(w: World) -> None:
-    r = await w.as_b("DELETE", f"/v1/conversations/{CHAT}")
-    w.expect(r.status_code == 404, f"DELETE A's conversation: {r.status_code}")
+    for params in ({}, {"agent_id": AGENT}, {"agent_id": A_ONLY}):  # never a 409 naming A's agent
+        r = await w.as_b("DELETE", f"/v1/conversations/{CHAT}", params=params)
+        w.expect(r.status_code == 404, f"DELETE A's conversation {params}: {r.status_code}")
 
 
 Case = Callable[[World], Awaitable[None]]

@@ -21,7 +21,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_tests.integration_tests import RetrieversIntegrationTests
-from pgcontext_client import Client
+from pgcontext_client import Client, Conflict
 from pgcontext_langchain import PgcontextChatMessageHistory, PgcontextRetriever
 
 from service.settings import Settings
@@ -180,6 +180,22 @@ async def test_chat_history_async_and_with_message_history(live_url: str, tenant
     assert len(await histories[session].aget_messages()) == 4
     await histories[session].aclear()
     assert await histories[session].aget_messages() == []
+
+
+async def test_chat_history_of_another_agent_does_not_clear_the_conversation(live_url: str,
+                                                                             tenant: Tenant) -> None:
+    agent, chat = f"lc-{uuid4().hex[:8]}", f"chat-{uuid4().hex[:8]}"
+    owner = PgcontextChatMessageHistory(chat, agent_id=agent, url=live_url, api_key=tenant.key)
+    owner.add_messages([HumanMessage("Hi, I'm Ana."), AIMessage("Hello Ana!")])
+    intruder = PgcontextChatMessageHistory(chat, agent_id=f"lc-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    with pytest.raises(Conflict) as mismatch:
+        intruder.clear()
+    assert mismatch.value.code == "conversation_agent_mismatch" and mismatch.value.details == {"agent_id": agent}
+    with pytest.raises(Conflict):
+        await intruder.aclear()
+    assert len(owner.messages) == 2  # nothing removed
+    await owner.aclear()
+    assert owner.messages == []
 
 
 def test_the_readme_example_runs(live_url: str, tenant: Tenant, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -18,7 +18,7 @@ from agents.memory import Session, SessionSettings
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 from pgcontext_agents import PgcontextSession, memory_tools
-from pgcontext_client import Client, SearchFilters
+from pgcontext_client import Client, Conflict, SearchFilters
 
 from service.settings import Settings
 from tests.conftest import Tenant
@@ -261,6 +261,28 @@ async def test_a_session_without_agent_id_extends_an_agents_conversation(live_ur
         assert pg.get_conversation(chat).agent_id == agent
     await owner.close()
     await session.close()
+
+
+async def test_a_session_of_another_agent_neither_pops_nor_clears_the_conversation(live_url: str,
+                                                                                 tenant: Tenant) -> None:
+    chat = f"chat-{uuid4().hex[:8]}"
+    owner = PgcontextSession(chat, agent_id=f"oa-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    items: list[Any] = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    await owner.add_items(items)
+    intruder = PgcontextSession(chat, agent_id=f"oa-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    refused: list[Callable[[], Awaitable[Any]]] = [lambda: intruder.add_items(items[:1]), intruder.pop_item,
+                                                  intruder.clear_session]
+    for call_refused in refused:
+        with pytest.raises(Conflict) as mismatch:
+            await call_refused()
+        assert mismatch.value.code == "conversation_agent_mismatch"
+        assert mismatch.value.details == {"agent_id": owner.agent_id}
+    assert await owner.get_items() == items  # nothing removed
+    assert await owner.pop_item() == items[-1]
+    await owner.clear_session()
+    assert await owner.get_items() == []
+    await owner.close()
+    await intruder.close()
 
 
 async def test_pops_at_once_take_distinct_items(live_url: str, tenant: Tenant) -> None:

@@ -50,9 +50,11 @@ class PgcontextChatMessageHistory(BaseChatMessageHistory):
     Each message is stored with its text (searchable, and what context assembly packs) and role, and the
     LangChain message itself in ``metadata.langchain``, so it reads back as it was written (type, id,
     tool calls; its long text is kept once, see ``pgcontext_langchain.stored``). ``agent_id`` owns a
-    conversation its first append creates (None: append to whoever owns it). ``clear()`` deletes the
-    conversation. A message keeps its ``id`` as the conversation's ``message_id`` (a digest of it when the
-    service's id rule refuses it, a new one when it has none), so a retried append writes nothing twice.
+    conversation its first append creates (None: append to and clear whoever owns it). ``clear()`` deletes
+    the conversation. With ``agent_id``, appends and ``clear()`` act only on that agent's conversation: on
+    another's they raise ``Conflict`` (``code`` ``conversation_agent_mismatch``) and change nothing. A
+    message keeps its ``id`` as the conversation's ``message_id`` (a digest of it when the service's id
+    rule refuses it, a new one when it has none), so a retried append writes nothing twice.
     More messages than the service takes in one append go in several, in order.
     """
 
@@ -94,7 +96,7 @@ class PgcontextChatMessageHistory(BaseChatMessageHistory):
 
     def _clear(self) -> Plan[None]:
         with contextlib.suppress(NotFound):  # none yet: nothing to clear
-            yield endpoints.delete_conversation(self.conversation_id)
+            yield endpoints.delete_conversation(self.conversation_id, agent_id=self.agent_id)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

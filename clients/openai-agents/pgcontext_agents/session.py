@@ -82,9 +82,11 @@ class PgcontextSession:
     Each item is appended as a conversation message with its text and role (searchable, and what context
     assembly packs) and the item itself in ``metadata.openai_agents`` (its long text kept once, see
     ``pgcontext_client.stored``), which ``get_items`` returns. ``agent_id`` owns a conversation its first
-    append creates (None: append to whoever owns it). ``pop_item`` removes the conversation's last message;
-    ``clear_session`` deletes the conversation. More items than the service takes in one
-    append go in several, in order.
+    append creates (None: append to, pop from and clear whoever owns it). ``pop_item`` removes the
+    conversation's last message; ``clear_session`` deletes the conversation. With ``agent_id``, all three
+    act only on that agent's conversation: on another's they raise ``Conflict`` (``code``
+    ``conversation_agent_mismatch``, the owner in ``details["agent_id"]``) and change nothing. More items
+    than the service takes in one append go in several, in order.
     """
 
     session_settings: SessionSettings | None = None
@@ -133,14 +135,15 @@ class PgcontextSession:
     async def pop_item(self) -> TResponseInputItem | None:
         """The last item, removed: the conversation's last message, removed only if it still is the last
         one (an item appended meanwhile is read and removed instead, never lost; one another ``pop_item``
-        took is not returned twice)."""
+        took is not returned twice). ``Conflict`` ``conversation_agent_mismatch`` when the conversation is
+        not this session's ``agent_id``'s."""
         for _ in range(POP_TRIES):
             last = await self._messages(1)
             if not last:
                 return None
             try:
                 done = await self.client.truncate_conversation(self.session_id, last[0].position,
-                                                               last_id=last[0].id)
+                                                               last_id=last[0].id, agent_id=self.agent_id)
             except NotFound:  # cleared meanwhile
                 return None
             except Conflict as exc:
@@ -152,8 +155,10 @@ class PgcontextSession:
         raise RuntimeError(f"session {self.session_id!r} kept changing: no item popped after {POP_TRIES} tries")
 
     async def clear_session(self) -> None:
-        with contextlib.suppress(NotFound):  # none yet: nothing to clear
-            await self.client.delete_conversation(self.session_id)
+        """Delete the conversation (none yet: nothing to clear); ``Conflict`` ``conversation_agent_mismatch``
+        when it is not this session's ``agent_id``'s."""
+        with contextlib.suppress(NotFound):
+            await self.client.delete_conversation(self.session_id, agent_id=self.agent_id)
 
     async def close(self) -> None:
         await self.client.aclose()

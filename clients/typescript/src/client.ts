@@ -215,10 +215,23 @@ export class Client {
     return this.call({ method: "GET", path: "/v1/conversations", query: query(filters), repeatable: true, options });
   }
 
-  /** Delete a conversation and everything derived from its messages (`NotFound` when there is none). */
-  deleteConversation(conversationId: string, options?: RequestOptions): Promise<t.DeletedConversation> {
+  /**
+   * Delete a conversation and everything derived from its messages (`NotFound` when there is none).
+   * `agent_id`: only if the conversation is that agent's (else `Conflict` with `code`
+   * `conversation_agent_mismatch` and the owner in `details.agent_id`, nothing removed); left out: whoever
+   * owns it. `deleteConversation(id, options)` (request options only) is still taken.
+   */
+  deleteConversation(conversationId: string, options?: RequestOptions): Promise<t.DeletedConversation>;
+  deleteConversation(conversationId: string, filters: t.DeleteConversationQuery, options?: RequestOptions
+  ): Promise<t.DeletedConversation>;
+  deleteConversation(conversationId: string, filtersOrOptions: t.DeleteConversationQuery | RequestOptions = {},
+    options?: RequestOptions): Promise<t.DeletedConversation> {
+    // the second argument is the filters when options follow it or it names the agent
+    const filters = options !== undefined || "agent_id" in filtersOrOptions;
     return this.call({
-      method: "DELETE", path: `/v1/conversations/${segment(conversationId)}`, repeatable: true, options,
+      method: "DELETE", path: `/v1/conversations/${segment(conversationId)}`,
+      query: query(filters ? filtersOrOptions as t.DeleteConversationQuery : {}), repeatable: true,
+      options: filters ? options : filtersOrOptions as RequestOptions,
     });
   }
 
@@ -226,10 +239,12 @@ export class Client {
    * Remove the conversation's messages at `fromPosition` and after (`NotFound` when there is no such
    * conversation). `message_count`: only if it holds exactly that many (else `Conflict` with `code`
    * `conversation_changed`, nothing removed): pass the count you read to remove nothing appended since;
-   * `last_id`: only while that message (its `id`) is the last one. Its `Idempotency-Key` makes a retry safe.
+   * `last_id`: only while that message (its `id`) is the last one; `agent_id`: only if the conversation is
+   * that agent's (else `Conflict` with `code` `conversation_agent_mismatch`). Its `Idempotency-Key` makes a
+   * retry safe.
    */
   truncateConversation(conversationId: string, fromPosition: number,
-    opts: { message_count?: number; last_id?: string } = {}, options?: RequestOptions
+    opts: t.TruncateConversationQuery = {}, options?: RequestOptions
   ): Promise<t.TruncatedConversation> {
     return this.call({
       method: "DELETE", path: `/v1/conversations/${segment(conversationId)}/messages`,

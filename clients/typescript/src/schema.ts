@@ -168,7 +168,7 @@ export interface paths {
         post: operations["V1ConversationsConversationIdMessagesAppendMessages"];
         /**
          * Remove a conversation's last messages
-         * @description Removes the messages at `from_position` and after, with everything derived from them, and answers how many went and how many are left; the next append goes to position `message_count + 1`. `message_count` makes it conditional: a client removing the last message it read passes the count it read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). `last_id` (the `id` of the last message read) makes it conditional on that message still being the last one, which also refuses a message appended in its place after another client removed it. A retry under the same `Idempotency-Key` gets the first answer. Earlier messages and their search contexts are untouched.
+         * @description Removes the messages at `from_position` and after, with everything derived from them, and answers how many went and how many are left; the next append goes to position `message_count + 1`. `message_count` makes it conditional: a client removing the last message it read passes the count it read, and gets a 409 `conversation_changed` (nothing removed) when an append came in between (a conversation holding nothing from `from_position` answers 200 with nothing removed, so a retry is safe). `last_id` (the `id` of the last message read) makes it conditional on that message still being the last one, which also refuses a message appended in its place after another client removed it. `agent_id` makes it conditional on the conversation's agent (else 409 `conversation_agent_mismatch`). A retry under the same `Idempotency-Key` gets the first answer. Earlier messages and their search contexts are untouched.
          */
         delete: operations["V1ConversationsConversationIdMessagesTruncate"];
         options?: never;
@@ -2701,6 +2701,8 @@ export interface operations {
                 message_count?: number | null;
                 /** @description Only if this message (its `id`) is the conversation's last one (else 409 `conversation_changed`). */
                 last_id?: string | null;
+                /** @description Only if the conversation belongs to this agent (else 409 `conversation_agent_mismatch` with its owner in `details.agent_id`, null for an org-wide one, and nothing removed); left out: whoever owns it. */
+                agent_id?: string | null;
             };
             header?: {
                 "Idempotency-Key"?: string | null;
@@ -2859,7 +2861,10 @@ export interface operations {
     };
     V1ConversationsConversationIdRemove: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Only if the conversation belongs to this agent (else 409 `conversation_agent_mismatch` with its owner in `details.agent_id`, null for an org-wide one, and nothing removed); left out: whoever owns it. */
+                agent_id?: string | null;
+            };
             header?: {
                 "Idempotency-Key"?: string | null;
             };
@@ -2886,6 +2891,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                    "text/plain": string;
                 };
             };
             /** @description Missing, invalid or revoked API key (`unauthorized`). Send `Authorization: Bearer <key>`. */

@@ -76,6 +76,10 @@ export type ListMemoriesQuery = Omit<Query<"V1MemoriesListMemories">, "metadata"
 export type ListDocumentsQuery = Query<"V1DocumentsListDocuments">;
 export type ListMessagesQuery = Query<"V1ConversationsConversationIdMessagesListMessages">;
 export type ListConversationsQuery = Query<"V1ConversationsListConversations">;
+/** `deleteConversation` filters: `agent_id`, only that agent's conversation. */
+export type DeleteConversationQuery = Query<"V1ConversationsConversationIdRemove">;
+/** `truncateConversation` conditions (`message_count`, `last_id`, `agent_id`); `from_position` is its own argument. */
+export type TruncateConversationQuery = Omit<Query<"V1ConversationsConversationIdMessagesTruncate">, "from_position">;
 
 /** One line of the NDJSON data-subject export; `type` says which kind (`export`, `memory`, ..., `end`). */
 export interface ExportLine {

@@ -227,6 +227,31 @@ describe("conversations", () => {
     expect((await pg.deleteConversation(chat)).messages_deleted).toBe(2);
     await expect(pg.getConversation(chat)).rejects.toBeInstanceOf(NotFound);
   });
+
+  test("a removal naming another agent is refused; one naming the owner, or no agent, goes", async () => {
+    const recorder = new Recorder();
+    const pg = client({ fetch: recorder.fetch });
+    const who = agent("chat");
+    const chat = agent("conv");
+    await pg.appendMessages(chat, [{ content: "one" }, { content: "two" }, { content: "three" }], { agent_id: who });
+    for (const refused of [() => pg.truncateConversation(chat, 1, { agent_id: agent("other") }),
+      () => pg.deleteConversation(chat, { agent_id: agent("other") })]) {
+      const error = await refused().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Conflict);
+      expect((error as Conflict).code).toBe("conversation_agent_mismatch");
+      expect((error as Conflict).details).toEqual({ agent_id: who });
+    }
+    expect((await pg.getConversation(chat)).message_count).toBe(3); // nothing removed
+    expect(await pg.truncateConversation(chat, 3, { agent_id: who })).toEqual(
+      { conversation_id: chat, messages_deleted: 1, message_count: 2 });
+    // request options alone as the second argument, as before: no agent named
+    expect((await pg.deleteConversation(chat, { idempotencyKey: `del-${chat}` })).messages_deleted).toBe(2);
+    expect(recorder.sent.at(-1)?.headers.get("Idempotency-Key")).toBe(`del-${chat}`);
+    await pg.appendMessages(chat, [{ content: "again" }], { agent_id: who });
+    expect((await pg.deleteConversation(chat, { agent_id: who }, { idempotencyKey: `del2-${chat}` })).messages_deleted)
+      .toBe(1);
+    expect(recorder.sent.at(-1)?.headers.get("Idempotency-Key")).toBe(`del2-${chat}`);
+  });
 });
 
 describe("export", () => {
