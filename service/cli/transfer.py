@@ -3,8 +3,10 @@ saved export written into the org of another key, over the HTTP API (``GET /v1/e
 /v1/import``; see docs/operations.md, "Moving an org").
 
 ``restore`` sends the file's lines in batches (at most ``batch_memories`` memory lines, ``MAX_EVENTS``
-event lines, ``BATCH_DOCUMENTS`` document lines and ``batch_bytes`` of JSON each: the service's limits
-are 256 memories, 20,000 events, 256 files of 6 MiB and 8 MiB per request). Each
+event lines and as many conversation lines, ``BATCH_DOCUMENTS`` document lines and ``batch_bytes`` of
+JSON each: the service's limits are 256 memories, 20,000 events and conversations, 256 files of 6 MiB and
+8 MiB per request), in the file's order: an export's ``conversation`` lines come before the messages, so
+each conversation is sent before or with its messages. Each
 batch is one transaction on the service (its documents: one per collection and owner); ids are kept and
 unchanged files left as they are, so running ``restore`` again after a failure or a Ctrl-C writes only
 what is missing. ``chunk`` lines and ``document`` lines without their content (an older export), which
@@ -54,6 +56,10 @@ class TransferFailed(Exception):
     """An export or a restore that did not complete (the message says what to do)."""
 
 
+COUNTED = ("conversation", "directive", "document", "event", "memory")
+"""Line types the summary always shows (an older service's answers have no ``conversation``)."""
+
+
 def _zeros(*kinds: str) -> Callable[[], Counter[str]]:
     return lambda: Counter(dict.fromkeys(kinds, 0))
 
@@ -62,15 +68,16 @@ def _zeros(*kinds: str) -> Callable[[], Counter[str]]:
 class Totals:
     """What a restore did so far: the service's counts, plus the lines counted ``skipped`` here."""
 
-    imported: Counter[str] = field(default_factory=_zeros("directive", "document", "event", "memory"))
-    existing: Counter[str] = field(default_factory=_zeros("directive", "document", "event", "memory"))
+    imported: Counter[str] = field(default_factory=_zeros(*COUNTED))
+    existing: Counter[str] = field(default_factory=_zeros(*COUNTED))
     skipped: Counter[str] = field(default_factory=_zeros(*SKIPPED))
     requests: int = 0
     sent: int = 0
     """Lines the service has answered for."""
 
     def summary(self) -> list[str]:
-        """``imported: 1 directive, 2 document, 214 event, 96 memory`` and the same for existing and skipped."""
+        """``imported: 3 conversation, 1 directive, 2 document, 214 event, 96 memory`` and the same for existing
+        and skipped."""
         return [f"{name}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counter.items()))
                 for name, counter in (("imported", self.imported), ("existing", self.existing),
                                       ("skipped", self.skipped))]
@@ -181,9 +188,9 @@ def read_export(path: Path) -> Iterator[dict[str, Any]]:
 def batches(lines: Iterable[dict[str, Any]], *, max_memories: int, max_bytes: int,
             max_events: int = MAX_EVENTS, max_documents: int = BATCH_DOCUMENTS) -> Iterator[list[dict[str, Any]]]:
     """Lines to send (:func:`sent`), in order, at most ``max_memories`` memory lines, ``max_events`` event
-    lines, ``max_documents`` document lines and about ``max_bytes`` of JSON each (a document's content
-    counts in full: the service takes 6 MiB of files per request)."""
-    limits = {"memory": max_memories, "event": max_events, "document": max_documents}
+    lines and as many conversation lines, ``max_documents`` document lines and about ``max_bytes`` of JSON
+    each (a document's content counts in full: the service takes 6 MiB of files per request)."""
+    limits = {"memory": max_memories, "event": max_events, "conversation": max_events, "document": max_documents}
     batch: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     size = 0

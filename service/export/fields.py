@@ -8,6 +8,9 @@ from typing import Any, Final
 
 import msgspec
 
+MAX_COUNT: Final = 2**31 - 1
+"""The most a count or a message's position can be (no write of the API comes near it)."""
+
 
 def line_field(index: int, name: str = "") -> dict[str, str]:
     """An error's ``details``: the line, and the field of it when there is one."""

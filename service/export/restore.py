@@ -19,7 +19,8 @@ one, else at the next version, at least the exported one; the same text is count
 sets the org's defaults (``PATCH /v1/org/settings``). A ``document`` line with its content is ingested
 again (:mod:`service.export.documents`: chunked and embedded as a mirrored file is; a line without it, from
 an older export, is counted ``skipped``); ``chunk`` lines are counted ``skipped``, their file's content is
-chunked again. An import
+chunked again. A ``conversation`` line creates its conversation with its owner and times, or keeps the
+one the org holds (:mod:`service.export.conversations`). An import
 bypasses duplicate detection and supersession: it restores a state that was consistent when exported. It
 still refuses what no other write could make (:mod:`service.export.collisions`): a second current memory
 of one key, a message at a position or with a ``message_id`` its conversation already holds (409
@@ -43,9 +44,11 @@ from service.conversations.types import Role, Speaker
 from service.directives.store import DirectiveStore
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
 from service.export.collisions import check_request, claim
+from service.export.conversations import ConversationLine
+from service.export.conversations import check as check_conversation
 from service.export.documents import DocumentLine, Documents
 from service.export.documents import write as write_documents
-from service.export.fields import has_nul, line_field, schema_field
+from service.export.fields import MAX_COUNT, has_nul, line_field, schema_field
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
@@ -63,7 +66,8 @@ from service.settings import LimitSettings
 FORMAT = 1
 """The export format this service writes (and the newest it reads)."""
 MAX_EVENTS = 20_000
-"""History events per request (memories: ``PGCONTEXT_MAX_BATCH``); a longer export goes in several."""
+"""History events, and conversations, per request (memories: ``PGCONTEXT_MAX_BATCH``); a longer export goes
+in several."""
 
 _Object = dict[str, Any]
 
@@ -82,6 +86,8 @@ class Counts(msgspec.Struct, kw_only=True):
     """The org's defaults (a ``settings`` line): 1 when set by this request (``existing``: already so)."""
     document: int = 0
     """Files (``document`` lines with their content) ingested again (``existing``: the org held them as they are)."""
+    conversation: int = 0
+    """Conversations of ``conversation`` lines created (``existing``: the org held them, same owner)."""
 
 
 class Skipped(msgspec.Struct, kw_only=True):
@@ -95,7 +101,8 @@ class ImportResult(msgspec.Struct, kw_only=True):
     imported: Counts
     """Rows written."""
     existing: Counts
-    """Memories and events the org already held (same id), and files it held as they are: left as they were."""
+    """Memories and events the org already held (same id), files it held as they are, and conversations it held
+    under the same owner: left as they were."""
     skipped: Skipped
     """Lines this import does not write: chunks, and documents without their content."""
 
@@ -128,8 +135,6 @@ class _Directive(msgspec.Struct, tag_field="type", tag="directive"):
     updated_at: AwareDatetime | None = None
 
 
-_MAX_COUNT: Final = 2**31 - 1
-"""The most a count or a message's position can be (no write of the API comes near it)."""
 _TIMES: Final = ("created_at", "updated_at", "occurred_at", "valid_until", "expires_at", "superseded_at",
                  "last_seen_at", "first_occurred_at", "last_occurred_at", "last_accessed_at")
 """A memory line's times: each within the bounds a write's ``occurred_at`` has."""
@@ -150,12 +155,12 @@ class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
     valid_until: AwareDatetime | None = None
     superseded_by: UUID | None = None
     superseded_at: AwareDatetime | None = None
-    seen_count: Annotated[int, msgspec.Meta(ge=1, le=_MAX_COUNT)] = 1
-    access_count: Annotated[int, msgspec.Meta(ge=0, le=_MAX_COUNT)] = 0
+    seen_count: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] = 1
+    access_count: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
     last_accessed_at: AwareDatetime | None = None
     importance: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
     usefulness: Annotated[float, msgspec.Meta(ge=-1, le=1)] = 0.0
-    feedback_count: Annotated[int, msgspec.Meta(ge=0, le=_MAX_COUNT)] = 0
+    feedback_count: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
     pinned: bool = False
     updated_at: AwareDatetime | None = None
     expires_at: AwareDatetime | None = None
@@ -165,7 +170,7 @@ class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
     search_context: str | None = None
     conversation_id: str | None = None
     """A message's (ids are checked by :func:`check_ident`, as an append's are)."""
-    position: Annotated[int, msgspec.Meta(ge=1, le=_MAX_COUNT)] | None = None
+    position: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
     message_id: str | None = None
     session_id: str | None = None
     speaker: Speaker | None = None
@@ -187,12 +192,13 @@ class _Event(msgspec.Struct, tag_field="type", tag="event", kw_only=True):
     detail: _Object = msgspec.field(default_factory=dict)
 
 
-_Line = _Header | _End | _Error | DocumentLine | _Chunk | _Settings | _Directive | _Memory | _Event
+_Line = _Header | _End | _Error | DocumentLine | _Chunk | _Settings | _Directive | ConversationLine | _Memory | _Event
 
 
 class _Parsed(msgspec.Struct):
     memories: list[tuple[int, _Memory, _Object]] = msgspec.field(default_factory=list)
     """Each memory line's place in ``lines``, the line as checked, and as Postgres reads it."""
+    conversations: list[tuple[int, ConversationLine, _Object]] = msgspec.field(default_factory=list)
     events: list[_Object] = msgspec.field(default_factory=list)
     directives: dict[str, _Directive] = msgspec.field(default_factory=dict)
     settings: _Settings | None = None
@@ -241,6 +247,9 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
                 if (value := getattr(line, name)) is not None:
                     check_occurred_at(value, field=name)
             out.directives[line.agent_id] = line
+        elif isinstance(line, ConversationLine):
+            check_conversation(line, index)
+            out.conversations.append((index, line, msgspec.to_builtins(line)))
         elif isinstance(line, _Memory):
             _check_memory(line, index, services.settings.limits)
             # Postgres reads the line as checked (msgspec's own rendering of each field), never as sent: a
@@ -259,11 +268,12 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
     if len(out.memories) > limits.max_batch:
         raise PayloadTooLarge(f"{len(out.memories)} memories in one request; the limit is {limits.max_batch} "
                               "(PGCONTEXT_MAX_BATCH): send the export in several requests", code="batch_too_large")
-    if len(out.events) > MAX_EVENTS:
-        raise PayloadTooLarge(f"{len(out.events)} events in one request; the limit is {MAX_EVENTS}: send the "
-                              "export in several requests", code="batch_too_large")
+    for name, lines in (("events", out.events), ("conversations", out.conversations)):
+        if len(lines) > MAX_EVENTS:
+            raise PayloadTooLarge(f"{len(lines)} {name} in one request; the limit is {MAX_EVENTS}: send the "
+                                  "export in several requests", code="batch_too_large")
     out.documents.check_size(services.settings)
-    check_request(out.memories)
+    check_request(out.memories, out.conversations)
     return out
 
 
@@ -331,9 +341,12 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
     imported, existing = (Counts(directive=0, memory=0, event=0) for _ in range(2))
     agents: set[str | None] = set()
     async with services.db.tenant(org_id) as tx:
+        if memories or parsed.conversations:
+            created = await claim(tx, parsed.memories, parsed.conversations)
+            imported.conversation = len(created)
+            existing.conversation = len({c.id for _, c, _ in parsed.conversations}) - len(created)
         if memories:
             assert vectors is not None
-            await claim(tx, parsed.memories)
             rows = await tx.fetch(
                 "export.import_memories", org_id, [raw for _, _, raw in parsed.memories], [Vector(v) for v in vectors],
                 [hash_words(tokens(m.text)) if m.kind != MESSAGE_KIND else None for m in memories])

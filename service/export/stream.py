@@ -14,7 +14,8 @@ Without an agent, the whole org: every agent's rows and the org-wide ones (agent
 
 Lines, in order: ``export`` (org, agent, time), ``settings`` (the org's defaults, in a whole-org export
 of an org that set them), ``directive`` (each, if any), each ``document`` (with its ``content``: its L2
-chunks joined, null when they no longer give back its ``content_hash``), each
+chunks joined, null when they no longer give back its ``content_hash``), each ``conversation``
+(its owner, message count and times: ahead of its messages, so an import creates it first), each
 ``memory`` (with its key, valid time and supersession), each ``chunk``, each history ``event``, and
 last ``end`` with the counts. A stream without its ``end`` line is
 incomplete: if reading fails part-way, an ``error`` line is the last one.
@@ -82,6 +83,7 @@ SLOTS = ExportSlots(limit=4)
 class _Counts(msgspec.Struct):
     directive: int = 0
     document: int = 0
+    conversation: int = 0
     memory: int = 0
     chunk: int = 0
     event: int = 0
@@ -120,7 +122,7 @@ async def export_lines(db: Database, org_id: UUID, agent_id: str | None) -> Asyn
 
 
 async def _lines(db: Database, org_id: UUID, agent_id: str | None) -> AsyncGenerator[bytes, None]:
-    counts = {"directive": 0, "document": 0, "memory": 0, "chunk": 0, "event": 0}
+    counts = {"directive": 0, "document": 0, "conversation": 0, "memory": 0, "chunk": 0, "event": 0}
     settings = {"idle_in_transaction_session_timeout": str(IDLE_TIMEOUT_MS)}
     started = False
     try:

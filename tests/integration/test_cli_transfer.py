@@ -87,7 +87,11 @@ async def seeded(live: LiveService, make_tenant: Callable[[str], Awaitable[Tenan
 async def listed(live: LiveService, tenant: Tenant) -> list[tuple[Any, ...]]:
     """The org's documents: path, content hash, language and chunk count."""
     async with httpx.AsyncClient(base_url=live.base, headers=tenant.headers, timeout=60) as http:
-        r = await http.get("/v1/documents", params={"collection": "notes"})
+        for _ in range(10):  # a restore into a rate-limited service may leave the org's bucket empty
+            r = await http.get("/v1/documents", params={"collection": "notes"})
+            if r.status_code != 429:
+                break
+            await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
     assert r.status_code == 200, r.text
     return [(d["path"], d["content_hash"], d["language"], d["chunks"]) for d in r.json()["items"]]
 
@@ -146,8 +150,8 @@ async def test_restore_shows_progress_and_what_it_did_before_an_error(
     saved = export_file(tmp_path / "bad.ndjson", 12, bad)
     result = cli(live_service, await make_tenant("partial"), "restore", str(saved), "--batch", "5", ok=False)
     assert result.returncode == 1
-    assert summary(result.stdout)["imported"] == {"directive": 0, "document": 0, "event": 0, "memory": 10,
-                                                  "settings": 0}
+    assert summary(result.stdout)["imported"] == {"conversation": 0, "directive": 0, "document": 0, "event": 0,
+                                                  "memory": 10, "settings": 0}
     assert "restoring" in result.stderr and "10/13 lines" in result.stderr  # the progress bar, as it stopped
     assert "error: POST /v1/import answered 422 invalid_line: lines[2]" in result.stderr
 
@@ -206,7 +210,9 @@ async def test_ctrl_c_stops_an_import_with_the_files_sent_and_a_rerun_resumes(
             http.get("/v1/documents", params={"collection": "notes"}).json()["items"]) >= 4)
     said = [line for line in stderr.splitlines() if line.startswith("import interrupted: ")]
     assert said and "files sent" in said[0] and "run it again to resume" in said[0], stderr
-    assert int(said[0].split()[2].replace(",", "")) >= 4
+    # 4 listed: the first batch was answered before the second was sent (whose answer the interrupt may
+    # have cut off), so at least its 2 files are counted
+    assert int(said[0].split()[2].replace(",", "")) >= 2
 
     cli(live_service, tenant, *args, command=IMPORT)
     with httpx.Client(base_url=live_service.base, headers=tenant.headers) as http:

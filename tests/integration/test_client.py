@@ -93,7 +93,8 @@ async def test_memories_search_hot_feedback_export_and_erasure(live_url: str, te
         assert [u.id for u in fb.updated] == one.ids and fb.updated[0].usefulness > 0 and len(fb.not_found) == 1
 
         lines = list(pg.export(agent))
-        counts = {"directive": 0, "document": 0, "memory": 3, "chunk": 0, "event": 4}  # events: 3 writes, 1 update
+        counts = {"directive": 0, "document": 0, "conversation": 0, "memory": 3, "chunk": 0,
+                  "event": 4}  # events: 3 writes, 1 update
         assert lines[0]["type"] == "export" and lines[-1] == {"type": "end", "counts": counts}
 
         pg.delete_memory(batch.ids[1])

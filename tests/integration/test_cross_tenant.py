@@ -314,8 +314,8 @@ async def import_lines(w: World) -> None:
              {"type": "document", "path": A_ONLY_DOC, "content": "B's own file.\n"}]
     a_defaults = (await _ok(await w.client.get("/v1/org/settings", headers=w.a.headers)))["on_duplicate"]
     r = await w.as_b("POST", "/v1/import", json={"lines": lines})
-    w.expect(r.status_code == 200 and r.json()["imported"] == {"directive": 1, "memory": 1, "event": 1, "settings": 1,
-                                                               "document": 1}, f"B's import: {r.text}")
+    imported = {"directive": 1, "memory": 1, "event": 1, "settings": 1, "document": 1, "conversation": 0}
+    w.expect(r.status_code == 200 and r.json()["imported"] == imported, f"B's import: {r.text}")
     r = await w.client.get("/v1/org/settings", headers=w.a.headers)
     w.expect(r.json()["on_duplicate"] == a_defaults, f"A's defaults after B's import: {r.text}")
     r = await w.as_b("GET", f"/v1/memories/{w.a_ids[0]}")

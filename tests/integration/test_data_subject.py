@@ -149,6 +149,14 @@ async def test_both_need_a_key(client: AsyncTestClient[Any]) -> None:
     assert_error(await client.get("/v1/export", params={"agent_id": SUBJECT}, headers=bad), 401)
 
 
+async def chat(client: AsyncTestClient[Any], tenant: Tenant, conversation_id: str, agent_id: str, text: str) -> str:
+    """Append one message to the agent's conversation; returns its memory id."""
+    r = await client.post(f"/v1/conversations/{conversation_id}/messages", headers=tenant.headers,
+                          json={"agent_id": agent_id, "messages": [{"content": text}]})
+    assert r.status_code == 201, r.text
+    return str(r.json()["messages"][0]["id"])
+
+
 async def test_export_holds_everything_of_the_agent_and_nothing_of_another_org(
         client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant, owner_dsn: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,7 +174,10 @@ async def test_export_holds_everything_of_the_agent_and_nothing_of_another_org(
     body = {"files": [{"path": "subject/profile.md", "content": "# Profile\n\nLikes hiking.\n\n## More\n\nTea.\n"}],
             "agent_id": SUBJECT}
     assert (await client.post("/v1/documents", json=body, headers=tenant.headers)).status_code in (200, 201)
+    said = await chat(client, tenant, "subject-chat", SUBJECT, "Subject: call me Sev.")
+    await chat(client, tenant, "bystander-chat", "bystander", "Not the subject's chat.")
     theirs = await remember(client, other_tenant, {"text": "B's secret about its own subject-7.", "agent_id": SUBJECT})
+    theirs.append(await chat(client, other_tenant, "subject-chat", SUBJECT, "B's chat with its subject-7."))
     await client.put(f"/v1/agents/{SUBJECT}/directive", json={"content": "B's directive."},
                      headers=other_tenant.headers)
 
@@ -178,11 +189,12 @@ async def test_export_holds_everything_of_the_agent_and_nothing_of_another_org(
     for line in lines[1:-1]:
         by_type.setdefault(line["type"], []).append(line)
     assert lines[-1]["counts"] == {t: len(by_type.get(t, []))
-                                   for t in ("directive", "document", "memory", "chunk", "event")}
+                                   for t in ("directive", "document", "conversation", "memory", "chunk", "event")}
     assert {(e["event"], e["memory_id"]) for e in by_type["event"]} == {("created", i) for i in mine}
 
     assert [d["content"] for d in by_type["directive"]] == ["Be brief with the subject."]
-    assert {m["id"] for m in by_type["memory"]} == set(mine)
+    assert {m["id"] for m in by_type["memory"]} == {*mine, said}
+    assert [(c["id"], c["message_count"]) for c in by_type["conversation"]] == [("subject-chat", 1)]
     memory = next(m for m in by_type["memory"] if m["text"] == "Subject drinks oolong.")
     assert memory["metadata"] == {"src": "chat"} and memory["access_count"] == 0
     assert "embedding" not in memory and "tsv" not in memory
@@ -210,7 +222,8 @@ async def test_export_of_an_unknown_agent_is_empty_but_complete(
         client: AsyncTestClient[Any], tenant: Tenant) -> None:
     lines = await export(client, tenant, "nobody-here")
     assert [line["type"] for line in lines] == ["export", "end"]
-    assert lines[-1]["counts"] == {"directive": 0, "document": 0, "memory": 0, "chunk": 0, "event": 0}
+    assert lines[-1]["counts"] == {"directive": 0, "document": 0, "conversation": 0, "memory": 0, "chunk": 0,
+                                   "event": 0}
 
 
 async def test_export_streams_in_chunks(client: AsyncTestClient[Any], tenant: Tenant, endpoints: Endpoints,
@@ -234,10 +247,12 @@ async def test_export_streams_in_chunks(client: AsyncTestClient[Any], tenant: Te
 async def test_export_after_delete_shows_what_is_left(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     await remember(client, tenant, {"text": "To be erased.", "agent_id": "erased"})
     await client.put("/v1/agents/erased/directive", json={"content": "Kept until deleted."}, headers=tenant.headers)
+    await chat(client, tenant, "erased-chat", "erased", "Erased with its agent.")
     assert (await client.delete("/v1/memories", params={"agent_id": "erased"}, headers=tenant.headers)).status_code \
         == 200
     lines = await export(client, tenant, "erased")
-    assert lines[-1]["counts"] == {"directive": 1, "document": 0, "memory": 0, "chunk": 0, "event": 0}  # history too
+    assert lines[-1]["counts"] == {"directive": 1, "document": 0, "conversation": 0, "memory": 0, "chunk": 0,
+                                   "event": 0}  # history too, and conversations
 
 
 async def test_a_failure_part_way_ends_the_stream_with_an_error_line(

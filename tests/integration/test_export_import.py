@@ -117,6 +117,7 @@ async def test_an_org_round_trips_with_its_history_and_supersession(
     lines = await export_org(client, tenant)
     kinds = [line["type"] for line in lines]
     assert kinds.count("memory") == 12 and kinds.count("directive") == 1 and kinds.count("event") >= 15
+    assert kinds.count("conversation") == 1
     every = {m["id"]: m for m in before["all"]}
     assert every[ids["paris"]]["superseded_by"] == ids["berlin"]  # the late value took its place on the timeline
     assert every[ids["roast"]]["seen_count"] == 2 and every[ids["tea"]]["superseded_by"] == ids["coffee"]
@@ -167,8 +168,10 @@ async def test_an_org_round_trips_with_its_history_and_supersession(
     # A retried import writes nothing twice (the directive neither: its version stays).
     version = (await client.get(f"/v1/agents/{AGENT}/directive", headers=fresh.headers)).json()["version"]
     retried = await import_lines(client, fresh, lines)
-    assert retried["imported"] == {"directive": 0, "memory": 0, "event": 0, "settings": 0, "document": 0}
+    assert retried["imported"] == {"directive": 0, "memory": 0, "event": 0, "settings": 0, "document": 0,
+                                   "conversation": 0}
     assert retried["existing"]["memory"] == 12 and retried["existing"]["event"] == len(events)
+    assert retried["existing"]["conversation"] == 1
     assert retried["existing"]["directive"] == 1
     assert (await client.get(f"/v1/agents/{AGENT}/directive", headers=fresh.headers)).json()["version"] == version
 

@@ -29,7 +29,8 @@ async def test_export_then_restore_in_batches(client: AsyncTestClient[Any], tena
     before = await views(client, tenant, ids)
     out = io.BytesIO()
     counts = await export_to(out, url=URL, key=tenant.key, http=client)
-    assert counts["memory"] == 12 and counts["directive"] == 1
+    assert counts["memory"] == 12 and counts["directive"] == 1 and counts["conversation"] == 1
+    plans = (await client.get("/v1/conversations/plans", headers=tenant.headers)).json()
     saved = tmp_path / "org.ndjson"
     saved.write_bytes(out.getvalue())
 
@@ -38,8 +39,11 @@ async def test_export_then_restore_in_batches(client: AsyncTestClient[Any], tena
     assert totals.requests >= 3  # 12 memories, at most 5 per request
     assert totals.imported["memory"] == 12 and totals.imported["event"] == counts["event"]
     assert await views(client, fresh, ids) == before
+    assert totals.imported["conversation"] == 1  # its line sent before (or with) its messages: its own times
+    assert (await client.get("/v1/conversations/plans", headers=fresh.headers)).json() == plans
     again = await restore_from(saved, url=URL, key=fresh.key, http=client)
     assert again.imported["memory"] == again.imported["event"] == 0 and again.existing["memory"] == 12
+    assert again.imported["conversation"] == 0 and again.existing["conversation"] == 1
 
     broken = tmp_path / "broken.ndjson"
     broken.write_bytes(b"\n".join(out.getvalue().splitlines()[:-1]))
@@ -97,6 +101,11 @@ def test_batches_hold_the_limits() -> None:
     by_documents = list(batches([*files, *old, *lines], max_memories=100, max_bytes=10_000, max_documents=2))
     assert [sum(line["type"] == "document" for line in b) for b in by_documents] == [2, 2, 1]
     assert [line for b in by_documents for line in b] == [*files, *lines[1:-1]]
+    # Conversation lines, as many as events a request (they come before their messages, and stay before them).
+    talks = [{"type": "conversation", "id": f"c{n}"} for n in range(3)]
+    by_talks = list(batches([*talks, *lines], max_memories=100, max_bytes=10_000, max_events=2))
+    assert [sum(line["type"] == "conversation" for line in b) for b in by_talks] == [2, 1, 0]
+    assert [line for b in by_talks for line in b] == [*talks, *lines[1:-1]]
 
 
 def test_a_large_export_is_read_a_line_at_a_time(tmp_path: Path) -> None:

@@ -186,6 +186,8 @@ class ImportCounts(msgspec.Struct, kw_only=True):
     """The org's defaults (a ``settings`` line of a whole-org export): 1 when the request set them."""
     document: int = 0
     """Files (``document`` lines with their content) ingested again; ``existing``: held as they are."""
+    conversation: int = 0
+    """Conversations of ``conversation`` lines created; ``existing``: held already, under the same owner."""
 
 
 class ImportSkipped(msgspec.Struct, kw_only=True):
@@ -196,7 +198,8 @@ class ImportSkipped(msgspec.Struct, kw_only=True):
 class ImportResult(msgspec.Struct, kw_only=True):
     imported: ImportCounts
     existing: ImportCounts
-    """Memories and events the org already held (same id), and files it held as they are: left as they were."""
+    """Memories and events the org already held (same id), files it held as they are, and conversations it held
+    under the same owner: left as they were."""
     skipped: ImportSkipped
     """Lines an import does not write: chunks (cut again from their document), and documents without their
     content (exports made before documents carried it)."""

@@ -68,7 +68,8 @@ describe("memories", () => {
     expect(lines.filter((l) => l.type === "memory")).toHaveLength(3);
     const events = lines.filter((l) => l.type === "event").length; // the memories' history
     expect(events).toBeGreaterThanOrEqual(3);
-    expect(lines.at(-1)).toEqual({ type: "end", counts: { directive: 0, document: 0, memory: 3, chunk: 0, event: events } });
+    expect(lines.at(-1)).toEqual(
+      { type: "end", counts: { directive: 0, document: 0, conversation: 0, memory: 3, chunk: 0, event: events } });
 
     await pg.deleteMemory(invoices);
     await expect(pg.getMemory(invoices)).rejects.toBeInstanceOf(NotFound);
