@@ -23,16 +23,23 @@ class AdminError(Exception):
 
 
 async def create_org(conn: asyncpg.Connection, name: str) -> UUID:
+    """A new org; AdminError when one of that name exists, however its letters are cased ("Acme" beside
+    "acme" would be two orgs an operator takes for one)."""
     try:
-        return UUID(str(await conn.fetchval(query("admin.create_org"), name)))
-    except asyncpg.UniqueViolationError as exc:
+        value = await conn.fetchval(query("admin.create_org"), name)
+    except asyncpg.UniqueViolationError as exc:  # created at the same moment by another command
         raise AdminError(f"an org named {name!r} already exists") from exc
+    if value is None:
+        held = await conn.fetchval(query("admin.org_by_name_any_case"), name)
+        raise AdminError(f"an org named {held!r} already exists (org names are compared regardless of case)")
+    return UUID(str(value))
 
 
 async def org_id_by_name(conn: asyncpg.Connection, name: str) -> UUID:
     value = await conn.fetchval(query("admin.org_by_name"), name)
     if value is None:
-        raise AdminError(f"no org named {name!r}")
+        held = await conn.fetchval(query("admin.org_by_name_any_case"), name)
+        raise AdminError(f"no org named {name!r}" + (f" (there is {held!r})" if held is not None else ""))
     return UUID(str(value))
 
 

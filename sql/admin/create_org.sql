@@ -1,2 +1,2 @@
--- Create an org (owner role only); returns its id.
-INSERT INTO orgs (name) VALUES ($1) RETURNING id
+-- Create an org (owner role only) unless one of the same name but for case exists; returns its id, or nothing when such an org exists.
+INSERT INTO orgs (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM orgs WHERE lower(name) = lower($1)) RETURNING id

@@ -161,3 +161,17 @@ def test_keys_revoke_takes_the_prefix_keys_list_shows(pg_server: str) -> None:
         assert row[1] == issued.key[:10] + "…" and out.stdout.strip() == f"revoked key {issued.key_id}", out
     usage = run(env, "keys", "revoke", "--help").stdout
     assert "key id" in usage and "prefix" in usage and "keys list" in usage
+
+
+def test_org_names_differ_by_more_than_case(pg_server: str) -> None:
+    """Once "acme" exists, "Acme" is refused (it was a second org an operator took for the first), and a
+    lookup of the wrong case names the org there is."""
+    with fresh_database(pg_server) as dsn:
+        env = clean_env(PGCONTEXT_DATABASE_URL=dsn)
+        migrate.upgrade(dsn)
+        run(env, "orgs", "create", "acme")
+        refused = run(env, "orgs", "create", "Acme", ok=False)
+        assert refused.returncode != 0 and "an org named 'acme' already exists" in refused.stderr, refused.stderr
+        missed = run(env, "keys", "create", "--org", "ACME", ok=False)
+        assert missed.returncode != 0 and "no org named 'ACME' (there is 'acme')" in missed.stderr, missed.stderr
+        assert [line.split()[0] for line in run(env, "orgs", "list").stdout.splitlines()[1:]] == ["acme"]
