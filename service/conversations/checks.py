@@ -64,7 +64,8 @@ def check_ident(value: str | None, field: str) -> None:
         raise BadRequest(f"{field} must be {ID_RULE}", code="validation_error", details={"field": field}) from None
 
 
-def _owner(agent_id: str | None) -> str:
+def whose(agent_id: str | None) -> str:
+    """How an error names a conversation's (or a key's) owner: ``agent 'barista'`` or ``the whole org``."""
     return f"agent {agent_id!r}" if agent_id else "the whole org"
 
 
@@ -73,7 +74,7 @@ def check_owner(conversation_id: str, owner: str | None, agent_id: str | None) -
     ``agent_id`` (None: org-wide) is not the conversation's; an append or removal that names its agent
     acts only on that agent's conversation."""
     if agent_id != owner:
-        raise Conflict(f"conversation {conversation_id!r} belongs to {_owner(owner)}, not {_owner(agent_id)}",
+        raise Conflict(f"conversation {conversation_id!r} belongs to {whose(owner)}, not {whose(agent_id)}",
                        code="conversation_agent_mismatch", details={"agent_id": owner})
 
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+from service.conversations.checks import whose
 from service.db import TenantTx
 from service.errors import Conflict
 from service.export.conversations import ConversationLine
@@ -42,20 +43,16 @@ Conversation = tuple[int, ConversationLine, dict[str, Any]]
 """A conversation line: its place in ``lines``, the line as checked, and as Postgres reads it."""
 
 
-def _whose(agent_id: str | None) -> str:
-    return f"agent {agent_id!r}" if agent_id else "the whole org"
-
-
 def _mismatch(index: int, conversation_id: str | None, agent_id: str | None, owner: str | None,
               where: str) -> Conflict:
-    return Conflict(f"lines[{index}]: conversation {conversation_id!r} belongs to {_whose(owner)}{where}, "
-                    f"not {_whose(agent_id)}", code="conversation_agent_mismatch",
+    return Conflict(f"lines[{index}]: conversation {conversation_id!r} belongs to {whose(owner)}{where}, "
+                    f"not {whose(agent_id)}", code="conversation_agent_mismatch",
                     details={"field": f"lines[{index}].agent_id", "agent_id": owner})
 
 
 def _collision(index: int, field: str, line: Line, holder: str, **details: Any) -> Conflict:
     if field == "key":
-        what = f"key {line.key!r} of {_whose(line.agent_id)} already has a current value"
+        what = f"key {line.key!r} of {whose(line.agent_id)} already has a current value"
     else:
         what = f"{field} {getattr(line, field)!r} of conversation {line.conversation_id!r} is already taken"
     return Conflict(f"lines[{index}]: {what} (held by {holder})", code="conflict",
