@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from litestar import Litestar, Request, Response
 from litestar.di import Provide
-from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.exceptions import HTTPException, NotFoundException, SerializationException, ValidationException
 from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from redis.exceptions import RedisError
@@ -41,7 +41,14 @@ from service.embeddings.lanes import lanes_of
 from service.errors import EMPTY_BODY, AppError, ServiceUnavailable, malformed_json
 from service.explain import explain_routes
 from service.export import ExportController, ImportController
-from service.http.deps import before_request, body_too_large, provide_org_id, provide_services
+from service.http.deps import (
+    before_request,
+    body_too_large,
+    escaped_slash,
+    path_id_error,
+    provide_org_id,
+    provide_services,
+)
 from service.http.health import healthz, metrics_controller, readyz
 from service.http.openapi import StrictStructs, allow_header_middleware, finish_schema, openapi_config
 from service.http.throttle import in_flight_middleware, rate_limit_edge
@@ -87,6 +94,8 @@ def _error_response(request: Request[Any, Any, Any], exc: Exception) -> Response
     elif isinstance(exc, HTTPException) and exc.status_code == 400 and isinstance(exc.__cause__,
                                                                                   SerializationException):
         exc = malformed_json(exc.__cause__)  # the framework's decoder: the same error as the handlers' own
+    if isinstance(exc, NotFoundException) and escaped_slash(request.scope):
+        exc = path_id_error()  # no route for the decoded path: the cause is the id, not the address
     if isinstance(exc, ValidationException):
         details: Any = {"errors": exc.extra} if exc.extra else {}
         body = error_body(400, "validation_error", exc.detail or "invalid request", details, rid)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 from uuid import UUID
 
 import msgspec
@@ -11,6 +11,7 @@ from litestar import Request
 from litestar.datastructures import State
 from litestar.di import Dependency
 from litestar.params import SkipValidationMarker
+from litestar.types import Scope
 
 from service.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from service.http.auth import authenticate
@@ -59,6 +60,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         services = request.app.state.services
         assert isinstance(services, Services)
         org_id = request.state.org_id = await authenticate(request, services)
+    check_path_ids(request.scope)
     if request.method in _BODY_METHODS:
         check_json_media_type(request.headers.get("content-type"))
     if services is not None and org_id is not None:
@@ -95,6 +97,31 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
         await limiter.check(org_id, cost + extra)
     if data is not None and value is not _NO_BODY:
         check_types_strictly(value, data.annotation)
+
+
+ESCAPED_SLASH: Final = b"%2f"
+
+
+def escaped_slash(scope: Scope) -> bool:
+    """Whether the path as sent holds ``%2F``: a ``/`` escaped inside a segment, which the server decodes
+    before routing (``/v1/conversations/a%2Fmessages`` reaches conversation ``a``'s messages)."""
+    raw = scope.get("raw_path")  # the path alone, but some servers and test clients leave the query on
+    return isinstance(raw, bytes) and ESCAPED_SLASH in raw.partition(b"?")[0].lower()
+
+
+def path_id_error() -> BadRequest:
+    """The 400 for an id in the path holding ``/``: no id may hold one (memory and event ids are UUIDs;
+    agent, conversation and session ids are letters, digits and ``_.:@-``)."""
+    return BadRequest("an id in the path holds '/' (sent as %2F), which no id may hold: the request would "
+                      "reach another resource, or none; nothing was read or written",
+                      code="validation_error", details={"field": "path"})
+
+
+def check_path_ids(scope: Scope) -> None:
+    """400 for a path whose ids hold an escaped ``/`` (:func:`escaped_slash`), before the handler reads
+    or writes anything (a route that matched the decoded path is the wrong one)."""
+    if escaped_slash(scope):
+        raise path_id_error()
 
 
 def check_json_media_type(content_type: str | None) -> None:

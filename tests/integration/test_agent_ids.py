@@ -117,3 +117,40 @@ def test_the_mcp_server_refuses_a_bad_agent_id_at_start(settings: Settings, monk
     args = cli.build_parser().parse_args(["mcp", "--agent-id", bad])
     assert cli.cmd_mcp(settings, args) == 2  # before anything runs: no server, no stdio protocol
     assert "agent id" in capsys.readouterr().err
+
+
+SLASHED_PATHS = [
+    ("GET", "/v1/conversations/a%2Fmessages"),  # decoded, it is conversation a's messages
+    ("DELETE", "/v1/conversations/chat%2Fmessages?from_position=1"),
+    ("GET", "/v1/conversations/user-42%2Fchat-1/messages"),  # decoded, no route at all
+    ("POST", "/v1/conversations/user-42%2fchat-1/messages"),
+    ("GET", "/v1/agents/team%2Fops/directive"),
+    ("DELETE", "/v1/memories/x%2Fy"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), SLASHED_PATHS, ids=repr)
+async def test_an_id_holding_an_escaped_slash_is_400_not_another_resource(
+        client: AsyncTestClient[Any], tenant: Tenant, method: str, path: str) -> None:
+    """No id holds '/': one sent escaped (%2F) is decoded before routing, where it reached another route
+    (conversation ``a``'s messages for id ``a/messages``) or none (a bare 404 an adapter read as "no such
+    conversation"). Either way the caller is told the id is the problem, and nothing is read or written."""
+    r = await client.post("/v1/conversations/chat/messages", headers=tenant.headers,
+                          json={"messages": [{"content": "kept", "role": "user"}]})
+    assert r.status_code == 201, r.text
+    body = {"messages": [{"content": "never written", "role": "user"}]} if method == "POST" else None
+    r = await client.request(method, path, headers=tenant.headers, json=body)
+    assert r.status_code == 400, (path, r.status_code, r.text)
+    error = r.json()["error"]
+    assert set(error) == ERROR_KEYS and error["code"] == "validation_error", error
+    assert error["details"] == {"field": "path"} and "'/'" in error["message"], error
+    r = await client.get("/v1/conversations/chat/messages", headers=tenant.headers)
+    assert [m["content"] for m in r.json()["items"]] == ["kept"]
+    r = await client.get("/v1/conversations", headers=tenant.headers)
+    assert [c["id"] for c in r.json()["items"]] == ["chat"]
+
+
+async def test_an_escaped_slash_in_the_query_is_a_value_like_any_other(
+        client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    r = await client.get("/v1/memories?metadata=%7B%22path%22%3A%22a%2Fb%22%7D", headers=tenant.headers)
+    assert r.status_code == 200, r.text
