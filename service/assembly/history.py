@@ -30,8 +30,7 @@ from uuid import UUID
 import structlog
 
 from service.assembly.candidates import ColdResult
-from service.assembly.format import format_body
-from service.assembly.scoring import Candidate
+from service.assembly.scoring import Candidate, memory_body
 from service.assembly.types import AssembleRequest, DroppedMemory, LeftOut
 from service.conversations.context import Turn, said
 from service.db import Database, TenantTx
@@ -89,9 +88,12 @@ class InHistory:
 
 
 def split(candidates: Sequence[Candidate], results: Iterable[SearchResult], seen: InHistory | None,
-          counter: TokenCounter, *, explain: bool = False) -> tuple[list[Candidate], list[DroppedMemory]]:
+          counter: TokenCounter, *, explain: bool = False,
+          show_dates: bool = False) -> tuple[list[Candidate], list[DroppedMemory]]:
     """The candidates to rank, and those left out as already in the model's history (``in_history``;
-    with ``explain``, each with its text and origin)."""
+    with ``explain``, each with its text and origin). They are left out before ranking, so they have
+    no score breakdown (``composite`` 0); ``tokens`` counts each line as packing would have written it
+    (``show_dates``: with its date, see :func:`~service.assembly.scoring.score_candidates`)."""
     if seen is None:
         return list(candidates), []
     why = {str(r.id): reason for r in results if (reason := seen.why(r.message, r.text)) is not None}
@@ -99,7 +101,7 @@ def split(candidates: Sequence[Candidate], results: Iterable[SearchResult], seen
         return list(candidates), []
     kept = [c for c in candidates if c.id not in why]
     dropped = [DroppedMemory(id=UUID(c.id), reason="in_history", detail=why[c.id],
-                             tokens=counter.count(format_body(c.text)), composite=0.0, score=round(c.score, 4),
+                             tokens=counter.count(memory_body(c, show_dates)), composite=0.0, score=round(c.score, 4),
                              text=c.text if explain else None, origin=c.origin if explain else None)
                for c in candidates if c.id in why]
     return kept, dropped
@@ -130,13 +132,15 @@ async def bounded(read: asyncio.Future[int | None], seconds: float) -> int | Non
 
 async def leave_out_history(req: AssembleRequest, shown: Sequence[tuple[str, str]], candidates: list[Candidate],
                             cold: ColdResult | None, last_read: asyncio.Future[int | None] | None,
-                            counter: TokenCounter, seconds: float) -> tuple[list[Candidate], LeftOut]:
+                            counter: TokenCounter, seconds: float,
+                            show_dates: bool = False) -> tuple[list[Candidate], LeftOut]:
     """The candidates to rank and what was left out as in the model's history already (nothing without
     ``conversation_id``): ``shown`` is the history the budget kept (see :meth:`InHistory.of`);
-    ``last_read`` (:func:`read_last`) is waited for at most ``seconds``."""
+    ``last_read`` (:func:`read_last`) is waited for at most ``seconds``; ``show_dates`` as for
+    :func:`split`."""
     if req.conversation_id is None:
         return candidates, LeftOut([])
     last = None if last_read is None else await bounded(last_read, seconds)
     kept, dropped = split(candidates, cold.search.results if cold is not None else (),
-                          InHistory.of(req, shown, last), counter, explain=req.explain)
+                          InHistory.of(req, shown, last), counter, explain=req.explain, show_dates=show_dates)
     return kept, LeftOut(dropped, turns_unread=req.history_turns is not None and last is None)

@@ -350,7 +350,8 @@ class Orchestrator:
         budget, kept = self._budget(req, sel, counter, directive_text, history, measured, reserve, window)
         budget_ms = budget_pre_ms + elapsed_ms(budgeting)
         candidates, in_history = await leave_out_history(req, kept, candidates, cold_run.value, last_read, counter,
-                                                         wall.wall_ms / 1000 - (time.perf_counter() - started))
+                                                         wall.wall_ms / 1000 - (time.perf_counter() - started),
+                                                         show_dates=sel.temporal)
         work = (candidates, sel, counter, directive_text, budget, kept, measured)
         if len(candidates) > s.inline_cpu_candidates:
             ranked = await in_thread(self._cpu, self._rank_pack_format, *work)

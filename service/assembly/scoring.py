@@ -313,6 +313,12 @@ def merge_by_id(candidates: Iterable[Candidate]) -> list[Candidate]:
     return list(merged.values())
 
 
+def memory_body(cand: Candidate, show_date: bool) -> str:
+    """``cand``'s memory line after its tag; ``show_date``: with its event date (``occurred_at``, else
+    ``created_at``) before the text, as :func:`score_candidates` writes it for questions asking a time."""
+    return format_body(cand.text, short_date(_utc(cand.occurred_at or cand.created_at)) if show_date else None)
+
+
 def score_candidates(
     candidates: Iterable[Candidate],
     *,
@@ -336,7 +342,7 @@ def score_candidates(
     line_break = counter.count(format_body(""))
     scored: list[ScoredCandidate] = []
     for cand, unit in zip(merged, units, strict=True):
-        body = format_body(cand.text, short_date(_utc(cand.occurred_at or cand.created_at)) if show_dates else None)
+        body = memory_body(cand, show_dates)
         tokens = counter.count(body)
         # The line break is formatting; informativeness judges the text alone.
         text_tokens = max(1, tokens - line_break)

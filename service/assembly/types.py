@@ -127,6 +127,7 @@ class DroppedMemory(msgspec.Struct):
     tokens: int
     """Tokens of its memory line without a tag."""
     composite: float
+    """Its composite score when it was dropped; 0 for ``in_history`` (left out before ranking, unscored)."""
     score: float
     """How strongly it matches the query, in [0, 1] (as a used memory's ``score``)."""
     text: str | None = None
@@ -134,7 +135,7 @@ class DroppedMemory(msgspec.Struct):
     origin: Literal["hot", "cold"] | None = None
     """With ``explain: true``: the branch that offered it."""
     scores: Scores | None = None
-    """With ``explain: true``: its score breakdown when it was dropped."""
+    """With ``explain: true``: its score breakdown when it was dropped (none for ``in_history``)."""
     message: MessageRef | None = None
     """A conversation's message: its conversation, position, session, speaker and role."""
     path: str | None = None

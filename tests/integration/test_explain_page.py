@@ -398,6 +398,8 @@ def test_explain_page_shows_messages_and_filters_sources(browser: Any, live_serv
         assert said["assistant · session monday · #2 of dana-chat"] == ids[1]
         assert page.locator(f'#dropped tr[data-id="{ids[0]}"] td[data-field=said]').inner_text() == \
             "Dana · session monday · #1 of dana-chat"
+        # Left out before ranking, it has no scores: none shown, not a composite of 0.
+        assert page.locator(f'#dropped tr[data-id="{ids[0]}"] td[data-score=composite]').inner_text() == "—"
         # A document chunk says its file and lines, and is a document, not a memory.
         chunks = [m for m in body["memories_used"] if m["path"] == "bar/espresso.md"]
         assert chunks, body["memories_used"]

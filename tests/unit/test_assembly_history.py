@@ -7,7 +7,7 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 from service.assembly.history import InHistory, split
-from service.assembly.scoring import Candidate
+from service.assembly.scoring import Candidate, score_candidates
 from service.assembly.types import AssembleRequest, Message
 from service.memories.types import MessageRef
 from service.retrieval.types import SearchResult
@@ -80,3 +80,25 @@ def test_split_reports_what_it_leaves_out(tmp_path: Path) -> None:
     assert dropped[0].tokens == counter.count(f" {texts[0]}\n") and "recent_messages" in dropped[0].detail
     assert split(candidates, results, None, counter) == (candidates, [])
     assert isinstance(dropped[0].id, UUID)
+    assert dropped[0].composite == 0.0 and dropped[0].scores is None  # left out before ranking: unscored
+
+
+def test_split_counts_a_line_as_packing_writes_it_with_its_date(tmp_path: Path) -> None:
+    """A question asking a time gets each line with its date: a turn left out as in the history is
+    counted with that date too, as its `tokens` were it packed (the same count as the scoring's)."""
+    counter = Tokenizers(tmp_path).get("o200k_base")
+    said_at = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)
+    memory_id = uuid4()
+    candidate = Candidate(id=str(memory_id), text="I adopted a puppy.", origin="cold", relevance=1.0, score=0.5,
+                          created_at=said_at)
+    result = SearchResult(id=memory_id, text=candidate.text, kind="message", source=None, level=None,
+                          breadcrumb=None, score=0.5, final_score=1.0, lexical_rank=1, semantic_rank=None,
+                          lexical_score=1.0, semantic_score=None, fusion_method="none", message=ref("c1", 1))
+    seen = seen_in(request(conversation_id="c1", recent_messages=[Message(role="user", content=candidate.text)]),
+                   None)
+    _, plain = split([candidate], [result], seen, counter)
+    _, dated = split([candidate], [result], seen, counter, show_dates=True)
+    assert plain[0].tokens == counter.count(" I adopted a puppy.\n")
+    assert dated[0].tokens == counter.count(" (8 May 2023) I adopted a puppy.\n") > plain[0].tokens
+    scored = score_candidates([candidate], intent="factual", counter=counter, show_dates=True)
+    assert dated[0].tokens == scored[0].tokens

@@ -354,7 +354,8 @@ function renderAssembly(r) {
       el("td", {}, el("span", { className: `reason reason-${d.reason}`, "data-field": "reason", text: d.reason })),
       el("td", { className: "why", text: d.detail }),
       el("td", { className: "num", text: d.tokens }),
-      ...scoreCells(d.scores || { composite: d.composite }))));
+      // A turn already in the history is left out before ranking: it has no scores to show.
+      ...scoreCells(d.reason === "in_history" ? null : (d.scores || { composite: d.composite })))));
   if (!r.dropped.length) table($("dropped"), ["nothing was dropped"], []);
 
   const b = r.budget;
