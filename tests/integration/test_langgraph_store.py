@@ -57,6 +57,18 @@ def test_put_get_update_delete(store: PgcontextStore) -> None:
     store.delete(ns, "never-there")
 
 
+def test_any_key_and_value_are_stored_a_blank_key_and_no_indexed_field_included(store: PgcontextStore) -> None:
+    """As LangGraph's own stores do: a memory needs some text, and with neither the indexed field nor a
+    key to read it reads as the value's JSON (it was refused: "text must not be empty")."""
+    ns = (agent(), "odd")
+    for key, value in (("", {"other": 1}), ("  ", {"text": ""}), (" ", {}), ("named", {"other": 2})):
+        store.put(ns, key, value)
+        found = store.get(ns, key)
+        assert found is not None and (found.key, found.value) == (key, value)
+    assert {(i.key, i.value["other"]) for i in store.search(ns, query="other") if "other" in i.value} == \
+        {("", 1), ("named", 2)}
+
+
 def test_search_by_query_filter_prefix_and_page(store: PgcontextStore) -> None:
     root = agent()
     items = {

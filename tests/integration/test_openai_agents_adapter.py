@@ -155,6 +155,28 @@ async def test_the_tools_keep_to_the_conversations_named(live_url: str, tenant: 
     assert {m["id"] for m in last_tool_output(model.inputs[1])["memories"]} == {str(mine), str(other)}
 
 
+async def test_a_failed_tool_call_tells_the_model_what_the_service_said(live_url: str, tenant: Tenant) -> None:
+    """The SDK's default answer to a failed tool call is "An error occurred ... Please try again.", so a
+    model retried the same arguments; the tools answer with the service's error, as the MCP tools do."""
+    agent_id = f"oa-{uuid4().hex[:8]}"
+    model = ScriptedModel([call("remember", text="The user likes tea.", importance=3),
+                           call("remember", text="x" * 40_000), say(lambda items: "done")])
+    agent = Agent(name="assistant", instructions="Use your memory.", model=model,
+                  tools=memory_tools(agent_id, url=live_url, api_key=tenant.key))
+    await Runner.run(agent, "Remember that I like tea.")
+    outputs = [next(i["output"] for i in reversed(items) if i.get("type") == "function_call_output")
+               for items in model.inputs[1:]]
+    assert outputs[0].startswith("pgcontext answered 400 validation_error:") and "importance" in outputs[0], outputs
+    assert outputs[1].startswith("pgcontext answered 413 text_too_long:") and "32000" in outputs[1], outputs
+    unreachable = memory_tools(agent_id, url="http://127.0.0.1:9", api_key=tenant.key)[0]
+    model = ScriptedModel([call("remember", text="The user likes tea."), say(lambda items: "done")])
+    await Runner.run(Agent(name="assistant", model=model, tools=[unreachable]), "Remember that I like tea.")
+    said = next(i["output"] for i in reversed(model.inputs[1]) if i.get("type") == "function_call_output")
+    assert said.startswith("pgcontext could not be reached:"), said
+    with Client(live_url, tenant.key) as pg:
+        assert pg.list_memories(agent_id=agent_id).items == []
+
+
 async def test_the_session_protocol(live_url: str, tenant: Tenant, other_tenant: Tenant) -> None:
     chat = f"chat-{uuid4().hex[:8]}"
     session = PgcontextSession(chat, url=live_url, api_key=tenant.key)

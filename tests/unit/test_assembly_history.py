@@ -7,6 +7,7 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 from service.assembly.history import InHistory, split
+from service.assembly.intent import Intent
 from service.assembly.scoring import Candidate, score_candidates
 from service.assembly.types import AssembleRequest, Message
 from service.memories.types import MessageRef
@@ -100,5 +101,5 @@ def test_split_counts_a_line_as_packing_writes_it_with_its_date(tmp_path: Path) 
     _, dated = split([candidate], [result], seen, counter, show_dates=True)
     assert plain[0].tokens == counter.count(" I adopted a puppy.\n")
     assert dated[0].tokens == counter.count(" (8 May 2023) I adopted a puppy.\n") > plain[0].tokens
-    scored = score_candidates([candidate], intent="factual", counter=counter, show_dates=True)
+    scored = score_candidates([candidate], intent=Intent.FACTUAL, counter=counter, show_dates=True)
     assert dated[0].tokens == scored[0].tokens

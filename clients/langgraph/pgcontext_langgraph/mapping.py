@@ -56,12 +56,14 @@ def item_metadata(namespace: Sequence[str], key: str, value: Mapping[str, Any], 
 
 
 def item_text(key: str, value: Mapping[str, Any], fields: Sequence[str] | None) -> str:
-    """What search reads: the value's ``fields`` (LangGraph path syntax) one per line, else its JSON."""
+    """What search reads: the value's ``fields`` (LangGraph path syntax) one per line, else its JSON; a
+    value with none of the fields reads as its key, or as its JSON when the key is blank too (a memory's
+    text may not be: LangGraph stores any key, ``""`` included)."""
+    everything = json.dumps(value, ensure_ascii=False, sort_keys=True)
     if fields is None or fields == ["$"]:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    else:
-        text = "\n".join(t for path in fields for t in get_text_at_path(dict(value), tokenize_path(path)) if t)
-    return text if text.strip() else key
+        return everything
+    text = "\n".join(t for path in fields for t in get_text_at_path(dict(value), tokenize_path(path)) if t)
+    return next((t for t in (text, key) if t.strip()), everything)
 
 
 def expiry(ttl: float | None, now: datetime | None = None) -> datetime | None:

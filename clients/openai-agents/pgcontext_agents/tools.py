@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
-from agents import Tool, function_tool
-from pgcontext_client import AssembleFilters, AsyncClient, SearchFilters, SearchTuning
+from agents import RunContextWrapper, Tool, function_tool
+from agents.tool import default_tool_error_function
+from pgcontext_client import AssembleFilters, AsyncClient, PgcontextError, SearchFilters, SearchTuning, TransportError
 from pgcontext_client.types import RetrievalOptions
+
+
+def tool_failure(ctx: RunContextWrapper[Any], error: Exception) -> str:
+    """What the model reads when a tool call fails: the service's answer (which argument, which limit), as
+    pgcontext's MCP tools say it, so the model can correct its call; any other error, the SDK's own line."""
+    if isinstance(error, TransportError):
+        return f"pgcontext could not be reached: {error.message}"
+    if isinstance(error, PgcontextError):
+        return f"pgcontext answered {error.status} {error.code}: {error.message} (request id {error.request_id})"
+    return default_tool_error_function(ctx, error)
 
 
 def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None = None,
@@ -22,7 +34,7 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
     pg = client or AsyncClient(url, api_key)
     chats = None if conversations is None else list(conversations)
 
-    @function_tool
+    @function_tool(failure_error_function=tool_failure)
     async def remember(text: str, kind: str | None = None, importance: float | None = None) -> str:
         """Store a long-term memory, so later conversations can recall it. Write one self-contained
         statement ("The user is allergic to peanuts."), not a transcript. A memory that repeats one
@@ -36,7 +48,7 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
         written = await pg.create_memory(text, agent_id=agent_id, kind=kind, importance=importance)
         return json.dumps({"id": str(written.id), "status": written.status})
 
-    @function_tool
+    @function_tool(failure_error_function=tool_failure)
     async def recall(query: str, limit: int = 5) -> str:
         """Search your long-term memories by meaning and keywords. Results are best first, each with its
         id, text, kind and a score from 0 (no match) to 1 (a perfect match).
@@ -53,7 +65,7 @@ def memory_tools(agent_id: str, *, url: str | None = None, api_key: str | None =
             {"id": str(r.id), "text": r.text, "kind": r.kind, "score": r.score,
              "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None} for r in found.results]})
 
-    @function_tool
+    @function_tool(failure_error_function=tool_failure)
     async def assemble_context(query: str) -> str:
         """The best context for answering a message: your standing directive and the most useful memories,
         ranked and packed into a token budget. Memories are numbered lines; `refs` maps each number to the
