@@ -294,9 +294,12 @@ def _check_memory(line: _Memory, index: int, limits: LimitSettings) -> None:
         for name in _TIMES:
             if (value := getattr(line, name)) is not None:
                 check_occurred_at(value, field=name)
-        if line.valid_until is not None and line.occurred_at is not None and line.valid_until <= line.occurred_at:
-            raise Unprocessable("valid_until must be after occurred_at", code="validation_error",
-                                details={"field": "valid_until"})
+        # A value superseded by one of the same occurred_at ends where it starts (facts.retire): exported so.
+        ends = line.valid_until
+        if ends is not None and line.occurred_at is not None and (
+                ends < line.occurred_at or (ends == line.occurred_at and line.superseded_by is None)):
+            raise Unprocessable("valid_until must be after occurred_at (a superseded memory's may equal it)",
+                                code="validation_error", details={"field": "valid_until"})
         if line.superseded_by == line.id:
             raise Unprocessable("a memory cannot supersede itself", code="validation_error",
                                 details={"field": "superseded_by"})

@@ -368,6 +368,30 @@ async def test_memory_lines_are_checked_as_a_write_checks_a_memory(
     assert await list_all(client, other_tenant, include_superseded="true") == []
 
 
+async def test_a_value_superseded_by_one_of_the_same_time_round_trips(
+        client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
+    """Two values of a key said at the same moment: the first ends where it starts (valid_until ==
+    occurred_at), and the org's own export imported as such (it was refused: valid_until must be after
+    occurred_at). A live memory whose validity ends where it starts is refused as a write refuses it."""
+    said = "2024-05-01T00:00:00Z"
+    for city in ("Paris", "Berlin"):
+        await write(client, tenant, {"text": f"Dana lives in {city}.", "agent_id": "dana", "key": "user.city",
+                                     "occurred_at": said})
+    lines = await export_org(client, tenant)
+    retired = next(line for line in lines if line["type"] == "memory" and line["superseded_by"])
+    assert retired["valid_until"] == retired["occurred_at"], retired
+    done = await import_lines(client, other_tenant, lines)
+    assert done["imported"]["memory"] == 2, done
+    before = await list_all(client, tenant, include_superseded="true")
+    assert await list_all(client, other_tenant, include_superseded="true") == before
+    assert [m["text"] for m in await list_all(client, other_tenant)] == ["Dana lives in Berlin."]
+    live = {**retired, "id": "44444444-4444-4444-8444-444444444444", "superseded_by": None, "superseded_at": None,
+            "key": None}
+    r = await client.post("/v1/import", json={"lines": [live]}, headers=other_tenant.headers)
+    assert_error(r, 422, "validation_error")
+    assert r.json()["error"]["details"] == {"field": "lines[0].valid_until"}
+
+
 async def test_messages_keep_their_conversations_agent(client: AsyncTestClient[Any], tenant: Tenant) -> None:
     _, line = await message_lines(client, tenant)
     for agent in ("different-agent", None):
