@@ -4,17 +4,22 @@ metadata, its long text kept once (pure functions; the adapters use them).
 The message's ``content`` is the object's text; the object itself goes in ``metadata[name]``. Its long
 strings that the text holds (a message's text, a tool call's arguments, a tool's output) are left out
 of it (as null) and put back from the text on read, with where they are in ``metadata[name + "_text"]``
-(``[[path, start, end], ...]``), so an object whose text is as long as the service's text limit fits its
-metadata limit.
+(``[[path, start, end], ...]``; ``[path, start, end, "json"]`` where the text holds the string as the
+inside of a JSON string literal, quotes and newlines escaped, non-ASCII characters as they are or as
+``\\u`` escapes, as in a tool call's JSON arguments), so an object whose text is as long as the
+service's text limit fits its metadata limit.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
 ELIDE_MIN: Final = 256
 """Strings shorter than this stay in the metadata (they cost little and keep it readable)."""
+JSON: Final = "json"
+"""A span's marker: the text holds the string JSON-escaped."""
 
 
 def elide(record: Any, text: str) -> tuple[Any, list[list[Any]]]:
@@ -23,11 +28,16 @@ def elide(record: Any, text: str) -> tuple[Any, list[list[Any]]]:
 
     def walk(node: Any, path: list[str | int]) -> Any:
         if isinstance(node, str):
-            start = text.find(node) if len(node) >= ELIDE_MIN else -1
-            if start < 0:
+            if len(node) < ELIDE_MIN:
                 return node
-            spans.append([path, start, start + len(node)])
-            return None
+            if (start := text.find(node)) >= 0:
+                spans.append([path, start, start + len(node)])
+                return None
+            for escaped in dict.fromkeys((json.dumps(node, ensure_ascii=False)[1:-1], json.dumps(node)[1:-1])):
+                if escaped != node and (start := text.find(escaped)) >= 0:
+                    spans.append([path, start, start + len(escaped), JSON])
+                    return None
+            return node
         if isinstance(node, dict):
             return {k: walk(v, [*path, k]) for k, v in node.items()}
         if isinstance(node, list):
@@ -39,11 +49,11 @@ def elide(record: Any, text: str) -> tuple[Any, list[list[Any]]]:
 
 def restore(record: Any, text: str, spans: list[list[Any]]) -> Any:
     """``record`` with the strings :func:`elide` left out put back from ``text``."""
-    for path, start, end in spans:
+    for path, start, end, *encoding in spans:
         node = record
         for step in path[:-1]:
             node = node[step]
-        node[path[-1]] = text[start:end]
+        node[path[-1]] = json.loads(f'"{text[start:end]}"') if encoding == [JSON] else text[start:end]
     return record
 
 

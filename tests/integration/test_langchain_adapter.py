@@ -5,6 +5,7 @@ tenant isolation) and the README example."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -21,7 +22,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_tests.integration_tests import RetrieversIntegrationTests
-from pgcontext_client import Client, Conflict
+from pgcontext_client import Client, Conflict, SearchFilters
 from pgcontext_langchain import PgcontextChatMessageHistory, PgcontextRetriever
 
 from service.settings import Settings
@@ -231,6 +232,28 @@ def test_chat_history_keeps_long_messages_and_any_message_id(live_url: str, tena
     assert [m.model_dump() for m in back] == [m.model_dump() for m in sent]
     with Client(live_url, tenant.key) as pg:
         assert pg.get_conversation(chat).message_count == 4
+
+
+def test_chat_history_keeps_tool_calls_with_long_arguments(live_url: str, tenant: Tenant, settings: Settings) -> None:
+    """A call's arguments are part of the message's text (``name({arguments})``), so long ones are kept once:
+    a tool-calling agent writing a file longer than the metadata may be was refused (413 metadata_too_large)."""
+    chat = f"chat-{uuid4().hex[:8]}"
+    history = PgcontextChatMessageHistory(chat, agent_id=f"lc-{uuid4().hex[:8]}", url=live_url, api_key=tenant.key)
+    body = 'line "one"\n\tline two: café, 界\\n' * ((settings.limits.max_metadata_bytes + 2000) // 30)
+    raw = json.dumps({"path": "notes.md", "content": body})  # as an OpenAI-style model wrote it: ASCII-escaped
+    sent = [AIMessage("Writing it.", tool_calls=[{"name": "write_file", "args": {"path": "a.md", "content": body},
+                                                  "id": "call-1"}]),
+            AIMessage("", tool_calls=[{"name": "write_file", "args": json.loads(raw), "id": "call-2"}],
+                      additional_kwargs={"tool_calls": [{"id": "call-2", "type": "function", "function": {
+                          "name": "write_file", "arguments": raw}}]}),
+            ToolMessage("written", tool_call_id="call-2")]
+    history.add_messages(sent)
+    assert [m.model_dump() for m in history.messages] == [m.model_dump() for m in sent]
+    with Client(live_url, tenant.key) as pg:
+        stored = pg.list_messages(chat).items
+        found = pg.search("write_file notes.md", filters=SearchFilters(conversations=[chat])).results
+    assert stored[0].content.startswith("Writing it.\nwrite_file({") and stored[1].content == f"write_file({raw})"
+    assert found and found[0].id == stored[1].id
 
 
 def test_chat_history_appends_more_messages_than_one_append_takes(live_url: str, tenant: Tenant,

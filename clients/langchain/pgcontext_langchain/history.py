@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
 
@@ -22,8 +23,24 @@ PAGE = 200
 
 
 def _text(message: BaseMessage) -> str:
+    """What a message says, as the conversation's searchable text: its words, then a line per tool call
+    (``name({arguments})``, the arguments as the model wrote them when the message carries them), so a
+    call's long arguments are kept once (``pgcontext_client.stored``) and found by search."""
     text = str(message.text)  # a str subclass in langchain-core 1.x
-    return text if text.strip() else f"({message.type} message)"
+    parts = [text] if text.strip() else []
+    parts += [f"{call['name']}({_arguments(message, call)})" for call in getattr(message, "tool_calls", None) or []]
+    return "\n".join(parts) if parts else f"({message.type} message)"
+
+
+def _arguments(message: BaseMessage, call: Mapping[str, Any]) -> str:
+    """A tool call's arguments: the model's own JSON (``additional_kwargs.tool_calls``, as OpenAI-style
+    chat models keep it), else the parsed ``args`` as JSON."""
+    for raw in message.additional_kwargs.get("tool_calls") or ():
+        function = raw.get("function") if isinstance(raw, dict) else None
+        written = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(written, str) and raw.get("id") == call.get("id"):
+            return written
+    return json.dumps(call.get("args", {}), ensure_ascii=False)
 
 
 def _message_in(message: BaseMessage) -> MessageIn:
