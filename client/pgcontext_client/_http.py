@@ -59,7 +59,15 @@ class Call(Generic[T]):
                                   content=content, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)
 
     def content(self) -> bytes | None:
-        return None if self.body is None else msgspec.json.encode(self.body)
+        """The body as JSON; a string holding a lone surrogate (half of a UTF-16 pair, e.g. text cut in the
+        middle of an emoji) is a ``ValidationError`` and nothing is sent, as the service refuses one."""
+        try:
+            return None if self.body is None else msgspec.json.encode(self.body)
+        except UnicodeEncodeError as exc:
+            bad = exc.object[exc.start] if isinstance(exc.object, str) else "?"
+            raise errors.ValidationError(
+                f"the request holds a lone surrogate (U+{ord(bad):04X}), which UTF-8 JSON cannot carry; "
+                "nothing was sent", code="validation_error") from exc
 
     def decode(self, response: httpx.Response) -> T:
         if response.is_success or response.status_code in self.accept:
