@@ -61,7 +61,9 @@ def line_span(row: asyncpg.Record) -> LineSpan | None:
     if path is None or start is None or end is None or level is None:
         return None
     partial = level == 2 and start == end and not str(row["text"]).endswith("\n")
-    return LineSpan(path, start, end, level, chunk=str(row["id"]), partial=partial)
+    collection = (row["metadata"] or {}).get("collection")
+    return LineSpan(path, start, end, level, chunk=str(row["id"]), partial=partial,
+                    collection=collection if isinstance(collection, str) else None)
 
 
 def cold_text(row: asyncpg.Record) -> str:

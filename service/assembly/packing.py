@@ -151,11 +151,12 @@ class _Selection:
         """Tag of each chosen item, by index."""
         self.lines = [s.candidate.lines for s in scored]
         self.relevance = [s.scores.relevance for s in scored]
-        self.same_file: dict[str, list[int]] = {}
-        """Document chunks by path (only files with more than one chunk in play matter)."""
+        self.same_file: dict[tuple[str | None, str], list[int]] = {}
+        """Document chunks by file, its collection and path (only files with more than one chunk in play
+        matter)."""
         for i, span in enumerate(self.lines):
             if span is not None:
-                self.same_file.setdefault(span.path, []).append(i)
+                self.same_file.setdefault(span.file, []).append(i)
         self.alive = [True] * n
         self.live = list(range(n))
         """The alive indices, in order."""
@@ -184,14 +185,15 @@ class _Selection:
     def best(self) -> int:
         """The next to choose: pinned first, then by composite; the first of equals (score order).
         A chunk that contains other chunks still in play gives way to the most specific of those that
-        match the query themselves (see :data:`MATCH_SHARE`)."""
+        match the query themselves (see :data:`MATCH_SHARE`): the fewest lines, then the finest level
+        (a file's one chunk of all its lines does not stand for the section inside it that matched)."""
         i = max(self.live, key=self.priority.__getitem__)
         span = self.lines[i]
-        if span is None or len(self.same_file[span.path]) < 2:
+        if span is None or len(self.same_file[span.file]) < 2:
             return i
         floor = MATCH_SHARE * self.relevance[i]
-        inside = [(other.level, other.start - other.end, self.priority[k], -k)
-                  for k in self.same_file[span.path]
+        inside = [(other.start - other.end, other.level, self.priority[k], -k)
+                  for k in self.same_file[span.file]
                   if k != i and self.alive[k] and (other := self.lines[k]) is not None and span.contains(other)
                   and self.relevance[k] >= floor]
         return -max(inside)[3] if inside else i
@@ -199,9 +201,9 @@ class _Selection:
     def drop_overlapping(self, chosen: int) -> None:
         """Drop the chunks of the chosen one's file whose lines overlap its lines."""
         span = self.lines[chosen]
-        if span is None or len(self.same_file[span.path]) < 2:
+        if span is None or len(self.same_file[span.file]) < 2:
             return
-        for k in self.same_file[span.path]:
+        for k in self.same_file[span.file]:
             other = self.lines[k]
             if self.alive[k] and other is not None and span.overlaps(other):
                 self.drop(k, "nested", f"lines {other.start}-{other.end} of {other.path} overlap lines "

@@ -92,8 +92,8 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class LineSpan:
-    """Lines ``start..end`` (1-based, inclusive) of ``path``, covered by a chunk of ``level`` (0 file
-    summary, 1 section, 2 chunk: higher is more specific).
+    """Lines ``start..end`` (1-based, inclusive) of ``path`` in ``collection``, covered by a chunk of
+    ``level`` (0 file summary, 1 section, 2 chunk: higher is more specific).
 
     A line over the chunk bound is stored as several L2 chunks, its pieces, all with that line as
     their span (:mod:`service.documents.long_lines`). Pieces hold different parts of the line, so two
@@ -115,18 +115,24 @@ class LineSpan:
     """The chunk's memory id, which tells pieces of one line apart."""
     partial: bool = False
     """A single-line L2 chunk whose text stops before the line's end (a piece before the last one)."""
+    collection: str | None = None
+    """The file's collection: the same path in two collections is two files."""
+
+    @property
+    def file(self) -> tuple[str | None, str]:
+        return self.collection, self.path
 
     def contains(self, other: LineSpan) -> bool:
-        if self.path != other.path or other.start < self.start or self.end < other.end or self._other_piece(other):
+        if self.file != other.file or other.start < self.start or self.end < other.end or self._other_piece(other):
             return False
         return self.level <= other.level or (self.start, self.end) != (other.start, other.end)
 
     def overlaps(self, other: LineSpan) -> bool:
-        return (self.path == other.path and self.start <= other.end and other.start <= self.end
+        return (self.file == other.file and self.start <= other.end and other.start <= self.end
                 and not self._other_piece(other))
 
     def _other_piece(self, other: LineSpan) -> bool:
-        """Whether ``self`` and ``other`` are different pieces of one line (their paths being equal)."""
+        """Whether ``self`` and ``other`` are different pieces of one line (of one file)."""
         return ((self.partial or other.partial) and self.chunk is not None and other.chunk is not None
                 and self.chunk != other.chunk and self.level == other.level == 2
                 and self.start == self.end == other.start == other.end)

@@ -290,6 +290,29 @@ def test_a_chunk_takes_its_containers_place_only_if_it_matches_the_query_itself(
     assert ("section", "nested") in [(d.id, d.reason) for d in result.dropped]
 
 
+def test_the_section_that_matched_goes_in_not_a_chunk_of_the_whole_file(counter: TokenCounter) -> None:
+    # A short file: its one L2 chunk holds every line, as its H1 section does; the Backups section
+    # inside them matched best. Fewer lines are more specific than a finer level of the same lines.
+    cands = [chunk("h1", "ops.md", 1, 16, 1, relevance=1.0), chunk("whole", "ops.md", 1, 16, 2, relevance=0.8),
+             chunk("backups", "ops.md", 5, 9, 1, relevance=0.9)]
+    result = select_memories(cands, budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert [p.id for p in result.chosen] == ["backups"]
+    assert {(d.id, d.reason) for d in result.dropped} == {("h1", "nested"), ("whole", "nested")}
+
+
+def test_the_same_path_in_two_collections_is_two_files(counter: TokenCounter) -> None:
+    def readme(id: str, text: str, relevance: float, collection: str) -> Candidate:
+        return cand(id, text, relevance=relevance, lines=LineSpan("README.md", 1, 3, 2, collection=collection))
+
+    ours = readme("ours", "Install with make run; the service listens on port 8080.", 1.0, "handbook")
+    theirs = readme("theirs", "Deploy the charts with helm; values live in deploy/values.yaml.", 0.9, "repo")
+    result = select_memories([ours, theirs], budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert sorted(p.id for p in result.chosen) == ["ours", "theirs"] and not result.dropped
+    mirror = readme("theirs", theirs.text, 0.9, "handbook")  # the same file: its lines are packed once
+    result = select_memories([ours, mirror], budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
+    assert len(result.chosen) == 1 and [d.reason for d in result.dropped] == ["nested"]
+
+
 def test_partly_overlapping_chunks_are_not_packed_twice(counter: TokenCounter) -> None:
     cands = [
         chunk("one", "a.md", 1, 40, 2, relevance=1.0),
