@@ -98,7 +98,8 @@ _EXTENSION: Final = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 
 @dataclass(frozen=True, slots=True)
 class LookupFilters:
-    collection: str | None = None
+    collections: tuple[str, ...] | None = None
+    """Only chunks of these collections (None: any)."""
     agent_id: str | None = None
     """Only chunks owned by this agent (``memories.agent_id`` equal to it)."""
     path_prefix: str | None = None
@@ -140,6 +141,10 @@ class LookupHit:
 
 
 # --------------------------------------------------------------------------------------- helpers
+
+
+def _collections(filters: LookupFilters) -> list[str] | None:
+    return list(filters.collections) if filters.collections is not None else None
 
 
 def _levels(filters: LookupFilters) -> list[int] | None:
@@ -216,7 +221,7 @@ async def exact(tx: TenantTx, query: str, *, case_sensitive: bool = False, limit
         return []
     pattern = "%" + escape_like(query) + "%"
     rows = await tx.fetch("documents.exact_cs" if case_sensitive else "documents.exact_ci", tx.org_id, query,
-                          pattern, limit * _CANDIDATE_FACTOR + 10, filters.collection, filters.agent_id,
+                          pattern, limit * _CANDIDATE_FACTOR + 10, _collections(filters), filters.agent_id,
                           _prefix(filters), _levels(filters))
     flags = 0 if case_sensitive else re.IGNORECASE
     needle = re.compile(re.escape(query), flags)
@@ -232,16 +237,16 @@ async def exact(tx: TenantTx, query: str, *, case_sensitive: bool = False, limit
         scored.append((score, order, _hit(row, "exact", score, matched)))
     scored.sort(key=lambda t: (-t[0], t[1]))
     kept: list[LookupHit] = []
-    covered: dict[str, list[LookupHit]] = {}
+    covered: dict[tuple[str | None, str], list[LookupHit]] = {}  # by file: its collection and path
     for _, _, h in scored:
-        same_file = covered.get(h.path, [])
+        same_file = covered.get((h.collection, h.path), [])
         if h.level == 0 and same_file:
             continue
         if h.level == 1 and any(o.level == 2 and set(h.matched_lines) <= set(range(o.line_start, o.line_end + 1))
                                 for o in same_file):
             continue
         kept.append(h)
-        covered.setdefault(h.path, []).append(h)
+        covered.setdefault((h.collection, h.path), []).append(h)
     return _ranked(kept, limit)
 
 
@@ -257,7 +262,7 @@ async def path(tx: TenantTx, pattern: str, *, limit: int = 20,
         return []
     levels = list(filters.levels) if filters.levels is not None else [0]
     rows = await tx.fetch("documents.path", tx.org_id, compiled.like, compiled.regex, compiled.verbatim,
-                          levels, limit * _CANDIDATE_FACTOR + 10, filters.collection, filters.agent_id,
+                          levels, limit * _CANDIDATE_FACTOR + 10, _collections(filters), filters.agent_id,
                           _prefix(filters))
     hits = [_hit(r, "path", path_score(compiled, r["source_path"]), []) for r in rows]
     order = {h.id: i for i, h in enumerate(hits)}
@@ -286,7 +291,7 @@ async def symbol(tx: TenantTx, name: str, *, limit: int = 20,
         return []
     lowered = q.lower()
     rows = await tx.fetch("documents.symbol", tx.org_id, "%" + escape_like(lowered) + "%", q, lowered,
-                          escape_like(lowered) + "%", limit, filters.collection, filters.agent_id, _prefix(filters))
+                          escape_like(lowered) + "%", limit, _collections(filters), filters.agent_id, _prefix(filters))
     leaf = re.split(r"::|\.|#", q)[-1]
     finder = re.compile(r"(?<![\w$])" + re.escape(leaf) + r"(?![\w$])", re.IGNORECASE)
     hits = []
@@ -309,7 +314,7 @@ async def nearest(tx: TenantTx, embedding: npt.NDArray[np.float32] | Sequence[fl
         return []
     await tx.set_local({"hnsw.iterative_scan": "strict_order", "hnsw.ef_search": str(max(ef_search, limit))})
     rows = await tx.fetch("documents.nearest", tx.org_id, Vector(np.asarray(embedding, dtype=np.float32)), limit,
-                          filters.collection, filters.agent_id, _prefix(filters), _levels(filters))
+                          _collections(filters), filters.agent_id, _prefix(filters), _levels(filters))
     return _ranked([_hit(r, "semantic", float(r["score"]), []) for r in rows], limit)
 
 

@@ -9,7 +9,7 @@ parts: filter mapping, hit mapping, excerpts and the fusion.
 Filters apply to every mode. ``lexical`` and ``semantic`` take the request's filters as the strategy
 search does. The lookup modes (``exact``/``path``/``symbol``, :mod:`service.documents.lookup`) push
 down what their queries understand (``agent_id``, ``source_prefix``, ``levels``, a string
-``metadata.collection`` or a single ``collections`` entry) and every hit then passes the full
+``metadata.collection`` and ``collections``) and every hit then passes the full
 filters (the branches' own filter arguments, plus expiry) in ``retrieval.mode_filter`` on the same
 connection; when some filter cannot be pushed down, the mode over-fetches
 (:data:`RESIDUAL_OVERFETCH`) so the post-filter still leaves enough. A ``kinds`` filter without
@@ -113,14 +113,16 @@ def lookup_filters(filters: SearchFilters) -> tuple[LookupFilters | None, bool]:
             metadata["collection"] = collection
         collection = None
     named = filters.collections
-    if named is not None and len(named) == 1 and collection is None:
-        collection, named = named[0], None  # one collection is pushed down; more are post-filtered
-    residual = bool(metadata) or named is not None or any(
+    if collection is not None:  # metadata.collection and collections both hold: the one, if the list names it
+        if named is not None and collection not in named:
+            return None, False
+        named = [collection]
+    residual = bool(metadata) or any(
         value is not None for value in (filters.created_after, filters.created_before, filters.occurred_after,
                                         filters.occurred_before))
     levels = tuple(filters.levels) if filters.levels is not None else None
-    return LookupFilters(collection=collection, agent_id=filters.agent_id, path_prefix=filters.source_prefix,
-                         levels=levels), residual
+    return LookupFilters(collections=None if named is None else tuple(named), agent_id=filters.agent_id,
+                         path_prefix=filters.source_prefix, levels=levels), residual
 
 
 # ---------------------------------------------------------------------------------- mode work

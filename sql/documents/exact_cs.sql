@@ -4,7 +4,7 @@ SELECT m.id, m.agent_id, m.text, m.metadata, m.source_path, m.line_start, m.line
   FROM memories m
  WHERE m.org_id = $1 AND m.kind = 'document_chunk'
    AND m.text LIKE $3
-   AND ($5::text IS NULL OR m.metadata->>'collection' = $5)
+   AND ($5::text[] IS NULL OR m.metadata->>'collection' = ANY($5::text[]))
    AND ($6::text IS NULL OR m.agent_id = $6)
    AND ($7::text IS NULL OR m.source_path LIKE $7)
    AND ($8::smallint[] IS NULL OR m.level = ANY($8))

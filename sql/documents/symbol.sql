@@ -6,7 +6,7 @@ WITH cand AS (
       FROM memories m
      WHERE m.org_id = $1 AND m.kind = 'document_chunk' AND m.level = 1
        AND lower(coalesce(m.metadata->>'symbol', m.section_title)) LIKE $2
-       AND ($7::text IS NULL OR m.metadata->>'collection' = $7)
+       AND ($7::text[] IS NULL OR m.metadata->>'collection' = ANY($7::text[]))
        AND ($8::text IS NULL OR m.agent_id = $8)
        AND ($9::text IS NULL OR m.source_path LIKE $9)
 )

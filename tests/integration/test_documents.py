@@ -378,7 +378,7 @@ async def test_another_org_never_sees_the_documents(
     assert (await client.delete("/v1/documents", params={"path": "secret/plan.py"},
                                 headers=tenant.headers)).status_code == 200
     async with db.tenant(other_tenant.org_id, readonly=True) as tx:
-        assert len(await lookup.path(tx, "secret/plan.py", filters=LookupFilters(collection="default"))) == 1
+        assert len(await lookup.path(tx, "secret/plan.py", filters=LookupFilters(collections=("default",)))) == 1
 
 
 async def test_chunk_token_counts_are_cached_per_org(client: AsyncTestClient[Any], tenant: Tenant,

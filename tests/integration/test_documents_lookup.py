@@ -166,7 +166,7 @@ async def test_exact_finds_substrings_with_line_anchored_excerpts(db: Database, 
         assert await lookup.exact(tx, "import", filters=LookupFilters(path_prefix="geo/")) != []
         assert all(h.path.startswith("geo/") for h in
                    await lookup.exact(tx, "import", filters=LookupFilters(path_prefix="geo/")))
-        assert await lookup.exact(tx, "import", filters=LookupFilters(collection="nope")) == []
+        assert await lookup.exact(tx, "import", filters=LookupFilters(collections=("nope",))) == []
         assert await lookup.exact(tx, "import", filters=LookupFilters(agent_id="someone")) == []
 
 

@@ -192,6 +192,32 @@ async def test_filters_apply_to_every_mode(client: AsyncTestClient[Any], make_te
             assert body["results"] == []
 
 
+async def test_lookup_modes_over_several_collections_find_every_match(client: AsyncTestClient[Any],
+                                                                     make_tenant: Any) -> None:
+    """The collections named are part of the lookup's own query: two of them were filtered after a
+    fetch that a third, busier collection filled (exact found nothing; path missed a file), and a file
+    summary was left out for a finer hit of the same path in another collection."""
+    tenant: Tenant = await make_tenant("modes-collections")
+    await ingest(client, tenant, {"a.txt": "the ZEBRA_TOKEN is here\n", "docs/long-name-here.txt": "x\n"},
+                 collection="A")
+    await ingest(client, tenant, {"b.txt": "and the ZEBRA_TOKEN is here too\n"}, collection="B")
+    await ingest(client, tenant, {f"noise/{n:03}.txt": f"ZEBRA_TOKEN noise {n}\n" for n in range(200)},
+                 collection="C")
+    both = {"collections": ["A", "B"]}
+    found = await search(client, tenant, query="ZEBRA_TOKEN", modes=["exact"], filters=both, limit=5)
+    assert sorted(r["path"] for r in found["results"]) == ["a.txt", "b.txt"], found["results"]
+    files = await search(client, tenant, query="*.txt", modes=["path"], filters=both, limit=5)
+    assert sorted(r["path"] for r in files["results"]) == ["a.txt", "b.txt", "docs/long-name-here.txt"]
+    alone = await search(client, tenant, query="*.txt", modes=["path"],
+                         filters={"collections": ["A", "B"], "metadata": {"collection": "C"}}, limit=5)
+    assert alone["results"] == []  # a collection the list does not name
+    await ingest(client, tenant, {"README.md": "# Guide\n\nInstall it.\n"}, collection="A")
+    await ingest(client, tenant, {"README.md": "# Other\n\nThe guide is elsewhere.\n"}, collection="B")
+    summaries = await search(client, tenant, query="guide", modes=["exact"], filters=both, limit=10)
+    assert {(r["metadata"]["collection"], r["path"]) for r in summaries["results"]} >= {("A", "README.md"),
+                                                                                         ("B", "README.md")}
+
+
 async def test_another_org_never_sees_the_chunks(client: AsyncTestClient[Any], corpus: Tenant,
                                                  make_tenant: Any) -> None:
     other: Tenant = await make_tenant("modes-other")
