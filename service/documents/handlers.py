@@ -81,7 +81,7 @@ class DocumentController(Controller):
         if len(path) > MAX_DELETE_PATHS:
             raise BadRequest(f"at most {MAX_DELETE_PATHS} paths per request", code="validation_error")
         for p in path:
-            ingest.check_path(p, services.settings.documents.max_path_chars)
+            ingest.check_path(p, services.settings.documents.max_path_chars, stored=True)  # any stored one
         deleted, missing, chunks, revision = await ingest.delete(services, org_id, collection, path)
         if not deleted:
             shown = missing[0] if len(missing) == 1 else f"{len(missing)} paths"

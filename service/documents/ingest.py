@@ -48,6 +48,7 @@ from service.documents.types import (
     IngestResponse,
     IngestTimings,
 )
+from service.documents.walk import PATH_CONTROL_CHARS
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
 from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_metadata
@@ -60,15 +61,19 @@ from service.timing import elapsed_ms
 
 KIND = DOCUMENT_CHUNK_KIND
 RESERVED_METADATA = ("collection", "language", "content_hash", "symbol", "symbol_name", "truncated")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(f"[{PATH_CONTROL_CHARS}]")
+_STORED_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""The control characters that documents stored before C1 controls and line separators were refused
+never hold: what a deletion, or an import of an older export, checks their paths for."""
 _SYMBOL_SPLIT = re.compile(r"::|\.|#")
 
 
 # ------------------------------------------------------------------------------------ validation
 
 
-def check_path(path: str, max_chars: int, *, field: str = "path") -> None:
-    """A document path: relative posix, no empty/``.``/``..`` segments, no control characters."""
+def check_path(path: str, max_chars: int, *, field: str = "path", stored: bool = False) -> None:
+    """A document path: relative posix, no empty/``.``/``..`` segments, no control characters (``stored``:
+    a path a document may already have, see :data:`_STORED_CONTROL`)."""
 
     def bad(why: str) -> BadRequest:
         return BadRequest(f"{field} {path[:80]!r} is not a valid document path: {why}", code="bad_path",
@@ -78,8 +83,8 @@ def check_path(path: str, max_chars: int, *, field: str = "path") -> None:
         raise bad("it is empty")
     if len(path) > max_chars:
         raise bad(f"longer than {max_chars} characters")
-    if _CONTROL.search(path):
-        raise bad("it contains a control character (NUL, newline, ...)")
+    if (_STORED_CONTROL if stored else _CONTROL).search(path):
+        raise bad("it contains a control character (NUL, newline, NEL, a line separator, ...)")
     if "\\" in path:
         raise bad("use '/' as the separator")
     if path.startswith("/"):
@@ -98,8 +103,10 @@ def _utf8_ok(text: str) -> bool:
     return True
 
 
-def validate(request: IngestRequest, docs: DocumentSettings, limits: LimitSettings) -> list[int]:
-    """Check the request against the limits; returns each file's size in UTF-8 bytes."""
+def validate(request: IngestRequest, docs: DocumentSettings, limits: LimitSettings, *,
+             stored: bool = False) -> list[int]:
+    """Check the request against the limits; returns each file's size in UTF-8 bytes. ``stored``: the
+    files are documents an org held (an import), whose paths are checked as :func:`check_path` says."""
     if not request.files:
         raise BadRequest("files must not be empty", code="validation_error", details={"field": "files"})
     if len(request.files) > docs.max_files_per_request:
@@ -110,7 +117,7 @@ def validate(request: IngestRequest, docs: DocumentSettings, limits: LimitSettin
     seen: set[str] = set()
     for index, item in enumerate(request.files):
         where = f"files[{index}]"
-        check_path(item.path, docs.max_path_chars, field=f"{where}.path")
+        check_path(item.path, docs.max_path_chars, field=f"{where}.path", stored=stored)
         if item.path in seen:
             # 422, not 400: each item matches the schema; only their combination cannot be stored.
             raise Unprocessable(f"{where}.path {item.path!r} appears twice in the request", code="duplicate_path",

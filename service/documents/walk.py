@@ -37,7 +37,10 @@ import pathspec
 SkipReason = Literal["too_large", "binary", "not_utf8", "unreadable", "not_regular", "symlink", "bad_name", "vcs"]
 
 BINARY_SNIFF_BYTES: Final = 8192
-_UNSTORABLE_NAME: Final = re.compile(r"[\x00-\x1f\x7f\\]")
+PATH_CONTROL_CHARS: Final = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+"""What a document path never holds (a regular expression class): C0 and C1 control characters, DEL, and
+the line and paragraph separators, each of which breaks a line where the path is written."""
+_UNSTORABLE_NAME: Final = re.compile(f"[{PATH_CONTROL_CHARS}\\\\]")
 """Characters a document path cannot hold (the service's 400 ``bad_path``): a macOS ``Icon\\r``, say."""
 VCS_DIRS: Final = frozenset({".hg", ".svn", ".bzr", "_darcs", ".jj", ".pijul", "CVS"})
 """Version-control directories skipped unless ``include_vcs`` (``.git`` is skipped always)."""

@@ -251,10 +251,26 @@ async def test_delete_removes_chunks_and_bumps_revision(
 
 
 @pytest.mark.parametrize("path", ["/abs.py", "a/../b.py", "./a.py", "a//b.py", "a\\b.py", "a\nb", "", "dir/",
-                                  "x" * 1025])
+                                  "x" * 1025, "a\x85b.md", "csi\x9b.md", "line\u2028sep.md", "para\u2029.md"])
 async def test_bad_paths_are_400(client: AsyncTestClient[Any], tenant: Tenant, path: str) -> None:
     body = await post(client, tenant, {path: "text"}, status=400)
     assert body["error"]["code"] == "bad_path"
+
+
+async def test_a_stored_path_with_a_line_separator_can_still_be_deleted(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                      owner_dsn: str) -> None:
+    """Paths with C1 controls or line separators are refused now; a document stored with one before is
+    still deleted by its path."""
+    await post(client, tenant, {"notes/old.md": "# Old\n\nkept from before\n"}, status=200)
+    conn = await asyncpg.connect(owner_dsn)
+    try:  # as an ingest stored it when such paths were taken
+        for table, column in (("documents", "path"), ("memories", "source_path")):
+            await conn.execute(f"UPDATE {table} SET {column} = 'notes/old\u2028.md' WHERE org_id = $1 "
+                               f"AND {column} = 'notes/old.md'", tenant.org_id)
+    finally:
+        await conn.close()
+    r = await client.delete("/v1/documents", params={"path": "notes/old\u2028.md"}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["deleted"] == ["notes/old\u2028.md"], r.text
 
 
 async def test_limits_and_content_checks(client: AsyncTestClient[Any], tenant: Tenant) -> None:

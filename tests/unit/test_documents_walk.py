@@ -176,11 +176,14 @@ def test_names_a_document_path_cannot_hold_are_skipped_not_sent(tmp_path: Path) 
     write(tmp_path, "Icon\r", "")
     write(tmp_path, "back\\slash.txt", "x\n")
     write(tmp_path, "tab\tdir/inside.txt", "x\n")
+    write(tmp_path, "next\x85line.md", "x\n")
+    write(tmp_path, "line\u2028sep.md", "x\n")
     write(tmp_path, "ok é.txt", "kept\n")
     files, skipped = walk(tmp_path)
     assert [f.path for f in files] == ["ok é.txt"]
     assert {s.path: s.reason for s in skipped} == {
-        "Icon\\r": "bad_name", "back\\slash.txt": "bad_name", "tab\\tdir/": "bad_name"}
+        "Icon\\r": "bad_name", "back\\slash.txt": "bad_name", "tab\\tdir/": "bad_name",
+        "next\\x85line.md": "bad_name", "line\\u2028sep.md": "bad_name"}
 
 
 def test_an_ignore_file_with_a_byte_order_mark_keeps_its_first_rule(tmp_path: Path) -> None:
