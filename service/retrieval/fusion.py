@@ -68,6 +68,7 @@ def _ranked(entries: dict[UUID, _Entry], scores: dict[UUID, float], method: Resu
 
 def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
     hit = entry.hit
+    start, end = hit.lines
     return SearchResult(
         id=hit.id, text=hit.text, kind=hit.kind, source=hit.source, level=hit.level, breadcrumb=hit.breadcrumb,
         score=hit_score(entry.lexical_score, entry.semantic_score),
@@ -75,6 +76,7 @@ def _result(entry: _Entry, score: float, method: ResultFusion) -> SearchResult:
         lexical_score=entry.lexical_score, semantic_score=entry.semantic_score, fusion_method=method,
         agent_id=hit.agent_id, metadata=hit.metadata, occurred_at=hit.occurred_at, message=hit.message,
         current=hit.current, superseded_by=hit.superseded_by, valid_until=hit.valid_until,
+        path=None if start is None else hit.source, line_start=start, line_end=end,
     )
 
 

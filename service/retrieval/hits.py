@@ -11,7 +11,7 @@ import asyncpg
 
 from service.memories.facts.types import is_current
 from service.memories.repo import message_ref
-from service.memories.types import MessageRef
+from service.memories.types import DOCUMENT_CHUNK_KIND, MessageRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,13 @@ class Hit:
     @property
     def speaker(self) -> str | None:
         return None if self.message is None else self.message.speaker
+
+    @property
+    def lines(self) -> tuple[int | None, int | None]:
+        """A document chunk's line span in its file (``line_start``, ``line_end``); (None, None) otherwise."""
+        if self.kind != DOCUMENT_CHUNK_KIND or self.row is None:
+            return None, None
+        return self.row.get("line_start"), self.row.get("line_end")
 
 
 def hits_from_rows(rows: list[asyncpg.Record]) -> list[Hit]:

@@ -211,12 +211,13 @@ class SearchResult(msgspec.Struct, kw_only=True):
     fused_score: float | None = None
     """Set when the reranker re-ordered the results: the score fusion gave (``final_score`` is then the
     reranker's relevance score)."""
-    # Filled by ``modes`` search (null from the strategy search; line fields null for non-document rows):
+    # A document chunk's file and lines (null for other memories):
     path: str | None = None
     """The document path (``source``)."""
     line_start: int | None = None
     line_end: int | None = None
     """The chunk's 1-based, inclusive line span in its file."""
+    # Filled by ``modes`` search (null from the strategy search):
     excerpt: str | None = None
     """``exact``/``symbol``: the matched lines with one line of context; otherwise the chunk's first lines."""
     excerpt_line_start: int | None = None

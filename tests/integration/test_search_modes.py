@@ -272,11 +272,25 @@ async def test_bad_modes_are_400_in_the_error_shape(client: AsyncTestClient[Any]
         assert field in r.text, (body, r.text)
 
 
-async def test_without_modes_the_strategy_search_is_unchanged(client: AsyncTestClient[Any], corpus: Tenant) -> None:
+async def test_without_modes_the_strategy_search_is_unchanged(client: AsyncTestClient[Any], corpus: Tenant,
+                                                              make_tenant: Any) -> None:
     body = await search(client, corpus, query="slugify a title", strategy="hybrid", limit=5)
     assert body["strategy"] == "hybrid" and body["modes"] is None and body["metrics"]["modes"] is None
     assert body["results"] and all(r["mode"] is None and r["modes"] is None and r["excerpt"] is None
                                    for r in body["results"])
+    # A chunk says its file and lines as a modes search does: where to read it (a fact says none).
+    found = await search(client, corpus, query="slugify a title", modes=ALL, limit=50)
+    modes = {r["id"]: r for r in found["results"]}
+    for r in body["results"]:
+        assert r["path"] == r["source"] and r["line_start"] is not None and r["line_end"] >= r["line_start"]
+        if r["id"] in modes:
+            assert (r["line_start"], r["line_end"]) == (modes[r["id"]]["line_start"], modes[r["id"]]["line_end"])
+    mixed: Tenant = await make_tenant("modes-mixed")
+    await ingest(client, mixed, FILES)
+    await client.post("/v1/memories", json={"text": "Titles are slugified in lower case."}, headers=mixed.headers)
+    facts = await search(client, mixed, query="slugify a title", strategy="hybrid", limit=20,
+                         filters={"kinds": ["fact"]})
+    assert facts["results"] and all(r["path"] is None and r["line_start"] is None for r in facts["results"])
 
 
 async def test_modes_run_concurrently_and_survive_a_failing_mode(
