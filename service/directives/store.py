@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 from uuid import UUID
 
 import msgspec
 import structlog
+from asyncpg import Record
 from redis.exceptions import RedisError
 
-from service.db import Database
+from service.db import Database, TenantTx
 from service.db.epochs import CacheEpochs
 from service.db.redisconn import RedisClient, org_prefix
 from service.directives.last_known import LastKnown
@@ -42,6 +44,9 @@ from service.directives.types import DirectiveOut
 from service.tenancy.cachebound import BOUND_LUA, UNTRACK, lru_key, sizes_key
 
 log = structlog.get_logger(__name__)
+
+VERSION_MAX: Final = 2**31 - 1
+"""The last version a directive can take (an integer column): a directive at it can no longer change."""
 
 DIRECTIVE_CACHE = "directive"
 """Name of the org's bounded envelope cache (:mod:`service.tenancy.cachebound`): ``{org_id}:directive_lru``,
@@ -217,25 +222,30 @@ class DirectiveStore:
         return await self.load(org_id, agent_id) if isinstance(cached, Miss) else cached
 
     async def put(self, org_id: UUID, agent_id: str, content: str) -> DirectiveOut:
-        return await self._write(org_id, agent_id, "directives.upsert", content)
-
-    async def restore(self, org_id: UUID, agent_id: str, content: str, version: int, created_at: datetime,
-                      updated_at: datetime) -> DirectiveOut:
-        """A directive from an export: its version and times kept for an agent without one; other text
-        replaces the agent's at its next version, at least the exported one."""
-        return await self._write(org_id, agent_id, "directives.restore", content, version, created_at, updated_at)
-
-    async def _write(self, org_id: UUID, agent_id: str, name: str, *args: Any) -> DirectiveOut:
         epoch = await self.epochs.current(org_id)
         async with self.db.tenant(org_id) as tx:
-            row = await tx.fetchrow(name, org_id, agent_id, *args)
-        assert row is not None
-        directive = DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
-                                 updated_at=row["updated_at"])
-        self.last_known.remember(org_id, agent_id, directive, time.monotonic())
-        if not await self._cache(org_id, directive, epoch):
-            await self.epochs.bump(org_id)  # the old envelope may still be in Redis: stop trusting it
+            directive = _written(await tx.fetchrow("directives.upsert", org_id, agent_id, content))
+        await self.publish(org_id, [directive], epoch)
         return directive
+
+    @staticmethod
+    async def restore(tx: TenantTx, agent_id: str, content: str, version: int | None, created_at: datetime,
+                      updated_at: datetime) -> DirectiveOut:
+        """A directive from an export, written in the caller's transaction (an import's: :meth:`publish` it
+        once that committed): its version and times kept for an agent without one; other text replaces the
+        agent's at its next version, at least the exported one (``version`` None: the next, as a PUT)."""
+        if version is None:
+            return _written(await tx.fetchrow("directives.upsert", tx.org_id, agent_id, content))
+        return _written(await tx.fetchrow("directives.restore", tx.org_id, agent_id, content, version, created_at,
+                                          updated_at))
+
+    async def publish(self, org_id: UUID, directives: Iterable[DirectiveOut], epoch: int | None) -> None:
+        """Directives a committed transaction wrote, remembered and cached (``epoch``: the org's cache epoch
+        read before that transaction began)."""
+        for directive in directives:
+            self.last_known.remember(org_id, directive.agent_id, directive, time.monotonic())
+            if not await self._cache(org_id, directive, epoch):
+                await self.epochs.bump(org_id)  # the old envelope may still be in Redis: stop trusting it
 
     async def delete(self, org_id: UUID, agent_id: str) -> bool:
         """Delete the agent's directive (False: it had none); its envelope then says "none" at the
@@ -262,3 +272,8 @@ class DirectiveStore:
         return True
 
 
+def _written(row: Record | None) -> DirectiveOut:
+    """The directive a write returned (its row)."""
+    assert row is not None
+    return DirectiveOut(agent_id=row["agent_id"], content=row["content"], version=row["version"],
+                        updated_at=row["updated_at"])

@@ -234,11 +234,12 @@ def _rows(chunked: Sequence[FileChunks], files: Sequence[FileIn], collection: st
 
 
 
-async def ingest(services: Services, org_id: UUID, request: IngestRequest) -> IngestResponse:
-    """Store the request's files (see the module docstring); returns per-file statuses and the revision."""
+async def ingest(services: Services, org_id: UUID, request: IngestRequest, *, stored: bool = False) -> IngestResponse:
+    """Store the request's files (see the module docstring); returns per-file statuses and the revision.
+    ``stored``: documents an org held (an import), their paths checked as :func:`check_path` says."""
     started = time.perf_counter()
     docs = services.settings.documents
-    sizes = validate(request, docs, services.settings.limits)
+    sizes = validate(request, docs, services.settings.limits, stored=stored)
     embedder_name = services.embedder.name
     hashes = [content_hash(f.content) for f in request.files]
     db_started = time.perf_counter()

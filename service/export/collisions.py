@@ -8,7 +8,7 @@ naming the line and what it collided with, never the database's constraint).
 The checks against held rows run under the locks those writers take: each conversation's row (created
 here for a new one, so a concurrent append or import waits) and the key scopes of fact writes
 (``facts.lock_scopes``). A line whose id the org already holds is not written, so it collides with
-nothing there.
+nothing there, and makes or raises no conversation.
 """
 
 from __future__ import annotations
@@ -70,8 +70,16 @@ def _places(line: Line) -> Iterator[tuple[str, tuple[Any, ...]]]:
 
 
 def check_request(entries: Sequence[Entry], conversations: Sequence[Conversation] = ()) -> None:
-    """The lines of one request agree on each conversation's agent (its conversation line first) and
-    take no place twice (the same memory sent twice is written once: that is no collision)."""
+    """The lines of one request agree on each conversation's agent (its conversation line first), send
+    an id only as one line (the same line twice is written once: that is no collision) and take no place
+    twice."""
+    sent: dict[UUID, tuple[int, Line]] = {}
+    for index, line, _ in entries:
+        first, same = sent.setdefault(line.id, (index, line))
+        if same != line:
+            raise Conflict(f"lines[{index}]: memory {line.id} is also lines[{first}], a different line (an id is one "
+                           "memory: send it once, or as the same line)", code="conflict",
+                           details={"field": f"lines[{index}].id", "other": f"lines[{first}].id"})
     owners: dict[str, tuple[int, str | None]] = {}
     for index, conversation_id, agent_id in _owned(entries, conversations):
         first, owner = owners.setdefault(conversation_id, (index, agent_id))
@@ -120,7 +128,7 @@ async def claim(tx: TenantTx, entries: Sequence[Entry], conversations: Sequence[
                               [raw for _, _, raw in conversations])
         owners = {r["id"]: r["agent_id"] for r in rows}
         for index, conversation_id, agent_id in _owned(messages, conversations):
-            if owners[conversation_id] != agent_id:
+            if owners.get(conversation_id, agent_id) != agent_id:  # (none: only messages the org holds name it)
                 raise _mismatch(index, conversation_id, agent_id, owners[conversation_id], "")
         created = {r["id"] for r in rows if r["created"]} & {c.id for _, c, _ in conversations}
         await _keep_earliest(tx, conversations, created)

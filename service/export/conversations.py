@@ -20,7 +20,7 @@ import msgspec
 
 from service.conversations.checks import check_ident
 from service.errors import BadRequest, Unprocessable
-from service.export.fields import MAX_COUNT, line_field
+from service.export.fields import BIGINT_MAX, line_field
 from service.memories.types import AgentId, AwareDatetime
 from service.memories.validation import check_occurred_at
 
@@ -30,7 +30,7 @@ class ConversationLine(msgspec.Struct, tag_field="type", tag="conversation", kw_
 
     id: str
     agent_id: AgentId | None = None
-    message_count: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
+    message_count: Annotated[int, msgspec.Meta(ge=0, le=BIGINT_MAX)] = 0
     """What it held when exported: informative (its messages make the count)."""
     created_at: AwareDatetime | None = None
     updated_at: AwareDatetime | None = None

@@ -26,6 +26,7 @@ from service.documents.types import DEFAULT_COLLECTION, Collection, FileIn, Inge
 from service.errors import AppError, PayloadTooLarge, Unprocessable
 from service.export.fields import line_field
 from service.memories.types import AgentId
+from service.memories.validation import check_metadata
 from service.runtime import Services
 from service.settings import Settings
 
@@ -63,7 +64,12 @@ class Documents:
         assert line.content is not None
         item = FileIn(path=line.path, content=line.content, metadata=line.metadata)
         try:
-            (size,) = validate(IngestRequest(files=[item]), settings.documents, settings.limits)
+            try:  # what the ingest says of a file's metadata names no field: the line's metadata, as a memory's
+                check_metadata(line.metadata, settings.limits)
+            except AppError as exc:
+                exc.details.setdefault("field", "metadata")
+                raise
+            (size,) = validate(IngestRequest(files=[item]), settings.documents, settings.limits, stored=True)
         except AppError as exc:  # said of a request's first file: said here of the line
             name = str(exc.details.get("field", "content")).removeprefix("files[0].")
             raise Unprocessable(f"lines[{index}]: {exc.message.replace('files[0].', '')}", code=exc.code,
@@ -93,7 +99,8 @@ async def write(services: Services, org_id: UUID, documents: Documents) -> tuple
     """Ingest the files, a request per collection and owner; returns (files written, files held already)."""
     written = unchanged = 0
     for (collection, agent_id), files in sorted(documents.files.items(), key=lambda pair: str(pair[0])):
-        result = await ingest(services, org_id, IngestRequest(files=files, agent_id=agent_id, collection=collection))
+        result = await ingest(services, org_id, IngestRequest(files=files, agent_id=agent_id, collection=collection),
+                              stored=True)
         written += result.created + result.updated
         unchanged += result.unchanged
     return written, unchanged

@@ -9,7 +9,10 @@ from typing import Any, Final
 import msgspec
 
 MAX_COUNT: Final = 2**31 - 1
-"""The most a count or a message's position can be (no write of the API comes near it)."""
+"""The most a memory's count can be (no write of the API comes near it)."""
+BIGINT_MAX: Final = 2**63 - 1
+"""The most a message's position, or a conversation's count, can be: a bigint, as appends write them (they
+go on from the last position whatever it is), so a conversation an org holds always imports."""
 
 
 def line_field(index: int, name: str = "") -> dict[str, str]:

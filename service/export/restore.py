@@ -41,14 +41,16 @@ from pgvector import Vector
 from service.conversations.append import embedding_text
 from service.conversations.checks import check_ident, clean_speaker
 from service.conversations.types import Role, Speaker
-from service.directives.store import DirectiveStore
-from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
+from service.db import TenantTx
+from service.directives.store import VERSION_MAX, DirectiveStore
+from service.directives.types import DirectiveOut
+from service.errors import BadRequest, Conflict, PayloadTooLarge, Unprocessable, malformed_json
 from service.export.collisions import check_request, claim
 from service.export.conversations import ConversationLine
 from service.export.conversations import check as check_conversation
 from service.export.documents import DocumentLine, Documents
 from service.export.documents import write as write_documents
-from service.export.fields import MAX_COUNT, has_nul, line_field, schema_field
+from service.export.fields import BIGINT_MAX, MAX_COUNT, has_nul, line_field, schema_field
 from service.memories.facts.normalize import hash_words, tokens
 from service.memories.facts.types import MESSAGE_KIND, EventName, FactKey, OnDuplicate
 from service.memories.types import AgentId, AwareDatetime, Kind
@@ -130,7 +132,8 @@ class _Settings(msgspec.Struct, tag_field="type", tag="settings"):
 class _Directive(msgspec.Struct, tag_field="type", tag="directive"):
     agent_id: AgentId
     content: str
-    version: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    version: Annotated[int, msgspec.Meta(ge=1, le=VERSION_MAX - 1)] | None = None
+    """At most one below the last there is: the agent's next directive takes the version after it."""
     created_at: AwareDatetime | None = None
     updated_at: AwareDatetime | None = None
 
@@ -170,7 +173,7 @@ class _Memory(msgspec.Struct, tag_field="type", tag="memory", kw_only=True):
     search_context: str | None = None
     conversation_id: str | None = None
     """A message's (ids are checked by :func:`check_ident`, as an append's are)."""
-    position: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
+    position: Annotated[int, msgspec.Meta(ge=1, le=BIGINT_MAX)] | None = None
     message_id: str | None = None
     session_id: str | None = None
     speaker: Speaker | None = None
@@ -200,7 +203,8 @@ class _Parsed(msgspec.Struct):
     """Each memory line's place in ``lines``, the line as checked, and as Postgres reads it."""
     conversations: list[tuple[int, ConversationLine, _Object]] = msgspec.field(default_factory=list)
     events: list[_Object] = msgspec.field(default_factory=list)
-    directives: dict[str, _Directive] = msgspec.field(default_factory=dict)
+    directives: dict[str, tuple[int, _Directive]] = msgspec.field(default_factory=dict)
+    """Each agent's directive line (the last one of the agent's) and its place in ``lines``."""
     settings: _Settings | None = None
     documents: Documents = msgspec.field(default_factory=Documents)
     skipped: Skipped = msgspec.field(default_factory=lambda: Skipped(document=0, chunk=0))
@@ -246,7 +250,7 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             for name in ("created_at", "updated_at"):
                 if (value := getattr(line, name)) is not None:
                     check_occurred_at(value, field=name)
-            out.directives[line.agent_id] = line
+            out.directives[line.agent_id] = (index, line)
         elif isinstance(line, ConversationLine):
             check_conversation(line, index)
             out.conversations.append((index, line, msgspec.to_builtins(line)))
@@ -343,7 +347,13 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
     vectors = await embed_texts(services, org_id, texts) if memories else None
     imported, existing = (Counts(directive=0, memory=0, event=0) for _ in range(2))
     agents: set[str | None] = set()
+    store = services.extras["directives"]
+    assert isinstance(store, DirectiveStore)
+    epoch = await store.epochs.current(org_id) if parsed.directives else None  # read before writing, as a PUT
     async with services.db.tenant(org_id) as tx:
+        directives = await _write_directives(tx, parsed.directives)
+        imported.directive = len(directives)
+        existing.directive = len(parsed.directives) - len(directives)
         if memories or parsed.conversations:
             created = await claim(tx, parsed.memories, parsed.conversations)
             imported.conversation = len(created)
@@ -370,21 +380,26 @@ async def restore(services: Services, org_id: UUID, request: ImportRequest) -> I
             else:
                 await tx.fetchrow("facts.org_settings_upsert", org_id, parsed.settings.on_duplicate)
                 imported.settings = 1
-    store = services.extras["directives"]
-    assert isinstance(store, DirectiveStore)
-    for agent_id, line in parsed.directives.items():
-        current = await store.read_postgres(org_id, agent_id)
-        if current is not None and current.content == line.content:  # a restore run again changes nothing
-            existing.directive += 1
-            continue
-        if line.version is None:  # a hand-written line: a new version, as a PUT makes
-            await store.put(org_id, agent_id, line.content)
-        else:
-            now = datetime.now(UTC)
-            await store.restore(org_id, agent_id, line.content, line.version, line.created_at or now,
-                                line.updated_at or now)
-        imported.directive += 1
+    await store.publish(org_id, directives, epoch)
     imported.document, existing.document = await write_documents(services, org_id, parsed.documents)
     if agents:
         await services.memories_changed(org_id, agents)
     return ImportResult(imported=imported, existing=existing, skipped=parsed.skipped)
+
+
+async def _write_directives(tx: TenantTx, directives: dict[str, tuple[int, _Directive]]) -> list[DirectiveOut]:
+    """Each directive line whose text is not the agent's, written in the request's transaction ahead of the
+    rest (one that cannot be written fails the request: nothing of it is written); returns those written."""
+    written: list[DirectiveOut] = []
+    now = datetime.now(UTC)
+    for agent_id, (index, line) in sorted(directives.items()):
+        held = await tx.fetchrow("directives.get", tx.org_id, agent_id)
+        if held is not None and held["content"] == line.content:  # a restore run again changes nothing
+            continue
+        if held is not None and held["version"] >= VERSION_MAX:
+            raise Conflict(f"lines[{index}]: the directive of agent {agent_id!r} is at version {held['version']}, "
+                           "the last there is: it cannot change", code="conflict",
+                           details={**line_field(index, "version"), "version": held["version"]})
+        written.append(await DirectiveStore.restore(tx, agent_id, line.content, line.version, line.created_at or now,
+                                                    line.updated_at or now))
+    return written

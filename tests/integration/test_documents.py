@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from uuid import UUID, uuid4
@@ -258,9 +259,9 @@ async def test_bad_paths_are_400(client: AsyncTestClient[Any], tenant: Tenant, p
 
 
 async def test_a_stored_path_with_a_line_separator_can_still_be_deleted(client: AsyncTestClient[Any], tenant: Tenant,
-                                                                      owner_dsn: str) -> None:
+                                                                      other_tenant: Tenant, owner_dsn: str) -> None:
     """Paths with C1 controls or line separators are refused now; a document stored with one before is
-    still deleted by its path."""
+    still exported and imported, and deleted by its path."""
     await post(client, tenant, {"notes/old.md": "# Old\n\nkept from before\n"}, status=200)
     conn = await asyncpg.connect(owner_dsn)
     try:  # as an ingest stored it when such paths were taken
@@ -269,8 +270,15 @@ async def test_a_stored_path_with_a_line_separator_can_still_be_deleted(client: 
                                f"AND {column} = 'notes/old.md'", tenant.org_id)
     finally:
         await conn.close()
-    r = await client.delete("/v1/documents", params={"path": "notes/old\u2028.md"}, headers=tenant.headers)
-    assert r.status_code == 200 and r.json()["deleted"] == ["notes/old\u2028.md"], r.text
+    exported = await client.get("/v1/export", headers=tenant.headers)
+    lines = [json.loads(line) for line in exported.text.splitlines() if line]
+    documents = [line for line in lines if line["type"] == "document"]
+    assert [d["path"] for d in documents] == ["notes/old\u2028.md"]
+    r = await client.post("/v1/import", json={"lines": documents}, headers=other_tenant.headers)
+    assert r.status_code == 200 and r.json()["imported"]["document"] == 1, r.text
+    for who in (tenant, other_tenant):
+        r = await client.delete("/v1/documents", params={"path": "notes/old\u2028.md"}, headers=who.headers)
+        assert r.status_code == 200 and r.json()["deleted"] == ["notes/old\u2028.md"], r.text
 
 
 async def test_limits_and_content_checks(client: AsyncTestClient[Any], tenant: Tenant) -> None:

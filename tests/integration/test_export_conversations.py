@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
+from uuid import uuid4
 
 from litestar.testing import AsyncTestClient
 
@@ -193,3 +194,23 @@ async def test_a_conversation_line_is_checked_as_an_append_checks_its_ids(
         assert r.json()["error"]["details"] == {"field": f"lines[1].{field}"}, r.text
     assert (await client.get("/v1/conversations", headers=other_tenant.headers)).json()["items"] == []
     assert (await import_lines(client, other_tenant, [good]))["imported"]["conversation"] == 1
+
+
+async def test_a_conversation_past_any_position_an_import_took_imports(
+        client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
+    """Appends go on from an imported message's position, so an import takes every position a bigint holds:
+    the org's own export imports (past 2**31 - 1 it was refused: position <= 2147483647)."""
+    for conversation_id, last in (("past-int", 2**31 - 1), ("past-double", 2**53 - 1)):
+        message = {"type": "memory", "id": str(uuid4()), "kind": "message", "text": "Hi.", "agent_id": AGENT,
+                   "conversation_id": conversation_id, "position": last, "speaker": "Ann", "role": "user"}
+        assert (await import_lines(client, tenant, [message]))["imported"]["memory"] == 1
+        appended = await append(client, tenant, conversation_id, say("And after."), agent_id=AGENT)
+        assert appended["messages"][0]["position"] == last + 1
+        done = await import_lines(client, other_tenant, await export_org(client, tenant))
+        assert done["imported"]["memory"] == 2 and done["imported"]["conversation"] == 1
+        assert (await conversation(client, other_tenant, conversation_id))["message_count"] == last + 1
+    for line, field in (({**message, "position": 2**63}, "position"),
+                        ({"type": "conversation", "id": "x", "message_count": 2**63}, "message_count")):
+        r = await client.post("/v1/import", json={"lines": [line]}, headers=other_tenant.headers)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_line", r.text
+        assert r.json()["error"]["details"] == {"field": f"lines[0].{field}"}

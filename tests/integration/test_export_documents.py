@@ -179,6 +179,8 @@ async def test_a_bad_document_line_names_its_field_and_writes_nothing(
         ([{**unhashed, "content": "x" * 1_000_001}], 422, "file_too_large", "lines[1].content"),
         ([{**doc, "metadata": {"language": "go"}}], 422, "validation_error", "lines[1].metadata"),
         ([{**doc, "metadata": "geo"}], 422, "invalid_line", "lines[1].metadata"),
+        ([{**doc, "metadata": {"team": "g\x00eo"}}], 422, "validation_error", "lines[1].metadata"),
+        ([{**doc, "metadata": {"team": "geo" * 7000}}], 422, "metadata_too_large", "lines[1].metadata"),
         ([{**doc, "collection": "no spaces"}], 422, "invalid_line", "lines[1].collection"),
         ([{**doc, "agent_id": "a b"}], 422, "invalid_line", "lines[1].agent_id"),
         ([doc, {**doc, "agent_id": None}], 422, "duplicate_path", "lines[2].path"),

@@ -450,3 +450,51 @@ async def test_the_import_restores_every_column_of_memories(owner_dsn: str) -> N
                                        "WHERE table_schema = 'public' AND table_name = 'memories'")
     columns = {r["column_name"] for r in rows}
     assert columns - set(NOT_RESTORED) == inserted, {"not restored": columns - set(NOT_RESTORED) - inserted}
+
+
+async def test_a_directive_line_leaves_room_for_the_next_version(client: AsyncTestClient[Any], tenant: Tenant) -> None:
+    """A directive line's version is below the last an integer holds, so the agent's next directive has one
+    (a line at the last was taken, and every PUT after it refused: a number is out of range). A directive that
+    cannot change refuses its whole request before anything of it is written (its memories were written, and
+    the answer was a 400)."""
+    last = 2**31 - 1
+    line = {"type": "directive", "agent_id": "vmax", "content": "first", "version": last}
+    r = await client.post("/v1/import", json={"lines": [line]}, headers=tenant.headers)
+    assert_error(r, 422, "invalid_line")
+    assert r.json()["error"]["details"] == {"field": "lines[0].version"}
+    assert (await import_lines(client, tenant, [{**line, "version": last - 1}]))["imported"]["directive"] == 1
+    r = await client.put("/v1/agents/vmax/directive", json={"content": "second"}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["version"] == last, r.text
+
+    memory = {"type": "memory", "id": "55555555-5555-4555-8555-555555555555", "text": "Sent with a directive."}
+    r = await client.post("/v1/import", json={"lines": [memory, {**line, "content": "third", "version": 1}]},
+                          headers=tenant.headers)
+    assert_error(r, 409, "conflict")
+    assert r.json()["error"]["details"] == {"field": "lines[1].version", "version": last}
+    assert (await client.get(f"/v1/memories/{memory['id']}", headers=tenant.headers)).status_code == 404
+    # The same text is no change: the request imports.
+    done = await import_lines(client, tenant, [memory, {**line, "content": "second", "version": 1}])
+    assert done["existing"]["directive"] == 1 and done["imported"]["memory"] == 1
+    r = await client.get("/v1/agents/vmax/directive", headers=tenant.headers)
+    assert r.json()["content"] == "second" and r.json()["version"] == last
+
+
+async def test_an_id_is_one_line(client: AsyncTestClient[Any], tenant: Tenant, other_tenant: Tenant) -> None:
+    """Two lines of one id in a request are the same line, or a 409 naming the second (it was dropped, counted
+    existing, and its conversation made without it); a line whose id the org holds is not written, and makes
+    no conversation."""
+    first, _ = await message_lines(client, tenant)
+    twin = {**first, "text": "Something else entirely.", "conversation_id": "other", "speaker": "Bob"}
+    for lines in ([first, twin], [first, {**first, "text": "Can we meet at one?"}]):
+        r = await client.post("/v1/import", json={"lines": lines}, headers=other_tenant.headers)
+        assert_clean_conflict(r, "conflict", "lines[1].id")
+        assert r.json()["error"]["details"]["other"] == "lines[0].id"
+    assert await list_all(client, other_tenant, include_superseded="true") == []
+    assert (await client.get("/v1/conversations", headers=other_tenant.headers)).json()["items"] == []
+
+    done = await import_lines(client, other_tenant, [first, dict(first)])  # the same line twice: one memory
+    assert (done["imported"]["memory"], done["existing"]["memory"]) == (1, 1)
+    done = await import_lines(client, other_tenant, [{**first, "conversation_id": "ghost"}])
+    assert done["existing"]["memory"] == 1
+    assert (await client.get("/v1/conversations/ghost", headers=other_tenant.headers)).status_code == 404
+    await assert_messages(client, other_tenant, CONVERSATION, ["g1"])
