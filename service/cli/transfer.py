@@ -14,9 +14,10 @@ the service does not restore (it counts them ``skipped``), are counted here and 
 chunks are cut again from its content, and each request's rate-limit price grows with its size. A 429
 or 503 is waited out as its ``Retry-After`` asks and the same batch sent again, up to ``max_wait_s`` per
 batch; a connection that drops is tried again up to ``RETRIES`` times (a batch the service wrote before the
-answer was lost is then counted ``existing``). The file is read twice, a line at a time: once to check it
-is a whole export, once to send it, so memory stays flat however large the export (``export``, likewise,
-writes what it reads as it reads it).
+answer was lost is then counted ``existing``). A batch the service refuses ends the restore with its answer,
+each line it names (``lines[i]`` of the batch) said as the file's line. The file is read twice, a line at a
+time: once to check it is a whole export, once to send it, so memory stays flat however large the export
+(``export``, likewise, writes what it reads as it reads it).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +93,27 @@ def _failure(response: httpx.Response, what: str) -> TransferFailed:
     return TransferFailed(f"{what} answered {describe(response)}")
 
 
+_NAMED = re.compile(r"lines\[(\d+)\](?:\.(\w+))?")
+"""A line of a request (and a field of it) as the service names it: ``lines[3]``, ``lines[3].valid_until``."""
+
+
+def _refused(response: httpx.Response, numbers: list[int], source: str) -> TransferFailed:
+    """A batch the service refused, each line it names (``lines[i]``, of the batch) said as the file's line."""
+    said = f"POST /v1/import answered {describe(response)}"
+    whole = {match[1] for match in _NAMED.finditer(said) if match[2] is None}
+
+    def where(match: re.Match[str]) -> str:
+        index, name = int(match[1]), match[2]
+        if index >= len(numbers):
+            return match[0]
+        line = f"line {numbers[index]} of {source}"
+        if name is None:
+            return line
+        return name if match[1] in whole else f"{name} of {line}"  # the field alone where its line is said
+
+    return TransferFailed(_NAMED.sub(where, said))
+
+
 def _unreachable(url: str, exc: Exception) -> TransferFailed:
     return TransferFailed(f"could not connect to {url} ({exc}): is the service running there? "
                           "(--url or PGCONTEXT_URL)")
@@ -136,8 +159,12 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
-def _read(path: Path) -> Iterator[dict[str, Any]]:
-    """The lines of a saved export, one at a time (the file is never held in memory)."""
+Numbered = tuple[int, dict[str, Any]]
+"""A line of a saved export and its line number in the file."""
+
+
+def _read(path: Path) -> Iterator[Numbered]:
+    """The lines of a saved export and their numbers, one at a time (the file is never held in memory)."""
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):  # binary: lines end at b"\n" only
             if not raw.strip():
@@ -148,7 +175,7 @@ def _read(path: Path) -> Iterator[dict[str, Any]]:
                 raise TransferFailed(f"{path}:{number} is not JSON") from exc
             if not isinstance(line, dict) or "type" not in line:
                 raise TransferFailed(f"{path}:{number} is not an export line")
-            yield line
+            yield number, line
 
 
 def skipped(line: dict[str, Any]) -> bool:
@@ -168,7 +195,7 @@ def check_export(path: Path) -> int:
     returns how many of its lines a restore sends. Holds one line at a time."""
     last: str | None = None
     count = 0
-    for line in _read(path):
+    for _, line in _read(path):
         last = line["type"]
         if last == "error":
             break
@@ -182,7 +209,7 @@ def read_export(path: Path) -> Iterator[dict[str, Any]]:
     """The lines of a saved export, checked whole first (:func:`check_export`), then read again one at a
     time: memory stays flat however large the file."""
     check_export(path)
-    return _read(path)
+    return (line for _, line in _read(path))
 
 
 def batches(lines: Iterable[dict[str, Any]], *, max_memories: int, max_bytes: int,
@@ -239,27 +266,34 @@ async def _post(client: httpx.AsyncClient, headers: dict[str, str], batch: list[
         waited += wait
 
 
-def _counting(lines: Iterable[dict[str, Any]], counted: Counter[str]) -> Iterator[dict[str, Any]]:
-    """``lines``, counting into ``skipped`` the ones the service would count ``skipped`` as they pass."""
-    for line in lines:
+def _counting(lines: Iterable[Numbered], counted: Counter[str], numbers: deque[int]) -> Iterator[dict[str, Any]]:
+    """The lines, counting into ``skipped`` the ones the service would count ``skipped`` as they pass, and
+    queueing into ``numbers`` the file's line number of each one sent."""
+    for number, line in lines:
         if skipped(line):
             counted[line["type"]] += 1
+        elif sent(line):
+            numbers.append(number)
         yield line
 
 
-async def restore_lines(lines: Iterable[dict[str, Any]], *, url: str, key: str, batch_memories: int = 200,
+async def restore_lines(lines: Iterable[Numbered], *, source: str, url: str, key: str, batch_memories: int = 200,
                         batch_bytes: int = 4_000_000, http: httpx.AsyncClient | None = None,
                         totals: Totals | None = None, on_sent: Callable[[int], None] | None = None,
                         max_wait_s: float = MAX_WAIT_S) -> Totals:
-    """Send an export's lines to ``POST /v1/import``; returns (and adds to ``totals``, which holds what
-    was done when this raises) what the service wrote. ``on_sent(n)``: ``n`` more lines answered for."""
+    """Send an export's lines (numbered, of the file ``source``) to ``POST /v1/import``; returns (and adds to
+    ``totals``, which holds what was done when this raises) what the service wrote. ``on_sent(n)``: ``n``
+    more lines answered for. A refused batch raises naming the file's line the service refused."""
     totals = Totals() if totals is None else totals
     client, headers = _client(url, key, http)
+    numbers: deque[int] = deque()
     try:
-        for batch in batches(_counting(lines, totals.skipped), max_memories=batch_memories, max_bytes=batch_bytes):
+        for batch in batches(_counting(lines, totals.skipped, numbers), max_memories=batch_memories,
+                             max_bytes=batch_bytes):
+            in_file = [numbers.popleft() for _ in batch]  # (the next batch's first may be queued already)
             response = await _post(client, headers, batch, url=url, max_wait_s=max_wait_s)
             if response.status_code != 200:
-                raise _failure(response, "POST /v1/import")
+                raise _refused(response, in_file, source)
             result = response.json()
             totals.requests += 1
             totals.sent += len(batch)
@@ -277,7 +311,8 @@ async def restore_lines(lines: Iterable[dict[str, Any]], *, url: str, key: str, 
 async def restore_from(path: Path, *, url: str, key: str, batch_memories: int = 200, batch_bytes: int = 4_000_000,
                        http: httpx.AsyncClient | None = None, max_wait_s: float = MAX_WAIT_S) -> Totals:
     """Send the saved export at ``path`` to ``POST /v1/import``; returns what the service wrote."""
-    return await restore_lines(read_export(path), url=url, key=key, batch_memories=batch_memories,
+    check_export(path)
+    return await restore_lines(_read(path), source=str(path), url=url, key=key, batch_memories=batch_memories,
                                batch_bytes=batch_bytes, http=http, max_wait_s=max_wait_s)
 
 
@@ -349,8 +384,8 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
         with progress_bar("restoring", "lines", console=Console(stderr=True),
                           disable=bool(getattr(args, "quiet", False))) as progress:
             task = progress.add_task("restore", total=total)
-            asyncio.run(restore_lines(_read(path), url=url, key=key, batch_memories=args.batch, totals=totals,
-                                      on_sent=lambda n: progress.advance(task, n)))
+            asyncio.run(restore_lines(_read(path), source=str(path), url=url, key=key, batch_memories=args.batch,
+                                      totals=totals, on_sent=lambda n: progress.advance(task, n)))
     except (TransferFailed, OSError) as exc:
         problem = exc
     except KeyboardInterrupt:

@@ -153,7 +153,20 @@ async def test_restore_shows_progress_and_what_it_did_before_an_error(
     assert summary(result.stdout)["imported"] == {"conversation": 0, "directive": 0, "document": 0, "event": 0,
                                                   "memory": 10, "settings": 0}
     assert "restoring" in result.stderr and "10/13 lines" in result.stderr  # the progress bar, as it stopped
-    assert "error: POST /v1/import answered 422 invalid_line: lines[2]" in result.stderr
+    assert f"error: POST /v1/import answered 422 invalid_line: line 14 of {saved} is not" in result.stderr
+
+
+async def test_a_refused_line_is_named_by_its_line_in_the_file(
+        live_service: LiveService, tmp_path: Path, make_tenant: Callable[[str], Awaitable[Tenant]]) -> None:
+    """The service names a line of its batch (``lines[1]``): restore says which line of the file that is (lines
+    not sent counted), with the service's reason."""
+    said = {"type": "memory", "text": "Dana lives in Paris.", "occurred_at": "2024-05-01T00:00:00Z"}
+    bad = {**said, "id": str(uuid.uuid4()), "valid_until": "2024-01-01T00:00:00Z"}
+    saved = export_file(tmp_path / "dana.ndjson", 2, {"type": "chunk"}, {**said, "id": str(uuid.uuid4())}, bad)
+    with pytest.raises(TransferFailed) as refused:
+        await restore_from(saved, url=live_service.base, key=(await make_tenant("dana")).key, batch_memories=2)
+    assert f"422 validation_error: line 6 of {saved}: valid_until must be after occurred_at" in str(refused.value)
+    assert str(refused.value).endswith(": field valid_until") and "lines[" not in str(refused.value)
 
 
 async def test_ctrl_c_stops_a_restore_with_its_totals_and_a_rerun_resumes(
