@@ -244,15 +244,15 @@ async def ingest(services: Services, org_id: UUID, request: IngestRequest, *, st
     hashes = [content_hash(f.content) for f in request.files]
     db_started = time.perf_counter()
     async with services.db.tenant(org_id, readonly=True) as tx:
-        stored = {r["path"]: r for r in await tx.fetch("documents.existing", org_id, request.collection,
-                                                       [f.path for f in request.files])}
+        existing = {r["path"]: r for r in await tx.fetch("documents.existing", org_id, request.collection,
+                                                         [f.path for f in request.files])}
         revision = int(await tx.fetchval("documents.revision", org_id))
     db_ms = elapsed_ms(db_started)
 
     results: dict[str, FileResult] = {}
     changed: list[tuple[FileIn, int]] = []
     for item, digest, size in zip(request.files, hashes, sizes, strict=True):
-        row = stored.get(item.path)
+        row = existing.get(item.path)
         if (row is not None and row["content_hash"] == digest and row["agent_id"] == request.agent_id
                 and row["metadata"] == item.metadata and row["embedder"] == embedder_name
                 and row["chunker"] == CHUNKER_VERSION):
