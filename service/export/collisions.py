@@ -69,17 +69,23 @@ def _places(line: Line) -> Iterator[tuple[str, tuple[Any, ...]]]:
         yield "key", ("key", line.agent_id, line.key)
 
 
+def one_line(sent: dict[Any, tuple[int, Any]], key: Any, index: int, line: Any, what: str, field: str) -> None:
+    """409 when ``what`` (an id, an agent's directive) came in an earlier line of the request (``sent``, by
+    ``key``) that is not this one: it is one thing, sent once or as the same line (then written once)."""
+    first, same = sent.setdefault(key, (index, line))
+    if same != line:
+        raise Conflict(f"lines[{index}]: {what} is also lines[{first}], a different line (send it once, or as "
+                       "the same line)", code="conflict",
+                       details={"field": f"lines[{index}].{field}", "other": f"lines[{first}].{field}"})
+
+
 def check_request(entries: Sequence[Entry], conversations: Sequence[Conversation] = ()) -> None:
     """The lines of one request agree on each conversation's agent (its conversation line first), send
     an id only as one line (the same line twice is written once: that is no collision) and take no place
     twice."""
-    sent: dict[UUID, tuple[int, Line]] = {}
+    sent: dict[Any, tuple[int, Any]] = {}
     for index, line, _ in entries:
-        first, same = sent.setdefault(line.id, (index, line))
-        if same != line:
-            raise Conflict(f"lines[{index}]: memory {line.id} is also lines[{first}], a different line (an id is one "
-                           "memory: send it once, or as the same line)", code="conflict",
-                           details={"field": f"lines[{index}].id", "other": f"lines[{first}].id"})
+        one_line(sent, line.id, index, line, f"memory {line.id}", "id")
     owners: dict[str, tuple[int, str | None]] = {}
     for index, conversation_id, agent_id in _owned(entries, conversations):
         first, owner = owners.setdefault(conversation_id, (index, agent_id))

@@ -45,7 +45,7 @@ from service.db import TenantTx
 from service.directives.store import VERSION_MAX, DirectiveStore
 from service.directives.types import DirectiveOut
 from service.errors import BadRequest, Conflict, PayloadTooLarge, Unprocessable, malformed_json
-from service.export.collisions import check_request, claim
+from service.export.collisions import check_request, claim, one_line
 from service.export.conversations import ConversationLine
 from service.export.conversations import check as check_conversation
 from service.export.documents import DocumentLine, Documents
@@ -222,6 +222,8 @@ def decode(body: bytes) -> ImportRequest:
 def parse(request: ImportRequest, services: Services) -> _Parsed:
     limits = services.settings.limits
     out = _Parsed()
+    directives: dict[Any, tuple[int, Any]] = {}  # each agent's directive line, each event's: one line each
+    events: dict[Any, tuple[int, Any]] = {}
     for index, raw in enumerate(request.lines):
         try:
             line = msgspec.convert(raw, _Line, strict=False)
@@ -250,6 +252,7 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             for name in ("created_at", "updated_at"):
                 if (value := getattr(line, name)) is not None:
                     check_occurred_at(value, field=name)
+            one_line(directives, line.agent_id, index, line, f"the directive of agent {line.agent_id!r}", "agent_id")
             out.directives[line.agent_id] = (index, line)
         elif isinstance(line, ConversationLine):
             check_conversation(line, index)
@@ -268,6 +271,7 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             if has_nul(line.detail):
                 raise Unprocessable(f"lines[{index}]: detail must not contain NUL characters",
                                     code="validation_error", details=line_field(index, "detail"))
+            one_line(events, line.id, index, line, f"event {line.id}", "id")
             out.events.append(msgspec.to_builtins(line))
     if len(out.memories) > limits.max_batch:
         raise PayloadTooLarge(f"{len(out.memories)} memories in one request; the limit is {limits.max_batch} "

@@ -498,3 +498,23 @@ async def test_an_id_is_one_line(client: AsyncTestClient[Any], tenant: Tenant, o
     assert done["existing"]["memory"] == 1
     assert (await client.get("/v1/conversations/ghost", headers=other_tenant.headers)).status_code == 404
     await assert_messages(client, other_tenant, CONVERSATION, ["g1"])
+
+
+async def test_an_event_and_an_agents_directive_are_one_line_each(client: AsyncTestClient[Any], tenant: Tenant,
+                                                                   other_tenant: Tenant) -> None:
+    """As for memories: two event lines of one id, or two directive lines of one agent, that differ are a
+    409 naming the second (the second event was dropped and counted existing; the last directive won)."""
+    await write(client, tenant, {"text": "The user drinks oat milk.", "agent_id": AGENT})
+    r = await client.put(f"/v1/agents/{AGENT}/directive", json={"content": "Be brief."}, headers=tenant.headers)
+    assert r.status_code in (200, 201), r.text
+    lines = await export_org(client, tenant)
+    event = next(line for line in lines if line["type"] == "event")
+    directive = next(line for line in lines if line["type"] == "directive")
+    for pair, field in (([event, {**event, "at": "2024-01-01T00:00:00Z"}], "lines[1].id"),
+                        ([directive, {**directive, "content": "Be verbose."}], "lines[1].agent_id")):
+        r = await client.post("/v1/import", json={"lines": pair}, headers=other_tenant.headers)
+        assert_clean_conflict(r, "conflict", field)
+        assert r.json()["error"]["details"]["other"] == field.replace("[1]", "[0]")
+    assert (await client.get(f"/v1/agents/{AGENT}/directive", headers=other_tenant.headers)).status_code == 404
+    done = await import_lines(client, other_tenant, [event, dict(event), directive, dict(directive)])
+    assert (done["imported"]["event"], done["existing"]["event"], done["imported"]["directive"]) == (1, 1, 1)
