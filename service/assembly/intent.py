@@ -121,6 +121,11 @@ _CONJUNCTIONS: Final = frozenset(
 )
 # Identifiers, paths, versions and quoted phrases are the "entities" a query asks about.
 _ENTITY = re.compile(r"""\w+[_./:]\w[\w./:]*|[a-z]+[A-Z]\w*|"[^"]+"|'[^']{2,}'|`[^`]+`""")
+ENTITY_WORD_CHARS: Final = 64
+_LONG_WORD = re.compile(rf"\w{{{ENTITY_WORD_CHARS + 1},}}")
+"""A word longer than any name: cut to its first 64 characters before ``_ENTITY`` reads it, whose
+patterns try each start of a word against the rest of it (time growing with the square of its length: a
+pasted 30,000-character token held the event loop for seconds)."""
 _CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][\w-]+")
 
 
@@ -150,7 +155,8 @@ def assess_complexity(query: str) -> ComplexityAssessment:
     lowered = [w.lower() for w in words]
     clause_marks = len(re.findall(r"[,;:]", query)) + sum(1 for w in lowered if w in _CONJUNCTIONS)
     question_words = sum(1 for w in lowered if w in _QUESTION_WORDS) + max(0, query.count("?") - 1)
-    entities = len(_ENTITY.findall(query)) + len(_CAPITALISED.findall(query))
+    bounded = _LONG_WORD.sub(lambda m: m[0][:ENTITY_WORD_CHARS], query)
+    entities = len(_ENTITY.findall(bounded)) + len(_CAPITALISED.findall(query))
     length_part = _piecewise(float(len(words)), _LENGTH_CURVE)
     structure = min(1.0, 0.25 * clause_marks + 0.25 * max(0, question_words - 1) + 0.15 * entities)
     score = round(min(1.0, 0.75 * length_part + 0.25 * structure), 3)

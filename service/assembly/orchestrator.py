@@ -104,6 +104,7 @@ from service.errors import BadRequest, DeadlineExceeded, Unprocessable
 from service.retrieval import RetrievalEngine, SearchRequest
 from service.retrieval.planner import planned_strategy
 from service.retrieval.types import RetrievalReport
+from service.retrieval.validation import check_query
 from service.settings import AssemblySettings
 from service.tenancy.orgscope import in_thread, org_scope
 from service.text.model_families import ModelTokens, UnknownModelError, accepted_choices, resolve_model
@@ -150,6 +151,8 @@ class Orchestrator:
 
     def _validate(self, req: AssembleRequest) -> None:
         s = self.settings
+        # Before anything reads the query (the selective plan's patterns, the names, the search).
+        check_query(req.query, max_query_chars=self.cold.engine.settings.max_query_chars)
         if req.max_context_tokens is None and not req.selective:
             raise Unprocessable("give max_context_tokens, selective: true, or both", code="validation_error",
                                 details={"field": "max_context_tokens"})

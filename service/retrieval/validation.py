@@ -10,11 +10,9 @@ from service.retrieval.filters import check_time_ranges
 from service.retrieval.types import SearchRequest
 
 
-def check_search(request: SearchRequest, *, max_query_chars: int, max_limit: int) -> None:
-    """400 ``validation_error`` for a query that is empty, longer than ``max_query_chars`` or holds NUL,
-    a ``limit`` above ``max_limit``, empty ``modes``/``kinds``/``levels`` lists, ``modes`` with a
-    strategy other than ``auto`` and NUL in ``filters.metadata``; 422 for an empty time range."""
-    query = request.query
+def check_query(query: str, *, max_query_chars: int) -> None:
+    """400 ``validation_error`` for a query that is empty, longer than ``max_query_chars`` or holds NUL
+    (an assembly checks its query so before it reads it)."""
     if not query.strip():
         raise BadRequest("query must not be empty", code="validation_error", details={"field": "query"})
     if len(query) > max_query_chars:
@@ -23,6 +21,13 @@ def check_search(request: SearchRequest, *, max_query_chars: int, max_limit: int
     if "\x00" in query:
         raise BadRequest("query must not contain NUL characters", code="validation_error",
                          details={"field": "query"})
+
+
+def check_search(request: SearchRequest, *, max_query_chars: int, max_limit: int) -> None:
+    """400 ``validation_error`` for a query that is empty, longer than ``max_query_chars`` or holds NUL,
+    a ``limit`` above ``max_limit``, empty ``modes``/``kinds``/``levels`` lists, ``modes`` with a
+    strategy other than ``auto`` and NUL in ``filters.metadata``; 422 for an empty time range."""
+    check_query(request.query, max_query_chars=max_query_chars)
     if request.limit > max_limit:
         raise BadRequest(f"limit must be at most {max_limit}", code="validation_error",
                          details={"field": "limit"})

@@ -301,6 +301,13 @@ async def test_bad_requests(settings: Settings, endpoints: Endpoints, embedder: 
         assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "retrieval.filters.agent_id"
         r = await assemble(client, tenant, query="  ")
         assert r.status_code == 400
+        for body in ({"selective": True}, {"selective": True, "max_context_tokens": None}, {}):
+            # A pasted token over the limit is refused before anything reads it (the selective plan's
+            # patterns took seconds of the event loop over one).
+            r = await assemble(client, tenant, query="x" * 30_000, **body)
+            error = r.json()["error"]
+            assert r.status_code == 400 and error["details"] == {"field": "query"}, r.text
+            assert error["message"] == f"query is 30000 characters; the limit is {settings.retrieval.max_query_chars}"
         r = await assemble(client, tenant, max_context_tokens=20, reserve_tokens=15)
         assert r.status_code == 422 and r.json()["error"]["code"] == "context_budget_too_small"
         assert r.json()["error"]["message"].startswith("max_context_tokens 20 is too small: reserve_tokens is 15;")

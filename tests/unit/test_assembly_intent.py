@@ -240,3 +240,11 @@ def test_final_budget_always_within_bounds() -> None:
         result = plan_selective_budget(query)
         assert DEFAULT_SELECTIVE_RULES.floor_tokens <= result.final_tokens <= result.tier.max_tokens
         assert result.reasons
+
+
+def test_a_word_longer_than_any_name_is_read_as_its_first_64_characters() -> None:
+    """A pasted token (a hash, a base64 blob) is no more entities than its first 64 characters: the entity
+    patterns read that much of it, so a long word costs them time in proportion to its length."""
+    for word in ("x" * 30_000, "camelCase" * 3_000, "snake_case_" * 3_000):
+        assert assess_complexity(f"what is {word}").entities == assess_complexity(f"what is {word[:64]}").entities
+    assert assess_complexity("x" * 30_000).entities == 0 and assess_complexity("snake_case_" * 3_000).entities == 1
