@@ -258,6 +258,14 @@ def test_identifier_detection_ignores_long_prose() -> None:
     assert not looks_like_identifier_query("coffee preferences")
 
 
+def test_identifier_detection_reads_a_words_first_256_characters() -> None:
+    """An identifier is found in the start of a word; a pasted 4,000-digit token is read no further (the
+    patterns' time grows with the square of what they read)."""
+    assert looks_like_identifier_query("see " + "a" * 250 + "_b")
+    assert not looks_like_identifier_query("see " + "a" * 260 + "_b")
+    assert not looks_like_identifier_query("1" * 4000)
+
+
 def lookups(outcome: str) -> float:
     return REGISTRY.get_sample_value("pgcontext_query_embedding_cache_total", {"outcome": outcome}) or 0.0
 
