@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Callable
 
 import asyncpg
+import sqlalchemy.exc
 from alembic.util.exc import CommandError as AlembicError
 
 from service.auth import admin
@@ -347,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _first_line(error: BaseException | None) -> str:
+    """A driver's error in one line (psycopg's run on with the server's hints)."""
+    return (str(error).strip().splitlines() or ["(no detail)"])[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -364,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except asyncpg.PostgresError as exc:
         print(f"error: the database refused it: {exc}", file=sys.stderr)
+        return 2
+    except sqlalchemy.exc.OperationalError as exc:  # the migrations' connection (psycopg): no server there
+        print(f"error: cannot connect: {_first_line(exc.orig)}", file=sys.stderr)
+        return 2
+    except sqlalchemy.exc.DBAPIError as exc:
+        print(f"error: the database refused it: {_first_line(exc.orig)}", file=sys.stderr)
         return 2
     except asyncpg.InterfaceError as exc:  # e.g. a DSN that is not one
         print(f"error: {exc}", file=sys.stderr)

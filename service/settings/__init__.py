@@ -152,7 +152,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ),
         server=ServerSettings(
             host=env_str(env, "PGCONTEXT_HOST") or "127.0.0.1",
-            port=env_int(env, "PGCONTEXT_PORT", 8080),
+            port=env_int_in(env, "PGCONTEXT_PORT", 8080, 1, 65535),
             log_level=env_str(env, "PGCONTEXT_LOG_LEVEL") or "info",
             auth_cache_ttl_s=env_float(env, "PGCONTEXT_AUTH_CACHE_TTL_S", 5.0),
             auth_failure_burst=max(0, env_int(env, "PGCONTEXT_AUTH_FAILURE_BURST", 20)),

@@ -255,17 +255,23 @@ def test_numbers_out_of_range_are_refused_by_the_parser(args: tuple[str, ...]) -
 
 
 def test_what_a_user_gets_wrong_is_one_error_line(cli_db: str) -> None:
-    """No traceback: a bad org name, a database that does not answer, a DSN that is not one, an unknown
-    revision, a bad number in the MCP server's environment."""
+    """No traceback: a bad org name, a database that does not answer (whichever driver finds it out), a DSN
+    that is not one, an unknown revision, a bad number in the environment."""
     unreachable = "postgresql://u:p@127.0.0.1:1/db"
     for env, args, said in (
             (clean_env(PGCONTEXT_DATABASE_URL=cli_db), ("orgs", "create", ""), "an org's name is 1-200 characters"),
             (clean_env(PGCONTEXT_DATABASE_URL=cli_db), ("orgs", "create", "x" * 201), "1-200 characters"),
             (clean_env(PGCONTEXT_DATABASE_URL=unreachable), ("orgs", "list"), "cannot connect"),
+            # (these migrate first, through Alembic's own connection)
+            (clean_env(PGCONTEXT_DATABASE_URL=unreachable), ("orgs", "create", "acme"), "cannot connect"),
+            (clean_env(PGCONTEXT_DATABASE_URL=unreachable), ("keys", "create", "--org", "acme"), "cannot connect"),
+            (clean_env(PGCONTEXT_DATABASE_URL=unreachable), ("maintain",), "cannot connect"),
             (clean_env(PGCONTEXT_DATABASE_URL="notadsn"), ("orgs", "list"), "invalid DSN"),
             (clean_env(PGCONTEXT_DATABASE_URL=cli_db), ("migrate", "--revision", "nonexistent"), "nonexistent"),
             (clean_env(PGCONTEXT_MCP_MAX_CONTEXT_TOKENS="abc"), ("mcp", "--key", "k", "--agent-id", "a"),
-             "PGCONTEXT_MCP_MAX_CONTEXT_TOKENS: 'abc' is not a whole number")):
+             "PGCONTEXT_MCP_MAX_CONTEXT_TOKENS: 'abc' is not a whole number"),
+            # (it listened on the port mod 65536 while it printed the one asked for, as --port did)
+            (clean_env(PGCONTEXT_PORT="99999"), ("serve",), "PGCONTEXT_PORT must be between 1 and 65535")):
         result = run(env, *args, ok=False)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr and result.stderr.startswith("error: "), (args, result.stderr)
