@@ -8,7 +8,8 @@ or from the MCP client's bearer token (streamable HTTP); see ``service.mcp.serve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -29,7 +30,7 @@ from pgcontext_client import (
     TransportError,
 )
 from pgcontext_client.types import SearchResult
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,24 @@ MAX_RECALL_CHARS = 40_000
 """Characters of memory text one ``recall`` returns at most (the best match always whole): 50 memories of
 32,000 characters were 1.6 MB, more than a model's context and than what runtimes take from one tool call
 (Claude Code refuses a result over 25,000 tokens)."""
+
+MAX_FORGET_IDS = 100
+"""Ids one ``forget`` takes: each is two requests, one after the other, well within the call's deadline
+(12,000 ids ran into it, a generic error although it had deleted many)."""
+
+MAX_FEEDBACK_IDS = 256
+"""Ids one ``give_feedback`` takes in all, what the service takes in one request (its ``MAX_FEEDBACK_ITEMS``)."""
+
+CONVERSATION_ID_PATTERN = r"^(?!\.+$)(?!.*\n)[A-Za-z0-9_.:@-]+$"
+"""The service's rule for a conversation id (with 1-200 characters), which ``service.mcp`` may not import."""
+
+
+def conversation_rule(value: str) -> str:
+    """``value`` if it is a conversation id the service takes (an empty one was sent as no path segment)."""
+    if not (len(value) <= 200 and re.search(CONVERSATION_ID_PATTERN, value)):
+        raise ValueError("must be 1-200 letters, digits and _.:@- (not only dots)")
+    return value
+
 
 ClientFor = Callable[[], Awaitable[AsyncClient]]
 """The client for the current tool call (the configured key, or the HTTP caller's)."""
@@ -110,7 +129,8 @@ REMEMBER = """Store new long-term memories for this agent, so later conversation
 Use it when you learn something worth keeping beyond this conversation: a user's preference or fact
 about them, a decision, a commitment, an event with its date, a correction of something remembered.
 Write each memory as one self-contained statement ("The user is allergic to peanuts."), not a
-transcript. Give `text` for one memory, or `memories` for several at once (up to 256). A memory
+transcript. Give `text` for one memory, or `memories` for several at once (up to 256), each with
+its own `kind`, `importance` and so on. `supersedes` names this agent's own memories only. A memory
 that repeats one already stored is merged into it, not stored twice. For a fact that has one value
 at a time, give a `key` (user.city): the new value retires the old one. Returns per memory its id
 and what happened (`created`, `merged` into an existing memory, or `superseded` older ones)."""
@@ -145,7 +165,7 @@ FEEDBACK = """Tell the memory service which memories helped and which did not.
 Call it after answering with context from `assemble_context` or `recall`: list the ids of memories
 that were useful in `helpful_ids`, and those that were irrelevant or wrong in `unhelpful_ids`. It
 changes how those memories rank in future context. Ids of memories outside this agent's context
-(another agent's) are reported `not_found`."""
+(another agent's) are reported `not_found`. Up to 256 ids in all per call."""
 
 SET_DIRECTIVE = """Set this agent's directive: standing instructions placed at the top of every assembled
 context (persona, rules, the user's lasting requests). Replaces the previous directive (the version
@@ -158,9 +178,10 @@ before changing the directive, to edit rather than overwrite it."""
 FORGET = """Delete memories of this agent by id, permanently.
 
 Use it when the user asks you to forget something or a memory is wrong and should not be corrected
-by a new one. Find the ids with `recall` first. Deleting an id that does not exist is reported,
-not an error; so is an id the service refuses to delete on its own (a conversation's turn goes
-with its conversation), under `refused` with the reason. Each id is reported once."""
+by a new one. Find the ids with `recall` first; up to 100 ids per call. Deleting an id that does
+not exist is reported, not an error; so is an id the service refuses to delete on its own (a
+conversation's turn goes with its conversation), under `refused` with the reason. Each id is
+reported once."""
 
 
 def distinct_ids(memory_ids: list[str]) -> dict[str, UUID | None]:
@@ -175,6 +196,18 @@ def distinct_ids(memory_ids: list[str]) -> dict[str, UUID | None]:
             ident = memory_id
         seen.setdefault(ident, memory_id)
     return {spelling: ident if isinstance(ident, UUID) else None for ident, spelling in seen.items()}
+
+
+async def not_mine(client: AsyncClient, agent: str, ids: Iterable[UUID]) -> list[UUID]:
+    """Those of ``ids`` that are not ``agent``'s own memories (another agent's, org-wide, or none), in order:
+    what its tools may not change, as ``forget`` may not delete them."""
+    out: list[UUID] = []
+    for ident in dict.fromkeys(ids):
+        with contextlib.suppress(NotFound):
+            if (await client.get_memory(ident)).agent_id == agent:
+                continue
+        out.append(ident)
+    return out
 
 
 @contextlib.contextmanager
@@ -221,6 +254,12 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
         metadata: Annotated[dict[str, Any] | None, Field(
             description="Optional JSON object stored with `text`, for filtering later.")] = None,
     ) -> dict[str, Any]:
+        given = [name for name, value in (("kind", kind), ("importance", importance), ("occurred_at", occurred_at),
+                                          ("metadata", metadata)) if value is not None]
+        if memories and text is None and given:
+            names = ", ".join(f"`{n}`" for n in given)
+            raise ToolError(f"invalid arguments: {names} {'is' if len(given) == 1 else 'are'} for `text` only; "
+                            "with `memories`, give them in each memory")
         try:
             batch = [MemoryIn(text=m.text, agent_id=agent, kind=m.kind, importance=m.importance, pinned=m.pinned,
                               occurred_at=m.occurred_at, metadata=m.metadata, search_context=m.search_context,
@@ -233,16 +272,22 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                                      occurred_at=occurred_at, metadata=metadata))
         if not batch:
             raise ToolError("give `text` (one memory) or `memories` (several)")
+        client = await client_for()
         with service_errors():
-            created = await (await client_for()).create_memories(batch)
+            if others := await not_mine(client, agent, [i for m in batch for i in m.supersedes or []]):
+                raise ToolError(f"invalid arguments: `supersedes` may name only this agent's own memories, not "
+                                f"{', '.join(map(str, others))} (another agent's, org-wide or not found); "
+                                "nothing was stored")
+            created = await client.create_memories(batch)
         return {"stored": sum(i.status != "merged" for i in created.items), "ids": [str(i) for i in created.ids],
                 "outcomes": [{"id": str(i.id), "status": i.status, "superseded": [str(s) for s in i.superseded]}
                              for i in created.items]}
 
     @server.tool(description=APPEND, annotations=writes)  # idempotent only for turns with a message_id
     async def append_messages(
-        conversation_id: Annotated[str, Field(description="The conversation (letters, digits, _.:@-), the same for "
-                                                          "all its turns.")],
+        conversation_id: Annotated[str, AfterValidator(conversation_rule), Field(
+            description="The conversation (1-200 letters, digits, _.:@-), the same for all its turns.",
+            json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": CONVERSATION_ID_PATTERN})],
         messages: Annotated[list[NewMessage], Field(min_length=1, description="The new turns, oldest first.")],
     ) -> dict[str, Any]:
         turns = [MessageIn(content=m.content, role=m.role, speaker=m.speaker, occurred_at=m.occurred_at,
@@ -302,8 +347,10 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
 
     @server.tool(description=FEEDBACK, annotations=writes)
     async def give_feedback(
-        helpful_ids: Annotated[list[str] | None, Field(description="Ids of memories that helped.")] = None,
-        unhelpful_ids: Annotated[list[str] | None, Field(description="Ids of memories that did not.")] = None,
+        helpful_ids: Annotated[list[str] | None, Field(max_length=MAX_FEEDBACK_IDS,
+                                                       description="Ids of memories that helped.")] = None,
+        unhelpful_ids: Annotated[list[str] | None, Field(max_length=MAX_FEEDBACK_IDS,
+                                                         description="Ids of memories that did not.")] = None,
     ) -> dict[str, Any]:
         try:
             verdicts = {**{UUID(i): False for i in unhelpful_ids or []}, **{UUID(i): True for i in helpful_ids or []}}
@@ -311,6 +358,9 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
             raise ToolError(f"memory ids are UUIDs (as `recall` and `assemble_context` return them): {exc}") from exc
         if not verdicts:
             raise ToolError("give `helpful_ids`, `unhelpful_ids` or both")
+        if len(verdicts) > MAX_FEEDBACK_IDS:
+            raise ToolError(f"invalid arguments: at most {MAX_FEEDBACK_IDS} ids in all (got {len(verdicts)}); "
+                            "give feedback on the rest in another call")
         if both := sorted({str(UUID(i)) for i in helpful_ids or []} & {str(UUID(i)) for i in unhelpful_ids or []}):
             raise ToolError(f"invalid arguments: {', '.join(both)} cannot be both helpful and unhelpful "
                             "(give each id in one list)")
@@ -349,7 +399,8 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
     @server.tool(description=FORGET, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
                                                                  idempotent_hint=True, open_world_hint=False))
     async def forget(
-        memory_ids: Annotated[list[str], Field(min_length=1, description="Ids of the memories to delete.")],
+        memory_ids: Annotated[list[str], Field(min_length=1, max_length=MAX_FORGET_IDS, description=(
+            f"Ids of the memories to delete, at most {MAX_FORGET_IDS} per call."))],
     ) -> dict[str, Any]:
         client = await client_for()
         deleted: list[str] = []

@@ -144,3 +144,95 @@ async def test_an_empty_model_setting_means_the_default(live_url: str, tenant: T
     async with session(McpConfig(url=live_url, agent_id=agent, api_key=tenant.key, model="")) as client:
         result = await client.call_tool("assemble_context", {"query": "what does the user drink?"})
         assert not result.is_error, result.content
+
+
+async def test_supersedes_names_only_this_agents_own_memories(live_url: str, tenant: Tenant) -> None:
+    """``remember`` retired another agent's memory through ``supersedes``, which ``forget`` would not
+    delete: an id that is not this agent's own (another agent's, org-wide, none) is refused, nothing written."""
+    config, agent = mine(live_url, tenant)
+    with Pgcontext(live_url, tenant.key) as pg:
+        own = str(pg.create_memory("The user's badge number is 41.", agent_id=agent).ids[0])
+        theirs = str(pg.create_memory("Bob's badge number is 17.", agent_id=f"{agent}-bob").ids[0])
+        shared = str(pg.create_memory("Badges are renewed each January.").ids[0])
+    nobody = str(uuid4())
+    async with session(config) as client:
+        for other in (theirs, shared):  # each alone: the service itself would retire it
+            assert await refused(client, "remember", {"memories": [
+                {"text": "Badge numbers changed.", "supersedes": [other]}]}) == (
+                f"invalid arguments: `supersedes` may name only this agent's own memories, not {other} (another "
+                "agent's, org-wide or not found); nothing was stored")
+        message = await refused(client, "remember", {"memories": [
+            {"text": "The user's badge number is 42.", "supersedes": [own]},
+            {"text": "Badge numbers changed.", "supersedes": [theirs, shared, nobody, theirs]}]})
+        assert message == (f"invalid arguments: `supersedes` may name only this agent's own memories, not {theirs}, "
+                           f"{shared}, {nobody} (another agent's, org-wide or not found); nothing was stored")
+        with Pgcontext(live_url, tenant.key) as pg:
+            assert [str(m.id) for m in pg.list_memories(agent_id=agent).items] == [own]  # nothing written
+            assert all(pg.get_memory(i).current for i in (own, theirs, shared))
+        result = await client.call_tool("remember", {"memories": [
+            {"text": "The user's badge number is 42.", "supersedes": [own.upper()]}]})
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["outcomes"][0]["superseded"] == [own]  # its own: retired as asked
+
+
+async def test_top_level_fields_of_text_are_refused_with_memories(live_url: str, tenant: Tenant) -> None:
+    """``kind``, ``importance``, ``occurred_at`` and ``metadata`` are `text`'s: given with ``memories`` alone
+    they were dropped without a word (a batch of preferences stored as facts)."""
+    config, agent = mine(live_url, tenant)
+    batch = [{"text": "The user prefers window seats."}]
+    async with session(config) as client:
+        assert await refused(client, "remember", {"memories": batch, "kind": "preference"}) == (
+            "invalid arguments: `kind` is for `text` only; with `memories`, give them in each memory")
+        assert await refused(client, "remember", {"memories": batch, "importance": 0.9, "occurred_at":
+                                                  "2024-05-01T09:30:00Z", "metadata": {"source": "chat"}}) == (
+            "invalid arguments: `importance`, `occurred_at`, `metadata` are for `text` only; with `memories`, give "
+            "them in each memory")
+        with Pgcontext(live_url, tenant.key) as pg:
+            assert pg.list_memories(agent_id=agent).items == []
+        both = await client.call_tool("remember", {"text": "The user likes tea.", "kind": "preference",
+                                                   "memories": [{"text": "The user owns a cat.", "kind": "fact"}]})
+        assert not both.is_error, both.content  # with `text`, they are its own
+        with Pgcontext(live_url, tenant.key) as pg:
+            assert {m.text: m.kind for m in pg.list_memories(agent_id=agent).items} == {
+                "The user likes tea.": "preference", "The user owns a cat.": "fact"}
+
+
+async def test_id_lists_are_bounded(live_url: str, tenant: Tenant) -> None:
+    """``forget`` took any number of ids, two requests each: 12,000 ran into the call's deadline, a generic
+    error although it had deleted many. Its ids and ``give_feedback``'s are bounded, in the schema too."""
+    config, _agent = mine(live_url, tenant)
+    ids = [str(uuid4()) for _ in range(300)]
+    async with session(config) as client:
+        assert await refused(client, "forget", {"memory_ids": ids[:101]}) == (
+            "invalid arguments: `memory_ids` must have at most 100 items")
+        assert await refused(client, "give_feedback", {"helpful_ids": ids[:257]}) == (
+            "invalid arguments: `helpful_ids` must have at most 256 items")
+        assert await refused(client, "give_feedback", {"helpful_ids": ids[:200], "unhelpful_ids": ids[200:]}) == (
+            "invalid arguments: at most 256 ids in all (got 300); give feedback on the rest in another call")
+        schemas = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+        assert schemas["forget"]["properties"]["memory_ids"]["maxItems"] == 100
+        feedback = schemas["give_feedback"]["properties"]
+        assert [feedback[n]["anyOf"][0]["maxItems"] for n in ("helpful_ids", "unhelpful_ids")] == [256, 256]
+        most = await client.call_tool("forget", {"memory_ids": ids[:100]})
+        assert most.structured_content == {"deleted": [], "not_found": ids[:100]}
+
+
+async def test_a_conversation_id_follows_the_services_rule(live_url: str, tenant: Tenant) -> None:
+    """``conversation_id=""`` was answered in the Python client's words ("an id in the path is empty ...
+    (request id None)"): the argument is named with its rule, as the schema says."""
+    config, agent = mine(live_url, tenant)
+    turn = [{"role": "user", "content": "hi"}]
+    async with session(config) as client:
+        for wrong in ("", "..", "a b", "x" * 201, "trip\n"):
+            assert await refused(client, "append_messages", {"conversation_id": wrong, "messages": turn}) == (
+                "invalid arguments: `conversation_id`: must be 1-200 letters, digits and _.:@- (not only dots)"), wrong
+        schema = {t.name: t.input_schema for t in (await client.list_tools()).tools}["append_messages"]
+        assert schema["properties"]["conversation_id"] | {"description": ""} == {
+            "type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^(?!\.+$)(?!.*\n)[A-Za-z0-9_.:@-]+$",
+            "description": "", "title": "Conversation Id"}
+        result = await client.call_tool("append_messages", {"conversation_id": "a.b:c@d-e_" + "x" * 190,
+                                                            "messages": turn})
+        assert not result.is_error, result.content
+    with Pgcontext(live_url, tenant.key) as pg:
+        assert [m.text for m in pg.list_memories(agent_id=agent).items] == ["hi"]

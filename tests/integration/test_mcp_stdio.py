@@ -94,3 +94,26 @@ def test_sigterm_stops_it(live_url: str, tenant: Tenant) -> None:
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     finally:
         stop_process(proc, 10)
+
+
+def test_a_lone_surrogate_is_answered_under_its_request_id(live_url: str, tenant: Tenant) -> None:
+    """A string cut inside an emoji (``"\\ud83d"``, as JavaScript's JSON.stringify writes it) is JSON that
+    Python's json reads and the SDK's decoder refuses: it was answered as a parse error under id null, and
+    the client waited for its request's answer until its own timeout."""
+    proc = started(live_url, tenant)
+    try:
+        send(proc, json.dumps(INITIALIZE))
+        assert answer(proc)["id"] == 1
+        send(proc, json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        line = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"remember",'
+                '"arguments":{"text":"I love \\ud83c"}}}')
+        assert json.loads(line)["id"] == 2
+        send(proc, line)
+        assert answer(proc) == {"jsonrpc": "2.0", "id": 2, "error": {"code": -32600, "message": (
+            "Invalid Request: a string holds a lone surrogate escape (such as \\ud83d without its pair), which is "
+            "not a Unicode character")}}
+        send(proc, json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                               "params": {"name": "get_directive", "arguments": {}}}))
+        assert answer(proc)["id"] == 3  # the session goes on
+    finally:
+        stop_process(proc, 10)
