@@ -26,7 +26,7 @@ import platform
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -47,6 +47,7 @@ from service.embeddings import Embedder
 from service.embeddings.lanes import BulkCapable, EmbeddingLanes
 from service.logs import configure as configure_logs
 from service.memories import repo, write
+from service.memories.facts import write as facts_write
 from service.memories.types import MemoryIn
 from service.runtime import Endpoints, Services
 from service.settings import load_settings
@@ -131,6 +132,7 @@ class Run:
     batch_s: list[float] = field(default_factory=list)
     embed_s: float = 0.0
     db_s: float = 0.0
+    purge_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -171,11 +173,13 @@ async def new_org(owner_dsn: str, name: str) -> UUID:
 
 
 def body_of(texts: list[str], vectors: npt.NDArray[np.float32] | None = None,
-            on_duplicate: str | None = None) -> bytes:
+            on_duplicate: str | None = None, keyed: bool = False) -> bytes:
     items: list[dict[str, Any]] = []
     for i, text in enumerate(texts):
         item: dict[str, Any] = {"text": text, "agent_id": "bench-agent", "kind": "fact",
                                 "metadata": {"source": "scifact", "n": i}}
+        if keyed:  # key i of every batch: each batch's values supersede the batch before's
+            item["key"] = f"bench.key{i}"
         if vectors is not None:
             item["embedding"] = vectors[i].tolist()
         items.append(item)
@@ -227,6 +231,8 @@ async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_ur
                                     lambda _b: write.create(services, org, next(bodies), None))
         given.embed_s, given.db_s = embedder.seconds, db.seconds
 
+        keyed = await keyed_runs(services, db, owner_dsn, batches, vectors) if args.keyed else []
+
         # 4. Pure Postgres: the batch insert in an org-scoped transaction, nothing else.
         org = await new_org(owner_dsn, "bench-postgres-only")
         items = iter([([MemoryIn(text=t, agent_id="bench-agent", metadata={"source": "scifact", "n": i})
@@ -244,9 +250,13 @@ async def bench(args: argparse.Namespace, owner_dsn: str, app_dsn: str, redis_ur
 
         print()
         print(HEADER)
-        for run in (full, *dedup_runs, model, given, pg):
+        for run in (full, *dedup_runs, model, given, *keyed, pg):
             print(run.row())
         print()
+        for run in keyed:
+            print(f"{run.name}: the expired-value purge took {100 * run.purge_s / run.total_s:.1f}% of its "
+                  f"batches' time ({1000 * run.purge_s / run.count:.3f} ms per keyed memory); "
+                  f"{run.count / run.total_s / (given.count / given.total_s):.0%} of the unkeyed rate")
         if dedup_runs:
             off = [r for r in dedup_runs if "dedup off" in r.name]
             on = [r for r in dedup_runs if "dedup on" in r.name]
@@ -288,6 +298,39 @@ async def dedup_pair(args: argparse.Namespace, services: Services, embedder: Any
     return runs
 
 
+async def keyed_runs(services: Services, db: Any, owner_dsn: str, batches: list[list[str]],
+                     vectors: list[npt.NDArray[np.float32]]) -> list[Run]:
+    """The vectors-given write path with a key on every memory (each batch superseding the one before),
+    twice into fresh orgs; the time in the keyed write's expired-value purge is added up apart."""
+    purge = facts_write.purge_expired_values
+    spent = [0.0]
+
+    async def timed_purge(tx: TenantTx, keys: Any) -> None:
+        started = time.perf_counter()
+        try:
+            await purge(tx, keys)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    runs = []
+    facts_write.purge_expired_values = timed_purge  # the same work, timed
+    try:
+        for n in range(2):
+            org = await new_org(owner_dsn, f"bench-keyed-{n}")
+            bodies = iter([body_of(b, v, keyed=True) for b, v in zip(batches, vectors, strict=True)])
+            db.seconds, spent[0] = 0.0, 0.0
+
+            def step(_batch: list[str], bodies: Iterator[bytes] = bodies, org: UUID = org) -> Awaitable[Any]:
+                return write.create(services, org, next(bodies), None)
+
+            run = await timed_batches(f"keyed, vectors given ({n + 1})", batches, step)
+            run.db_s, run.purge_s = db.seconds, spent[0]
+            runs.append(run)
+    finally:
+        facts_write.purge_expired_values = purge
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5000, help="memories to write per run (default 5000)")
@@ -296,6 +339,9 @@ def main() -> None:
     parser.add_argument("--dedup", action="store_true",
                         help="also write the batches with duplicate detection off (on_duplicate=keep) and on "
                              "(merge), alternating, two runs of each into fresh orgs, and compare throughput")
+    parser.add_argument("--keyed", action="store_true",
+                        help="also write the batches with vectors given and a key on every memory, and report "
+                             "the share of time in the keyed write's purge of expired values")
     args = parser.parse_args()
     configure_logs("warning")
     settings = load_settings()
