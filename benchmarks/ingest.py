@@ -1,6 +1,7 @@
 """Ingest (write path) throughput: memories/s for batched writes, and where the time goes.
 
     python benchmarks/ingest.py [--n 5000] [--batch 64] [--corpus ../shared/data/scifact/corpus.jsonl]
+                                [--dedup] [--keyed]
 
 Writes N short realistic memories (the first sentence of each SciFact abstract) through the
 service's own write path — ``service.memories.write.create`` on a ``Services`` built by
@@ -12,6 +13,9 @@ Baselines in the same run, on the same batches:
   * ``embed only``: ``services.embedder.embed`` alone (the model's ceiling);
   * ``write path, vectors given``: the same request bodies with precomputed embeddings (no model);
   * ``postgres insert only``: ``repo.insert_batch`` inside an org-scoped transaction (pure Postgres).
+
+``--dedup``: the server-embedded path with duplicate detection off and on, alternating. ``--keyed``: the
+vectors-given path with a ``key`` on every memory, and the share of its expired-value purge.
 
 With no PGCONTEXT_DATABASE_URL / DATABASE_URL it starts embedded Postgres and Redis in a temp dir.
 """
