@@ -151,10 +151,12 @@ CONVERSATIONS_CURSOR: Final = ("`next_cursor` of the previous page: base64url (u
                                "`<created_at, RFC 3339>|<conversation id>`, the position after which the page starts.")
 MESSAGES_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after "
                           "which the page starts.")
+_PATH_CONTROL: Final = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+"""``service.documents.walk.PATH_CONTROL_CHARS`` as a schema regex's class (escapes, not the characters)."""
 DOCUMENT_PATH: Final = (lambda seg: rf"^{seg}(?:/{seg})*$")(
-    r"(?:[^/\\.\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*|\.[^/\\.\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*"
-    r"|\.\.[^/\\\x00-\x1f\x7f]+)")
-"""Relative posix segments, none empty, ``.`` or ``..``; no backslash or control character."""
+    rf"(?:[^/\\.{_PATH_CONTROL}][^/\\{_PATH_CONTROL}]*|\.[^/\\.{_PATH_CONTROL}][^/\\{_PATH_CONTROL}]*"
+    rf"|\.\.[^/\\{_PATH_CONTROL}]+)")
+"""Relative posix segments, none empty, ``.`` or ``..``; no backslash, control character or line separator."""
 
 
 def model_pattern() -> str:
