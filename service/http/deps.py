@@ -53,7 +53,7 @@ async def before_request(request: Request[Any, Any, Any]) -> None:
     full price (:mod:`service.tenancy.ratecost`: the bytes read, whatever ``Content-Length`` said or
     did not say, and the decoded body) from its org's bucket (429), then check the body's JSON types.
     A body not sent as JSON (:func:`check_json_media_type`) is refused once the caller is known, before
-    it is priced or read (415)."""
+    it is priced or read (415), as is a path whose ids hold an escaped ``/`` (400, :func:`check_path_ids`)."""
     limiter, org_id, cost, route = None, None, 0, ""
     services: Services | None = None
     if "org_id" in request.route_handler.parsed_fn_signature.parameters:
