@@ -102,7 +102,7 @@ def _parameters(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     agent = {"min_length": 1, "max_length": AGENT_ID_MAX_LENGTH, "pattern": AGENT_ID_PATTERN}
     conversation = {"min_length": 1, "max_length": CONVERSATION_ID_MAX_LENGTH, "pattern": CONVERSATION_ID_PATTERN}
     page = {"maximum": settings.limits.max_page_size}
-    path = Schema(type=OpenAPIType.STRING, pattern=DOCUMENT_PATH,
+    path = Schema(type=OpenAPIType.STRING, pattern=STORED_DOCUMENT_PATH,  # a deletion's: any stored one
                   all_of=[Schema(max_length=settings.documents.max_path_chars)])
     deadline = {"replace": Schema(type=OpenAPIType.NUMBER)}
     return {
@@ -151,12 +151,20 @@ CONVERSATIONS_CURSOR: Final = ("`next_cursor` of the previous page: base64url (u
                                "`<created_at, RFC 3339>|<conversation id>`, the position after which the page starts.")
 MESSAGES_CURSOR: Final = ("`next_cursor` of the previous page: base64url (unpadded) of the position (decimal) after "
                           "which the page starts.")
-_PATH_CONTROL: Final = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
-"""``service.documents.walk.PATH_CONTROL_CHARS`` as a schema regex's class (escapes, not the characters)."""
-DOCUMENT_PATH: Final = (lambda seg: rf"^{seg}(?:/{seg})*$")(
-    rf"(?:[^/\\.{_PATH_CONTROL}][^/\\{_PATH_CONTROL}]*|\.[^/\\.{_PATH_CONTROL}][^/\\{_PATH_CONTROL}]*"
-    rf"|\.\.[^/\\{_PATH_CONTROL}]+)")
-"""Relative posix segments, none empty, ``.`` or ``..``; no backslash, control character or line separator."""
+def _document_path(control: str) -> str:
+    """Relative posix segments, none empty, ``.`` or ``..``; no backslash nor a character of ``control`` (a
+    schema regex's class: escapes, not the characters)."""
+    segment = (rf"(?:[^/\\.{control}][^/\\{control}]*|\.[^/\\.{control}][^/\\{control}]*"
+               rf"|\.\.[^/\\{control}]+)")
+    return rf"^{segment}(?:/{segment})*$"
+
+
+DOCUMENT_PATH: Final = _document_path(r"\x00-\x1f\x7f-\x9f\u2028\u2029")
+"""A path a file is ingested under: no control character (C0, C1) or line separator
+(``service.documents.walk.PATH_CONTROL_CHARS``)."""
+STORED_DOCUMENT_PATH: Final = _document_path(r"\x00-\x1f\x7f")
+"""A path a stored document may have (a deletion's): no C0 control or DEL, as paths were ingested before
+C1 controls and line separators were refused (``service.documents.ingest._STORED_CONTROL``)."""
 
 
 def model_pattern() -> str:
