@@ -61,9 +61,11 @@ def line_span(row: asyncpg.Record) -> LineSpan | None:
     if path is None or start is None or end is None or level is None:
         return None
     partial = level == 2 and start == end and not str(row["text"]).endswith("\n")
-    collection = (row["metadata"] or {}).get("collection")
+    metadata = row["metadata"] or {}
+    collection, digest = metadata.get("collection"), metadata.get("content_hash")
     return LineSpan(path, start, end, level, chunk=str(row["id"]), partial=partial,
-                    collection=collection if isinstance(collection, str) else None)
+                    collection=collection if isinstance(collection, str) else None,
+                    content_hash=digest if isinstance(digest, str) else None)
 
 
 def cold_text(row: asyncpg.Record) -> str:

@@ -92,8 +92,9 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class LineSpan:
-    """Lines ``start..end`` (1-based, inclusive) of ``path`` in ``collection``, covered by a chunk of
-    ``level`` (0 file summary, 1 section, 2 chunk: higher is more specific).
+    """Lines ``start..end`` (1-based, inclusive) of ``path`` in ``collection`` (of the file's content: see
+    :attr:`file`), covered by a chunk of ``level`` (0 file summary, 1 section, 2 chunk: higher is more
+    specific).
 
     A line over the chunk bound is stored as several L2 chunks, its pieces, all with that line as
     their span (:mod:`service.documents.long_lines`). Pieces hold different parts of the line, so two
@@ -117,10 +118,14 @@ class LineSpan:
     """A single-line L2 chunk whose text stops before the line's end (a piece before the last one)."""
     collection: str | None = None
     """The file's collection: the same path in two collections is two files."""
+    content_hash: str | None = None
+    """The file's content hash: two files of the same content (the same repository in two collections, a
+    copied file) are one text, their chunks' lines the same lines."""
 
     @property
     def file(self) -> tuple[str | None, str]:
-        return self.collection, self.path
+        """What the lines are lines of: the file's content where it is known, else its collection and path."""
+        return ("content", self.content_hash) if self.content_hash else (self.collection, self.path)
 
     def contains(self, other: LineSpan) -> bool:
         if self.file != other.file or other.start < self.start or self.end < other.end or self._other_piece(other):

@@ -311,6 +311,17 @@ def test_the_same_path_in_two_collections_is_two_files(counter: TokenCounter) ->
     mirror = readme("theirs", theirs.text, 0.9, "handbook")  # the same file: its lines are packed once
     result = select_memories([ours, mirror], budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter, now=NOW)
     assert len(result.chosen) == 1 and [d.reason for d in result.dropped] == ["nested"]
+    # Two collections holding the same repository: the same content is one text, whatever it is filed under.
+    whole = cand("whole", "Install with make run.\nThe service listens on port 8080.\nStop it with Ctrl-C.",
+                 relevance=1.0, lines=LineSpan("README.md", 1, 3, 1, collection="handbook", content_hash="h1"))
+    inside = cand("inside", "The service listens on port 8080.", relevance=0.9,
+                  lines=LineSpan("README.md", 2, 2, 2, collection="mirror", content_hash="h1"))
+    other = cand("other", "Deploy the charts with helm.", relevance=0.8,
+                 lines=LineSpan("README.md", 2, 2, 2, collection="repo", content_hash="h2"))
+    result = select_memories([whole, inside, other], budget_tokens=10_000, intent=Intent.FACTUAL, counter=counter,
+                             now=NOW)
+    assert sorted(p.id for p in result.chosen) == ["inside", "other"]  # the mirror's line stands for the section
+    assert [(d.id, d.reason) for d in result.dropped] == [("whole", "nested")]
 
 
 def test_partly_overlapping_chunks_are_not_packed_twice(counter: TokenCounter) -> None:
