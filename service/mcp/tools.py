@@ -57,8 +57,9 @@ MAX_RECALL_CHARS = 40_000
 (Claude Code refuses a result over 25,000 tokens)."""
 
 MAX_FORGET_IDS = 100
-"""Ids one ``forget`` takes: each is two requests, one after the other, well within the call's deadline
-(12,000 ids ran into it, a generic error although it had deleted many)."""
+"""Ids one ``forget`` takes, and ``remember``'s ``supersedes`` names in all: each is a request or two, one
+after the other, well within the call's deadline (12,000 ids ran into it, a generic error although it had
+deleted many)."""
 
 MAX_FEEDBACK_IDS = 256
 """Ids one ``give_feedback`` takes in all, what the service takes in one request (its ``MAX_FEEDBACK_ITEMS``)."""
@@ -130,10 +131,11 @@ Use it when you learn something worth keeping beyond this conversation: a user's
 about them, a decision, a commitment, an event with its date, a correction of something remembered.
 Write each memory as one self-contained statement ("The user is allergic to peanuts."), not a
 transcript. Give `text` for one memory, or `memories` for several at once (up to 256), each with
-its own `kind`, `importance` and so on. `supersedes` names this agent's own memories only. A memory
-that repeats one already stored is merged into it, not stored twice. For a fact that has one value
-at a time, give a `key` (user.city): the new value retires the old one. Returns per memory its id
-and what happened (`created`, `merged` into an existing memory, or `superseded` older ones)."""
+its own `kind`, `importance` and so on. `supersedes` names this agent's own memories only (up to
+100 in all). A memory that repeats one already stored is merged into it, not stored twice. For a
+fact that has one value at a time, give a `key` (user.city): the new value retires the old one.
+Returns per memory its id and what happened (`created`, `merged` into an existing memory, or
+`superseded` older ones)."""
 
 APPEND = """Record turns of a conversation, in order, so later calls can recall what was said.
 
@@ -272,9 +274,13 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                                      occurred_at=occurred_at, metadata=metadata))
         if not batch:
             raise ToolError("give `text` (one memory) or `memories` (several)")
+        named = list(dict.fromkeys(i for m in batch for i in m.supersedes or []))
+        if len(named) > MAX_FORGET_IDS:  # each is read first, as forget reads the ids it deletes
+            raise ToolError(f"invalid arguments: `supersedes` names at most {MAX_FORGET_IDS} memories in one call "
+                            f"(got {len(named)}); nothing was stored")
         client = await client_for()
         with service_errors():
-            if others := await not_mine(client, agent, [i for m in batch for i in m.supersedes or []]):
+            if others := await not_mine(client, agent, named):
                 raise ToolError(f"invalid arguments: `supersedes` may name only this agent's own memories, not "
                                 f"{', '.join(map(str, others))} (another agent's, org-wide or not found); "
                                 "nothing was stored")

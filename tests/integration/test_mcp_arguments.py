@@ -174,6 +174,9 @@ async def test_supersedes_names_only_this_agents_own_memories(live_url: str, ten
         assert not result.is_error, result.content
         assert result.structured_content is not None
         assert result.structured_content["outcomes"][0]["superseded"] == [own]  # its own: retired as asked
+        many = [str(uuid4()) for _ in range(101)]  # each is read before anything is written: a bound, as forget's
+        assert await refused(client, "remember", {"memories": [{"text": "Badges changed.", "supersedes": many}]}) == (
+            "invalid arguments: `supersedes` names at most 100 memories in one call (got 101); nothing was stored")
 
 
 async def test_top_level_fields_of_text_are_refused_with_memories(live_url: str, tenant: Tenant) -> None:
