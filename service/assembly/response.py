@@ -78,7 +78,8 @@ COMPLETED_NOTE: Final = ("the query leans on the conversation: searched after th
 
 def _lines(span: LineSpan | None) -> dict[str, Any]:
     """A document chunk's file and lines, as the response names them (nothing for other memories)."""
-    return {} if span is None else {"path": span.path, "line_start": span.start, "line_end": span.end}
+    return {} if span is None else {"path": span.path, "line_start": span.start, "line_end": span.end,
+                                    "collection": span.collection}
 
 
 def build_response(req: AssembleRequest, ranked: Ranked, directive: DirectiveOut | None, level: Level,

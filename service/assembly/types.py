@@ -115,6 +115,8 @@ class MemoryUsed(msgspec.Struct):
     """A document chunk: its file, and the lines it covers (``line_start``-``line_end``, 1-based)."""
     line_start: int | None = None
     line_end: int | None = None
+    collection: str | None = None
+    """A document chunk: its file's collection (the same path in two collections is two files)."""
 
 
 class DroppedMemory(msgspec.Struct):
@@ -142,6 +144,8 @@ class DroppedMemory(msgspec.Struct):
     """A document chunk: its file, and the lines it covers (``line_start``-``line_end``, 1-based)."""
     line_start: int | None = None
     line_end: int | None = None
+    collection: str | None = None
+    """A document chunk: its file's collection (the same path in two collections is two files)."""
 
 
 

@@ -99,6 +99,7 @@ async def test_assembly_with_a_small_budget_packs_pieces_of_the_line(
     assert WORD in body["context"], body
     used = [m for m in body["memories_used"] if m.get("path") == PATH and WORD in m["text"]]
     assert [(m["line_start"], m["line_end"]) for m in used] == [(3, 3)]
+    assert [m["collection"] for m in used] == ["default"]  # which file: the same path may be in two collections
     # Pieces of one line hold different parts of it: none is dropped as nested in another.
     body = await assemble("espresso machine descaling, comets near Jupiter, tax audits of bakeries", 3000)
     pieces = [m for m in body["memories_used"] if m.get("path") == PATH and m["line_start"] == 3]

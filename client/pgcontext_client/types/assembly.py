@@ -84,6 +84,8 @@ class MemoryUsed(msgspec.Struct, kw_only=True):
     """A document chunk: its file, and the lines it covers."""
     line_start: int | None = None
     line_end: int | None = None
+    collection: str | None = None
+    """A document chunk: its file's collection."""
 
 
 class DroppedMemory(msgspec.Struct, kw_only=True):
@@ -100,6 +102,7 @@ class DroppedMemory(msgspec.Struct, kw_only=True):
     path: str | None = None
     line_start: int | None = None
     line_end: int | None = None
+    collection: str | None = None
 
 
 class Budget(msgspec.Struct, kw_only=True):

@@ -616,6 +616,7 @@ export interface components {
             path?: string | null;
             line_start?: number | null;
             line_end?: number | null;
+            collection?: string | null;
         };
         /** ErrorBody */
         ErrorBody: {
@@ -864,6 +865,7 @@ export interface components {
             path?: string | null;
             line_start?: number | null;
             line_end?: number | null;
+            collection?: string | null;
         };
         /** Message */
         Message: {
