@@ -205,11 +205,11 @@ def check_export(path: Path) -> int:
     return count
 
 
-def read_export(path: Path) -> Iterator[dict[str, Any]]:
-    """The lines of a saved export, checked whole first (:func:`check_export`), then read again one at a
-    time: memory stays flat however large the file."""
+def read_export(path: Path) -> Iterator[Numbered]:
+    """The lines of a saved export and their numbers, checked whole first (:func:`check_export`), then read
+    again one at a time: memory stays flat however large the file."""
     check_export(path)
-    return (line for _, line in _read(path))
+    return _read(path)
 
 
 def batches(lines: Iterable[dict[str, Any]], *, max_memories: int, max_bytes: int,
@@ -311,9 +311,8 @@ async def restore_lines(lines: Iterable[Numbered], *, source: str, url: str, key
 async def restore_from(path: Path, *, url: str, key: str, batch_memories: int = 200, batch_bytes: int = 4_000_000,
                        http: httpx.AsyncClient | None = None, max_wait_s: float = MAX_WAIT_S) -> Totals:
     """Send the saved export at ``path`` to ``POST /v1/import``; returns what the service wrote."""
-    check_export(path)
-    return await restore_lines(_read(path), source=str(path), url=url, key=key, batch_memories=batch_memories,
-                               batch_bytes=batch_bytes, http=http, max_wait_s=max_wait_s)
+    return await restore_lines(read_export(path), source=str(path), url=url, key=key,
+                               batch_memories=batch_memories, batch_bytes=batch_bytes, http=http, max_wait_s=max_wait_s)
 
 
 def service_access(settings: Settings, args: argparse.Namespace) -> tuple[str, str] | None:

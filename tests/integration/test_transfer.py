@@ -122,7 +122,8 @@ def test_a_large_export_is_read_a_line_at_a_time(tmp_path: Path) -> None:
     tracemalloc.start()
     try:
         assert check_export(saved) == count
-        sent = sum(len(batch) for batch in batches(read_export(saved), max_memories=200, max_bytes=4_000_000))
+        lines = (line for _, line in read_export(saved))
+        sent = sum(len(batch) for batch in batches(lines, max_memories=200, max_bytes=4_000_000))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
