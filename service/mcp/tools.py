@@ -200,16 +200,18 @@ def distinct_ids(memory_ids: list[str]) -> dict[str, UUID | None]:
     return {spelling: ident if isinstance(ident, UUID) else None for ident, spelling in seen.items()}
 
 
+async def owns(client: AsyncClient, agent: str, ident: UUID) -> bool:
+    """Whether memory ``ident`` is ``agent``'s own: what its tools may change (delete, retire); another
+    agent's, an org-wide or no memory is not."""
+    try:
+        return (await client.get_memory(ident)).agent_id == agent
+    except NotFound:
+        return False
+
+
 async def not_mine(client: AsyncClient, agent: str, ids: Iterable[UUID]) -> list[UUID]:
-    """Those of ``ids`` that are not ``agent``'s own memories (another agent's, org-wide, or none), in order:
-    what its tools may not change, as ``forget`` may not delete them."""
-    out: list[UUID] = []
-    for ident in dict.fromkeys(ids):
-        with contextlib.suppress(NotFound):
-            if (await client.get_memory(ident)).agent_id == agent:
-                continue
-        out.append(ident)
-    return out
+    """Those of ``ids`` that ``agent`` does not :func:`owns`, in order."""
+    return [ident for ident in dict.fromkeys(ids) if not await owns(client, agent, ident)]
 
 
 @contextlib.contextmanager
@@ -417,15 +419,12 @@ def register(server: MCPServer[Any], config: McpConfig, client_for: ClientFor) -
                 missing.append(memory_id)
                 continue
             try:
-                # Another agent's (or an org-wide) memory is not this agent's to delete.
-                mine = (await client.get_memory(ident)).agent_id == agent
+                mine = await owns(client, agent, ident)  # another agent's (or an org-wide) is not its to delete
                 if mine:
                     # 404 now: a delete sent again after its answer was lost (the first one deleted it), or
                     # another caller's at the same moment; either way it is gone, as asked.
                     with contextlib.suppress(NotFound):
                         await client.delete_memory(ident)
-            except NotFound:
-                mine = False
             except Conflict as exc:  # a conversation's turn (or a document's chunk): it goes with its whole
                 refused.append({"id": memory_id, "reason": f"{exc.code}: {exc.message}"})
                 continue
