@@ -48,7 +48,7 @@ from service.documents.types import (
     IngestResponse,
     IngestTimings,
 )
-from service.documents.walk import PATH_CONTROL_CHARS
+from service.documents.walk import PATH_CONTROL_CHARS, STORED_PATH_CONTROL_CHARS
 from service.errors import BadRequest, PayloadTooLarge, Unprocessable, malformed_json
 from service.memories.types import DOCUMENT_CHUNK_KIND
 from service.memories.validation import check_metadata
@@ -62,9 +62,8 @@ from service.timing import elapsed_ms
 KIND = DOCUMENT_CHUNK_KIND
 RESERVED_METADATA = ("collection", "language", "content_hash", "symbol", "symbol_name", "truncated")
 _CONTROL = re.compile(f"[{PATH_CONTROL_CHARS}]")
-_STORED_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-"""The control characters that documents stored before C1 controls and line separators were refused
-never hold: what a deletion, or an import of an older export, checks their paths for."""
+_STORED_CONTROL = re.compile(f"[{STORED_PATH_CONTROL_CHARS}]")
+"""What a deletion, or an import of an older export, checks a path for (a stored document's may hold more)."""
 _SYMBOL_SPLIT = re.compile(r"::|\.|#")
 
 

@@ -40,6 +40,9 @@ BINARY_SNIFF_BYTES: Final = 8192
 PATH_CONTROL_CHARS: Final = "\x00-\x1f\x7f-\x9f\u2028\u2029"
 """What a document path never holds (a regular expression class): C0 and C1 control characters, DEL, and
 the line and paragraph separators, each of which breaks a line where the path is written."""
+STORED_PATH_CONTROL_CHARS: Final = "\x00-\x1f\x7f"
+"""What the path of a stored document never holds (likewise): documents were ingested before C1 controls
+and the line separators were refused, and are still deleted and imported by their paths."""
 _UNSTORABLE_NAME: Final = re.compile(f"[{PATH_CONTROL_CHARS}\\\\]")
 """Characters a document path cannot hold (the service's 400 ``bad_path``): a macOS ``Icon\\r``, say."""
 VCS_DIRS: Final = frozenset({".hg", ".svn", ".bzr", "_darcs", ".jj", ".pijul", "CVS"})

@@ -11,6 +11,7 @@ from typing import Any, Final
 from litestar.openapi.spec import OpenAPI, OpenAPIMediaType, Reference, Schema
 from litestar.openapi.spec.enums import OpenAPIType
 
+from service.documents.walk import PATH_CONTROL_CHARS, STORED_PATH_CONTROL_CHARS
 from service.http.jsondepth import MAX_JSON_DEPTH
 from service.settings import Settings
 from service.text.model_families import ENCODINGS, FAMILIES, VENDORS
@@ -159,12 +160,15 @@ def _document_path(control: str) -> str:
     return rf"^{segment}(?:/{segment})*$"
 
 
-DOCUMENT_PATH: Final = _document_path(r"\x00-\x1f\x7f-\x9f\u2028\u2029")
-"""A path a file is ingested under: no control character (C0, C1) or line separator
-(``service.documents.walk.PATH_CONTROL_CHARS``)."""
-STORED_DOCUMENT_PATH: Final = _document_path(r"\x00-\x1f\x7f")
-"""A path a stored document may have (a deletion's): no C0 control or DEL, as paths were ingested before
-C1 controls and line separators were refused (``service.documents.ingest._STORED_CONTROL``)."""
+def _escaped(characters: str) -> str:
+    """A regular expression class's characters as ``\\uXXXX`` escapes (its ranges' ``-`` kept)."""
+    return "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in characters)
+
+
+DOCUMENT_PATH: Final = _document_path(_escaped(PATH_CONTROL_CHARS))
+"""A path a file is ingested under: no control character (C0, C1) or line separator."""
+STORED_DOCUMENT_PATH: Final = _document_path(_escaped(STORED_PATH_CONTROL_CHARS))
+"""A path a stored document may have (a deletion's): no C0 control or DEL."""
 
 
 def model_pattern() -> str:
