@@ -204,7 +204,7 @@ class _Parsed(msgspec.Struct):
     conversations: list[tuple[int, ConversationLine, _Object]] = msgspec.field(default_factory=list)
     events: list[_Object] = msgspec.field(default_factory=list)
     directives: dict[str, tuple[int, _Directive]] = msgspec.field(default_factory=dict)
-    """Each agent's directive line (the last one of the agent's) and its place in ``lines``."""
+    """Each agent's directive line and its place in ``lines`` (one line an agent)."""
     settings: _Settings | None = None
     documents: Documents = msgspec.field(default_factory=Documents)
     skipped: Skipped = msgspec.field(default_factory=lambda: Skipped(document=0, chunk=0))
@@ -222,8 +222,7 @@ def decode(body: bytes) -> ImportRequest:
 def parse(request: ImportRequest, services: Services) -> _Parsed:
     limits = services.settings.limits
     out = _Parsed()
-    directives: dict[Any, tuple[int, Any]] = {}  # each agent's directive line, each event's: one line each
-    events: dict[Any, tuple[int, Any]] = {}
+    events: dict[Any, tuple[int, Any]] = {}  # each event's line (one line an id)
     for index, raw in enumerate(request.lines):
         try:
             line = msgspec.convert(raw, _Line, strict=False)
@@ -252,8 +251,8 @@ def parse(request: ImportRequest, services: Services) -> _Parsed:
             for name in ("created_at", "updated_at"):
                 if (value := getattr(line, name)) is not None:
                     check_occurred_at(value, field=name)
-            one_line(directives, line.agent_id, index, line, f"the directive of agent {line.agent_id!r}", "agent_id")
-            out.directives[line.agent_id] = (index, line)
+            one_line(out.directives, line.agent_id, index, line, f"the directive of agent {line.agent_id!r}",
+                     "agent_id")
         elif isinstance(line, ConversationLine):
             check_conversation(line, index)
             out.conversations.append((index, line, msgspec.to_builtins(line)))
